@@ -1,0 +1,45 @@
+# The two commands of the README: `make demo` and `make test`. Everything else is optional.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint format bench install clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[test,dev,ops]'
+	touch $@
+
+install: $(STAMP)
+
+## demo: install, serve the bundled sample site on loopback, crawl it embedded, print the summary
+demo: $(STAMP)
+	$(BIN)/crawler demo --output ./data
+
+## test: install, then run the whole suite (tests start their own redis-server and workers)
+test: $(STAMP)
+	$(BIN)/pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check crawler_tasks tests bench
+	$(BIN)/ruff format --check crawler_tasks tests bench
+	$(BIN)/mypy
+
+format: $(STAMP)
+	$(BIN)/ruff format crawler_tasks tests bench
+	$(BIN)/ruff check --fix crawler_tasks tests bench
+
+## bench: every benchmark, figures printed (Scrapy installed for the comparison)
+bench: $(STAMP)
+	$(BIN)/pip install -q -e '.[bench]'
+	$(BIN)/python bench/bloom.py
+	$(BIN)/python bench/frontier.py
+	$(BIN)/python bench/crawl.py
+	$(BIN)/python bench/politeness.py
+
+clean:
+	rm -rf $(VENV) data .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,59 @@
+"""The Celery application (found by ``celery -A crawler_tasks``).
+
+Configured for a crawler on the Redis broker: JSON only, late acks (a task whose worker dies is
+redelivered; every task is idempotent), one prefetched message per process, queues drained
+strictly in the order given to ``-Q``, no result backend (nothing waits on task results), and
+task events on for Flower.
+"""
+
+from __future__ import annotations
+
+from celery import Celery
+from kombu import Exchange, Queue
+
+from .settings import Settings, load
+
+QUEUES = ("crawl.high", "crawl.medium", "crawl.low", "parse")
+
+
+def make_app(settings: Settings | None = None) -> Celery:
+    settings = settings or load()
+    app = Celery("crawler_tasks")
+    app.conf.update(
+        broker_url=settings.broker_url,
+        broker_connection_retry_on_startup=True,
+        broker_transport_options={
+            "queue_order_strategy": "priority",
+            "visibility_timeout": settings.visibility_timeout,
+            # Look for messages of dead workers every few seconds, not every 100 s (kombu's
+            # default 10 s x throttle 10), so they come back soon after visibility_timeout.
+            "unacked_restore_interval": max(1, min(10, settings.visibility_timeout // 4)),
+            "unacked_restore_throttle": 1,
+        },
+        task_serializer="json",
+        result_serializer="json",
+        accept_content=["json"],
+        event_serializer="json",
+        task_ignore_result=True,
+        task_store_errors_even_if_ignored=False,
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        task_acks_on_failure_or_timeout=True,
+        worker_prefetch_multiplier=1,
+        worker_send_task_events=True,
+        task_send_sent_event=True,
+        task_queues=[Queue(name, Exchange(name, type="direct"), routing_key=name) for name in QUEUES],
+        task_default_queue="crawl.high",
+        task_routes={"crawl.parse": {"queue": "parse"}},
+        worker_hijack_root_logger=False,
+        beat_scheduler="redbeat.RedBeatScheduler",
+        redbeat_redis_url=settings.state_url,
+        redbeat_key_prefix=f"{settings.key_prefix}:redbeat",
+        redbeat_lock_timeout=60,
+        beat_max_loop_interval=5,
+    )
+    app.conf.crawler_settings = settings
+    return app
+
+
+app = make_app()

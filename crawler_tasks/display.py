@@ -1,0 +1,65 @@
+"""Live crawl progress for a person: a rich display on a terminal, plain periodic lines when
+stdout is a pipe or a file (CI logs, ``| tee``)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from .crawl import Crawl
+
+
+def line(p: dict[str, Any]) -> str:
+    eta = f" eta={p['eta_s']}s" if p.get("eta_s") is not None else ""
+    return (
+        f"[{p['crawl_id']}] {p['status']}: done={p['done']} queued={p['queued']} "
+        f"in_flight={p['in_flight']} failed={p['failed']} "
+        f"rate={p['recent_pages_per_s']:.1f}/s{eta}"
+    )
+
+
+def table(p: dict[str, Any]) -> Table:
+    t = Table(title=f"crawl {p['crawl_id']} — {p['status']}", expand=False)
+    for col in ("done", "queued", "in flight", "failed", "robots", "pages/s", "eta"):
+        t.add_column(col, justify="right")
+    eta = f"{p['eta_s']:.0f}s" if p.get("eta_s") is not None else "—"
+    t.add_row(
+        str(p["done"]), str(p["queued"]), str(p["in_flight"]), str(p["failed"]),
+        str(p["robots_disallowed"]), f"{p['recent_pages_per_s']:.1f}", eta,
+    )
+    if p.get("backlog"):
+        t.caption = "backlog: " + ", ".join(f"{d} {n}" for d, n in p["backlog"])
+    return t
+
+
+def watch(crawl: Crawl, interval: float = 0.5, plain_every: float = 5.0,
+          console: Console | None = None) -> dict[str, Any]:
+    """Show progress until the crawl is finished; returns the last progress."""
+    console = console or Console()
+    if not console.is_terminal:
+        return _watch_plain(crawl, plain_every)
+    with Live(table(crawl.progress()), console=console, refresh_per_second=4) as live:
+        while True:
+            p = crawl.progress()
+            live.update(table(p))
+            if p["status"] in ("finished", "cancelled"):
+                return p
+            time.sleep(interval)
+
+
+def _watch_plain(crawl: Crawl, every: float) -> dict[str, Any]:
+    last = 0.0
+    while True:
+        p = crawl.progress()
+        done = p["status"] in ("finished", "cancelled")
+        if done or time.monotonic() - last >= every:
+            print(line(p), file=sys.stdout, flush=True)
+            last = time.monotonic()
+        if done:
+            return p
+        time.sleep(0.25)

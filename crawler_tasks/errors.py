@@ -1,0 +1,106 @@
+"""The crawler's exceptions. Every failure of a URL is one of these, and its ``reason`` is the
+string recorded in ``pages*.jsonl`` and the dead-letter list::
+
+    CrawlerError
+    ├── ConfigError                  bad settings or crawl options (raised to the caller)
+    │   └── InvalidSeed              a seed URL that cannot be crawled; names the seed
+    ├── RetryableError               worth trying again later (Celery retries with back-off)
+    │   ├── FetchTimeout             connect/read timeout or total deadline exceeded
+    │   ├── ConnectionFailed         refused, reset, DNS failure, TLS handshake error
+    │   └── ServerError              5xx, 408 or 429 (carries ``retry_after`` seconds)
+    └── PermanentError               final for this URL: recorded, never retried
+        ├── BlockedAddress           resolves to a private/loopback/link-local/reserved address
+        ├── UnsupportedScheme        not http(s)
+        ├── TooManyRedirects         redirect loop or more hops than ``max_redirects``
+        ├── OutOfScope               redirected outside the crawl's allowed domains/patterns
+        ├── TooLarge                 ``Content-Length`` above ``max_body_bytes``
+        ├── RobotsDisallowed         robots.txt forbids the URL
+        └── ClientError              other 4xx
+"""
+
+from __future__ import annotations
+
+
+class CrawlerError(Exception):
+    reason = "error"
+
+    def __init__(self, message: str = "", **details: object) -> None:
+        super().__init__(message or self.reason)
+        self.details = details
+
+
+class ConfigError(CrawlerError, ValueError):
+    reason = "config"
+
+
+class InvalidSeed(ConfigError):
+    reason = "invalid_seed"
+
+    def __init__(self, seed: str, why: str) -> None:
+        super().__init__(f"invalid seed {seed!r}: {why}")
+        self.seed = seed
+        self.why = why
+
+
+class RetryableError(CrawlerError):
+    reason = "retryable"
+    retry_after: float | None = None
+
+
+class FetchTimeout(RetryableError):
+    reason = "timeout"
+
+
+class ConnectionFailed(RetryableError):
+    reason = "connection_error"
+
+
+class ServerError(RetryableError):
+    reason = "server_error"
+
+    def __init__(self, status: int, retry_after: float | None = None) -> None:
+        super().__init__(f"HTTP {status}")
+        self.status = status
+        self.retry_after = retry_after
+
+
+class PermanentError(CrawlerError):
+    reason = "failed"
+
+
+class BlockedAddress(PermanentError):
+    reason = "blocked_address"
+
+
+class UnsupportedScheme(PermanentError):
+    reason = "unsupported_scheme"
+
+
+class TooManyRedirects(PermanentError):
+    reason = "too_many_redirects"
+
+
+class OutOfScope(PermanentError):
+    reason = "out_of_scope"
+
+
+class TooLarge(PermanentError):
+    reason = "too_large"
+
+
+class RobotsDisallowed(PermanentError):
+    reason = "robots_disallowed"
+
+
+class ClientError(PermanentError):
+    reason = "client_error"
+
+    def __init__(self, status: int) -> None:
+        super().__init__(f"HTTP {status}")
+        self.status = status
+
+
+class InvalidURL(PermanentError, ValueError):
+    """Not an absolute http(s) URL we can normalise (raised by ``urls.normalize``)."""
+
+    reason = "invalid_url"

@@ -1,0 +1,40 @@
+"""Crawl events, delivered two ways:
+
+* as Celery signals inside the worker that produced them (``request_started``,
+  ``request_completed``, ``request_failed``, ``crawl_finished``): connect a receiver in your
+  worker code, e.g. ``@crawl_finished.connect``;
+* as JSON messages on the crawl's Redis pub/sub channel, which ``Crawl.events()`` iterates.
+
+Pub/sub delivers only to listeners connected at the time: it is a live feed, not a log; the
+exact record of a crawl is its output files and its counters.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import redis
+from celery.utils.dispatch import Signal
+
+from .keys import CrawlKeys
+
+request_started = Signal(name="request_started", providing_args={"crawl_id", "url"})
+request_completed = Signal(name="request_completed", providing_args={"crawl_id", "url", "record"})
+request_failed = Signal(name="request_failed", providing_args={"crawl_id", "url", "record"})
+crawl_finished = Signal(name="crawl_finished", providing_args={"crawl_id", "summary"})
+
+_SIGNALS = {
+    "request_started": request_started,
+    "request_completed": request_completed,
+    "request_failed": request_failed,
+    "crawl_finished": crawl_finished,
+}
+
+
+def emit(client: redis.Redis, ck: CrawlKeys, event: str, crawl_id: str, **data: Any) -> None:
+    """Send the signal in this process, then publish the event on the crawl's channel."""
+    _SIGNALS[event].send(sender=event, crawl_id=crawl_id, **data)
+    payload = {"event": event, "crawl_id": crawl_id, "ts": time.time(), **data}
+    client.publish(ck.events, json.dumps(payload, default=str))

@@ -1,0 +1,369 @@
+"""HTTP fetching: one GET with our own redirect handling, an SSRF guard, and hard limits.
+
+A worker process creates one :class:`Fetcher` (one pooled ``requests.Session``) and shares it
+between its threads. :meth:`Fetcher.get` returns a :class:`Response` for every HTTP status and
+raises the exceptions of :mod:`crawler_tasks.errors` for everything else.
+
+Limits, all enforced whatever the server does:
+
+* ``total_timeout`` covers the whole call (every redirect hop, headers to last byte): a timer
+  thread shuts the socket down at the deadline, which wakes a ``recv`` blocked in the fetching
+  thread, so a server trickling one byte a second cannot hold a worker (no signals: this works
+  in Celery's thread pool);
+* the body is streamed and decoded (gzip/deflate, br when a brotli module is installed) in
+  bounded steps and cut at ``max_body_bytes`` *decoded* bytes, so neither an endless body nor a
+  decompression bomb costs more than about ``max_body_bytes`` of memory;
+* every hop's host is resolved and vetted by :func:`crawler_tasks.netguard.check_host` and the
+  connection pinned to a vetted address (see that module).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from http.client import HTTPException
+from typing import cast
+from urllib.parse import urljoin, urlsplit
+
+import requests
+from urllib3.exceptions import ConnectTimeoutError, HTTPError, NewConnectionError
+from urllib3.exceptions import ReadTimeoutError as Urllib3ReadTimeout
+from urllib3.response import HTTPResponse
+
+from . import netguard
+from .errors import (
+    ConnectionFailed,
+    CrawlerError,
+    FetchTimeout,
+    InvalidURL,
+    TooLarge,
+    TooManyRedirects,
+    UnsupportedScheme,
+)
+from .settings import Settings
+from .urls import normalize
+
+REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+_CHUNK = 64 * 1024
+#: Largest redirect body read to keep its connection alive; larger ones close the connection.
+_DRAIN_LIMIT = 64 * 1024
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+@dataclass
+class Response:
+    url: str  #: the URL asked for
+    final_url: str  #: the URL whose response this is (after the redirects followed)
+    status: int
+    #: Final response headers, keys lower-cased (``headers["content-type"]``); repeated headers
+    #: joined with ", ". A plain dict, so a Response pickles and serialises to JSON.
+    headers: dict[str, str]
+    content_type: str | None  #: media type only, lower-case ("text/html")
+    body: bytes  #: decoded body, at most ``max_body_bytes``
+    truncated: bool  #: body cut at ``max_body_bytes`` (decoded size)
+    redirects: list[tuple[int, str]]  #: (status, normalised target) per hop, in order
+    elapsed: float  #: seconds, the whole call
+    ip: str | None  #: the address the final response came from
+    raw_headers: list[tuple[str, str]]  #: headers as received (original case), for WARC
+    http_version: str  #: "HTTP/1.1"
+    #: When ``follow`` stopped the chain: its reason; the response is then the redirect itself.
+    stop_reason: str | None = None
+
+
+class Fetcher:
+    """GETs URLs for one worker process; thread-safe. Create once, :meth:`close` at exit."""
+
+    def __init__(
+        self,
+        *,
+        user_agent: str,
+        connect_timeout: float,
+        read_timeout: float,
+        total_timeout: float,
+        max_body_bytes: int,
+        max_redirects: int,
+        pool_size: int = 32,
+        ca_bundle: str | None = None,
+    ) -> None:
+        self._connect_timeout = connect_timeout
+        self._read_timeout = read_timeout
+        self._total_timeout = total_timeout
+        self._max_body_bytes = max_body_bytes
+        self._max_redirects = max_redirects
+        self._verify: bool | str = ca_bundle or True  # ca_bundle: a private CA (and the tests)
+        self._context = netguard.ConnectionContext()
+        self._session = requests.Session()
+        # Proxies from the environment would bypass the address guard; .netrc is none of ours.
+        self._session.trust_env = False
+        self._session.headers.update(
+            {"User-Agent": user_agent, "Accept-Encoding": _accept_encoding()}
+        )
+        adapter = netguard.PinnedAdapter(self._context, pool_size)
+        self._session.mount("http://", adapter)
+        self._session.mount("https://", adapter)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Fetcher:
+        return cls(
+            user_agent=settings.user_agent,
+            connect_timeout=settings.connect_timeout,
+            read_timeout=settings.read_timeout,
+            total_timeout=settings.total_timeout,
+            max_body_bytes=settings.max_body_bytes,
+            max_redirects=settings.max_redirects,
+        )
+
+    def close(self) -> None:
+        self._session.close()
+
+    def get(
+        self,
+        url: str,
+        *,
+        allow_private: bool = False,
+        headers: Mapping[str, str] | None = None,
+        follow: Callable[[str], str | None] | None = None,
+    ) -> Response:
+        """GET ``url``, following redirects (each hop vetted by ``follow`` and the guard).
+
+        Raises FetchTimeout, ConnectionFailed, BlockedAddress, UnsupportedScheme,
+        TooManyRedirects, TooLarge or InvalidURL.
+        """
+        chain = _Chain(url, allow_private, headers, follow, netguard.Deadline(self._total_timeout))
+        # Saved and restored: a ``follow`` callback may itself fetch (in this same thread).
+        outer = (self._context.deadline, self._context.pinned_ip)
+        self._context.deadline = chain.deadline
+        try:
+            return self._get(chain)
+        except ConnectionFailed:
+            if chain.deadline.expired:
+                raise FetchTimeout("total deadline exceeded") from None
+            raise
+        except (requests.RequestException, HTTPError, HTTPException, OSError) as exc:
+            raise _translate(exc, chain.deadline.expired) from exc
+        finally:
+            chain.deadline.finish()
+            self._context.deadline, self._context.pinned_ip = outer
+
+    def _get(self, chain: _Chain) -> Response:
+        _require_http(chain.url)
+        chain.visited.add(normalize(chain.url))
+        while True:
+            resp = self._request(chain)
+            try:
+                location = _redirect_location(resp)
+                if location is None:
+                    return self._read(chain, resp)
+                target = self._next_hop(chain, resp.status_code, location)
+                reason = chain.follow(target) if chain.follow is not None else None
+                if reason is not None:
+                    return self._read(chain, resp, stop_reason=reason)
+                _discard(resp)
+            except BaseException:
+                resp.close()  # unread body: the connection cannot be reused
+                raise
+            chain.visited.add(target)
+            chain.current = target
+
+    def _next_hop(self, chain: _Chain, status: int, location: str) -> str:
+        try:
+            target = urljoin(chain.current, location)
+        except ValueError as exc:
+            raise InvalidURL(f"bad redirect location {location!r}: {exc}") from None
+        _require_http(target, redirects=[*chain.redirects, (status, target)])
+        target = normalize(target)
+        chain.redirects.append((status, target))
+        if target in chain.visited:
+            raise TooManyRedirects(f"redirect loop at {target}", redirects=chain.redirects)
+        if len(chain.redirects) > self._max_redirects:
+            raise TooManyRedirects(
+                f"more than {self._max_redirects} redirects", redirects=chain.redirects
+            )
+        return target
+
+    def _request(self, chain: _Chain) -> requests.Response:
+        """Send one GET for ``chain.current`` to a vetted address of its host."""
+        try:
+            request = requests.Request("GET", chain.current, headers=dict(chain.headers or {}))
+            prepared = self._session.prepare_request(request)
+        except (requests.RequestException, ValueError) as exc:
+            raise InvalidURL(f"cannot request {chain.current!r}: {exc}") from None
+        host, port = _host_port(prepared.url or chain.current)
+        addresses = netguard.check_host(host, port, allow_private=chain.allow_private)
+        for ip in addresses[:-1]:
+            try:
+                return self._send(chain, prepared, ip)
+            except requests.ConnectionError as exc:
+                if not _is_connect_failure(exc):
+                    raise
+        return self._send(chain, prepared, addresses[-1])
+
+    def _send(
+        self, chain: _Chain, prepared: requests.PreparedRequest, ip: str
+    ) -> requests.Response:
+        chain.deadline.check()
+        remaining = chain.deadline.remaining()
+        chain.ip = self._context.pinned_ip = ip
+        timeout = (min(self._connect_timeout, remaining), min(self._read_timeout, remaining))
+        # The adapter, not Session.send: with allow_redirects=False the session still builds
+        # the next hop and reads the whole redirect body (unbounded) to do so.
+        adapter = self._session.get_adapter(prepared.url or "")
+        return adapter.send(prepared, stream=True, timeout=timeout, verify=self._verify, proxies={})
+
+    def _read(
+        self, chain: _Chain, resp: requests.Response, stop_reason: str | None = None
+    ) -> Response:
+        raw = cast(HTTPResponse, resp.raw)
+        length = _content_length(raw)
+        if length is not None and length > self._max_body_bytes:
+            raise TooLarge(
+                f"Content-Length {length} above {self._max_body_bytes}", content_length=length
+            )
+        body, truncated = _read_body(raw, self._max_body_bytes, chain.deadline)
+        if truncated:
+            resp.close()
+        else:
+            raw.release_conn()
+        return Response(
+            url=chain.url,
+            final_url=chain.current,
+            status=resp.status_code,
+            headers={k.lower(): v for k, v in raw.headers.items()},
+            content_type=_media_type(raw.headers.get("content-type")),
+            body=body,
+            truncated=truncated,
+            redirects=chain.redirects,
+            elapsed=time.monotonic() - chain.started,
+            ip=chain.ip,
+            raw_headers=list(raw.headers.iteritems()),
+            http_version=_http_version(raw),
+            stop_reason=stop_reason,
+        )
+
+
+@dataclass
+class _Chain:
+    """The state of one :meth:`Fetcher.get` call across its redirect hops."""
+
+    url: str
+    allow_private: bool
+    headers: Mapping[str, str] | None
+    follow: Callable[[str], str | None] | None
+    deadline: netguard.Deadline
+    started: float = field(default_factory=time.monotonic)
+    current: str = ""  #: the URL being fetched
+    ip: str | None = None  #: the address it is fetched from
+    visited: set[str] = field(default_factory=set)
+    redirects: list[tuple[int, str]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.current = self.url
+        self.visited.add(self.url)
+
+
+def _read_body(raw: HTTPResponse, limit: int, deadline: netguard.Deadline) -> tuple[bytes, bool]:
+    """At most ``limit`` decoded bytes of the body, and whether there was more.
+
+    ``read(amt, decode_content=True)`` decompresses at most ``amt`` bytes per call (urllib3 2
+    passes ``max_length`` to zlib), so a bomb never inflates past ``limit`` + one step. BytesIO
+    hands its buffer over without a copy: the peak stays near ``limit``, not twice that.
+    """
+    body = io.BytesIO()
+    size = 0
+    while True:
+        chunk = raw.read(min(_CHUNK, limit + 1 - size), decode_content=True)
+        deadline.check()  # a socket the deadline shut down reads as a clean end of body
+        if not chunk:
+            return body.getvalue(), False
+        if size + len(chunk) > limit:
+            body.write(chunk[: limit - size])
+            return body.getvalue(), True
+        body.write(chunk)
+        size += len(chunk)
+
+
+def _discard(resp: requests.Response) -> None:
+    """Drop a redirect's body, keeping its connection alive when the body is small."""
+    raw = cast(HTTPResponse, resp.raw)
+    length = _content_length(raw)
+    if length is not None and length <= _DRAIN_LIMIT:
+        raw.drain_conn()  # bounded by Content-Length; releases the connection to the pool
+    resp.close()
+
+
+def _require_http(url: str, **details: object) -> None:
+    scheme = url.partition(":")[0].strip().lower() if ":" in url else ""
+    if scheme not in _DEFAULT_PORTS:
+        raise UnsupportedScheme(f"not an http(s) URL: {url[:200]!r}", url=url, **details)
+
+
+def _host_port(url: str) -> tuple[str, int]:
+    try:
+        parts = urlsplit(url)
+        port = parts.port or _DEFAULT_PORTS[parts.scheme.lower()]
+    except (ValueError, KeyError) as exc:
+        raise InvalidURL(f"bad URL {url!r}: {exc}") from None
+    if not parts.hostname:
+        raise InvalidURL(f"no host in {url!r}")
+    return parts.hostname, port
+
+
+def _redirect_location(resp: requests.Response) -> str | None:
+    if resp.status_code not in REDIRECT_STATUSES:
+        return None
+    location = (resp.headers.get("location") or "").strip()
+    if not location:
+        return None
+    try:  # http.client decodes headers as latin-1; servers send UTF-8 in practice
+        return location.encode("latin-1").decode("utf-8")
+    except UnicodeError:
+        return location
+
+
+def _content_length(raw: HTTPResponse) -> int | None:
+    """The Content-Length header (the largest of repeated values), None when absent or bad."""
+    values = raw.headers.getlist("content-length")
+    try:
+        return max(int(part) for v in values for part in v.split(",")) if values else None
+    except ValueError:
+        return None
+
+
+def _media_type(value: str | None) -> str | None:
+    media = (value or "").partition(";")[0].strip().lower()
+    return media or None
+
+
+def _http_version(raw: HTTPResponse) -> str:
+    return raw.version_string if raw.version_string.startswith("HTTP/1") else "HTTP/1.1"
+
+
+def _is_connect_failure(exc: requests.ConnectionError) -> bool:
+    """Did ``exc`` happen while connecting, so the request may go to another address?"""
+    if isinstance(exc, requests.ConnectTimeout):
+        return True
+    reason = getattr(exc.args[0], "reason", None) if exc.args else None
+    return isinstance(reason, NewConnectionError)
+
+
+def _translate(exc: BaseException, expired: bool) -> CrawlerError:
+    """The crawler error for a transport exception (requests', urllib3's or the socket's)."""
+    message = f"{type(exc).__name__}: {exc}"[:500]
+    if expired:
+        return FetchTimeout("total deadline exceeded")
+    timeouts = (requests.Timeout, Urllib3ReadTimeout, TimeoutError)
+    connect_timeout = isinstance(exc, ConnectTimeoutError) and not isinstance(
+        exc, NewConnectionError
+    )
+    if isinstance(exc, timeouts) or connect_timeout:
+        return FetchTimeout(message)
+    return ConnectionFailed(message)
+
+
+def _accept_encoding() -> str:
+    # urllib3 decodes br only with one of these installed; never ask for what we cannot decode.
+    has_brotli = any(importlib.util.find_spec(m) for m in ("brotli", "brotlicffi"))
+    return "gzip, deflate, br" if has_brotli else "gzip, deflate"

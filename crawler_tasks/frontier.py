@@ -1,0 +1,135 @@
+"""The frontier: URLs admitted to a crawl and not yet released for fetching.
+
+Pending URLs do not sit in the broker (a queued Celery message is ~1.2 KB in Redis). They wait
+in one Redis list per domain as ``"depth|url"`` strings (FIFO for breadth-first, LIFO for
+depth-first), and the dispatcher in every worker releases them as fetch tasks only when their
+domain may be fetched (release.lua). The broker therefore holds at most about
+``active domains x concurrency`` fetch messages, whatever the backlog.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import redis
+
+from .keys import CrawlKeys, Keys
+from .options import CrawlOptions
+from .scripts import Scripts
+from .seen import bloom_args
+from .settings import Settings
+from .urls import domain_key
+
+#: URLs per admit.lua call: keeps each script run short (Redis is single-threaded).
+ADMIT_CHUNK = 1000
+
+
+@dataclass
+class Admitted:
+    admitted: int = 0
+    duplicates: int = 0
+    over_limit: int = 0
+
+    def __iadd__(self, other: list[int]) -> Admitted:
+        self.admitted += int(other[0])
+        self.duplicates += int(other[1])
+        self.over_limit += int(other[2])
+        return self
+
+
+@dataclass(frozen=True)
+class Release:
+    """Entries handed out by one release.lua call."""
+
+    cancelled: bool
+    entries: list[tuple[str, int, str]]  # (domain, depth, url)
+
+
+class Frontier:
+    def __init__(
+        self,
+        client: redis.Redis,
+        keys: Keys,
+        opts: CrawlOptions,
+        scripts: Scripts,
+        settings: Settings,
+    ) -> None:
+        self.client = client
+        self.keys = keys
+        self.ck: CrawlKeys = keys.crawl(opts.crawl_id)
+        self.opts = opts
+        self.scripts = scripts
+        self.settings = settings
+        self.shape = opts.bloom
+
+    def domain_of(self, url: str) -> str:
+        return domain_key(url, self.opts.domain_key)
+
+    def admit(self, links: Iterable[tuple[str, int]], force: bool = False) -> Admitted:
+        """Admit ``(normalised url, depth)`` pairs that passed the scope check."""
+        total = Admitted()
+        batch: list[tuple[str, str, str]] = []
+        for url, depth in links:
+            batch.append((self.domain_of(url), f"{depth}|{url}", url))
+            if len(batch) >= ADMIT_CHUNK:
+                total += self._admit(batch, force)
+                batch = []
+        if batch:
+            total += self._admit(batch, force)
+        return total
+
+    def _admit(self, batch: list[tuple[str, str, str]], force: bool) -> list[int]:
+        ck = self.ck
+        keys = [ck.outstanding, ck.stats, ck.ready]
+        keys += [ck.bloom(i) for i in range(self.shape.shards)]
+        args: list[str | int | float] = [
+            0,
+            self.opts.max_pages,
+            self.shape.k,
+            ck.queue_prefix,
+            1 if self.opts.order == "dfs" else 0,
+            self.shape.shards,
+            1 if force else 0,
+        ]
+        args += bloom_args(self.shape, batch)
+        result: list[int] = self.scripts.admit(keys=keys, args=args, client=self.client)
+        return result
+
+    def release(self, limit: int, drain: int = 1000) -> Release:
+        ck = self.ck
+        opts = self.opts
+        out = self.scripts.release(
+            keys=[ck.ready, ck.inflight, ck.state, ck.rates, self.keys.rates, ck.stats, ck.retry],
+            args=[
+                limit,
+                ck.queue_prefix,
+                ck.lease_prefix,
+                ck.domain_prefix,
+                self.settings.lease_seconds,
+                "inf" if opts.rate == float("inf") else opts.rate,
+                opts.burst,
+                opts.concurrency,
+                drain,
+            ],
+            client=self.client,
+        )
+        mode = _text(out[0])
+        entries = []
+        for i in range(1, len(out), 2):
+            depth, _, url = _text(out[i + 1]).partition("|")
+            entries.append((_text(out[i]), int(depth), url))
+        return Release(mode == "cancel", entries)
+
+    def backlog(self, top: int = 10) -> list[tuple[str, int]]:
+        """Domains with the most pending URLs (scans at most 1,000 ready domains)."""
+        domains = [_text(d) for d in self.client.zrange(self.ck.ready, 0, 999)]
+        pipe = self.client.pipeline(transaction=False)
+        for d in domains:
+            pipe.llen(self.ck.queue(d))
+        sizes = pipe.execute()
+        return sorted(zip(domains, sizes, strict=True), key=lambda x: -x[1])[:top]
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else value

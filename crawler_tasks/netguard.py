@@ -1,0 +1,355 @@
+"""Guards on every connection the crawler opens: where it may go, and for how long.
+
+A crawled page can link or redirect anywhere, including ``http://169.254.169.254/`` (cloud
+metadata), ``http://localhost:6379/`` (our own Redis) or a DNS name that resolves to either.
+:func:`check_host` resolves a host once and vets every address it resolves to; the transport
+(:class:`PinnedAdapter`) then connects to one of exactly those addresses (pinning), so a DNS
+answer that changes between the check and the connection cannot smuggle in a private address.
+
+Policy:
+
+* by default only globally routable unicast addresses are allowed (:func:`is_public_address`);
+* ``allow_private=True`` (crawls of a local network, the tests) also allows private, loopback,
+  link-local, shared (100.64/10), unique-local and reserved addresses;
+* cloud metadata endpoints, multicast, broadcast and unspecified addresses are never allowed.
+
+IPv6 forms that carry an IPv4 address (``::ffff:a.b.c.d``, ``::a.b.c.d``, 6to4 ``2002::/16``,
+NAT64 ``64:ff9b::/96``) are judged by the IPv4 address they carry.
+
+The same transport hands each socket to the request's :class:`Deadline`, which cuts it off at
+the request's total deadline.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import socket
+import threading
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from requests import PreparedRequest
+from requests.adapters import HTTPAdapter
+from urllib3 import HTTPConnectionPool, HTTPSConnectionPool, PoolManager
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import ConnectionPool
+from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
+from urllib3.util.connection import create_connection
+
+from .errors import BlockedAddress, ConnectionFailed, FetchTimeout
+
+if TYPE_CHECKING:
+    from urllib3._base_connection import BaseHTTPConnection
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+#: Instance-metadata and platform endpoints: credentials live there, so they stay blocked even
+#: when private networks are allowed. AWS/GCP/Azure/OpenStack, AWS ECS task metadata, AWS IPv6,
+#: Alibaba, Azure wire server (a public address, hence listed explicitly).
+METADATA_ADDRESSES: frozenset[IPAddress] = frozenset(
+    ipaddress.ip_address(a)
+    for a in (
+        "169.254.169.254",
+        "169.254.170.2",
+        "fd00:ec2::254",
+        "100.100.100.200",
+        "168.63.129.16",
+    )
+)
+
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+_IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")
+_BROADCAST = ipaddress.IPv4Address("255.255.255.255")
+#: Special-purpose ranges that not every Python's ``ipaddress`` tables know (they changed in
+#: 3.12.4/3.13): IETF protocol assignments, 6to4 relays, the 2024 documentation and SRv6 blocks.
+_ALSO_SPECIAL = tuple(
+    ipaddress.ip_network(n) for n in ("192.0.0.0/24", "192.88.99.0/24", "3fff::/20", "5f00::/16")
+)
+
+
+def _parse(ip: str) -> IPAddress | None:
+    try:
+        return ipaddress.ip_address(ip.strip("[]"))
+    except ValueError:
+        return None
+
+
+def _unwrap(addr: IPAddress) -> IPAddress:
+    """The IPv4 address an IPv6 address carries (the one traffic really goes to), else itself."""
+    if isinstance(addr, ipaddress.IPv4Address):
+        return addr
+    if addr.ipv4_mapped is not None:
+        return addr.ipv4_mapped
+    if addr.sixtofour is not None:
+        return addr.sixtofour
+    if addr in _NAT64 or addr in _IPV4_COMPATIBLE:
+        return ipaddress.IPv4Address(int(addr) & 0xFFFFFFFF)
+    return addr
+
+
+def _never_allowed(addr: IPAddress) -> bool:
+    special = addr.is_multicast or addr.is_unspecified or addr == _BROADCAST
+    return special or addr in METADATA_ADDRESSES
+
+
+def _is_public(addr: IPAddress) -> bool:
+    if _never_allowed(addr):
+        return False
+    # ``is_global`` alone misses multicast and (on older Pythons) some special ranges, and
+    # ``is_private`` alone misses 100.64/10: ask every property.
+    special = (
+        addr.is_private
+        or addr.is_loopback
+        or addr.is_link_local
+        or addr.is_reserved
+        or not addr.is_global
+        or any(addr in net for net in _ALSO_SPECIAL)
+    )
+    if isinstance(addr, ipaddress.IPv6Address):
+        special = special or addr.is_site_local
+    return not special
+
+
+def is_public_address(ip: str) -> bool:
+    """Is ``ip`` a globally routable unicast address a public crawl may connect to?
+
+    Anything that does not parse as an address is not public.
+    """
+    addr = _parse(ip)
+    return addr is not None and _is_public(_unwrap(addr))
+
+
+def is_allowed_address(ip: str, *, allow_private: bool = False) -> bool:
+    """May a crawl connect to ``ip``? See the module docstring for the policy."""
+    addr = _parse(ip)
+    if addr is None:
+        return False
+    addr = _unwrap(addr)
+    if allow_private:
+        return not _never_allowed(addr)
+    return _is_public(addr)
+
+
+def resolve(host: str, port: int) -> list[str]:
+    """The addresses ``host`` resolves to for a TCP connection, in the resolver's order."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as exc:  # socket.gaierror is an OSError
+        raise ConnectionFailed(f"cannot resolve {host!r}: {exc}", host=host) from exc
+    addresses: list[str] = []
+    for *_, sockaddr in infos:
+        ip = str(sockaddr[0])
+        if ip not in addresses:
+            addresses.append(ip)
+    if not addresses:
+        raise ConnectionFailed(f"{host!r} resolves to no address", host=host)
+    return addresses
+
+
+def check_host(host: str, port: int, *, allow_private: bool = False) -> list[str]:
+    """Resolve ``host`` and return its addresses if every one of them is allowed.
+
+    One bad address blocks the host: a resolver picks among the answers as it likes, so a
+    name with a public and a private answer could reach the private one.
+
+    Raises ``BlockedAddress`` or ``ConnectionFailed`` (resolution failed).
+    """
+    addresses = resolve(host, port)
+    blocked = [a for a in addresses if not is_allowed_address(a, allow_private=allow_private)]
+    if blocked:
+        raise BlockedAddress(
+            f"{host} resolves to blocked address {blocked[0]}", host=host, addresses=blocked
+        )
+    return addresses
+
+
+# --- the transport: pinned connections under a deadline -----------------------------------------
+# requests/urllib3 resolve the hostname again when they connect; the classes below make them
+# connect to the address check_host vetted instead, while ``host`` (Host header, TLS SNI,
+# certificate verification) stays the URL's hostname. They also hand every socket that carries
+# a request to that request's Deadline.
+
+
+class Deadline:
+    """The total deadline of one fetch, enforced by a timer thread (no signals: thread pools).
+
+    At the deadline it shuts down the sockets the transport attached: that wakes the fetching
+    thread wherever it blocks (TLS handshake, status line, headers, body); it then sees an
+    error or a premature end of data, and :attr:`expired` tells it why. A socket is only cut
+    while it belongs to this fetch: it is attached when the fetch's thread connects or sends
+    on it, forgotten when the connection goes back to the pool, and the lock makes cutting and
+    forgetting exclusive.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self._end = time.monotonic() + seconds
+        self._lock = threading.Lock()
+        self._sockets: list[socket.socket] = []
+        self._done = False
+        self.expired = False
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def remaining(self) -> float:
+        return self._end - time.monotonic()
+
+    def attach(self, sock: socket.socket) -> None:
+        with self._lock:
+            if self.expired:
+                _shutdown(sock)
+            else:
+                self._sockets.append(sock)
+
+    def forget(self) -> None:
+        with self._lock:
+            self._sockets.clear()
+
+    def check(self) -> None:
+        if self.expired or self.remaining() <= 0:
+            raise FetchTimeout("total deadline exceeded")
+
+    def finish(self) -> None:
+        self._timer.cancel()
+        with self._lock:
+            self._done = True
+            self._sockets.clear()
+
+    def _expire(self) -> None:
+        with self._lock:
+            if self._done:
+                return
+            self.expired = True
+            for sock in self._sockets:
+                _shutdown(sock)
+            self._sockets.clear()
+
+
+def _shutdown(sock: socket.socket) -> None:
+    # Closed already, or detached by the TLS wrapper (then the wrapper is attached too): ignore.
+    with contextlib.suppress(OSError):
+        # The plain socket method even on an SSLSocket: it acts on the file descriptor only and
+        # leaves the TLS object, which the fetching thread is using, alone.
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
+class ConnectionContext(threading.local):
+    """What the transport must know about the request running in this thread.
+
+    Thread-local because one adapter (one pool) serves every thread of a worker process and
+    urllib3 gives us no per-request hook below the adapter.
+    """
+
+    pinned_ip: str | None = None
+    deadline: Deadline | None = None
+
+    def attach(self, sock: socket.socket) -> None:
+        if self.deadline is not None:
+            self.deadline.attach(sock)
+
+    def forget(self) -> None:
+        if self.deadline is not None:
+            self.deadline.forget()
+
+
+class _PinnedHTTPConnection(HTTPConnection):
+    def __init__(self, *args: Any, pinned_ip: str, context: ConnectionContext, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.pinned_ip = pinned_ip
+        self._context = context
+
+    def _new_conn(self) -> socket.socket:
+        try:
+            sock = create_connection(
+                (self.pinned_ip, self.port),
+                self.timeout,
+                source_address=self.source_address,
+                socket_options=self.socket_options,
+            )
+        except TimeoutError as exc:
+            raise ConnectTimeoutError(self, f"connecting to {self.pinned_ip} timed out") from exc
+        except OSError as exc:
+            raise NewConnectionError(self, f"cannot connect to {self.pinned_ip}: {exc}") from exc
+        self._context.attach(sock)
+        return sock
+
+    def request(self, *args: Any, **kwargs: Any) -> None:
+        if self.sock is not None:  # a kept-alive connection: _new_conn is not called again
+            self._context.attach(self.sock)
+        super().request(*args, **kwargs)
+
+
+class _PinnedHTTPSConnection(_PinnedHTTPConnection, HTTPSConnection):
+    pass
+
+
+class _PinnedHTTPPool(HTTPConnectionPool):
+    ConnectionCls = _PinnedHTTPConnection
+
+    def _put_conn(self, conn: BaseHTTPConnection | None) -> None:
+        # Back in the pool a connection may serve another thread: the current fetch's deadline
+        # must not cut it off any more.
+        self.conn_kw["context"].forget()
+        super()._put_conn(conn)
+
+
+class _PinnedHTTPSPool(_PinnedHTTPPool, HTTPSConnectionPool):
+    ConnectionCls = _PinnedHTTPSConnection
+
+
+class _PinningPoolManager(PoolManager):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.pool_classes_by_scheme = {"http": _PinnedHTTPPool, "https": _PinnedHTTPSPool}
+
+    def connection_from_context(self, request_context: dict[str, Any]) -> HTTPConnectionPool:
+        pinned_ip = request_context.get("pinned_ip")
+        if not pinned_ip:
+            raise RuntimeError("refusing a connection to an address check_host did not vet")
+        # One pool per (hostname, address): a kept-alive connection to the address a name had
+        # before must not serve it once it resolves elsewhere.
+        key_context = {
+            k: v for k, v in request_context.items() if k not in ("pinned_ip", "context")
+        }
+        key_context["host"] = f"{request_context['host']}@{pinned_ip}"
+        scheme = request_context["scheme"].lower()
+        pool_key = self.key_fn_by_scheme[scheme](key_context)
+        return self.connection_from_pool_key(pool_key, request_context=request_context)
+
+
+class PinnedAdapter(HTTPAdapter):
+    """A requests adapter that only connects to ``context.pinned_ip`` (refuses when unset)."""
+
+    def __init__(self, context: ConnectionContext, pool_size: int) -> None:
+        self._context = context  # before super().__init__(), which calls init_poolmanager()
+        super().__init__(pool_connections=pool_size, pool_maxsize=pool_size, max_retries=0)
+
+    def init_poolmanager(
+        self, connections: int, maxsize: int, block: bool = False, **pool_kwargs: Any
+    ) -> None:
+        self._pool_connections = connections
+        self._pool_maxsize = maxsize
+        self._pool_block = block
+        self.poolmanager = _PinningPoolManager(
+            num_pools=connections,
+            maxsize=maxsize,
+            block=block,
+            context=self._context,
+            **pool_kwargs,
+        )
+
+    def get_connection_with_tls_context(
+        self,
+        request: PreparedRequest,
+        verify: bool | str | None,
+        proxies: Mapping[str, str] | None = None,
+        cert: tuple[str, str] | str | None = None,
+    ) -> ConnectionPool:
+        # Proxies are ignored on purpose: through a proxy, pinning and the guard mean nothing.
+        host_params, tls_kwargs = self.build_connection_pool_key_attributes(
+            request, True if verify is None else verify, cert
+        )
+        pool_kwargs: dict[str, Any] = {**tls_kwargs, "pinned_ip": self._context.pinned_ip}
+        return self.poolmanager.connection_from_host(**host_params, pool_kwargs=pool_kwargs)

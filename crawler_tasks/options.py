@@ -1,0 +1,122 @@
+"""What one crawl is asked to do: its scope, limits, pace and output. Stored as JSON in Redis
+when the crawl starts and read (and cached) by every worker; never changed afterwards."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import ConfigError
+from .seen import BloomShape
+from .settings import Settings
+from .urls import Scope
+
+PRIORITIES = ("high", "medium", "low")
+
+
+@dataclass(frozen=True)
+class CrawlOptions:
+    crawl_id: str
+    seeds: tuple[str, ...]
+    #: Links followed from a seed (seed = 0); None = unlimited.
+    max_depth: int | None = None
+    #: URLs admitted at most; 0 = unlimited. Also sizes the Bloom filter.
+    max_pages: int = 0
+    allowed_domains: tuple[str, ...] = ()
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    #: The highest queue this crawl's fetches use; deeper pages step down from it.
+    priority: str = "high"
+    #: "bfs" (default: FIFO per domain) or "dfs" (LIFO per domain).
+    order: str = "bfs"
+    allow_private_networks: bool = False
+    #: Owner overrides, host -> requests/s (math.inf: no limit and no Crawl-delay).
+    rates: dict[str, float] = field(default_factory=dict)
+    rate: float = 1.0
+    burst: int = 1
+    concurrency: int = 1
+    obey_robots: bool = True
+    sitemaps: bool = False
+    output: str = ""
+    user_agent: str = ""
+    robots_agent: str = ""
+    domain_key: str = "host"
+    bloom_capacity: int = 0
+    bloom_error_rate: float = 0.001
+    bloom_shard_bits: int = 1 << 26
+    max_url_length: int = 2048
+    max_repeated_segments: int = 3
+    schedule: str | None = None
+    on_finished: str | None = None
+    started_at: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.priority not in PRIORITIES:
+            raise ConfigError(f"priority must be one of {PRIORITIES}, not {self.priority!r}")
+        if self.order not in ("bfs", "dfs"):
+            raise ConfigError(f"order must be 'bfs' or 'dfs', not {self.order!r}")
+        if self.max_depth is not None and self.max_depth < 0:
+            raise ConfigError("max_depth must be >= 0")
+        if self.max_pages < 0:
+            raise ConfigError("max_pages must be >= 0")
+        for host, r in self.rates.items():
+            if not r > 0:
+                raise ConfigError(f"rate for {host!r} must be > 0 (use inf for no limit)")
+
+    @classmethod
+    def defaults(cls, settings: Settings) -> dict[str, Any]:
+        """Options that default to a setting."""
+        return {
+            "rate": settings.default_rate,
+            "burst": settings.default_burst,
+            "concurrency": settings.default_concurrency,
+            "user_agent": settings.user_agent,
+            "robots_agent": settings.robots_agent,
+            "domain_key": settings.domain_key,
+            "bloom_capacity": settings.bloom_capacity,
+            "bloom_error_rate": settings.bloom_error_rate,
+            "bloom_shard_bits": settings.bloom_shard_bits,
+            "max_url_length": settings.max_url_length,
+            "max_repeated_segments": settings.max_repeated_segments,
+        }
+
+    @property
+    def scope(self) -> Scope:
+        return Scope.for_seeds(
+            list(self.seeds),
+            allowed_domains=list(self.allowed_domains) or None,
+            include=self.include,
+            exclude=self.exclude,
+            max_url_length=self.max_url_length,
+            max_repeated_segments=self.max_repeated_segments,
+        )
+
+    @property
+    def bloom(self) -> BloomShape:
+        # A bounded crawl never admits more than max_pages URLs: size the filter for that.
+        capacity = self.max_pages or self.bloom_capacity
+        return BloomShape.plan(max(capacity, 1000), self.bloom_error_rate, self.bloom_shard_bits)
+
+    def tier(self, depth: int, medium_max_depth: int) -> str:
+        """Queue of a URL at ``depth``: seeds high, shallow pages medium, the rest low; never
+        above the crawl's own priority."""
+        wanted = 0 if depth == 0 else 1 if depth <= medium_max_depth else 2
+        return "crawl." + PRIORITIES[max(wanted, PRIORITIES.index(self.priority))]
+
+    def to_json(self) -> str:
+        data = dataclasses.asdict(self)
+        # JSON has no infinity: "inf" is spelled out (and is what release.lua expects).
+        data["rates"] = {h: ("inf" if math.isinf(r) else r) for h, r in self.rates.items()}
+        return json.dumps(data, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> CrawlOptions:
+        data = json.loads(text)
+        data["rates"] = {h: float(r) for h, r in data.get("rates", {}).items()}
+        for name in ("seeds", "allowed_domains", "include", "exclude"):
+            data[name] = tuple(data.get(name) or ())
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})

@@ -1,0 +1,353 @@
+"""HTML page -> metadata and outlinks. Pure functions: no Redis, no network.
+
+:func:`extract` never raises: a hostile or broken body yields a (possibly empty) :class:`Page`.
+
+Decoding takes the first that applies: a byte-order mark; UTF-8 when the non-ASCII bytes are
+all valid UTF-8 (mislabelled UTF-8 is common, legacy text that happens to be valid UTF-8 is not,
+so this beats declarations); the ``Content-Type`` charset, then ``<meta>``, whichever decodes
+with few errors; ``charset_normalizer`` detection (windows-1252 wins ties: the WHATWG default);
+the first declaration, else windows-1252, with replacement characters. The text is re-encoded
+as UTF-8 for a parser pinned to UTF-8, so libxml2 never obeys or chokes on in-document
+declarations.
+
+Links (``<a href>``, ``<area href>``) resolve against ``<base href>``, else the page URL, with
+:func:`crawler_tasks.urls.resolve` (paths UTF-8; a legacy page's query in the page's encoding,
+as browsers do). Each distinct raw href is resolved once; drops are counted by the first reason
+that applies: ``nofollow`` (every occurrence has ``rel=nofollow``, or the page is nofollow),
+``too_many`` (past ``max_links``: not resolved, so it may include hrefs another rule would
+drop), ``too_long``, ``non_http`` (``mailto:``, ``javascript:``...), ``invalid``,
+``non_html_ext`` (:func:`crawler_tasks.urls.looks_non_html`: images, archives... are wasted
+fetches). Hrefs resolving to an already kept URL are merged silently.
+
+Robots directives come from ``<meta name=robots>`` and ``X-Robots-Tag``; ``none`` is ``noindex,
+nofollow``. Directives with a bot prefix (``googlebot: noindex``) are ignored; comma-joined
+headers are judged directive by directive, so ``googlebot: noindex, nofollow`` does honour
+``nofollow``: erring towards crawling less.
+
+Not handled: ``Link: rel=canonical`` headers, meta refresh, SVG ``xlink:href``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import charset_normalizer
+from lxml import etree
+from w3lib.encoding import (
+    html_body_declared_encoding,
+    http_content_type_encoding,
+    read_bom,
+    to_unicode,
+)
+
+from crawler_tasks.urls import looks_non_html, resolve
+
+log = logging.getLogger(__name__)
+
+DROP_REASONS = ("nofollow", "non_http", "too_long", "too_many", "non_html_ext", "invalid")
+_MAX_FIELD = 2048  # characters kept of a title, description or language: bounds output rows
+_DETECT_BYTES = 32 * 1024  # charset_normalizer cost grows with input; a prefix is enough
+_INVISIBLE = ("script", "style", "noscript", "template")
+_SCHEME = re.compile(r"[\x00-\x20]*([A-Za-z][A-Za-z0-9+.\-\t\n\r]*):")
+_TAB_NL = re.compile(r"[\t\n\r]")
+_NON_ASCII = re.compile(r"[^\x00-\x7f]")
+# Every tag but those extract reads (a, area, base, link, meta, title) or must skip the content
+# of (script, style): a linear pattern, since `[^<>]*` can't backtrack past the next "<".
+_NESTING_TAGS = re.compile(
+    r"</?(?!(?:a|area|base|link|meta|title|script|style|html|head|body)[\s/>])[A-Za-z][^<>]*>",
+    re.IGNORECASE,
+)
+_SNIFF_WS = b"\t\n\x0c\r "
+_SNIFF_TAGS = (
+    b"<!doctype html", b"<html", b"<head", b"<body", b"<script", b"<iframe", b"<h1", b"<div",
+    b"<font", b"<table", b"<a", b"<style", b"<title", b"<b", b"<br", b"<p",
+)  # fmt: skip
+_SNIFF_END = (b">", b" ", b"\t", b"\n", b"\r", b"\x0c")
+_HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
+# Types servers send when they don't know: the body decides (as browsers sniff them).
+_UNKNOWN_TYPES = frozenset(
+    {"", "application/octet-stream", "binary/octet-stream", "application/unknown",
+     "unknown/unknown", "*/*"}
+)  # fmt: skip
+
+
+class _Limits(NamedTuple):
+    honour_nofollow: bool
+    max_links: int
+    max_url_length: int
+
+
+@dataclass
+class Page:
+    title: str | None = None
+    description: str | None = None  # <meta name=description>
+    language: str | None = None  # <html lang>, else meta http-equiv, else Content-Language
+    canonical: str | None = None  # <link rel=canonical>, resolved + normalised
+    text_length: int = 0  # characters of visible text, whitespace collapsed
+    links: list[str] = field(default_factory=list)  # normalised, deduplicated, document order
+    nofollow: bool = False  # page-level: meta robots / X-Robots-Tag
+    noindex: bool = False
+    encoding: str = "utf-8"  # Python codec name the body was decoded with
+    links_dropped: dict[str, int] = field(default_factory=lambda: dict.fromkeys(DROP_REASONS, 0))
+
+
+def is_html(content_type: str | None, body_start: bytes) -> bool:
+    """True for an HTML ``Content-Type``; a missing or ``octet-stream`` one is sniffed."""
+    mime = (content_type or "").partition(";")[0].strip().lower()
+    if mime in _HTML_TYPES:
+        return True
+    if mime not in _UNKNOWN_TYPES:
+        return False  # text/plain included: browsers never render it as HTML either
+    head = body_start[:1445]  # the WHATWG sniffing window
+    for bom in (b"\xef\xbb\xbf", b"\xff\xfe", b"\xfe\xff"):
+        if head.startswith(bom):  # dropping NULs turns ASCII markup in UTF-16 into bytes
+            head = head[len(bom) :].replace(b"\x00", b"")
+    head = head.lstrip(_SNIFF_WS)[:16].lower()
+    # WHATWG wants a space or ">" after the name; any whitespace is a harmless widening
+    return head.startswith(b"<!--") or any(
+        head.startswith(tag) and head[len(tag) : len(tag) + 1] in _SNIFF_END for tag in _SNIFF_TAGS
+    )
+
+
+def extract(
+    body: bytes,
+    url: str,
+    *,
+    content_type: str | None = None,
+    headers: Mapping[str, str] | None = None,
+    max_links: int = 5000,
+    max_url_length: int = 2048,
+    honour_nofollow: bool = True,
+) -> Page:
+    """Metadata and outlinks of HTML ``body`` fetched from ``url`` (post-redirect). Never raises."""
+    try:
+        headers = headers or {}
+        if content_type is None:
+            content_type = _header(headers, "content-type")
+        noindex, nofollow = _robots(_header(headers, "x-robots-tag"))
+        page = Page(noindex=noindex, nofollow=nofollow, language=_language(headers))
+        page.encoding, text = _decode(bytes(body), content_type)
+        doc = _parse(text)
+        if doc is not None:
+            _fill(page, doc, url, _Limits(honour_nofollow, max_links, max_url_length))
+        return page
+    except Exception:  # a bug must not kill the fetch task over one page; the log shows it
+        log.warning("parse of %.300s failed", url, exc_info=True)
+        return Page()
+
+
+def _header(headers: Mapping[str, str], name: str) -> str | None:
+    for key, value in headers.items():
+        if key.lower() == name:
+            return value
+    return None
+
+
+def _clean(text: str | None) -> str | None:
+    """Whitespace collapsed, bounded, None when empty."""
+    if not text:
+        return None
+    return " ".join(text.split())[:_MAX_FIELD] or None
+
+
+def _language(headers: Mapping[str, str]) -> str | None:
+    return _clean((_header(headers, "content-language") or "").partition(",")[0])
+
+
+def _robots(value: str | None) -> tuple[bool, bool]:
+    """(noindex, nofollow) of a meta robots content or an X-Robots-Tag header."""
+    words: set[str] = set()
+    for part in (value or "").lower().split(","):
+        if ":" not in part:  # "googlebot: noindex" is another bot's business
+            words.update(part.split())
+    none = "none" in words
+    return none or "noindex" in words, none or "nofollow" in words
+
+
+def _decode(body: bytes, content_type: str | None) -> tuple[str, str]:
+    bom_encoding, bom = read_bom(body)
+    if bom_encoding and bom:
+        return bom_encoding, to_unicode(body[len(bom) :], bom_encoding)
+    if not body.isascii() and _is_utf8(body):
+        return "utf-8", body.decode("utf-8", "replace")
+    header = _usable(http_content_type_encoding(content_type), header=True)
+    declared = [e for e in (header, _usable(html_body_declared_encoding(body))) if e]
+    for encoding in declared:
+        text = to_unicode(body, encoding)
+        if _mostly_clean(text):
+            return encoding, text
+    detected = _detect(body) if not body.isascii() else None
+    if detected:
+        text = to_unicode(body, detected)
+        if _mostly_clean(text) or not declared:
+            return detected, text
+    # Undeclared, undetected: windows-1252, like browsers; it keeps every byte as some character
+    encoding = declared[0] if declared else "utf-8" if body.isascii() else "cp1252"
+    return encoding, to_unicode(body, encoding)
+
+
+def _usable(encoding: str | None, *, header: bool = False) -> str | None:
+    if encoding is None or not encoding.startswith(("utf-16", "utf-32")):
+        return encoding
+    # WHATWG: an ASCII <meta> can't truly declare UTF-16/32 (the bytes say it's UTF-8); a header
+    # can, and without a BOM that means little-endian.
+    return encoding[:6] + "-le" if header else "utf-8"
+
+
+def _is_utf8(body: bytes) -> bool:
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return exc.reason == "unexpected end of data" and exc.start >= len(body) - 3
+    return True
+
+
+def _mostly_clean(text: str) -> bool:
+    """Few decoding errors: a stray byte in an otherwise right encoding is no reason to switch."""
+    bad = text.count("\ufffd")
+    return bad == 0 or bad * 10 <= len(text) - len(text.encode("ascii", "ignore")) - bad
+
+
+def _detect(body: bytes) -> str | None:
+    matches = charset_normalizer.from_bytes(body[:_DETECT_BYTES])
+    best = matches.best()
+    if best is None:
+        return None
+    # Short or repetitive text leaves several code pages tied, listed in no useful order: prefer
+    # windows-1252 (the WHATWG default), then one in which some language was recognised.
+    tied = [m for m in matches if (m.chaos, m.coherence) == (best.chaos, best.coherence)]
+    if any("cp1252" in m.could_be_from_charset for m in tied):
+        return "cp1252"
+    return str(next((m for m in tied if m.language != "Unknown"), best).encoding)
+
+
+def _parse(text: str) -> etree._Element | None:
+    """The tree of ``text``; None when it has no content at all."""
+    doc, complete = _parse_once(text)
+    if not complete:
+        # libxml2 gives up at 2048 levels of nesting, dropping the rest of the page. Only a few
+        # tags matter here and none of them nests, so parse again without all the others.
+        flat = _parse_once(_NESTING_TAGS.sub("", text))[0]
+        doc = doc if flat is None else flat
+    return doc
+
+
+def _parse_once(text: str) -> tuple[etree._Element | None, bool]:
+    # Plain etree, not lxml.html: its per-element Python class lookup costs ~40% of the walk.
+    parser = etree.HTMLParser(encoding="utf-8", huge_tree=True, remove_comments=True)
+    try:
+        doc = etree.fromstring(text.encode("utf-8", "replace"), parser=parser)
+    except (etree.LxmlError, ValueError):
+        return None, True
+    return doc, not parser.error_log.filter_from_fatals()
+
+
+def _fill(page: Page, doc: etree._Element, url: str, limits: _Limits) -> None:
+    base_el = doc.find(".//base[@href]")
+    base = (resolve(url, base_el.get("href")) if base_el is not None else None) or url
+    page.title = _title(doc)
+    _read_head(page, doc, base, limits.max_url_length)
+    hrefs = _hrefs(doc)
+    etree.strip_elements(doc, "head", *_INVISIBLE, with_tail=False)
+    page.text_length = len(" ".join("".join(doc.itertext()).split()))
+    page.links, page.links_dropped = _select(hrefs, base, page, limits)
+
+
+def _title(doc: etree._Element) -> str | None:
+    for el in doc.iter("title"):
+        if next(el.iterancestors("svg", "math"), None) is None:  # an SVG title is a tooltip
+            return _clean("".join(el.itertext()))
+    return None
+
+
+def _read_head(page: Page, doc: etree._Element, base: str, max_url_length: int) -> None:
+    meta_language = None
+    for el in doc.iter("meta"):
+        name = (el.get("name") or "").strip().lower()
+        if name == "description" and page.description is None:
+            page.description = _clean(el.get("content"))
+        elif name == "robots":
+            noindex, nofollow = _robots(el.get("content"))
+            page.noindex, page.nofollow = page.noindex or noindex, page.nofollow or nofollow
+        elif (el.get("http-equiv") or "").strip().lower() == "content-language":
+            meta_language = meta_language or _clean((el.get("content") or "").partition(",")[0])
+    lang = _clean(doc.get("lang") or doc.get("xml:lang"))
+    page.language = lang or meta_language or page.language
+    for el in doc.iter("link"):
+        if "canonical" in (el.get("rel") or "").lower().split() and el.get("href") is not None:
+            canonical = resolve(base, el.get("href"))
+            if canonical is not None and len(canonical) <= max_url_length:
+                page.canonical = canonical
+            break
+
+
+def _hrefs(doc: etree._Element) -> dict[str, bool]:
+    """Distinct raw hrefs in document order -> whether any occurrence may be followed."""
+    hrefs: dict[str, bool] = {}
+    for el in doc.iter("a", "area"):
+        href = el.get("href")
+        if href is not None:
+            rel = el.get("rel")
+            follow = rel is None or "nofollow" not in rel.lower().split()
+            hrefs[href] = hrefs.get(href, False) or follow
+    return hrefs
+
+
+def _select(
+    hrefs: dict[str, bool], base: str, page: Page, limits: _Limits
+) -> tuple[list[str], dict[str, int]]:
+    legacy = None if page.encoding.startswith("utf") else page.encoding
+    dropped = dict.fromkeys(DROP_REASONS, 0)
+    kept: dict[str, None] = {}
+    for href, follow in hrefs.items():
+        if limits.honour_nofollow and (page.nofollow or not follow):
+            reason = "nofollow"
+        elif len(kept) >= limits.max_links:
+            reason = "too_many"
+        else:
+            reason, link = _check(href, base, legacy, limits.max_url_length)
+            if link is not None:
+                kept[link] = None
+                continue
+        dropped[reason] += 1
+    return list(kept), dropped
+
+
+def _check(href: str, base: str, legacy: str | None, max_len: int) -> tuple[str, str | None]:
+    """("", resolved link) or (drop reason, None)."""
+    href = href.strip()
+    if len(href) > 8 * max_len:  # can't normalise down to the limit: spare resolve the work
+        return "too_long", None
+    if legacy is not None and not href.isascii():
+        href = _legacy_query(href, legacy)
+    link = resolve(base, href)
+    if link is None:
+        scheme = _SCHEME.match(href)
+        foreign = scheme and _TAB_NL.sub("", scheme.group(1)).lower() not in ("http", "https")
+        return ("non_http" if foreign else "invalid"), None
+    if len(link) > max_len:
+        return "too_long", None
+    if looks_non_html(link):
+        return "non_html_ext", None
+    return "", link
+
+
+def _legacy_query(href: str, encoding: str) -> str:
+    """Percent-encode the query's non-ASCII characters in the page's encoding (WHATWG URL)."""
+    before, mark, rest = href.partition("?")
+    query = rest.partition("#")[0]  # the fragment is dropped anyway
+    if not mark or query.isascii():
+        return href
+    return before + mark + _NON_ASCII.sub(lambda m: _escape(m.group(), encoding), query)
+
+
+def _escape(char: str, encoding: str) -> str:
+    try:
+        data = char.encode(encoding)
+    except (UnicodeEncodeError, LookupError):
+        data = f"&#{ord(char)};".encode()  # what a browser sends for an unencodable character
+    return "".join(f"%{byte:02X}" for byte in data)

@@ -1,0 +1,130 @@
+"""Cluster-wide politeness: how hard any domain is hit, whichever worker fetches it.
+
+The decisions are made in Redis, on Redis's clock, by release.lua (token bucket + leases) and
+done.lua (adaptive back-off); this module feeds them and reads their state:
+
+* rate: ``crawler set-rate DOMAIN RATE`` (cluster-wide, all crawls), the crawl's ``rate``
+  default, and the crawl owner's ``rates={host: r}`` which replace both (``inf`` = no limit and
+  no Crawl-delay, for people crawling their own sites);
+* robots.txt ``Crawl-delay`` (capped by ``max_crawl_delay``) lowers the rate to 1/delay;
+* 429/503 halve the pace and honour ``Retry-After``; timeouts and 5xx slow it by half again;
+  each success recovers 20 % of the slow-down, up to the configured rate;
+* at most ``concurrency`` requests per domain are in flight (leases expire after
+  ``lease_seconds``, so a killed worker never blocks a host).
+
+Celery's per-task ``rate_limit`` (``CRAWLER_FETCH_RATE_LIMIT``) is applied per worker process
+and is only a bandwidth cap, not politeness.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import math
+import time
+from typing import Any
+
+import redis
+
+from .keys import CrawlKeys, Keys
+from .scripts import Scripts
+from .settings import Settings
+
+#: Largest slow-down factor adaptive back-off reaches (1 req/s becomes 1 req / 32 s).
+MAX_SLOWDOWN = 32.0
+
+
+def parse_retry_after(value: str | None, cap: float, now: float | None = None) -> float:
+    """Seconds to wait from a ``Retry-After`` header (delta-seconds or HTTP date), capped."""
+    if not value:
+        return 0.0
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return 0.0
+        seconds = when.timestamp() - (time.time() if now is None else now)
+    if math.isnan(seconds):
+        return 0.0
+    return max(0.0, min(seconds, cap))
+
+
+def set_rate(client: redis.Redis, keys: Keys, domain: str, rate: float | None) -> None:
+    """Cluster-wide rate for ``domain`` in requests/s (None removes it)."""
+    if rate is None:
+        client.hdel(keys.rates, domain)
+    elif not rate > 0:
+        raise ValueError("rate must be > 0")
+    else:
+        client.hset(keys.rates, domain, "inf" if math.isinf(rate) else repr(rate))
+
+
+class Politeness:
+    def __init__(
+        self, client: redis.Redis, keys: Keys, ck: CrawlKeys, scripts: Scripts, settings: Settings
+    ) -> None:
+        self.client = client
+        self.keys = keys
+        self.ck = ck
+        self.scripts = scripts
+        self.settings = settings
+
+    def done(self, url: str, domain: str, outcome: str, retry_after: float = 0.0) -> float:
+        """Return the lease of a finished request; ``outcome`` is ok, throttle or error."""
+        ck = self.ck
+        slow = self.scripts.done(
+            keys=[ck.ready, ck.lease(domain), ck.domain(domain), ck.queue(domain)],
+            args=[url, domain, outcome, retry_after, MAX_SLOWDOWN],
+            client=self.client,
+        )
+        return float(slow)
+
+    def set_crawl_delay(self, domain: str, delay: float | None) -> None:
+        if delay and delay > 0:
+            capped = min(delay, self.settings.max_crawl_delay)
+            self.client.hset(self.ck.domain(domain), "delay", repr(capped))
+
+    def domains(self, names: list[str]) -> list[dict[str, Any]]:
+        """Current pace of each domain: effective req/s, slow-down, pending, in flight."""
+        pipe = self.client.pipeline(transaction=False)
+        for d in names:
+            pipe.hgetall(self.ck.domain(d))
+            pipe.llen(self.ck.queue(d))
+            pipe.zcard(self.ck.lease(d))
+            pipe.hget(self.ck.rates, d)
+            pipe.hget(self.keys.rates, d)
+        raw = pipe.execute()
+        out = []
+        for i, d in enumerate(names):
+            state, pending, inflight, own, cluster = raw[i * 5 : i * 5 + 5]
+            out.append(_describe(d, state, pending, inflight, own, cluster))
+        return out
+
+
+def _describe(
+    domain: str, state: dict, pending: int, inflight: int, own: Any, cluster: Any
+) -> dict[str, Any]:
+    s = {k.decode(): float(v) for k, v in state.items()}
+    return {
+        "domain": domain,
+        "pending": pending,
+        "in_flight": inflight,
+        "crawl_delay": s.get("delay"),
+        "slowdown": s.get("slow", 1.0),
+        "not_before": s.get("not_before"),
+        "override": own.decode() if own else None,
+        "cluster_rate": cluster.decode() if cluster else None,
+    }
+
+
+def effective_rate(info: dict[str, Any], default_rate: float) -> float:
+    """Requests/s a domain is released at now (mirrors release.lua's interval)."""
+    slow = info.get("slowdown") or 1.0
+    if info.get("override"):
+        own = float(info["override"])
+        return math.inf if math.isinf(own) else own / slow
+    rate = float(info["cluster_rate"]) if info.get("cluster_rate") else default_rate
+    interval = max(1 / rate if rate > 0 else 0.0, info.get("crawl_delay") or 0.0) * slow
+    return math.inf if interval == 0 else 1 / interval

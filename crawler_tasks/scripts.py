@@ -1,0 +1,40 @@
+"""The Lua scripts in ``lua/``, registered once per Redis client.
+
+Each multi-step change of crawl state is one script so that it is atomic across every worker
+of the cluster; the comments in each ``.lua`` file say what it guarantees.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+
+import redis
+from redis.commands.core import Script
+
+# Scripts that use the Bloom helpers get ``bloom_lib.lua`` prepended (EVAL cannot import).
+_WITH_BLOOM = {"admit", "bloom_add"}
+
+
+@cache
+def source(name: str) -> str:
+    text = resources.files("crawler_tasks").joinpath(f"lua/{name}.lua").read_text("utf-8")
+    if name in _WITH_BLOOM:
+        text = source("bloom_lib") + "\n" + text
+    return text
+
+
+class Scripts:
+    """Registered scripts for one client: ``scripts.admit(keys=[...], args=[...])``."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.admit = client.register_script(source("admit"))
+        self.bloom_add = client.register_script(source("bloom_add"))
+        self.release = client.register_script(source("release"))
+        self.done = client.register_script(source("done"))
+        self.finish = client.register_script(source("finish"))
+        self.requeue = client.register_script(source("requeue"))
+
+    def __getitem__(self, name: str) -> Script:
+        script: Script = getattr(self, name)
+        return script

@@ -1,0 +1,160 @@
+"""Every setting of the crawler, with its unit and default, in one place.
+
+Each field can be overridden by an environment variable named ``CRAWLER_`` + the field name in
+upper case (``CRAWLER_BROKER_URL``, ``CRAWLER_DEFAULT_RATE``...). Values are read when
+:func:`load` is called, never at import time, so a worker, the CLI and the tests all see the
+environment they were started with, whatever their working directory.
+
+Secrets (Redis passwords) come only from the environment; they are never written to Redis, to
+task arguments, or to logs (see :func:`redact`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+ENV_PREFIX = "CRAWLER_"
+
+
+@dataclass(frozen=True)
+class Settings:
+    # --- connections -------------------------------------------------------------------------
+    #: Celery broker and crawl-state Redis (``redis://``, ``rediss://`` or ``unix://``).
+    broker_url: str = "redis://localhost:6379/0"
+    #: Redis holding crawl state; empty means the broker's URL.
+    redis_url: str = ""
+    #: Prefix of every Redis key this project writes (see ``keys.py``).
+    key_prefix: str = "crawler"
+    #: Seconds a delivered but unacknowledged task waits before Redis redelivers it. Must exceed
+    #: the longest task (fetch deadline) and every retry countdown.
+    visibility_timeout: int = 600
+
+    # --- HTTP ----------------------------------------------------------------------------------
+    #: User-agent header sent with every request.
+    user_agent: str = "crawler-tasks/0.1 (+https://github.com/crawler-tasks/crawler-tasks)"
+    #: Product token matched against robots.txt ``User-agent:`` lines.
+    robots_agent: str = "crawler-tasks"
+    #: Seconds to establish a TCP/TLS connection.
+    connect_timeout: float = 10.0
+    #: Seconds between two received bytes.
+    read_timeout: float = 20.0
+    #: Seconds for the whole response, headers to last byte (stops trickling servers).
+    total_timeout: float = 60.0
+    #: Bytes of (decoded) body kept; longer bodies are cut and marked ``truncated``.
+    max_body_bytes: int = 10 * 1024 * 1024
+    #: Redirect hops followed before the URL fails with ``too_many_redirects``.
+    max_redirects: int = 10
+    #: Retries of a retryable failure (timeouts, resets, 5xx, 408, 429) before it is final.
+    max_retries: int = 3
+    #: Seconds of the first retry back-off; doubles each time, with full jitter.
+    retry_backoff: float = 2.0
+    #: Seconds, cap of one retry back-off (must stay below ``visibility_timeout``).
+    retry_backoff_max: float = 60.0
+
+    # --- parsing -------------------------------------------------------------------------------
+    #: Links kept per page; the rest are counted as ``skipped:too_many_links``.
+    max_links_per_page: int = 5000
+    #: Characters of a URL; longer URLs are dropped as ``skipped:url_too_long``.
+    max_url_length: int = 2048
+    #: Honour ``rel=nofollow`` on links and ``nofollow`` in meta robots / X-Robots-Tag.
+    honour_nofollow: bool = True
+    #: A path segment repeated this many times marks a spider trap (``/a/b/a/b/a/b``).
+    max_repeated_segments: int = 3
+
+    # --- dedupe --------------------------------------------------------------------------------
+    #: URLs the Bloom filter is sized for when a crawl sets no ``max_pages``.
+    bloom_capacity: int = 10_000_000
+    #: Designed false-positive rate of the Bloom filter at capacity (0.001 = 1.8 bytes per URL;
+    #: 10 M URLs cost 18 MB of Redis).
+    bloom_error_rate: float = 0.001
+    #: Bits per Bloom shard key (2^26 bits = 8 MiB): keeps each key far below Redis's 512 MB
+    #: string limit and its first allocation short.
+    bloom_shard_bits: int = 1 << 26
+
+    # --- politeness ----------------------------------------------------------------------------
+    #: Requests per second per domain, cluster-wide.
+    default_rate: float = 1.0
+    #: Extra requests a domain may receive at once after being idle (token-bucket burst).
+    default_burst: int = 1
+    #: Requests in flight per domain at once, cluster-wide.
+    default_concurrency: int = 1
+    #: Seconds a domain lease lives before it is reclaimed (a killed worker never blocks a host).
+    lease_seconds: float = 180.0
+    #: Seconds, cap on a robots.txt ``Crawl-delay``.
+    max_crawl_delay: float = 30.0
+    #: Seconds, cap on a ``Retry-After`` header.
+    max_retry_after: float = 120.0
+    #: ``host`` or ``registered_domain`` (tldextract, offline suffix list): what one bucket covers.
+    domain_key: str = "host"
+    #: Seconds robots.txt stays cached in Redis.
+    robots_ttl: int = 24 * 3600
+    #: Seconds a host whose robots.txt gave 5xx/unreachable stays fully disallowed before retry.
+    robots_error_ttl: int = 600
+    #: Per-worker Celery ``rate_limit`` of the fetch task (a bandwidth cap, not politeness).
+    fetch_rate_limit: str = ""
+
+    # --- frontier ------------------------------------------------------------------------------
+    #: Seconds between two release rounds of the dispatcher running in every worker.
+    dispatch_interval: float = 0.05
+    #: Domains examined per crawl per release round.
+    dispatch_batch: int = 500
+    #: Depth up to which fetches go to ``crawl.medium``; deeper ones to ``crawl.low``; seeds
+    #: (depth 0) to ``crawl.high``.
+    medium_max_depth: int = 2
+    #: Seconds a fetched body waits in Redis for its parse task.
+    body_ttl: int = 3600
+
+    # --- output --------------------------------------------------------------------------------
+    #: Directory under which each crawl writes ``<crawl_id>/``.
+    output_dir: str = "./data"
+    #: Store non-HTML responses in the WARC file too.
+    warc_non_html: bool = True
+    #: Seconds a finished crawl's state stays in Redis (counters, config, filter).
+    finished_ttl: int = 7 * 24 * 3600
+
+    # --- extras --------------------------------------------------------------------------------
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def state_url(self) -> str:
+        return self.redis_url or self.broker_url
+
+
+def _coerce(raw: str, default: Any) -> Any:
+    if isinstance(default, bool):
+        return raw.strip().lower() in {"1", "true", "yes", "on"}
+    if isinstance(default, int):
+        return int(raw)
+    if isinstance(default, float):
+        return float(raw)
+    return raw
+
+
+def load(env: dict[str, str] | None = None, **overrides: Any) -> Settings:
+    """Build settings from defaults, then ``CRAWLER_*`` variables, then ``overrides``."""
+    env = dict(os.environ if env is None else env)
+    values: dict[str, Any] = {}
+    for f in fields(Settings):
+        if f.name == "extra":
+            continue
+        raw = env.get(ENV_PREFIX + f.name.upper())
+        if raw is not None and raw != "":
+            default = f.default if f.default is not dataclasses.MISSING else None
+            try:
+                values[f.name] = _coerce(raw, default)
+            except ValueError as exc:
+                raise ValueError(f"{ENV_PREFIX}{f.name.upper()}={raw!r}: {exc}") from None
+    values.update(overrides)
+    return Settings(**values)
+
+
+_PASSWORD = re.compile(r"(?P<scheme>[a-z+]+://)(?P<user>[^:@/]*):(?P<pw>[^@/]*)@")
+
+
+def redact(url: str) -> str:
+    """``redis://:secret@host`` -> ``redis://:***@host``: safe for logs and terminals."""
+    return _PASSWORD.sub(lambda m: f"{m['scheme']}{m['user']}:***@", url)

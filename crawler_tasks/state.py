@@ -1,0 +1,129 @@
+"""The Redis state of one crawl: completion accounting, retries, dead letters and the numbers
+``progress()`` and ``summary.json`` are made of."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import redis
+
+from .keys import CrawlKeys, Keys
+from .scripts import Scripts
+
+#: Seconds of finished-URL counts averaged for the recent pages/s figure.
+RATE_WINDOW = 10
+
+
+class CrawlState:
+    def __init__(self, client: redis.Redis, keys: Keys, crawl_id: str, scripts: Scripts) -> None:
+        self.client = client
+        self.keys = keys
+        self.crawl_id = crawl_id
+        self.ck: CrawlKeys = keys.crawl(crawl_id)
+        self.scripts = scripts
+
+    # --- per URL -------------------------------------------------------------------------
+    def is_inflight(self, url: str) -> bool:
+        return bool(self.client.hexists(self.ck.inflight, url))
+
+    def finish(self, url: str, counters: dict[str, int]) -> int:
+        """finish.lua: URLs still outstanding after this one, or -1 if it was final already."""
+        ck = self.ck
+        args: list[str | int] = [url, self.crawl_id]
+        for name, n in counters.items():
+            args += [name, n]
+        left = self.scripts.finish(
+            keys=[ck.inflight, ck.outstanding, ck.stats, ck.state, ck.persec, self.keys.running,
+                  ck.attempts],
+            args=args,
+            client=self.client,
+        )
+        return int(left)
+
+    def count_attempt(self, url: str) -> int:
+        return int(self.client.hincrby(self.ck.attempts, url, 1))
+
+    def requeue(self, domain: str, entry: str, url: str, delay: float) -> bool:
+        done = self.scripts.requeue(
+            keys=[self.ck.inflight, self.ck.retry], args=[url, domain, entry, delay],
+            client=self.client,
+        )
+        return bool(done)
+
+    def dead_letter(self, url: str, record: dict[str, Any]) -> None:
+        self.client.hset(self.ck.failed, url, json.dumps(record))
+
+    # --- whole crawl ---------------------------------------------------------------------
+    def flags(self) -> dict[str, str]:
+        raw = self.client.hgetall(self.ck.state)
+        return {k.decode(): v.decode() for k, v in raw.items()}
+
+    def is_cancelled(self) -> bool:
+        return self.client.hget(self.ck.state, "cancelled") == b"1"
+
+    def counters(self) -> dict[str, int]:
+        raw = self.client.hgetall(self.ck.stats)
+        return {k.decode(): int(v) for k, v in raw.items()}
+
+    def outstanding(self) -> int:
+        return int(self.client.get(self.ck.outstanding) or 0)
+
+    def recent_rate(self, now: float | None = None) -> float:
+        """URLs finished per second over the last RATE_WINDOW whole seconds."""
+        sec = int(now if now is not None else time.time())
+        fields = [str(s) for s in range(sec - RATE_WINDOW, sec)]
+        values = self.client.hmget(self.ck.persec, fields)
+        return sum(int(v) for v in values if v) / RATE_WINDOW
+
+    def progress(self) -> dict[str, Any]:
+        c = self.counters()
+        flags = self.flags()
+        started = float(flags.get("started_at", 0) or 0)
+        ended = float(flags.get("finished_at", 0) or 0)
+        elapsed = max((ended or time.time()) - started, 1e-9) if started else 0.0
+        done = c.get("done", 0)
+        return {
+            "crawl_id": self.crawl_id,
+            "status": flags.get("status", "unknown"),
+            "paused": flags.get("paused") == "1",
+            "discovered": c.get("discovered", 0),
+            "admitted": c.get("admitted", 0),
+            "deduplicated": c.get("deduplicated", 0),
+            "queued": c.get("queued", 0),
+            "retrying": int(self.client.zcard(self.ck.retry)),
+            "in_flight": int(self.client.hlen(self.ck.inflight)),
+            "outstanding": self.outstanding(),
+            "done": done,
+            "fetched": c.get("fetched", 0),
+            "parsed": c.get("parsed", 0),
+            "failed": c.get("failed", 0),
+            "robots_disallowed": c.get("robots_disallowed", 0),
+            "cancelled": c.get("cancelled", 0),
+            "bytes": c.get("bytes", 0),
+            "elapsed_s": round(elapsed, 3),
+            "pages_per_s": round(done / elapsed, 2) if elapsed else 0.0,
+            "recent_pages_per_s": self.recent_rate(),
+        }
+
+    def summary(self) -> dict[str, Any]:
+        """What ``summary.json`` holds: totals, duration, rate and histograms."""
+        c = self.counters()
+        p = self.progress()
+        statuses = {k.split(":", 1)[1]: v for k, v in c.items() if k.startswith("status:")}
+        failures = {k.split(":", 1)[1]: v for k, v in c.items() if k.startswith("failed:")}
+        skipped = {k.split(":", 1)[1]: v for k, v in c.items() if k.startswith("skipped:")}
+        flags = self.flags()
+        return {
+            "crawl_id": self.crawl_id,
+            "status": p["status"],
+            "started_at": float(flags.get("started_at", 0) or 0),
+            "finished_at": float(flags.get("finished_at", 0) or 0) or None,
+            "duration_s": p["elapsed_s"],
+            "pages_per_s": p["pages_per_s"],
+            "counters": {k: v for k, v in c.items() if ":" not in k},
+            "status_codes": dict(sorted(statuses.items())),
+            "failures": failures,
+            "skipped": skipped,
+        }

@@ -1,0 +1,164 @@
+"""Crawl output on disk, under ``<output>/<crawl_id>/``.
+
+Every worker process writes its own files, named ``<kind>-<host>-<pid>.*``, so concurrent
+workers never interleave records and no file needs a cross-process lock:
+
+* ``pages-*.jsonl``  one JSON object per URL that reached a final state
+* ``edges-*.tsv``    one ``from<TAB>to`` line per outlink
+* ``crawl-*.warc.gz`` WARC request + response records of every fetched URL (warcio)
+* ``summary.json``   written once, by the worker that finishes the crawl
+
+Records are flushed as they are written (a SIGKILLed worker loses at most the record being
+written). A record is written only after finish.lua has accepted the URL's final state, so a
+redelivered task never writes a second record for the same URL.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import socket
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from warcio.statusandheaders import StatusAndHeaders
+from warcio.warcwriter import WARCWriter
+
+# Headers that describe the bytes on the wire, not the decoded body kept in the WARC record.
+_WIRE_HEADERS = {"content-encoding", "transfer-encoding", "content-length"}
+
+
+class CrawlOutput:
+    """Files of one crawl for this process; thread-safe (the threads pool shares it)."""
+
+    def __init__(self, directory: str | os.PathLike[str], tag: str) -> None:
+        self.dir = Path(directory)
+        self.tag = tag
+        self._lock = threading.Lock()
+        self._files: dict[str, IO[bytes]] = {}
+        self._warc: WARCWriter | None = None
+
+    def _file(self, name: str) -> IO[bytes]:
+        f = self._files.get(name)
+        if f is None:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            f = self._files[name] = open(self.dir / name, "ab")  # noqa: SIM115
+        return f
+
+    def page(self, record: dict[str, Any]) -> None:
+        line = json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
+        with self._lock:
+            f = self._file(f"pages-{self.tag}.jsonl")
+            f.write(line.encode("utf-8", "surrogateescape"))
+            f.flush()
+
+    def edges(self, source: str, targets: list[str]) -> None:
+        if not targets:
+            return
+        text = "".join(f"{source}\t{t}\n" for t in targets)
+        with self._lock:
+            f = self._file(f"edges-{self.tag}.tsv")
+            f.write(text.encode("utf-8", "surrogateescape"))
+            f.flush()
+
+    def warc(
+        self,
+        url: str,
+        status: int,
+        reason: str,
+        headers: list[tuple[str, str]],
+        body: bytes,
+        request_headers: list[tuple[str, str]],
+        http_version: str = "HTTP/1.1",
+        ip: str | None = None,
+    ) -> None:
+        with self._lock:
+            f = self._file(f"crawl-{self.tag}.warc.gz")
+            if self._warc is None:
+                self._warc = WARCWriter(f, gzip=True)
+            writer = self._warc
+            kept = [(k, v) for k, v in headers if k.lower() not in _WIRE_HEADERS]
+            kept.append(("Content-Length", str(len(body))))
+            http = StatusAndHeaders(f"{status} {reason}".strip(), kept, protocol=http_version)
+            extra = {"WARC-IP-Address": ip} if ip else None
+            resp = writer.create_warc_record(
+                url, "response", payload=io.BytesIO(body), http_headers=http,
+                warc_headers_dict=extra,
+            )
+            path = _request_target(url)
+            req_http = StatusAndHeaders(f"GET {path} {http_version}", request_headers,
+                                        is_http_request=True)
+            req = writer.create_warc_record(url, "request", http_headers=req_http)
+            req.rec_headers.add_header("WARC-Concurrent-To", resp.rec_headers.get_header("WARC-Record-ID"))
+            writer.write_record(req)
+            writer.write_record(resp)
+            f.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            for f in self._files.values():
+                f.close()
+            self._files.clear()
+            self._warc = None
+
+
+def _request_target(url: str) -> str:
+    rest = url.split("://", 1)[-1]
+    slash = rest.find("/")
+    return rest[slash:] if slash >= 0 else "/"
+
+
+class Outputs:
+    """The open :class:`CrawlOutput` of each crawl this process works on (bounded LRU)."""
+
+    def __init__(self, max_open: int = 32) -> None:
+        self.tag = f"{socket.gethostname()}-{os.getpid()}"
+        self.max_open = max_open
+        self._open: OrderedDict[str, CrawlOutput] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, crawl_id: str, root: str) -> CrawlOutput:
+        with self._lock:
+            out = self._open.get(crawl_id)
+            if out is None:
+                out = self._open[crawl_id] = CrawlOutput(Path(root) / crawl_id, self.tag)
+                while len(self._open) > self.max_open:
+                    self._open.popitem(last=False)[1].close()
+            self._open.move_to_end(crawl_id)
+            return out
+
+    def close(self) -> None:
+        with self._lock:
+            for out in self._open.values():
+                out.close()
+            self._open.clear()
+
+
+def write_summary(directory: str | os.PathLike[str], summary: dict[str, Any]) -> Path:
+    path = Path(directory)
+    path.mkdir(parents=True, exist_ok=True)
+    tmp = path / f".summary.json.{os.getpid()}"
+    tmp.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n", "utf-8")
+    os.replace(tmp, path / "summary.json")  # readers never see half a file
+    return path / "summary.json"
+
+
+def read_pages(directory: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
+    """Every record of every ``pages-*.jsonl`` of one crawl's directory."""
+    for path in sorted(Path(directory).glob("pages-*.jsonl")):
+        with open(path, encoding="utf-8", errors="surrogateescape") as f:
+            for line in f:
+                if line.strip():
+                    yield json.loads(line)
+
+
+def read_edges(directory: str | os.PathLike[str]) -> Iterator[tuple[str, str]]:
+    for path in sorted(Path(directory).glob("edges-*.tsv")):
+        with open(path, encoding="utf-8", errors="surrogateescape") as f:
+            for line in f:
+                src, _, dst = line.rstrip("\n").partition("\t")
+                yield src, dst

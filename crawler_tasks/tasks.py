@@ -1,0 +1,106 @@
+"""The Celery tasks. Thin on purpose: small JSON arguments (crawl id, URL, depth), one call
+into :mod:`pipeline`, follow-ups enqueued, return. No task waits for another.
+
+``crawl.fetch`` goes to ``crawl.high|medium|low`` (chosen by the dispatcher from the URL's
+depth and the crawl's priority) and ``crawl.parse`` to ``parse``, so fetching (I/O bound: a
+threads or gevent pool) and parsing (CPU bound: prefork) can run in different pools.
+Crawl-level retries go back through the frontier (see :mod:`pipeline`); Celery's own
+``autoretry_for`` only covers a Redis hiccup, with back-off and jitter.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+import redis
+from celery import bootsteps
+from celery.signals import worker_process_shutdown
+
+from . import pipeline
+from .app import app
+from .dispatcher import Dispatcher
+from .settings import Settings
+from .worker import Context
+
+_INFRA_ERRORS = (redis.ConnectionError, redis.TimeoutError)
+_contexts: dict[int, Context] = {}
+_lock = threading.Lock()
+
+
+def settings() -> Settings:
+    value: Settings = app.conf.crawler_settings
+    return value
+
+
+def context() -> Context:
+    """This process's context, built on first use (after the fork in prefork pools)."""
+    pid = os.getpid()
+    ctx = _contexts.get(pid)
+    if ctx is None:
+        with _lock:
+            ctx = _contexts.get(pid)
+            if ctx is None:
+                ctx = _contexts[pid] = Context(settings(), enqueue_parse, enqueue_callback)
+    return ctx
+
+
+def enqueue_parse(crawl_id: str, url: str, depth: int) -> None:
+    parse.apply_async((crawl_id, url, depth), queue="parse")
+
+
+def enqueue_callback(task_name: str, crawl_id: str, summary: dict[str, Any]) -> None:
+    app.send_task(task_name, args=(crawl_id, summary))
+
+
+def publish_fetch(crawl_id: str, url: str, depth: int, queue: str) -> None:
+    fetch.apply_async((crawl_id, url, depth), queue=queue)
+
+
+_retry = {
+    "bind": True,
+    "autoretry_for": _INFRA_ERRORS,
+    "retry_backoff": True,
+    "retry_backoff_max": 30,
+    "retry_jitter": True,
+    "max_retries": 5,
+}
+
+
+@app.task(name="crawl.fetch", rate_limit=settings().fetch_rate_limit or None, **_retry)
+def fetch(self: Any, crawl_id: str, url: str, depth: int) -> str:
+    return pipeline.fetch_url(context(), crawl_id, url, depth)
+
+
+@app.task(name="crawl.parse", **_retry)
+def parse(self: Any, crawl_id: str, url: str, depth: int) -> str:
+    return pipeline.parse_url(context(), crawl_id, url, depth)
+
+
+@worker_process_shutdown.connect
+def _close_context(**_: Any) -> None:
+    ctx = _contexts.pop(os.getpid(), None)
+    if ctx is not None:
+        ctx.outputs.close()
+
+
+class DispatcherStep(bootsteps.StartStopStep):
+    """Runs the frontier dispatcher in every worker's main process."""
+
+    requires = {"celery.worker.components:Pool"}
+
+    def __init__(self, worker: Any, **kwargs: Any) -> None:
+        super().__init__(worker, **kwargs)
+        self.dispatcher: Dispatcher | None = None
+
+    def start(self, worker: Any) -> None:
+        self.dispatcher = Dispatcher(context, publish_fetch, settings())
+        self.dispatcher.start()
+
+    def stop(self, worker: Any) -> None:
+        if self.dispatcher is not None:
+            self.dispatcher.stop()
+
+
+app.steps["worker"].add(DispatcherStep)

@@ -1,0 +1,197 @@
+"""What one worker process holds: its Redis client, HTTP session, robots cache, open output
+files and a cache of crawl options. Built once per process (after the fork, for prefork
+pools) by ``tasks.context()`` and passed to the pipeline functions; nothing here is global.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+import redis
+
+from . import events
+from .fetch import Fetcher, Response
+from .frontier import Frontier
+from .keys import Keys
+from .options import CrawlOptions
+from .politeness import Politeness
+from .robots import RobotsCache
+from .scripts import Scripts
+from .seen import BloomFilter
+from .settings import Settings
+from .state import CrawlState
+from .storage import CrawlOutput, Outputs, write_summary
+from .urls import Scope
+
+log = logging.getLogger(__name__)
+
+Enqueue = Callable[..., None]
+
+
+def redis_client(settings: Settings) -> redis.Redis:
+    return redis.Redis.from_url(
+        settings.state_url, health_check_interval=30, socket_keepalive=True
+    )
+
+
+class Context:
+    def __init__(self, settings: Settings, enqueue_parse: Enqueue, on_finished: Enqueue) -> None:
+        self.settings = settings
+        self.client = redis_client(settings)
+        self.keys = Keys(settings.key_prefix)
+        self.scripts = Scripts(self.client)
+        self.fetcher = Fetcher.from_settings(settings)
+        self.outputs = Outputs()
+        self.enqueue_parse = enqueue_parse
+        self._on_finished = on_finished
+        self._options: OrderedDict[str, CrawlOptions] = OrderedDict()
+        self._robots: dict[bool, RobotsCache] = {}
+        self._scopes: dict[str, Scope] = {}
+
+    def close(self) -> None:
+        self.outputs.close()
+        self.fetcher.close()
+        self.client.close()
+
+    # --- crawl lookups -----------------------------------------------------------------------
+    def options(self, crawl_id: str) -> CrawlOptions | None:
+        opts = self._options.get(crawl_id)
+        if opts is None:
+            raw = self.client.get(self.keys.crawl(crawl_id).config)
+            if raw is None:
+                return None
+            opts = self._options[crawl_id] = CrawlOptions.from_json(raw)
+            while len(self._options) > 256:
+                self._options.popitem(last=False)
+        return opts
+
+    def state(self, crawl_id: str) -> CrawlState:
+        return CrawlState(self.client, self.keys, crawl_id, self.scripts)
+
+    def frontier(self, opts: CrawlOptions) -> Frontier:
+        return Frontier(self.client, self.keys, opts, self.scripts, self.settings)
+
+    def politeness(self, opts: CrawlOptions) -> Politeness:
+        return Politeness(
+            self.client, self.keys, self.keys.crawl(opts.crawl_id), self.scripts, self.settings
+        )
+
+    def scope(self, opts: CrawlOptions) -> Scope:
+        scope = self._scopes.get(opts.crawl_id)
+        if scope is None:
+            scope = self._scopes[opts.crawl_id] = opts.scope
+        return scope
+
+    def robots(self, opts: CrawlOptions) -> RobotsCache:
+        private = opts.allow_private_networks
+        cache = self._robots.get(private)
+        if cache is None:
+            cache = self._robots[private] = RobotsCache(
+                self.client,
+                self.keys,
+                ttl=self.settings.robots_ttl,
+                error_ttl=self.settings.robots_error_ttl,
+                http_get=lambda url: self._robots_get(url, private),
+            )
+        return cache
+
+    def _robots_get(self, url: str, private: bool) -> tuple[int | None, str | None, bytes]:
+        try:
+            resp = self.fetcher.get(url, allow_private=private, follow=lambda _t: "manual")
+        except Exception as exc:  # any failure to get robots.txt means "unreachable"
+            log.info("robots.txt %s unreachable: %s", url, exc)
+            return None, None, b""
+        location = resp.redirects[-1][1] if resp.redirects else None
+        return resp.status, location, resp.body
+
+    # --- pipeline helpers --------------------------------------------------------------------
+    def follow_redirect(self, opts: CrawlOptions, target: str) -> str | None:
+        """Why a redirect hop to ``target`` is not followed, or None to follow it."""
+        reason = self.scope(opts).check(target)
+        if reason is not None:
+            return "out_of_scope"
+        bloom = BloomFilter(self.client, self.keys.crawl(opts.crawl_id), opts.bloom, self.scripts)
+        # Marking the target seen keeps it from being fetched a second time from a link.
+        return None if bloom.add_many([target])[0] else "duplicate"
+
+    def conditional_headers(self, opts: CrawlOptions, url: str) -> dict[str, str]:
+        return {}
+
+    def output(self, opts: CrawlOptions) -> CrawlOutput:
+        return self.outputs.get(opts.crawl_id, opts.output or self.settings.output_dir)
+
+    def write_warc(self, opts: CrawlOptions, response: Response) -> None:
+        if not self.settings.warc_non_html and response.content_type not in (
+            "text/html",
+            "application/xhtml+xml",
+        ):
+            return
+        self.output(opts).warc(
+            response.final_url,
+            response.status,
+            "",
+            response.raw_headers,
+            response.body,
+            [("User-Agent", opts.user_agent or self.settings.user_agent)],
+            http_version=response.http_version,
+            ip=response.ip,
+        )
+
+    def store_body(self, opts: CrawlOptions, url: str, meta: str, body: bytes) -> None:
+        key = self.keys.crawl(opts.crawl_id).body(url)
+        pipe = self.client.pipeline()
+        pipe.hset(key, mapping={"meta": meta, "body": body})
+        pipe.expire(key, self.settings.body_ttl)
+        pipe.execute()
+
+    def load_body(self, opts: CrawlOptions, url: str) -> tuple[dict[str, Any], bytes] | None:
+        meta, body = self.client.hmget(self.keys.crawl(opts.crawl_id).body(url), "meta", "body")
+        if meta is None or body is None:
+            return None
+        return json.loads(meta), body
+
+    def drop_body(self, opts: CrawlOptions, url: str) -> None:
+        self.client.delete(self.keys.crawl(opts.crawl_id).body(url))
+
+    def admit_links(self, opts: CrawlOptions, links: list[str], depth: int) -> dict[str, int]:
+        """Admit a page's outlinks at ``depth``; returns skip counters by reason."""
+        skipped: dict[str, int] = {}
+        if opts.max_depth is not None and depth > opts.max_depth:
+            if links:
+                skipped["skipped:max_depth"] = len(links)
+            return skipped
+        scope = self.scope(opts)
+        keep = []
+        for url in links:
+            reason = scope.check(url)
+            if reason is None:
+                keep.append((url, depth))
+            else:
+                skipped[f"skipped:{reason}"] = skipped.get(f"skipped:{reason}", 0) + 1
+        if keep:
+            self.frontier(opts).admit(keep)
+        return skipped
+
+    def crawl_finished(self, opts: CrawlOptions) -> None:
+        """Runs once per crawl, in the worker whose finish.lua emptied it."""
+        state = self.state(opts.crawl_id)
+        summary = state.summary()
+        ck = self.keys.crawl(opts.crawl_id)
+        directory = f"{opts.output or self.settings.output_dir}/{opts.crawl_id}"
+        path = write_summary(directory, summary)
+        self.client.hset(ck.state, "summary_path", str(path))
+        for key in self.client.scan_iter(match=f"{ck.base}:*", count=1000):
+            self.client.expire(key, self.settings.finished_ttl)
+        events.emit(self.client, ck, "crawl_finished", opts.crawl_id, summary=summary)
+        if opts.on_finished:
+            self._on_finished(opts.on_finished, opts.crawl_id, summary)
+        log.info("crawl %s %s in %.1fs", opts.crawl_id, summary["status"], summary["duration_s"])
+
+
+def now() -> float:
+    return time.time()

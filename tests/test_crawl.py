@@ -1,0 +1,107 @@
+"""End to end: real redis-server, real worker processes, real HTTP sites on loopback."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from conftest import wait_until
+from sitegen import reachable, running_sites
+
+from crawler_tasks import start_crawl
+from crawler_tasks.embedded import local_workers, stop_process
+from crawler_tasks.urls import normalize
+
+FAST = {"rate": math.inf, "concurrency": 4}
+
+
+def crawled(crawl) -> Counter[str]:  # type: ignore[no-untyped-def]
+    return Counter(r["url"] for r in crawl.pages())
+
+
+def expected(graph, seeds, **kw) -> set[str]:  # type: ignore[no-untyped-def]
+    return {normalize(u) for u in reachable(graph, seeds, **kw)}
+
+
+def start(settings, servers, **options):  # type: ignore[no-untyped-def]
+    seeds = [s.base_url + "/" for s in servers]
+    hosts = [s.base_url.split("//")[1].split(":")[0] for s in servers]
+    rates = {h: math.inf for h in hosts}
+    opts = {"allow_private_networks": True, "allowed_domains": hosts, "rate": math.inf,
+            "concurrency": 4, **options}
+    return seeds, start_crawl(seeds, settings=settings, rates=rates, **opts)
+
+
+def test_crawl_reaches_exactly_the_reachable_set(settings, workers):
+    with running_sites(["127.0.0.2", "127.0.0.3"], pages_per_host=120, links_per_page=6) as (
+        graph,
+        servers,
+    ):
+        seeds, crawl = start(settings, servers)
+        summary = crawl.wait(timeout=180)
+    got = crawled(crawl)
+    assert set(got) == expected(graph, seeds)
+    assert max(got.values()) == 1, [u for u, n in got.items() if n > 1][:5]
+    assert summary["status"] == "finished"
+    assert crawl.state.outstanding() == 0
+    assert summary["counters"]["done"] == len(got)
+    assert summary["status_codes"]["404"] >= 1
+    summary_file = json.loads((crawl.output_dir / "summary.json").read_text())
+    assert summary_file["counters"]["done"] == len(got)
+    assert list(crawl.output_dir.glob("*.warc.gz"))
+    assert list(crawl.output_dir.glob("edges-*.tsv"))
+    page = next(r for r in crawl.pages() if r["url"] == seeds[0])
+    assert page["title"] == "Page /" and page["status"] == 200 and page["outlinks"]
+
+
+def test_max_depth_and_max_pages_bound_the_crawl(settings, workers):
+    with running_sites(["127.0.0.2"], pages_per_host=200, links_per_page=5) as (graph, servers):
+        seeds, by_depth = start(settings, servers, max_depth=2)
+        _, by_pages = start(settings, servers, max_pages=25)
+        by_depth.wait(timeout=120)
+        by_pages.wait(timeout=120)
+    assert set(crawled(by_depth)) == expected(graph, seeds, max_depth=2)
+    assert sum(crawled(by_pages).values()) == 25
+
+
+def test_two_crawls_at_once_do_not_interfere(settings, workers):
+    with running_sites(["127.0.0.4"], 80, 5, seed=1) as (g1, s1), running_sites(
+        ["127.0.0.5"], 60, 5, seed=2
+    ) as (g2, s2):
+        seeds1, c1 = start(settings, s1)
+        seeds2, c2 = start(settings, s2)
+        c1.wait(timeout=120)
+        c2.wait(timeout=120)
+    assert set(crawled(c1)) == expected(g1, seeds1)
+    assert set(crawled(c2)) == expected(g2, seeds2)
+    assert c1.output_dir != c2.output_dir
+
+
+@pytest.fixture
+def worker_env() -> dict[str, str]:
+    # Redelivery of a dead worker's messages after 4 s instead of 10 minutes.
+    return {"CRAWLER_VISIBILITY_TIMEOUT": "4", "CRAWLER_LEASE_SECONDS": "4"}
+
+
+def test_sigkilled_worker_loses_nothing(settings, redis_url, workers, tmp_path: Path):
+    with running_sites(["127.0.0.6"], 150, 5, delay=0.05) as (graph, servers):
+        seeds, crawl = start(settings, servers, rate=20.0, concurrency=2)
+        wait_until(lambda: crawl.progress()["done"] >= 20, timeout=60)
+        fetch_worker = workers[0]
+        os.killpg(fetch_worker.pid, signal.SIGKILL)
+        fetch_worker.wait(10)
+        assert not crawl.finished
+        env = {"CRAWLER_VISIBILITY_TIMEOUT": "4", "CRAWLER_LEASE_SECONDS": "4"}
+        with local_workers(redis_url, fetch_threads=4, parsers=1, extra_env=env) as more:
+            crawl.wait(timeout=120)
+            for proc in more:
+                stop_process(proc)
+    got = crawled(crawl)
+    assert set(got) == expected(graph, seeds)
+    assert max(got.values()) == 1
+    assert crawl.progress()["outstanding"] == 0

@@ -1,0 +1,882 @@
+"""Tests of ``crawler_tasks.fetch`` and ``crawler_tasks.netguard`` against real local servers.
+
+Every server listens on a loopback address (127.0.0.x); nothing leaves the machine. Each server
+logs the requests it received, so a test can prove a request never reached it.
+"""
+
+from __future__ import annotations
+
+import gzip
+import http.server
+import json
+import shutil
+import socket
+import ssl
+import struct
+import subprocess
+import sys
+import threading
+import time
+import tracemalloc
+import zlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, quote, urlsplit
+
+import pytest
+
+from crawler_tasks import netguard
+from crawler_tasks.errors import (
+    BlockedAddress,
+    ConnectionFailed,
+    FetchTimeout,
+    TooLarge,
+    TooManyRedirects,
+    UnsupportedScheme,
+)
+from crawler_tasks.fetch import Fetcher
+from crawler_tasks.netguard import check_host, is_allowed_address, is_public_address
+from crawler_tasks.settings import Settings
+
+MIB = 1024 * 1024
+LIMIT = MIB  # max_body_bytes of the default test fetcher
+PAGE = b"<html><body>hello</body></html>"
+BOMB_SIZE = 128 * MIB  # what the decompression bombs inflate to
+
+
+# --- the test server --------------------------------------------------------------------------
+
+
+def _bomb(wbits: int) -> bytes:
+    """BOMB_SIZE zero bytes compressed (gzip for wbits=31, zlib "deflate" for 15)."""
+    comp = zlib.compressobj(9, zlib.DEFLATED, wbits)
+    zeros = bytes(MIB)
+    return b"".join(comp.compress(zeros) for _ in range(BOMB_SIZE // MIB)) + comp.flush()
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, so connection reuse is exercised
+    disable_nagle_algorithm = True
+    server: TestServer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        self.server.log.append((self.path, self.headers.get("Host", "")))
+        parts = urlsplit(self.path)
+        name = parts.path.strip("/").split("/")[0].replace("-", "_")
+        route = getattr(self, "route_" + name, None)
+        try:
+            if route is None:
+                self.reply(404, b"not found")
+            else:
+                route(parts.path.strip("/").split("/")[1:], parse_qs(parts.query))
+        except (BrokenPipeError, ConnectionResetError, TimeoutError):
+            self.close_connection = True  # the client gave up, as the test wanted
+
+    def reply(self, status: int, body: bytes = b"", **headers: str) -> None:
+        self.send_response(status)
+        fields = {name.replace("_", "-"): value for name, value in headers.items()}
+        fields.setdefault("Content-Type", "text/html; charset=utf-8")
+        fields.setdefault("Content-Length", str(len(body)))
+        for name, value in fields.items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def redirect(self, location: str, status: int = 302) -> None:
+        self.reply(status, b"moved", Location=location)
+
+    # routes: /name/arg1/arg2?query
+    def route_page(self, args: list[str], query: dict[str, list[str]]) -> None:
+        self.reply(200, PAGE)
+
+    def route_echo(self, args: list[str], query: dict[str, list[str]]) -> None:
+        self.reply(200, json.dumps(dict(self.headers.items())).encode(), Content_Type="text/plain")
+
+    def route_status(self, args: list[str], query: dict[str, list[str]]) -> None:
+        self.reply(int(args[0]), b"status page", Retry_After="7")
+
+    def route_gzip(self, args: list[str], query: dict[str, list[str]]) -> None:
+        self.reply(200, gzip.compress(PAGE), Content_Encoding="gzip")
+
+    def route_bytes(self, args: list[str], query: dict[str, list[str]]) -> None:
+        self.reply(200, b"x" * int(args[0]), Content_Type="application/octet-stream")
+
+    def route_redirect(self, args: list[str], query: dict[str, list[str]]) -> None:
+        hops = int(args[0])
+        self.redirect(f"/redirect/{hops - 1}" if hops > 0 else "/x/../page", 301)
+
+    def route_loop(self, args: list[str], query: dict[str, list[str]]) -> None:
+        self.redirect("/loop/b" if args[0] == "a" else "/loop/a")
+
+    def route_to(self, args: list[str], query: dict[str, list[str]]) -> None:
+        self.redirect(query["u"][0])
+
+    def route_trickle_body(self, args: list[str], query: dict[str, list[str]]) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", "1000")
+        self.end_headers()
+        for _ in range(1000):
+            self.wfile.write(b"x")
+            time.sleep(0.2)
+
+    def route_trickle_headers(self, args: list[str], query: dict[str, list[str]]) -> None:
+        self.wfile.write(b"HTTP/1.1 200 OK\r\n")
+        for _ in range(1000):
+            self.wfile.write(b"X-Slow: y\r\n"[_ % 11 : _ % 11 + 1])
+            time.sleep(0.2)
+
+    def route_chunked(self, args: list[str], query: dict[str, list[str]]) -> None:
+        """``n`` bytes in chunks of 64 KiB, no Content-Length."""
+        self.send_response(200)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        left, chunk = int(args[0]), b"y" * 65536
+        while left > 0:
+            part = chunk[: min(left, len(chunk))]
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
+            left -= len(part)
+        self.wfile.write(b"0\r\n\r\n")
+
+    def route_endless(self, args: list[str], query: dict[str, list[str]]) -> None:
+        self.send_response(200)
+        self.send_header("Connection", "close")  # body delimited by the end of the connection
+        self.end_headers()
+        chunk = b"z" * 65536
+        while True:
+            self.wfile.write(chunk)
+
+    def route_huge_length(self, args: list[str], query: dict[str, list[str]]) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", str(10**9))
+        self.end_headers()
+        self.wfile.write(b"a" * 1024)
+        self.connection.settimeout(5)
+        self.rfile.read(1)  # until the client hangs up
+        self.close_connection = True
+
+    def route_bomb(self, args: list[str], query: dict[str, list[str]]) -> None:
+        encoding = args[0]
+        self.reply(200, self.server.bombs[encoding], Content_Encoding=encoding)
+
+    def route_reset(self, args: list[str], query: dict[str, list[str]]) -> None:
+        if args and args[0] == "mid-body":
+            self.send_response(200)
+            self.send_header("Content-Length", "100000")
+            self.end_headers()
+            self.wfile.write(b"partial")
+            time.sleep(0.05)
+        # SO_LINGER 0: close() sends a RST instead of a FIN.
+        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.connection.close()
+        self.close_connection = True
+
+    def route_bad_status(self, args: list[str], query: dict[str, list[str]]) -> None:
+        self.wfile.write(b"THIS IS NOT HTTP\r\n\r\n")
+        self.close_connection = True
+
+
+class TestServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    __test__ = False  # not a test class for pytest
+
+    def __init__(self, host: str, port: int, bombs: dict[str, bytes]) -> None:
+        super().__init__((host, port), Handler)
+        self.log: list[tuple[str, str]] = []
+        self.bombs = bombs
+        self.sni: list[str | None] = []
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError, ssl.SSLError)):
+            super().handle_error(request, client_address)  # clients hanging up are expected
+
+    @property
+    def port(self) -> int:
+        return self.server_address[1]
+
+    def url(self, path: str, host: str | None = None, scheme: str = "http") -> str:
+        return f"{scheme}://{host or self.server_address[0]}:{self.port}{path}"
+
+    def paths(self) -> list[str]:
+        return [path for path, _ in self.log]
+
+    def use_tls(self, cert: Path, key: Path) -> None:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(cert, key)
+        ctx.sni_callback = lambda sslsock, name, _ctx: self.sni.append(name)
+        self.socket = ctx.wrap_socket(self.socket, server_side=True)
+
+
+@pytest.fixture(scope="module")
+def bombs() -> dict[str, bytes]:
+    return {"gzip": _bomb(31), "deflate": _bomb(15)}
+
+
+@pytest.fixture(scope="module")
+def start_server(bombs: dict[str, bytes]) -> Iterator[Callable[..., TestServer]]:
+    started: list[TestServer] = []
+
+    def start(host: str = "127.0.0.1", port: int = 0) -> TestServer:
+        server = TestServer(host, port, bombs)
+        threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture(scope="module")
+def server(start_server: Callable[..., TestServer]) -> TestServer:
+    return start_server()
+
+
+@pytest.fixture
+def make_fetcher() -> Iterator[Callable[..., Fetcher]]:
+    made: list[Fetcher] = []
+
+    def make(**overrides: Any) -> Fetcher:
+        options: dict[str, Any] = {
+            "user_agent": "test-crawler/1.0",
+            "connect_timeout": 2.0,
+            "read_timeout": 2.0,
+            "total_timeout": 3.0,
+            "max_body_bytes": LIMIT,
+            "max_redirects": 5,
+        }
+        options.update(overrides)
+        fetcher = Fetcher(**options)
+        made.append(fetcher)
+        return fetcher
+
+    yield make
+    for fetcher in made:
+        fetcher.close()
+
+
+@pytest.fixture
+def fetcher(make_fetcher: Callable[..., Fetcher]) -> Fetcher:
+    return make_fetcher()
+
+
+@pytest.fixture
+def connects(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Every address a socket connects to during the test."""
+    seen: list[Any] = []
+    real = socket.socket.connect
+
+    def connect(self: socket.socket, address: Any) -> None:
+        seen.append(address)
+        real(self, address)
+
+    monkeypatch.setattr(socket.socket, "connect", connect)
+    return seen
+
+
+def fake_dns(monkeypatch: pytest.MonkeyPatch, answers: dict[str, list[list[str]]]) -> list[str]:
+    """Make ``socket.getaddrinfo`` answer names in ``answers`` with their next address list
+    (the last list repeats); other names and literals resolve as usual. Returns the names
+    looked up, in order."""
+    real = socket.getaddrinfo
+    lookups: list[str] = []
+
+    def getaddrinfo(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+        if host not in answers:
+            return real(host, port, *args, **kwargs)
+        lookups.append(host)
+        queue = answers[host]
+        addresses = queue.pop(0) if len(queue) > 1 else queue[0]
+        return [
+            item
+            for address in addresses
+            for item in real(address, port, *args, **kwargs)
+            if item[1] == socket.SOCK_STREAM
+        ]
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    return lookups
+
+
+# --- netguard: address tables -----------------------------------------------------------------
+
+PUBLIC = [
+    "8.8.8.8",
+    "1.1.1.1",
+    "93.184.216.34",
+    "2606:4700:4700::1111",
+    "2001:4860:4860::8888",
+    "::ffff:8.8.8.8",  # IPv4-mapped public
+    "64:ff9b::808:808",  # NAT64 of 8.8.8.8
+    "2002:808:808::1",  # 6to4 of 8.8.8.8
+]
+
+NOT_PUBLIC = [
+    "10.0.0.1",
+    "10.255.255.255",
+    "172.16.0.1",
+    "172.31.255.254",
+    "192.168.1.1",
+    "127.0.0.1",
+    "127.255.0.9",
+    "169.254.0.1",
+    "169.254.169.254",
+    "100.64.0.1",
+    "100.127.255.254",
+    "0.0.0.0",
+    "0.1.2.3",
+    "224.0.0.1",
+    "239.255.255.250",
+    "255.255.255.255",
+    "240.0.0.1",
+    "192.0.0.8",
+    "192.88.99.1",
+    "3fff::1",
+    "192.0.2.1",
+    "198.18.0.1",
+    "198.51.100.7",
+    "203.0.113.9",
+    "168.63.129.16",  # Azure wire server: public space, but a platform endpoint
+    "100.100.100.200",  # Alibaba metadata
+    "::1",
+    "::",
+    "fe80::1",
+    "fe80::1%1",
+    "fc00::1",
+    "fd00::1",
+    "fd00:ec2::254",
+    "fec0::1",
+    "ff02::1",
+    "2001:db8::1",
+    "2001::1",  # Teredo
+    "100::1",
+    "::ffff:127.0.0.1",
+    "::ffff:10.0.0.1",
+    "::ffff:169.254.169.254",
+    "::ffff:0:7f00:1",  # the same ::ffff:127.0.0.1, hex-written
+    "::127.0.0.1",  # IPv4-compatible
+    "64:ff9b::a00:1",  # NAT64 of 10.0.0.1
+    "64:ff9b::7f00:1",  # NAT64 of 127.0.0.1
+    "64:ff9b:1::1",  # local-use NAT64
+    "2002:a00:1::1",  # 6to4 of 10.0.0.1
+    "2002:a9fe:a9fe::1",  # 6to4 of 169.254.169.254
+    "not-an-ip",
+    "",
+    "999.1.1.1",
+]
+
+
+@pytest.mark.parametrize("ip", PUBLIC)
+def test_public_addresses(ip: str) -> None:
+    assert is_public_address(ip)
+    assert is_allowed_address(ip)
+
+
+@pytest.mark.parametrize("ip", NOT_PUBLIC)
+def test_non_public_addresses(ip: str) -> None:
+    assert not is_public_address(ip)
+    assert not is_allowed_address(ip)
+
+
+@pytest.mark.parametrize(
+    ("ip", "allowed"),
+    [
+        ("127.0.0.1", True),
+        ("10.1.2.3", True),
+        ("192.168.0.10", True),
+        ("169.254.10.10", True),
+        ("100.64.1.1", True),
+        ("::1", True),
+        ("fe80::1", True),
+        ("fd12::1", True),
+        ("::ffff:127.0.0.1", True),
+        ("8.8.8.8", True),
+        # never, whatever the crawl allows:
+        ("169.254.169.254", False),
+        ("::ffff:169.254.169.254", False),
+        ("fd00:ec2::254", False),
+        ("169.254.170.2", False),
+        ("0.0.0.0", False),
+        ("::", False),
+        ("224.0.0.1", False),
+        ("ff02::1", False),
+        ("255.255.255.255", False),
+        ("garbage", False),
+    ],
+)
+def test_allow_private_policy(ip: str, allowed: bool) -> None:
+    assert is_allowed_address(ip, allow_private=True) is allowed
+
+
+def test_check_host_returns_vetted_addresses(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_dns(monkeypatch, {"public.test": [["8.8.8.8", "2001:4860:4860::8888", "8.8.8.8"]]})
+    assert check_host("public.test", 80) == ["8.8.8.8", "2001:4860:4860::8888"]
+
+
+def test_check_host_blocks_if_any_address_is_private(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_dns(monkeypatch, {"mixed.test": [["8.8.8.8", "10.0.0.7"]]})
+    with pytest.raises(BlockedAddress) as info:
+        check_host("mixed.test", 443)
+    assert info.value.details["addresses"] == ["10.0.0.7"]
+    assert check_host("mixed.test", 443, allow_private=True) == ["8.8.8.8", "10.0.0.7"]
+
+
+def test_check_host_literals_and_odd_ipv4_forms() -> None:
+    assert check_host("8.8.8.8", 80) == ["8.8.8.8"]
+    for host in ("127.0.0.1", "2130706433", "0x7f.1", "127.1", "::1", "169.254.169.254"):
+        with pytest.raises(BlockedAddress):
+            check_host(host, 80)
+
+
+def test_check_host_dns_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+    def fail(*args: Any, **kwargs: Any) -> Any:
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(socket, "getaddrinfo", fail)
+    with pytest.raises(ConnectionFailed):
+        check_host("nowhere.test", 80)
+
+
+# --- fetching: normal responses -------------------------------------------------------------
+
+
+def test_normal_page(fetcher: Fetcher, server: TestServer) -> None:
+    url = server.url("/page")
+    resp = fetcher.get(url, allow_private=True)
+    assert (resp.url, resp.final_url, resp.status) == (url, url, 200)
+    assert resp.body == PAGE and not resp.truncated
+    assert resp.content_type == "text/html"
+    assert resp.headers["content-type"] == "text/html; charset=utf-8"
+    assert ("Content-Length", str(len(PAGE))) in resp.raw_headers
+    assert resp.redirects == [] and resp.stop_reason is None
+    assert resp.ip == "127.0.0.1"
+    assert resp.http_version == "HTTP/1.1"
+    assert 0 < resp.elapsed < 2
+
+
+def test_request_headers(fetcher: Fetcher, server: TestServer) -> None:
+    resp = fetcher.get(server.url("/echo"), allow_private=True, headers={"If-None-Match": '"x"'})
+    sent = json.loads(resp.body)
+    assert sent["User-Agent"] == "test-crawler/1.0"
+    assert sent["Accept-Encoding"] in ("gzip, deflate", "gzip, deflate, br")
+    assert sent["If-None-Match"] == '"x"'
+    assert sent["Host"] == f"127.0.0.1:{server.port}"
+    assert resp.content_type == "text/plain"
+
+
+@pytest.mark.parametrize("status", [404, 410, 500, 503])
+def test_every_status_is_a_response(fetcher: Fetcher, server: TestServer, status: int) -> None:
+    resp = fetcher.get(server.url(f"/status/{status}"), allow_private=True)
+    assert resp.status == status
+    assert resp.headers["retry-after"] == "7"
+    assert resp.body == b"status page"
+
+
+def test_gzip_body_is_decoded(fetcher: Fetcher, server: TestServer) -> None:
+    resp = fetcher.get(server.url("/gzip"), allow_private=True)
+    assert resp.body == PAGE
+    assert resp.headers["content-encoding"] == "gzip"
+
+
+def test_keep_alive_connection_is_reused(
+    fetcher: Fetcher, server: TestServer, connects: list[Any]
+) -> None:
+    for _ in range(3):
+        assert fetcher.get(server.url("/page"), allow_private=True).status == 200
+    assert len(connects) == 1
+
+
+# --- redirects ----------------------------------------------------------------------------------
+
+
+def test_redirect_chain(fetcher: Fetcher, server: TestServer) -> None:
+    resp = fetcher.get(server.url("/redirect/3"), allow_private=True)
+    assert resp.status == 200 and resp.body == PAGE
+    assert resp.final_url == server.url("/page")
+    assert resp.redirects == [
+        (301, server.url("/redirect/2")),
+        (301, server.url("/redirect/1")),
+        (301, server.url("/redirect/0")),
+        (301, server.url("/page")),  # "/x/../page", normalised
+    ]
+
+
+def test_too_many_redirects(make_fetcher: Callable[..., Fetcher], server: TestServer) -> None:
+    fetcher = make_fetcher(max_redirects=3)
+    assert fetcher.get(server.url("/redirect/2"), allow_private=True).status == 200
+    with pytest.raises(TooManyRedirects) as info:
+        fetcher.get(server.url("/redirect/3"), allow_private=True)
+    assert len(info.value.details["redirects"]) == 4
+    assert "/page" not in server.paths()[-4:]
+
+
+def test_redirect_loop(fetcher: Fetcher, server: TestServer) -> None:
+    with pytest.raises(TooManyRedirects, match="loop"):
+        fetcher.get(server.url("/loop/a"), allow_private=True)
+
+
+@pytest.mark.parametrize(
+    "location", ["ftp://example.com/file", "javascript:alert(1)", "mailto:a@example.com"]
+)
+def test_redirect_to_other_scheme(fetcher: Fetcher, server: TestServer, location: str) -> None:
+    with pytest.raises(UnsupportedScheme):
+        fetcher.get(server.url("/to?u=" + quote(location)), allow_private=True)
+
+
+@pytest.mark.parametrize("url", ["ftp://127.0.0.1/", "file:///etc/passwd", "data:,hi"])
+def test_unsupported_scheme(fetcher: Fetcher, url: str) -> None:
+    with pytest.raises(UnsupportedScheme):
+        fetcher.get(url, allow_private=True)
+
+
+def test_follow_callback_stops_a_redirect(fetcher: Fetcher, server: TestServer) -> None:
+    asked: list[str] = []
+
+    def follow(target: str) -> str | None:
+        asked.append(target)
+        return "out_of_scope" if target.endswith("/redirect/0") else None
+
+    start = server.url("/redirect/2")
+    resp = fetcher.get(start, allow_private=True, follow=follow)
+    assert asked == [server.url("/redirect/1"), server.url("/redirect/0")]
+    assert resp.status == 301
+    assert resp.final_url == server.url("/redirect/1")
+    assert resp.redirects == [(301, server.url("/redirect/1")), (301, server.url("/redirect/0"))]
+    assert resp.stop_reason == "out_of_scope"
+    assert resp.body == b"moved"
+    assert server.paths()[-1] == "/redirect/1"  # the stopped hop was never requested
+
+
+# --- the SSRF guard in get() ------------------------------------------------------------------
+
+
+def test_loopback_blocked_before_any_request(
+    fetcher: Fetcher, server: TestServer, connects: list[Any]
+) -> None:
+    before = len(server.log)
+    for host in ("127.0.0.1", "localhost"):
+        with pytest.raises(BlockedAddress):
+            fetcher.get(server.url("/page", host=host))
+    assert len(server.log) == before and connects == []
+
+
+@pytest.mark.parametrize("allow_private", [False, True])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://169.254.169.254/latest/meta-data/",
+        "http://[fd00:ec2::254]/latest/meta-data/",
+        "http://[::ffff:169.254.169.254]/latest/meta-data/",
+        "https://169.254.169.254/",
+    ],
+)
+def test_metadata_always_blocked(
+    fetcher: Fetcher, connects: list[Any], url: str, allow_private: bool
+) -> None:
+    with pytest.raises(BlockedAddress):
+        fetcher.get(url, allow_private=allow_private)
+    assert connects == []
+
+
+def test_redirect_to_metadata_blocked_even_with_allow_private(
+    fetcher: Fetcher, server: TestServer, connects: list[Any]
+) -> None:
+    with pytest.raises(BlockedAddress):
+        fetcher.get(server.url("/to?u=http://169.254.169.254/latest/"), allow_private=True)
+    assert all(address[0] == "127.0.0.1" for address in connects)
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        "http://127.0.0.1:{port}/page",
+        "http://localhost:{port}/page",
+        "http://[::1]:{port}/page",
+        "http://169.254.169.254/latest/meta-data/",
+        "http://10.0.0.1/",
+        "http://[::ffff:127.0.0.1]:{port}/page",
+    ],
+)
+def test_redirect_from_public_host_to_private_blocked(
+    monkeypatch: pytest.MonkeyPatch,
+    fetcher: Fetcher,
+    start_server: Callable[..., TestServer],
+    connects: list[Any],
+    target: str,
+) -> None:
+    # "public.test" plays a public site: the guard vets it as public, it lives on 127.0.0.2.
+    public = start_server("127.0.0.2")
+    real_check = netguard.check_host
+
+    def check(host: str, port: int, *, allow_private: bool = False) -> list[str]:
+        if host == "public.test":
+            return ["127.0.0.2"]
+        return real_check(host, port, allow_private=allow_private)
+
+    monkeypatch.setattr(netguard, "check_host", check)
+    location = quote(target.format(port=public.port), safe="")
+    with pytest.raises(BlockedAddress):
+        fetcher.get(public.url("/to?u=" + location, host="public.test"))
+    assert public.paths() == ["/to?u=" + location]
+    assert [address[0] for address in connects] == ["127.0.0.2"]
+
+
+# --- pinning --------------------------------------------------------------------------------------
+
+
+def test_localhost_is_pinned_to_its_resolved_address(fetcher: Fetcher, server: TestServer) -> None:
+    resolved = check_host("localhost", server.port, allow_private=True)
+    resp = fetcher.get(server.url("/page", host="localhost"), allow_private=True)
+    assert resp.ip in resolved and resp.ip == "127.0.0.1"
+    assert server.log[-1] == ("/page", f"localhost:{server.port}")
+
+
+@pytest.fixture
+def twin_servers(start_server: Callable[..., TestServer]) -> tuple[TestServer, TestServer]:
+    """Servers on 127.0.0.2 and 127.0.0.3 with the same port (a name may resolve to either)."""
+    for _ in range(20):
+        first = start_server("127.0.0.2")
+        try:
+            return first, start_server("127.0.0.3", first.port)
+        except OSError:
+            continue
+    pytest.skip("no port free on both 127.0.0.2 and 127.0.0.3")
+
+
+def test_dns_rebinding_cannot_move_the_connection(
+    monkeypatch: pytest.MonkeyPatch,
+    fetcher: Fetcher,
+    twin_servers: tuple[TestServer, TestServer],
+) -> None:
+    # The first answer is vetted; any later lookup would answer 127.0.0.3. The request must go
+    # to the vetted address: urllib3 must not resolve the name again when it connects.
+    first, second = twin_servers
+    lookups = fake_dns(monkeypatch, {"rebind.test": [["127.0.0.2"], ["127.0.0.3"]]})
+    resp = fetcher.get(first.url("/page", host="rebind.test"), allow_private=True)
+    assert resp.ip == "127.0.0.2" and resp.status == 200
+    assert first.log == [("/page", f"rebind.test:{first.port}")]
+    assert second.log == [] and lookups == ["rebind.test"]
+    # The next fetch resolves again and gets 127.0.0.3: the kept-alive connection to
+    # 127.0.0.2 must not serve it (pools are keyed by address).
+    resp = fetcher.get(first.url("/echo", host="rebind.test"), allow_private=True)
+    assert resp.ip == "127.0.0.3"
+    assert second.paths() == ["/echo"] and first.paths() == ["/page"]
+
+
+def test_next_address_tried_when_connection_refused(
+    monkeypatch: pytest.MonkeyPatch, fetcher: Fetcher, server: TestServer
+) -> None:
+    fake_dns(monkeypatch, {"two.test": [["127.0.0.5", "127.0.0.1"]]})
+    resp = fetcher.get(server.url("/page", host="two.test"), allow_private=True)
+    assert resp.ip == "127.0.0.1" and resp.status == 200
+
+
+@pytest.fixture(scope="module")
+def tls_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A CA and a certificate for ``pinned.test`` (DNS name only, no IP) signed by it."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl not installed")
+    d = tmp_path_factory.mktemp("tls")
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+
+    def run(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=d, check=True, capture_output=True)
+
+    run("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
+        "-subj", "/CN=fetch test CA", "-addext", "basicConstraints=critical,CA:TRUE",
+        "-addext", "keyUsage=critical,keyCertSign,cRLSign")  # fmt: skip
+    run("req", *ec, "-keyout", "leaf.key", "-out", "leaf.csr", "-subj", "/CN=pinned.test")
+    (d / "ext.cnf").write_text(
+        "subjectAltName=DNS:pinned.test\nbasicConstraints=CA:FALSE\n"
+        "keyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n"
+        "subjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid\n"
+    )
+    run("x509", "-req", "-in", "leaf.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+        "-CAcreateserial", "-out", "leaf.pem", "-days", "2", "-extfile", "ext.cnf")  # fmt: skip
+    return {"ca": d / "ca.pem", "cert": d / "leaf.pem", "key": d / "leaf.key"}
+
+
+@pytest.fixture(scope="module")
+def tls_server(start_server: Callable[..., TestServer], tls_files: dict[str, Path]) -> TestServer:
+    server = start_server("127.0.0.2")
+    server.use_tls(tls_files["cert"], tls_files["key"])
+    return server
+
+
+def test_tls_pinned_keeps_sni_and_verifies_hostname(
+    monkeypatch: pytest.MonkeyPatch,
+    make_fetcher: Callable[..., Fetcher],
+    tls_server: TestServer,
+    tls_files: dict[str, Path],
+) -> None:
+    fake_dns(monkeypatch, {"pinned.test": [["127.0.0.2"]], "other.test": [["127.0.0.2"]]})
+    fetcher = make_fetcher(ca_bundle=str(tls_files["ca"]))
+    url = tls_server.url("/page", host="pinned.test", scheme="https")
+    resp = fetcher.get(url, allow_private=True)
+    assert resp.status == 200 and resp.body == PAGE and resp.ip == "127.0.0.2"
+    assert tls_server.sni[-1] == "pinned.test"
+    assert tls_server.log[-1] == ("/page", f"pinned.test:{tls_server.port}")
+    # Same address, but the certificate is not for that name / for the bare IP: refused.
+    for host in ("other.test", "127.0.0.2"):
+        with pytest.raises(ConnectionFailed, match="(?i)certificate"):
+            fetcher.get(tls_server.url("/page", host=host, scheme="https"), allow_private=True)
+
+
+def test_tls_unknown_ca_refused(
+    monkeypatch: pytest.MonkeyPatch, fetcher: Fetcher, tls_server: TestServer
+) -> None:
+    fake_dns(monkeypatch, {"pinned.test": [["127.0.0.2"]]})
+    with pytest.raises(ConnectionFailed, match="(?i)certificate"):
+        fetcher.get(tls_server.url("/", host="pinned.test", scheme="https"), allow_private=True)
+
+
+# --- deadlines ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", ["/trickle-body", "/trickle-headers"])
+def test_trickling_server_cut_at_total_timeout(
+    make_fetcher: Callable[..., Fetcher], server: TestServer, path: str
+) -> None:
+    fetcher = make_fetcher(total_timeout=1.0, read_timeout=5.0)
+    started = time.monotonic()
+    with pytest.raises(FetchTimeout):
+        fetcher.get(server.url(path), allow_private=True)
+    assert 0.9 < time.monotonic() - started < 1.5
+    # The fetcher is still usable afterwards.
+    assert fetcher.get(server.url("/page"), allow_private=True).status == 200
+
+
+def test_deadline_of_one_thread_spares_the_others(
+    make_fetcher: Callable[..., Fetcher], server: TestServer
+) -> None:
+    fetcher = make_fetcher(total_timeout=1.0)
+    results: dict[str, list[object]] = {"page": [], "trickle": []}
+
+    def run(kind: str, path: str) -> None:
+        for _ in range(5 if kind == "page" else 1):
+            try:
+                results[kind].append(fetcher.get(server.url(path), allow_private=True).status)
+            except Exception as exc:
+                results[kind].append(exc)
+            time.sleep(0.15)
+
+    threads = [threading.Thread(target=run, args=("trickle", "/trickle-body"))]
+    threads += [threading.Thread(target=run, args=("page", "/page")) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert results["page"] == [200] * 20
+    assert len(results["trickle"]) == 1 and isinstance(results["trickle"][0], FetchTimeout)
+
+
+def test_deadline_survives_a_fetch_inside_follow(
+    make_fetcher: Callable[..., Fetcher], server: TestServer
+) -> None:
+    fetcher = make_fetcher(total_timeout=1.0, read_timeout=5.0)
+
+    def follow(target: str) -> str | None:
+        assert fetcher.get(server.url("/page"), allow_private=True).status == 200
+        return None
+
+    started = time.monotonic()
+    with pytest.raises(FetchTimeout):
+        fetcher.get(server.url("/to?u=/trickle-body"), allow_private=True, follow=follow)
+    assert time.monotonic() - started < 1.5
+
+
+def test_no_thread_left_behind(fetcher: Fetcher, server: TestServer) -> None:
+    baseline = threading.active_count()
+    for _ in range(20):
+        fetcher.get(server.url("/page"), allow_private=True)
+    deadline = time.monotonic() + 2
+    while threading.active_count() > baseline and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert threading.active_count() <= baseline
+
+
+# --- body limits ----------------------------------------------------------------------------------
+
+
+def test_body_at_the_limit_is_not_truncated(fetcher: Fetcher, server: TestServer) -> None:
+    resp = fetcher.get(server.url(f"/bytes/{LIMIT}"), allow_private=True)
+    assert len(resp.body) == LIMIT and not resp.truncated
+    resp = fetcher.get(server.url(f"/chunked/{LIMIT}"), allow_private=True)
+    assert len(resp.body) == LIMIT and not resp.truncated
+    resp = fetcher.get(server.url(f"/chunked/{LIMIT + 1}"), allow_private=True)
+    assert len(resp.body) == LIMIT and resp.truncated
+
+
+def test_content_length_above_limit_is_too_large(fetcher: Fetcher, server: TestServer) -> None:
+    started = time.monotonic()
+    for path in (f"/bytes/{LIMIT + 1}", "/huge-length"):
+        with pytest.raises(TooLarge):
+            fetcher.get(server.url(path), allow_private=True)
+    assert time.monotonic() - started < 1
+
+
+def _fetch_measured(fetcher: Fetcher, url: str) -> tuple[Any, int]:
+    tracemalloc.start()
+    try:
+        resp = fetcher.get(url, allow_private=True)
+        return resp, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("path", ["/endless", f"/chunked/{50 * MIB}"])
+def test_long_bodies_truncated_in_bounded_memory(
+    fetcher: Fetcher, server: TestServer, path: str
+) -> None:
+    resp, peak = _fetch_measured(fetcher, server.url(path))
+    assert resp.truncated and len(resp.body) == LIMIT
+    assert set(resp.body) <= {ord("y"), ord("z")}
+    assert peak < 2 * LIMIT  # the body itself is LIMIT
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate"])
+def test_decompression_bomb_truncated_in_bounded_memory(
+    fetcher: Fetcher, server: TestServer, bombs: dict[str, bytes], encoding: str
+) -> None:
+    assert len(bombs[encoding]) < LIMIT  # so Content-Length does not refuse it first
+    started = time.monotonic()
+    resp, peak = _fetch_measured(fetcher, server.url(f"/bomb/{encoding}"))
+    assert resp.truncated and resp.body == bytes(LIMIT)
+    assert peak < 2 * LIMIT  # the body itself is LIMIT
+    assert time.monotonic() - started < 2
+
+
+# --- connection failures ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", ["/reset", "/reset/mid-body", "/bad-status"])
+def test_broken_servers(fetcher: Fetcher, server: TestServer, path: str) -> None:
+    with pytest.raises(ConnectionFailed):
+        fetcher.get(server.url(path), allow_private=True)
+
+
+def test_connection_refused(fetcher: Fetcher) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(ConnectionFailed):
+        fetcher.get(f"http://127.0.0.1:{port}/", allow_private=True)
+
+
+def test_https_to_plain_http_port(fetcher: Fetcher, server: TestServer) -> None:
+    with pytest.raises(ConnectionFailed):
+        fetcher.get(server.url("/page", scheme="https"), allow_private=True)
+
+
+def test_from_settings() -> None:
+    settings = Settings(max_body_bytes=1234, max_redirects=2, total_timeout=5.0)
+    fetcher = Fetcher.from_settings(settings)
+    try:
+        assert fetcher._max_body_bytes == 1234
+        assert fetcher._max_redirects == 2
+    finally:
+        fetcher.close()
