@@ -267,6 +267,94 @@ def set_rate_cmd(domain: str, rate: str, broker: str | None) -> None:
 
 
 @main.command()
+@broker_option
+@click.option("--port", type=int, help="Port to serve /metrics on (default: setting).")
+def metrics(broker: str | None, port: int | None) -> None:
+    """Serve crawl-level Prometheus metrics until interrupted."""
+    import time
+
+    from prometheus_client import REGISTRY, start_http_server
+
+    from .metrics import CrawlCollector
+
+    settings = _settings(broker)
+    REGISTRY.register(CrawlCollector(_client(settings), settings))
+    start_http_server(port or settings.metrics_port)
+    click.echo(f"metrics on :{port or settings.metrics_port}/metrics", err=True)
+    with contextlib.suppress(KeyboardInterrupt):
+        while True:
+            time.sleep(3600)
+
+
+@main.group()
+def schedule() -> None:
+    """Periodic recrawls run by celery beat."""
+
+
+def _schedules(broker: str | None) -> Any:
+    from .app import make_app
+    from .keys import Keys
+    from .schedule import Schedules
+
+    settings = _settings(broker)
+    return Schedules(make_app(settings), _client(settings), Keys(settings.key_prefix))
+
+
+@schedule.command("add")
+@click.argument("name")
+@click.argument("seeds", nargs=-1, required=True)
+@click.option("--every-hours", type=float)
+@click.option("--every-seconds", type=float)
+@click.option("--cron", help="'minute hour day month weekday'")
+@click.option("--option", "options", multiple=True, help="KEY=JSON crawl option (repeatable).")
+@broker_option
+def schedule_add(name: str, seeds: tuple[str, ...], every_hours: float | None,
+                 every_seconds: float | None, cron: str | None, options: tuple[str, ...],
+                 broker: str | None) -> None:
+    """Add or replace schedule NAME crawling SEEDS."""
+    from .crawl import check_seeds
+    from .errors import ConfigError
+    from .schedule import Schedule
+
+    opts = {}
+    for item in options:
+        key, _, value = item.partition("=")
+        try:
+            opts[key] = json.loads(value)
+        except json.JSONDecodeError:
+            opts[key] = value
+    try:
+        check_seeds(seeds, bool(opts.get("allow_private_networks")))
+        item_ = Schedule(name, list(seeds), every_hours, every_seconds, cron, opts)
+    except (InvalidSeed, ConfigError) as exc:
+        raise click.UsageError(str(exc)) from None
+    _schedules(broker).add(item_)
+    click.echo(f"schedule {name} added")
+
+
+@schedule.command("list")
+@broker_option
+def schedule_list(broker: str | None) -> None:
+    """Schedules and their most recent runs."""
+    schedules = _schedules(broker)
+    for item in schedules.all():
+        period = item.cron or (f"every {item.every_hours}h" if item.every_hours
+                               else f"every {item.every_seconds}s")
+        runs = schedules.runs(item.name, 5)
+        click.echo(f"{item.name}\t{period}\t{' '.join(item.seeds)}\truns: {', '.join(runs) or '-'}")
+
+
+@schedule.command("remove")
+@click.argument("name")
+@broker_option
+def schedule_remove(name: str, broker: str | None) -> None:
+    """Remove schedule NAME (its past runs stay listed under their crawl ids)."""
+    if not _schedules(broker).remove(name):
+        raise click.UsageError(f"no schedule {name!r}")
+    click.echo(f"schedule {name} removed")
+
+
+@main.command()
 @click.option("--output", default="./data", type=click.Path(file_okay=False))
 def demo(output: str) -> None:
     """Serve the bundled sample site on loopback and crawl it in embedded mode."""

@@ -113,6 +113,8 @@ def _register(client: redis.Redis, keys: Keys, opts: CrawlOptions) -> None:
     if opts.rates:
         pipe.hset(ck.rates, mapping={h: "inf" if math.isinf(r) else r for h, r in opts.rates.items()})
     pipe.zadd(keys.crawls, {opts.crawl_id: opts.started_at})
+    if opts.schedule:
+        pipe.zadd(keys.schedule_runs(opts.schedule), {opts.crawl_id: opts.started_at})
     pipe.sadd(keys.running, opts.crawl_id)
     pipe.execute()
 

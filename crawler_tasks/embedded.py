@@ -99,16 +99,18 @@ def local_workers(broker_url: str, fetch_threads: int = 16, parsers: int = 1,
     specs = [(FETCH_QUEUES, "threads", fetch_threads, f"fetch-{tag}"),
              ("parse", "prefork", parsers, f"parse-{tag}")]
     procs = []
-    try:
-        for queues, pool, n, name in specs:
-            out = open(Path(log_dir) / f"{name}.log", "ab") if log_dir else subprocess.DEVNULL
-            procs.append(subprocess.Popen(worker_command(queues, pool, n, name), env=env,
-                                          stdout=out, stderr=subprocess.STDOUT,
-                                          start_new_session=True))
-        yield procs
-    finally:
-        for proc in procs:
-            stop_process(proc)
+    with contextlib.ExitStack() as logs:
+        try:
+            for queues, pool, n, name in specs:
+                out = (logs.enter_context(open(Path(log_dir) / f"{name}.log", "ab"))
+                       if log_dir else subprocess.DEVNULL)
+                procs.append(subprocess.Popen(worker_command(queues, pool, n, name), env=env,
+                                              stdout=out, stderr=subprocess.STDOUT,
+                                              start_new_session=True))
+            yield procs
+        finally:
+            for proc in procs:
+                stop_process(proc)
 
 
 def stop_process(proc: subprocess.Popen[bytes], grace: float = 10.0) -> None:

@@ -116,6 +116,13 @@ class Settings:
     #: Seconds a finished crawl's state stays in Redis (counters, config, filter).
     finished_ttl: int = 7 * 24 * 3600
 
+    # --- operations ----------------------------------------------------------------------------
+    #: TOML file of recrawl schedules loaded when beat starts; empty = the checkout's
+    #: ``config/schedules.toml`` if there is one.
+    schedules_file: str = ""
+    #: Port of ``crawler metrics`` (Prometheus exposition).
+    metrics_port: int = 9808
+
     # --- extras --------------------------------------------------------------------------------
     extra: dict[str, str] = field(default_factory=dict)
 

@@ -10,13 +10,15 @@ Crawl-level retries go back through the frontier (see :mod:`pipeline`); Celery's
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
+from pathlib import Path
 from typing import Any
 
 import redis
 from celery import bootsteps
-from celery.signals import worker_process_shutdown
+from celery.signals import beat_init, worker_process_shutdown
 
 from . import pipeline
 from .app import app
@@ -24,6 +26,7 @@ from .dispatcher import Dispatcher
 from .settings import Settings
 from .worker import Context
 
+log = logging.getLogger(__name__)
 _INFRA_ERRORS = (redis.ConnectionError, redis.TimeoutError)
 _contexts: dict[int, Context] = {}
 _lock = threading.Lock()
@@ -76,6 +79,40 @@ def fetch(self: Any, crawl_id: str, url: str, depth: int) -> str:
 @app.task(name="crawl.parse", **_retry)
 def parse(self: Any, crawl_id: str, url: str, depth: int) -> str:
     return pipeline.parse_url(context(), crawl_id, url, depth)
+
+
+@app.task(name="crawl.start_scheduled", bind=True, **{k: v for k, v in _retry.items() if k != "bind"})
+def start_scheduled(self: Any, name: str) -> str | None:
+    """Started by beat: a new crawl (new id, new dedupe filter) of schedule ``name``."""
+    from .crawl import start_crawl
+    from .schedule import Schedules
+
+    ctx = context()
+    item = Schedules(app, ctx.client, ctx.keys).get(name)
+    if item is None:
+        return None  # removed since beat read it
+    crawl = start_crawl(item.seeds, settings=ctx.settings, client=ctx.client, schedule=name,
+                        **item.options)
+    return crawl.id
+
+
+@beat_init.connect
+def _load_schedules(sender: Any = None, **_: Any) -> None:
+    from .schedule import Schedules
+
+    path = schedules_file(settings())
+    if path is not None:
+        ctx = context()
+        n = Schedules(app, ctx.client, ctx.keys).sync_file(path)
+        log.info("loaded %d schedules from %s", n, path)
+
+
+def schedules_file(s: Settings) -> Path | None:
+    if s.schedules_file:
+        return Path(s.schedules_file)
+    # A checkout's own config/; an installed wheel has none and loads nothing.
+    default = Path(__file__).resolve().parent.parent / "config" / "schedules.toml"
+    return default if default.exists() else None
 
 
 @worker_process_shutdown.connect

@@ -3,7 +3,6 @@ worker processes, real HTTP servers on loopback (see sitegen.py)."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import subprocess

@@ -1,0 +1,59 @@
+"""Crawl-level Prometheus metrics (``crawler metrics --port N``), read from the crawls' Redis
+counters at scrape time, to sit beside Flower's own task-level ``/metrics`` in Grafana."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import redis
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from .crawl import Crawl
+from .keys import Keys
+from .settings import Settings
+
+#: Crawls exported: the most recent ones (finished crawls keep their final numbers).
+MAX_CRAWLS = 20
+
+_COUNTERS = ("discovered", "admitted", "deduplicated", "fetched", "parsed", "failed",
+             "robots_disallowed", "cancelled", "bytes", "done")
+_GAUGES = ("queued", "in_flight", "outstanding", "retrying", "recent_pages_per_s")
+
+
+class CrawlCollector(Collector):
+    def __init__(self, client: redis.Redis, settings: Settings) -> None:
+        self.client = client
+        self.settings = settings
+        self.keys = Keys(settings.key_prefix)
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        ids = [i.decode() for i in self.client.zrevrange(self.keys.crawls, 0, MAX_CRAWLS - 1)]
+        counters = {n: CounterMetricFamily(f"crawler_{n}", f"URLs {n} (bytes for 'bytes')",
+                                           labels=["crawl"]) for n in _COUNTERS}
+        gauges = {n: GaugeMetricFamily(f"crawler_{n}", f"current {n}", labels=["crawl"])
+                  for n in _GAUGES}
+        failures = CounterMetricFamily("crawler_failures", "final failures by reason",
+                                       labels=["crawl", "reason"])
+        backlog = GaugeMetricFamily("crawler_domain_backlog", "pending URLs per domain (top 10)",
+                                    labels=["crawl", "domain"])
+        rate = GaugeMetricFamily("crawler_domain_rate", "effective requests/s per domain",
+                                 labels=["crawl", "domain"])
+        for crawl_id in ids:
+            crawl = Crawl(crawl_id, settings=self.settings, client=self.client)
+            p = crawl.state.progress()
+            for n in _COUNTERS:
+                counters[n].add_metric([crawl_id], p.get(n, 0))
+            for n in _GAUGES:
+                gauges[n].add_metric([crawl_id], p.get(n, 0))
+            for reason, n in crawl.state.summary()["failures"].items():
+                failures.add_metric([crawl_id, reason], n)
+            if p["status"] not in ("finished", "cancelled"):
+                for d in crawl.domains(10):
+                    backlog.add_metric([crawl_id, d["domain"]], d["pending"])
+                    rate.add_metric([crawl_id, d["domain"]], d["rate"])
+        yield from counters.values()
+        yield from gauges.values()
+        yield failures
+        yield backlog
+        yield rate

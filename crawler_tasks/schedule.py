@@ -1,0 +1,134 @@
+"""Periodic recrawls, run by celery beat with RedBeat's scheduler.
+
+A schedule is a name, seeds, crawl options and a period (``every_hours``, ``every_seconds`` or a
+``cron`` expression). Definitions live in Redis (``P:schedules``) and as RedBeat entries that
+call ``crawl.start_scheduled(name)``; ``config/schedules.toml`` is loaded into Redis when beat
+starts, and ``crawler schedule add|list|remove`` changes them at runtime.
+
+Exactly one beat may run: RedBeat takes a lock in Redis (``redbeat_lock_timeout``, 60 s here);
+a second beat waits on the lock and takes over only if the first one dies.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict, dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import redis
+from celery import Celery
+from celery.schedules import crontab, schedule
+
+from .errors import ConfigError
+from .keys import Keys
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+TASK = "crawl.start_scheduled"
+
+
+@dataclass(frozen=True)
+class Schedule:
+    name: str
+    seeds: list[str]
+    every_hours: float | None = None
+    every_seconds: float | None = None
+    cron: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        periods = [p for p in (self.every_hours, self.every_seconds, self.cron) if p]
+        if len(periods) != 1:
+            raise ConfigError(f"schedule {self.name!r}: give exactly one of "
+                              "every_hours, every_seconds or cron")
+        if not self.seeds:
+            raise ConfigError(f"schedule {self.name!r}: no seeds")
+
+    def celery_schedule(self) -> schedule:
+        if self.cron:
+            fields = self.cron.split()
+            if len(fields) != 5:
+                raise ConfigError(f"schedule {self.name!r}: cron needs 5 fields: {self.cron!r}")
+            minute, hour, day, month, weekday = fields
+            return crontab(minute=minute, hour=hour, day_of_month=day, month_of_year=month,
+                           day_of_week=weekday)
+        seconds = self.every_seconds or (self.every_hours or 0) * 3600
+        return schedule(run_every=timedelta(seconds=seconds))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Schedule:
+        known = {"name", "seeds", "every_hours", "every_seconds", "cron", "options"}
+        unknown = set(data) - known
+        if unknown:
+            raise ConfigError(f"schedule {data.get('name')!r}: unknown keys {sorted(unknown)}")
+        return cls(**data)
+
+
+def load_file(path: str | Path) -> list[Schedule]:
+    with open(path, "rb") as f:
+        data = tomllib.load(f)
+    return [Schedule.from_dict(item) for item in data.get("schedule", [])]
+
+
+class Schedules:
+    """Schedule definitions in Redis, mirrored as RedBeat entries."""
+
+    def __init__(self, app: Celery, client: redis.Redis, keys: Keys) -> None:
+        self.app = app
+        self.client = client
+        self.keys = keys
+
+    def add(self, item: Schedule) -> None:
+        from redbeat import RedBeatSchedulerEntry
+
+        self.client.hset(self.keys.schedules, item.name, json.dumps(asdict(item)))
+        entry = RedBeatSchedulerEntry(
+            f"crawl:{item.name}", TASK, item.celery_schedule(), args=[item.name], app=self.app
+        )
+        entry.save()
+
+    def remove(self, name: str) -> bool:
+        from redbeat import RedBeatSchedulerEntry
+
+        removed = bool(self.client.hdel(self.keys.schedules, name))
+        prefix = self.app.conf.redbeat_key_prefix
+        try:
+            RedBeatSchedulerEntry.from_key(f"{prefix}crawl:{name}", app=self.app).delete()
+        except KeyError:
+            pass
+        return removed
+
+    def get(self, name: str) -> Schedule | None:
+        raw = self.client.hget(self.keys.schedules, name)
+        return Schedule.from_dict(json.loads(raw)) if raw else None
+
+    def all(self) -> list[Schedule]:
+        raw = self.client.hgetall(self.keys.schedules)
+        return sorted((Schedule.from_dict(json.loads(v)) for v in raw.values()),
+                      key=lambda s: s.name)
+
+    def runs(self, name: str, limit: int = 20) -> list[str]:
+        ids = self.client.zrevrange(self.keys.schedule_runs(name), 0, limit - 1)
+        return [i.decode() for i in ids]
+
+    def record_run(self, name: str, crawl_id: str, started_at: float) -> None:
+        self.client.zadd(self.keys.schedule_runs(name), {crawl_id: started_at})
+
+    def previous_run(self, name: str, before: str) -> str | None:
+        for crawl_id in self.runs(name, 5):
+            if crawl_id != before:
+                return crawl_id
+        return None
+
+    def sync_file(self, path: str | Path) -> int:
+        """Add (or update) every schedule of a TOML file; returns how many."""
+        items = load_file(path)
+        for item in items:
+            self.add(item)
+        return len(items)
