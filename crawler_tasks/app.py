@@ -42,7 +42,9 @@ def make_app(settings: Settings | None = None) -> Celery:
         worker_prefetch_multiplier=1,
         worker_send_task_events=True,
         task_send_sent_event=True,
-        task_queues=[Queue(name, Exchange(name, type="direct"), routing_key=name) for name in QUEUES],
+        task_queues=[
+            Queue(name, Exchange(name, type="direct"), routing_key=name) for name in QUEUES
+        ],
         task_default_queue="crawl.high",
         task_routes={"crawl.parse": {"queue": "parse"}},
         worker_hijack_root_logger=False,

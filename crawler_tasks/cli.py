@@ -67,8 +67,9 @@ def cluster(settings: Settings, embedded: bool, log_dir: str | None) -> Iterator
 
     with contextlib.ExitStack() as stack:
         if not embedded and not _reachable(settings):
-            click.echo(f"broker {redact(settings.broker_url)} unreachable: running embedded",
-                       err=True)
+            click.echo(
+                f"broker {redact(settings.broker_url)} unreachable: running embedded", err=True
+            )
             embedded = True
         if embedded:
             url = stack.enter_context(private_redis())
@@ -106,9 +107,17 @@ def main() -> None:
 @click.option("--embedded", is_flag=True, help="Private Redis + local workers for this run.")
 @click.option("--no-wait", is_flag=True, help="Return once the crawl is started.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-def crawl(seeds: tuple[str, ...], broker: str | None, embedded: bool, no_wait: bool,
-          as_json: bool, rates: tuple[str, ...], default_rate: float | None,
-          concurrency: int | None, **options: Any) -> None:
+def crawl(
+    seeds: tuple[str, ...],
+    broker: str | None,
+    embedded: bool,
+    no_wait: bool,
+    as_json: bool,
+    rates: tuple[str, ...],
+    default_rate: float | None,
+    concurrency: int | None,
+    **options: Any,
+) -> None:
     """Crawl from SEED URLs; waits and shows progress unless --no-wait."""
     from .crawl import check_seeds
 
@@ -122,16 +131,25 @@ def crawl(seeds: tuple[str, ...], broker: str | None, embedded: bool, no_wait: b
         options["concurrency"] = concurrency
     settings = _settings(broker)
     if no_wait and (embedded or not _reachable(settings)):
-        raise click.UsageError("--no-wait needs a running broker (embedded runs end with the command)")
-    with tempfile.TemporaryDirectory(prefix="crawler-logs-") as logs, \
-            cluster(settings, embedded, logs) as live:
+        raise click.UsageError(
+            "--no-wait needs a running broker (embedded runs end with the command)"
+        )
+    with (
+        tempfile.TemporaryDirectory(prefix="crawler-logs-") as logs,
+        cluster(settings, embedded, logs) as live,
+    ):
         summary = _run(live, seeds, _parse_rates(rates), no_wait, options)
     if summary is not None:
         click.echo(json.dumps(summary, indent=2) if as_json else _summary_text(summary))
 
 
-def _run(settings: Settings, seeds: tuple[str, ...], rates: dict[str, float], no_wait: bool,
-         options: dict[str, Any]) -> dict[str, Any] | None:
+def _run(
+    settings: Settings,
+    seeds: tuple[str, ...],
+    rates: dict[str, float],
+    no_wait: bool,
+    options: dict[str, Any],
+) -> dict[str, Any] | None:
     from .crawl import start_crawl
     from .display import watch
 
@@ -192,10 +210,14 @@ def status(crawl_id: str, broker: str | None, as_json: bool) -> None:
 
     click.echo(line(p))
     for d in p["domains"]:
-        click.echo(f"  {d['domain']}: pending={d['pending']} in_flight={d['in_flight']} "
-                   f"rate={d['rate']:.3g}/s slowdown={d['slowdown']:.2f}")
+        click.echo(
+            f"  {d['domain']}: pending={d['pending']} in_flight={d['in_flight']} "
+            f"rate={d['rate']:.3g}/s slowdown={d['slowdown']:.2f}"
+        )
     b = p["bloom"]
-    click.echo(f"  bloom: fill={b['fill_ratio']:.4f} est. false positives={b['estimated_fp_rate']:.2e}")
+    click.echo(
+        f"  bloom: fill={b['fill_ratio']:.4f} est. false positives={b['estimated_fp_rate']:.2e}"
+    )
 
 
 @main.command("list")
@@ -308,9 +330,15 @@ def _schedules(broker: str | None) -> Any:
 @click.option("--cron", help="'minute hour day month weekday'")
 @click.option("--option", "options", multiple=True, help="KEY=JSON crawl option (repeatable).")
 @broker_option
-def schedule_add(name: str, seeds: tuple[str, ...], every_hours: float | None,
-                 every_seconds: float | None, cron: str | None, options: tuple[str, ...],
-                 broker: str | None) -> None:
+def schedule_add(
+    name: str,
+    seeds: tuple[str, ...],
+    every_hours: float | None,
+    every_seconds: float | None,
+    cron: str | None,
+    options: tuple[str, ...],
+    broker: str | None,
+) -> None:
     """Add or replace schedule NAME crawling SEEDS."""
     from .crawl import check_seeds
     from .errors import ConfigError
@@ -338,8 +366,9 @@ def schedule_list(broker: str | None) -> None:
     """Schedules and their most recent runs."""
     schedules = _schedules(broker)
     for item in schedules.all():
-        period = item.cron or (f"every {item.every_hours}h" if item.every_hours
-                               else f"every {item.every_seconds}s")
+        period = item.cron or (
+            f"every {item.every_hours}h" if item.every_hours else f"every {item.every_seconds}s"
+        )
         runs = schedules.runs(item.name, 5)
         click.echo(f"{item.name}\t{period}\t{' '.join(item.seeds)}\truns: {', '.join(runs) or '-'}")
 
@@ -366,8 +395,15 @@ def demo(output: str) -> None:
     click.echo(f"sample site at {url}", err=True)
     try:
         crawl.main(  # type: ignore[attr-defined]
-            [url, "--embedded", "--allow-private-networks", "--output", output,
-             "--rate", "127.0.0.1=20"],
+            [
+                url,
+                "--embedded",
+                "--allow-private-networks",
+                "--output",
+                output,
+                "--rate",
+                "127.0.0.1=20",
+            ],
             standalone_mode=False,
         )
     finally:

@@ -111,7 +111,9 @@ def _register(client: redis.Redis, keys: Keys, opts: CrawlOptions) -> None:
     pipe = client.pipeline()
     pipe.hset(ck.state, mapping={"status": "running", "started_at": repr(opts.started_at)})
     if opts.rates:
-        pipe.hset(ck.rates, mapping={h: "inf" if math.isinf(r) else r for h, r in opts.rates.items()})
+        pipe.hset(
+            ck.rates, mapping={h: "inf" if math.isinf(r) else r for h, r in opts.rates.items()}
+        )
     pipe.zadd(keys.crawls, {opts.crawl_id: opts.started_at})
     if opts.schedule:
         pipe.zadd(keys.schedule_runs(opts.schedule), {opts.crawl_id: opts.started_at})
@@ -263,7 +265,9 @@ def list_crawls(client: redis.Redis, keys: Keys, limit: int = 50) -> list[dict[s
     ids = [i.decode() for i in client.zrevrange(keys.crawls, 0, limit - 1)]
     out = []
     for crawl_id in ids:
-        state = {k.decode(): v.decode() for k, v in client.hgetall(keys.crawl(crawl_id).state).items()}
+        state = {
+            k.decode(): v.decode() for k, v in client.hgetall(keys.crawl(crawl_id).state).items()
+        }
         if state:
             out.append({"crawl_id": crawl_id, **state})
     return out

@@ -8,14 +8,19 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
+from .pipeline import Final, finalize
 from .settings import Settings
 from .worker import Context
 
 log = logging.getLogger(__name__)
 
 Publish = Callable[[str, str, int, str], None]
+
+#: Seconds between two looks for lost fetch messages.
+REAP_EVERY = 60.0
 
 
 class Dispatcher:
@@ -36,14 +41,38 @@ class Dispatcher:
             self._thread.join(timeout)
 
     def _run(self) -> None:
+        every = min(REAP_EVERY, self.settings.visibility_timeout)
+        next_reap = time.monotonic() + every
         while not self._stop.is_set():
             try:
                 busy = self.tick()
+                if time.monotonic() > next_reap:
+                    next_reap = time.monotonic() + every
+                    self.reap()
             except Exception:  # a Redis hiccup must not kill the dispatcher
                 log.exception("dispatcher tick failed")
                 busy = False
             if not busy:
                 self._stop.wait(self.settings.dispatch_interval)
+
+    def reap(self) -> int:
+        """Publish again fetches whose message never reached a worker. Rare (a dispatcher
+        killed between release.lua and the publish); a duplicate is harmless because every
+        task is idempotent, so the threshold only has to exceed any normal queueing delay."""
+        ctx = self._context()
+        older_than = self.settings.visibility_timeout + self.settings.total_timeout
+        n = 0
+        for raw in ctx.client.smembers(ctx.keys.running):
+            opts = ctx.options(raw.decode())
+            if opts is None:
+                continue
+            for url, depth in ctx.state(opts.crawl_id).stale_releases(older_than):
+                log.warning("re-publishing lost fetch of %s (crawl %s)", url, opts.crawl_id)
+                self._publish(
+                    opts.crawl_id, url, depth, opts.tier(depth, self.settings.medium_max_depth)
+                )
+                n += 1
+        return n
 
     def tick(self) -> bool:
         """One release round over all running crawls; True if anything was released."""
@@ -64,8 +93,6 @@ class Dispatcher:
         return busy
 
     def _drain(self, ctx: Context, crawl_id: str, entries: list[tuple[str, int, str]]) -> None:
-        from .pipeline import Final, finalize
-
         opts = ctx.options(crawl_id)
         assert opts is not None
         for _domain, depth, url in entries:

@@ -29,16 +29,22 @@ def table(p: dict[str, Any]) -> Table:
         t.add_column(col, justify="right")
     eta = f"{p['eta_s']:.0f}s" if p.get("eta_s") is not None else "—"
     t.add_row(
-        str(p["done"]), str(p["queued"]), str(p["in_flight"]), str(p["failed"]),
-        str(p["robots_disallowed"]), f"{p['recent_pages_per_s']:.1f}", eta,
+        str(p["done"]),
+        str(p["queued"]),
+        str(p["in_flight"]),
+        str(p["failed"]),
+        str(p["robots_disallowed"]),
+        f"{p['recent_pages_per_s']:.1f}",
+        eta,
     )
     if p.get("backlog"):
         t.caption = "backlog: " + ", ".join(f"{d} {n}" for d, n in p["backlog"])
     return t
 
 
-def watch(crawl: Crawl, interval: float = 0.5, plain_every: float = 5.0,
-          console: Console | None = None) -> dict[str, Any]:
+def watch(
+    crawl: Crawl, interval: float = 0.5, plain_every: float = 5.0, console: Console | None = None
+) -> dict[str, Any]:
     """Show progress until the crawl is finished; returns the last progress."""
     console = console or Console()
     if not console.is_terminal:

@@ -52,9 +52,23 @@ def private_redis() -> Iterator[str]:
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="crawler-redis-") as tmp:
         proc = subprocess.Popen(
-            [redis_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", tmp, "--maxmemory-policy", "noeviction"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                redis_binary(),
+                "--port",
+                str(port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                tmp,
+                "--maxmemory-policy",
+                "noeviction",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         url = f"redis://127.0.0.1:{port}/0"
         try:
@@ -82,31 +96,64 @@ def wait_for_redis(url: str, proc: subprocess.Popen[bytes] | None = None, timeou
 
 
 def worker_command(queues: str, pool: str, concurrency: int, name: str) -> list[str]:
-    return [sys.executable, "-m", "celery", "-A", "crawler_tasks", "worker", "-Q", queues,
-            "--pool", pool, "--concurrency", str(concurrency), "--loglevel", "WARNING",
-            "--hostname", f"{name}@%h", "--without-mingle", "--without-gossip", "-E"]
+    return [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "crawler_tasks",
+        "worker",
+        "-Q",
+        queues,
+        "--pool",
+        pool,
+        "--concurrency",
+        str(concurrency),
+        "--loglevel",
+        "WARNING",
+        "--hostname",
+        f"{name}@%h",
+        "--without-mingle",
+        "--without-gossip",
+        "-E",
+    ]
 
 
 @contextlib.contextmanager
-def local_workers(broker_url: str, fetch_threads: int = 16, parsers: int = 1,
-                  log_dir: str | None = None, extra_env: dict[str, str] | None = None
-                  ) -> Iterator[list[subprocess.Popen[bytes]]]:
+def local_workers(
+    broker_url: str,
+    fetch_threads: int = 16,
+    parsers: int = 1,
+    log_dir: str | None = None,
+    extra_env: dict[str, str] | None = None,
+) -> Iterator[list[subprocess.Popen[bytes]]]:
     """The recommended single-host layout: fetch in a threads pool, parse in prefork."""
     # The workers keep crawl state where the broker is, unless told otherwise.
     env = {k: v for k, v in os.environ.items() if k != "CRAWLER_REDIS_URL"}
     env.update({"CRAWLER_BROKER_URL": broker_url, **(extra_env or {})})
     tag = f"{os.getpid()}-{free_port()}"
-    specs = [(FETCH_QUEUES, "threads", fetch_threads, f"fetch-{tag}"),
-             ("parse", "prefork", parsers, f"parse-{tag}")]
+    specs = [
+        (FETCH_QUEUES, "threads", fetch_threads, f"fetch-{tag}"),
+        ("parse", "prefork", parsers, f"parse-{tag}"),
+    ]
     procs = []
     with contextlib.ExitStack() as logs:
         try:
             for queues, pool, n, name in specs:
-                out = (logs.enter_context(open(Path(log_dir) / f"{name}.log", "ab"))
-                       if log_dir else subprocess.DEVNULL)
-                procs.append(subprocess.Popen(worker_command(queues, pool, n, name), env=env,
-                                              stdout=out, stderr=subprocess.STDOUT,
-                                              start_new_session=True))
+                out = (
+                    logs.enter_context(open(Path(log_dir) / f"{name}.log", "ab"))
+                    if log_dir
+                    else subprocess.DEVNULL
+                )
+                procs.append(
+                    subprocess.Popen(
+                        worker_command(queues, pool, n, name),
+                        env=env,
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+                )
             yield procs
         finally:
             for proc in procs:

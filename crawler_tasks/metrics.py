@@ -16,8 +16,18 @@ from .settings import Settings
 #: Crawls exported: the most recent ones (finished crawls keep their final numbers).
 MAX_CRAWLS = 20
 
-_COUNTERS = ("discovered", "admitted", "deduplicated", "fetched", "parsed", "failed",
-             "robots_disallowed", "cancelled", "bytes", "done")
+_COUNTERS = (
+    "discovered",
+    "admitted",
+    "deduplicated",
+    "fetched",
+    "parsed",
+    "failed",
+    "robots_disallowed",
+    "cancelled",
+    "bytes",
+    "done",
+)
 _GAUGES = ("queued", "in_flight", "outstanding", "retrying", "recent_pages_per_s")
 
 
@@ -29,16 +39,24 @@ class CrawlCollector(Collector):
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         ids = [i.decode() for i in self.client.zrevrange(self.keys.crawls, 0, MAX_CRAWLS - 1)]
-        counters = {n: CounterMetricFamily(f"crawler_{n}", f"URLs {n} (bytes for 'bytes')",
-                                           labels=["crawl"]) for n in _COUNTERS}
-        gauges = {n: GaugeMetricFamily(f"crawler_{n}", f"current {n}", labels=["crawl"])
-                  for n in _GAUGES}
-        failures = CounterMetricFamily("crawler_failures", "final failures by reason",
-                                       labels=["crawl", "reason"])
-        backlog = GaugeMetricFamily("crawler_domain_backlog", "pending URLs per domain (top 10)",
-                                    labels=["crawl", "domain"])
-        rate = GaugeMetricFamily("crawler_domain_rate", "effective requests/s per domain",
-                                 labels=["crawl", "domain"])
+        counters = {
+            n: CounterMetricFamily(
+                f"crawler_{n}", f"URLs {n} (bytes for 'bytes')", labels=["crawl"]
+            )
+            for n in _COUNTERS
+        }
+        gauges = {
+            n: GaugeMetricFamily(f"crawler_{n}", f"current {n}", labels=["crawl"]) for n in _GAUGES
+        }
+        failures = CounterMetricFamily(
+            "crawler_failures", "final failures by reason", labels=["crawl", "reason"]
+        )
+        backlog = GaugeMetricFamily(
+            "crawler_domain_backlog", "pending URLs per domain (top 10)", labels=["crawl", "domain"]
+        )
+        rate = GaugeMetricFamily(
+            "crawler_domain_rate", "effective requests/s per domain", labels=["crawl", "domain"]
+        )
         for crawl_id in ids:
             crawl = Crawl(crawl_id, settings=self.settings, client=self.client)
             p = crawl.state.progress()

@@ -68,7 +68,7 @@ def fetch_url(ctx: Context, crawl_id: str, url: str, depth: int) -> str:
     """Fetch one released URL; returns what happened (for logs and tests)."""
     opts = ctx.options(crawl_id)
     state = ctx.state(crawl_id)
-    if opts is None or not state.is_inflight(url):
+    if opts is None or not state.start(url):
         return "duplicate"
     domain = ctx.frontier(opts).domain_of(url)
     polite = ctx.politeness(opts)

@@ -45,8 +45,9 @@ class Schedule:
     def __post_init__(self) -> None:
         periods = [p for p in (self.every_hours, self.every_seconds, self.cron) if p]
         if len(periods) != 1:
-            raise ConfigError(f"schedule {self.name!r}: give exactly one of "
-                              "every_hours, every_seconds or cron")
+            raise ConfigError(
+                f"schedule {self.name!r}: give exactly one of every_hours, every_seconds or cron"
+            )
         if not self.seeds:
             raise ConfigError(f"schedule {self.name!r}: no seeds")
 
@@ -56,8 +57,9 @@ class Schedule:
             if len(fields) != 5:
                 raise ConfigError(f"schedule {self.name!r}: cron needs 5 fields: {self.cron!r}")
             minute, hour, day, month, weekday = fields
-            return crontab(minute=minute, hour=hour, day_of_month=day, month_of_year=month,
-                           day_of_week=weekday)
+            return crontab(
+                minute=minute, hour=hour, day_of_month=day, month_of_year=month, day_of_week=weekday
+            )
         seconds = self.every_seconds or (self.every_hours or 0) * 3600
         return schedule(run_every=timedelta(seconds=seconds))
 
@@ -110,8 +112,9 @@ class Schedules:
 
     def all(self) -> list[Schedule]:
         raw = self.client.hgetall(self.keys.schedules)
-        return sorted((Schedule.from_dict(json.loads(v)) for v in raw.values()),
-                      key=lambda s: s.name)
+        return sorted(
+            (Schedule.from_dict(json.loads(v)) for v in raw.values()), key=lambda s: s.name
+        )
 
     def runs(self, name: str, limit: int = 20) -> list[str]:
         ids = self.client.zrevrange(self.keys.schedule_runs(name), 0, limit - 1)

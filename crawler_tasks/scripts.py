@@ -34,6 +34,7 @@ class Scripts:
         self.done = client.register_script(source("done"))
         self.finish = client.register_script(source("finish"))
         self.requeue = client.register_script(source("requeue"))
+        self.start = client.register_script(source("start"))
 
     def __getitem__(self, name: str) -> Script:
         script: Script = getattr(self, name)

@@ -28,6 +28,22 @@ class CrawlState:
     def is_inflight(self, url: str) -> bool:
         return bool(self.client.hexists(self.ck.inflight, url))
 
+    def start(self, url: str) -> bool:
+        """Mark a fetch as begun; False if the URL is not in flight (duplicate delivery)."""
+        return bool(self.scripts.start(keys=[self.ck.inflight], args=[url], client=self.client))
+
+    def stale_releases(self, older_than: float, now: float | None = None) -> list[tuple[str, int]]:
+        """(url, depth) released more than ``older_than`` s ago whose fetch never began: the
+        message was lost between release.lua and the broker (a dispatcher died there)."""
+        limit = (now if now is not None else time.time()) - older_than
+        stale = []
+        for url, value in self.client.hscan_iter(self.ck.inflight, count=1000):
+            parts = value.decode().split("|")
+            # "domain|released_at|depth", plus "|s" once started; cancel drains write 0.
+            if len(parts) == 3 and 0 < float(parts[1]) < limit:
+                stale.append((url.decode(), int(parts[2])))
+        return stale
+
     def finish(self, url: str, counters: dict[str, int]) -> int:
         """finish.lua: URLs still outstanding after this one, or -1 if it was final already."""
         ck = self.ck
@@ -35,8 +51,15 @@ class CrawlState:
         for name, n in counters.items():
             args += [name, n]
         left = self.scripts.finish(
-            keys=[ck.inflight, ck.outstanding, ck.stats, ck.state, ck.persec, self.keys.running,
-                  ck.attempts],
+            keys=[
+                ck.inflight,
+                ck.outstanding,
+                ck.stats,
+                ck.state,
+                ck.persec,
+                self.keys.running,
+                ck.attempts,
+            ],
             args=args,
             client=self.client,
         )
@@ -47,7 +70,8 @@ class CrawlState:
 
     def requeue(self, domain: str, entry: str, url: str, delay: float) -> bool:
         done = self.scripts.requeue(
-            keys=[self.ck.inflight, self.ck.retry], args=[url, domain, entry, delay],
+            keys=[self.ck.inflight, self.ck.retry],
+            args=[url, domain, entry, delay],
             client=self.client,
         )
         return bool(done)
@@ -114,6 +138,7 @@ class CrawlState:
         statuses = {k.split(":", 1)[1]: v for k, v in c.items() if k.startswith("status:")}
         failures = {k.split(":", 1)[1]: v for k, v in c.items() if k.startswith("failed:")}
         skipped = {k.split(":", 1)[1]: v for k, v in c.items() if k.startswith("skipped:")}
+        changes = {k.split(":", 1)[1]: v for k, v in c.items() if k.startswith("change:")}
         flags = self.flags()
         return {
             "crawl_id": self.crawl_id,
@@ -126,4 +151,5 @@ class CrawlState:
             "status_codes": dict(sorted(statuses.items())),
             "failures": failures,
             "skipped": skipped,
+            "changes": changes,
         }

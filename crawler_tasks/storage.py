@@ -86,14 +86,20 @@ class CrawlOutput:
             http = StatusAndHeaders(f"{status} {reason}".strip(), kept, protocol=http_version)
             extra = {"WARC-IP-Address": ip} if ip else None
             resp = writer.create_warc_record(
-                url, "response", payload=io.BytesIO(body), http_headers=http,
+                url,
+                "response",
+                payload=io.BytesIO(body),
+                http_headers=http,
                 warc_headers_dict=extra,
             )
             path = _request_target(url)
-            req_http = StatusAndHeaders(f"GET {path} {http_version}", request_headers,
-                                        is_http_request=True)
+            req_http = StatusAndHeaders(
+                f"GET {path} {http_version}", request_headers, is_http_request=True
+            )
             req = writer.create_warc_record(url, "request", http_headers=req_http)
-            req.rec_headers.add_header("WARC-Concurrent-To", resp.rec_headers.get_header("WARC-Record-ID"))
+            req.rec_headers.add_header(
+                "WARC-Concurrent-To", resp.rec_headers.get_header("WARC-Record-ID")
+            )
             writer.write_record(req)
             writer.write_record(resp)
             f.flush()

@@ -81,7 +81,9 @@ def parse(self: Any, crawl_id: str, url: str, depth: int) -> str:
     return pipeline.parse_url(context(), crawl_id, url, depth)
 
 
-@app.task(name="crawl.start_scheduled", bind=True, **{k: v for k, v in _retry.items() if k != "bind"})
+@app.task(
+    name="crawl.start_scheduled", bind=True, **{k: v for k, v in _retry.items() if k != "bind"}
+)
 def start_scheduled(self: Any, name: str) -> str | None:
     """Started by beat: a new crawl (new id, new dedupe filter) of schedule ``name``."""
     from .crawl import start_crawl
@@ -91,8 +93,9 @@ def start_scheduled(self: Any, name: str) -> str | None:
     item = Schedules(app, ctx.client, ctx.keys).get(name)
     if item is None:
         return None  # removed since beat read it
-    crawl = start_crawl(item.seeds, settings=ctx.settings, client=ctx.client, schedule=name,
-                        **item.options)
+    crawl = start_crawl(
+        item.seeds, settings=ctx.settings, client=ctx.client, schedule=name, **item.options
+    )
     return crawl.id
 
 

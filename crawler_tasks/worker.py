@@ -27,6 +27,7 @@ from .settings import Settings
 from .state import CrawlState
 from .storage import CrawlOutput, Outputs, write_summary
 from .urls import Scope
+from .validators import Seen, Validators, change, digest
 
 log = logging.getLogger(__name__)
 
@@ -34,9 +35,7 @@ Enqueue = Callable[..., None]
 
 
 def redis_client(settings: Settings) -> redis.Redis:
-    return redis.Redis.from_url(
-        settings.state_url, health_check_interval=30, socket_keepalive=True
-    )
+    return redis.Redis.from_url(settings.state_url, health_check_interval=30, socket_keepalive=True)
 
 
 class Context:
@@ -119,8 +118,40 @@ class Context:
         # Marking the target seen keeps it from being fetched a second time from a link.
         return None if bloom.add_many([target])[0] else "duplicate"
 
+    # --- recrawls ---------------------------------------------------------------------------
+    def validators(self, opts: CrawlOptions) -> Validators | None:
+        return Validators(self.client, self.keys, opts.schedule) if opts.schedule else None
+
     def conditional_headers(self, opts: CrawlOptions, url: str) -> dict[str, str]:
-        return {}
+        v = self.validators(opts)
+        seen = v.get(url) if v else None
+        return seen.headers() if seen else {}
+
+    def previous_links(self, opts: CrawlOptions, url: str) -> list[str]:
+        """Outlinks the previous run found on ``url`` (a 304 page is not parsed again)."""
+        v = self.validators(opts)
+        seen = v.get(url) if v else None
+        if seen is not None and v is not None:
+            seen.run = opts.crawl_id
+            v.put(url, seen)
+        return seen.links if seen else []
+
+    def remember(
+        self, opts: CrawlOptions, url: str, headers: dict[str, str], body: bytes, links: list[str]
+    ) -> str | None:
+        """Store this run's validators for ``url``; returns new, changed or unchanged."""
+        v = self.validators(opts)
+        if v is None:
+            return None
+        body_digest = digest(body)
+        previous = v.get(url)
+        v.put(
+            url,
+            Seen(
+                headers.get("etag"), headers.get("last-modified"), body_digest, links, opts.crawl_id
+            ),
+        )
+        return change(previous, body_digest)
 
     def output(self, opts: CrawlOptions) -> CrawlOutput:
         return self.outputs.get(opts.crawl_id, opts.output or self.settings.output_dir)
@@ -180,6 +211,11 @@ class Context:
     def crawl_finished(self, opts: CrawlOptions) -> None:
         """Runs once per crawl, in the worker whose finish.lua emptied it."""
         state = self.state(opts.crawl_id)
+        v = self.validators(opts)
+        if v is not None:
+            self.client.hset(
+                self.keys.crawl(opts.crawl_id).stats, "change:gone", v.gone(opts.crawl_id)
+            )
         summary = state.summary()
         ck = self.keys.crawl(opts.crawl_id)
         directory = f"{opts.output or self.settings.output_dir}/{opts.crawl_id}"

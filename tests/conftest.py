@@ -25,8 +25,21 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = free_port()
     tmp = tmp_path_factory.mktemp("redis")
     proc = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--dir", str(tmp), "--maxmemory-policy", "noeviction"],
+        [
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(tmp),
+            "--maxmemory-policy",
+            "noeviction",
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -73,8 +86,9 @@ def workers(redis_url: str, tmp_path: Path, worker_env: dict[str, str]) -> Itera
     log_dir = tmp_path / "worker-logs"
     log_dir.mkdir()
     env = {"CRAWLER_DISPATCH_INTERVAL": "0.02", **worker_env}
-    with local_workers(redis_url, fetch_threads=8, parsers=1, log_dir=str(log_dir),
-                       extra_env=env) as procs:
+    with local_workers(
+        redis_url, fetch_threads=8, parsers=1, log_dir=str(log_dir), extra_env=env
+    ) as procs:
         yield procs
     for log in sorted(log_dir.glob("*.log")):
         text = log.read_text(errors="replace")
@@ -97,5 +111,3 @@ def _no_crawler_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
         if name.startswith("CRAWLER_"):
             monkeypatch.delenv(name)
-
-

@@ -32,8 +32,13 @@ def start(settings, servers, **options):  # type: ignore[no-untyped-def]
     seeds = [s.base_url + "/" for s in servers]
     hosts = [s.base_url.split("//")[1].split(":")[0] for s in servers]
     rates = {h: math.inf for h in hosts}
-    opts = {"allow_private_networks": True, "allowed_domains": hosts, "rate": math.inf,
-            "concurrency": 4, **options}
+    opts = {
+        "allow_private_networks": True,
+        "allowed_domains": hosts,
+        "rate": math.inf,
+        "concurrency": 4,
+        **options,
+    }
     return seeds, start_crawl(seeds, settings=settings, rates=rates, **opts)
 
 
@@ -70,9 +75,10 @@ def test_max_depth_and_max_pages_bound_the_crawl(settings, workers):
 
 
 def test_two_crawls_at_once_do_not_interfere(settings, workers):
-    with running_sites(["127.0.0.4"], 80, 5, seed=1) as (g1, s1), running_sites(
-        ["127.0.0.5"], 60, 5, seed=2
-    ) as (g2, s2):
+    with (
+        running_sites(["127.0.0.4"], 80, 5, seed=1) as (g1, s1),
+        running_sites(["127.0.0.5"], 60, 5, seed=2) as (g2, s2),
+    ):
         seeds1, c1 = start(settings, s1)
         seeds2, c2 = start(settings, s2)
         c1.wait(timeout=120)
@@ -105,3 +111,15 @@ def test_sigkilled_worker_loses_nothing(settings, redis_url, workers, tmp_path: 
     assert set(got) == expected(graph, seeds)
     assert max(got.values()) == 1
     assert crawl.progress()["outstanding"] == 0
+
+
+def test_fetch_lost_between_release_and_publish_is_reaped(settings, redis_url, tmp_path):
+    with running_sites(["127.0.0.15"], 20, 3) as (graph, servers):
+        seeds, crawl = start(settings, servers)
+        # A dispatcher that died right after release.lua: URLs in flight, no message anywhere.
+        released = crawl.frontier().release(100)
+        assert [url for _, _, url in released.entries] == seeds
+        env = {"CRAWLER_VISIBILITY_TIMEOUT": "2", "CRAWLER_TOTAL_TIMEOUT": "1"}
+        with local_workers(redis_url, fetch_threads=4, parsers=1, extra_env=env):
+            crawl.wait(timeout=60)
+    assert set(crawled(crawl)) == expected(graph, seeds)

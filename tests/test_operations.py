@@ -36,10 +36,20 @@ def _env(settings) -> dict[str, str]:  # type: ignore[no-untyped-def]
 def test_flower_shows_finished_fetch_tasks(settings, workers, tmp_path):
     port = free_port()
     flower = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "crawler_tasks", "flower", f"--port={port}",
-         "--address=127.0.0.1"],
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "crawler_tasks",
+            "flower",
+            f"--port={port}",
+            "--address=127.0.0.1",
+        ],
         env={**_env(settings), "FLOWER_UNAUTHENTICATED_API": "true"},
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     api = f"http://127.0.0.1:{port}/api/tasks"
     try:
@@ -99,9 +109,10 @@ def test_events_arrive_in_order_with_crawl_finished_last(settings, workers):
 
 
 def test_pause_resume_and_cancel(settings, workers):
-    with running_sites(["127.0.0.9"], 80, 4) as (_, servers), running_sites(
-        ["127.0.0.10"], 15, 3
-    ) as (g2, other):
+    with (
+        running_sites(["127.0.0.9"], 80, 4) as (_, servers),
+        running_sites(["127.0.0.10"], 15, 3) as (g2, other),
+    ):
         site = servers[0]
         crawl, _ = _start(settings, site, rate=8.0, concurrency=1)
         bystander, _ = _start(settings, other[0], rate=8.0)
@@ -151,10 +162,19 @@ def test_watch_shows_live_display_on_a_terminal(settings, workers):
         crawl, _ = _start(settings, servers[0], rate=15.0)
         leader, follower = pty.openpty()
         proc = subprocess.Popen(
-            [sys.executable, "-m", "crawler_tasks.cli", "watch", crawl.id,
-             "--broker", settings.broker_url],
-            stdin=follower, stdout=follower, stderr=follower, env={**_env(settings),
-                                                                   "COLUMNS": "100"},
+            [
+                sys.executable,
+                "-m",
+                "crawler_tasks.cli",
+                "watch",
+                crawl.id,
+                "--broker",
+                settings.broker_url,
+            ],
+            stdin=follower,
+            stdout=follower,
+            stderr=follower,
+            env={**_env(settings), "COLUMNS": "100"},
         )
         os.close(follower)
         screen = _read_until_exit(leader, proc, timeout=60)
@@ -162,9 +182,19 @@ def test_watch_shows_live_display_on_a_terminal(settings, workers):
     assert "\x1b[" in screen  # a live terminal display, not plain lines
     assert "finished" in screen and "done" in screen
     plain = subprocess.run(
-        [sys.executable, "-m", "crawler_tasks.cli", "watch", crawl.id, "--broker",
-         settings.broker_url],
-        capture_output=True, text=True, timeout=30, env=_env(settings),
+        [
+            sys.executable,
+            "-m",
+            "crawler_tasks.cli",
+            "watch",
+            crawl.id,
+            "--broker",
+            settings.broker_url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=_env(settings),
     )
     assert "\x1b[" not in plain.stdout and f"[{crawl.id}] finished: done=" in plain.stdout
 
@@ -195,9 +225,18 @@ def test_metrics_export_crawl_counters(settings, workers):
         crawl.wait(timeout=60)
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "crawler_tasks.cli", "metrics", "--port", str(port), "--broker",
-         settings.broker_url],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "crawler_tasks.cli",
+            "metrics",
+            "--port",
+            str(port),
+            "--broker",
+            settings.broker_url,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     try:
         text = wait_until(lambda: _text(f"http://127.0.0.1:{port}/metrics"), timeout=20)

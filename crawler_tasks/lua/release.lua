@@ -30,7 +30,7 @@ if state[2] == '1' then
     local entries = redis.call('LPOP', qprefix .. d, budget)
     if entries then
       for _, e in ipairs(entries) do
-        redis.call('HSET', KEYS[2], string.sub(e, string.find(e, '|', 1, true) + 1), d .. '|0')
+        redis.call('HSET', KEYS[2], string.sub(e, string.find(e, '|', 1, true) + 1), d .. '|0|0')
         out[#out + 1] = d; out[#out + 1] = e
       end
       budget = budget - #entries
@@ -88,7 +88,8 @@ for _, d in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0,
         local e = redis.call('LPOP', q)
         local url = string.sub(e, string.find(e, '|', 1, true) + 1)
         redis.call('ZADD', lease, now + lease_s, url)
-        redis.call('HSET', KEYS[2], url, d .. '|' .. t[1])
+        -- "domain|released at|depth": enough for the dispatcher's reaper to publish it again.
+        redis.call('HSET', KEYS[2], url, d .. '|' .. t[1] .. '|' .. string.sub(e, 1, string.find(e, '|', 1, true) - 1))
         tat = math.max(tat, now) + interval
         inuse, pending, released = inuse + 1, pending - 1, released + 1
         out[#out + 1] = d; out[#out + 1] = e

@@ -1,0 +1,155 @@
+"""Periodic recrawls: a real celery beat (RedBeat) starts runs of a schedule; the second run sends
+the first run's validators and a server that honours them answers 304."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from conftest import wait_until
+
+from crawler_tasks import Crawl
+from crawler_tasks.app import make_app
+from crawler_tasks.embedded import stop_process
+from crawler_tasks.keys import Keys
+from crawler_tasks.schedule import Schedule, Schedules, load_file
+
+
+class VersionedSite(BaseHTTPRequestHandler):
+    """Five pages with ETags; /news changes on every request; /old exists in version 1 only."""
+
+    version = 1
+    conditional_hits: list[str] = []
+
+    def pages(self) -> dict[str, str]:
+        links = ["/a", "/b", "/news"] + (["/old"] if self.version == 1 else [])
+        pages = {
+            "/": "".join(f'<a href="{p}">{p}</a>' for p in links),
+            "/a": '<a href="/b">b</a>',
+            "/b": '<a href="/">home</a>',
+            "/news": "",
+        }
+        if self.version == 1:
+            pages["/old"] = "old page"
+        return pages
+
+    def do_GET(self) -> None:  # noqa: N802 - stdlib name
+        body = self.pages().get(self.path)
+        if body is None:
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        if self.path == "/news":
+            body = f"<title>news</title>{threading.get_ident()}{os.urandom(4).hex()}"
+        html = f"<html><head><title>{self.path}</title></head><body>{body}</body></html>".encode()
+        etag = '"' + hashlib.md5(html).hexdigest() + '"'
+        if self.path != "/news" and self.headers.get("If-None-Match") == etag:
+            type(self).conditional_hits.append(self.path)
+            self.send_response(304)
+            self.send_header("ETag", etag)
+            self.end_headers()
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Length", str(len(html)))
+        if self.path != "/news":
+            self.send_header("ETag", etag)
+        self.end_headers()
+        self.wfile.write(html)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def versioned_site() -> Iterator[str]:
+    VersionedSite.version = 1
+    VersionedSite.conditional_hits = []
+    server = ThreadingHTTPServer(("127.0.0.14", 0), VersionedSite)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.14:{server.server_address[1]}/"
+    server.shutdown()
+
+
+def test_schedules_file_is_validated(tmp_path: Path):
+    path = tmp_path / "s.toml"
+    path.write_text(
+        '[[schedule]]\nname = "docs"\nseeds = ["https://e.org/"]\ncron = "0 3 * * *"\n'
+        "[schedule.options]\nmax_depth = 2\n"
+    )
+    (item,) = load_file(path)
+    assert item.options == {"max_depth": 2} and item.celery_schedule().hour == {3}
+    path.write_text('[[schedule]]\nname = "x"\nseeds = ["https://e.org/"]\n')
+    with pytest.raises(ValueError, match="exactly one"):
+        load_file(path)
+
+
+def test_beat_runs_a_schedule_and_the_second_run_gets_304s(
+    settings, redis_url, workers, versioned_site, tmp_path
+):
+    app = make_app(settings)
+    schedules = Schedules(app, Crawl("x", settings=settings).client, Keys(settings.key_prefix))
+    output = str(tmp_path / "out")
+    schedules.add(
+        Schedule(
+            "site",
+            [versioned_site],
+            every_seconds=6,
+            options={"allow_private_networks": True, "rate": 50.0, "output": output},
+        )
+    )
+    beat = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "crawler_tasks",
+            "beat",
+            "--loglevel",
+            "INFO",
+            "-s",
+            str(tmp_path / "beat-schedule"),
+        ],
+        env={
+            **os.environ,
+            "CRAWLER_BROKER_URL": redis_url,
+            "CRAWLER_SCHEDULES_FILE": str(tmp_path / "none.toml"),
+        },
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        first_id = wait_until(lambda: schedules.runs("site")[-1:], timeout=40)[0]
+        first = Crawl(first_id, settings=settings)
+        first.wait(timeout=30)
+        VersionedSite.version = 2
+        second_id = wait_until(
+            lambda: [r for r in schedules.runs("site") if r != first_id], timeout=40
+        )[-1]
+        second = Crawl(second_id, settings=settings)
+        summary = second.wait(timeout=30)
+        schedules.remove("site")
+    finally:
+        stop_process(beat)
+    assert second.options.schedule == "site" and second_id != first_id
+    first_urls = {r["url"] for r in first.pages()}
+    records = {r["url"]: r for r in second.pages()}
+    assert set(records) == first_urls - {versioned_site + "old"}
+    assert records[versioned_site + "a"]["status"] == 304
+    assert records[versioned_site + "a"]["change"] == "not_modified"
+    assert records[versioned_site + "news"]["change"] == "changed"
+    assert records[versioned_site]["change"] == "changed"  # /old is no longer linked
+    assert "/a" in VersionedSite.conditional_hits and "/b" in VersionedSite.conditional_hits
+    # /b is reached only through /a, which was not re-parsed: its links came from run one.
+    assert summary["changes"]["not_modified"] == 2
+    assert summary["changes"]["gone"] == 1
