@@ -96,6 +96,7 @@ def main() -> None:
 @click.option("--max-pages", type=int, default=0, help="URLs admitted at most (0: no limit).")
 @click.option("--priority", type=click.Choice(["high", "medium", "low"]), default="high")
 @click.option("--order", type=click.Choice(["bfs", "dfs"]), default="bfs")
+@click.option("--max-pages-per-host", type=int, help="URLs admitted per domain at most.")
 @click.option("--allowed-domain", "allowed_domains", multiple=True, help="Repeatable.")
 @click.option("--include", multiple=True, help="Regex a URL must match (repeatable).")
 @click.option("--exclude", multiple=True, help="Regex a URL must not match (repeatable).")
@@ -150,6 +151,8 @@ def _run(
     no_wait: bool,
     options: dict[str, Any],
 ) -> dict[str, Any] | None:
+    from rich.console import Console
+
     from .crawl import start_crawl
     from .display import watch
 
@@ -160,7 +163,8 @@ def _run(
         click.echo(handle.id)
         return None
     try:
-        watch(handle)
+        # Progress on stderr: stdout carries only the summary (``--json`` pipes cleanly).
+        watch(handle, console=Console(stderr=True))
     except KeyboardInterrupt:
         click.echo(f"\ninterrupted: cancelling crawl {handle.id}", err=True)
         handle.cancel()

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import math
 import os
@@ -52,7 +53,11 @@ def check_seeds(seeds: Iterable[str], allow_private: bool) -> list[str]:
             raise InvalidSeed(seed, str(exc)) from None
         host = host_of(url).strip("[]")
         if not allow_private and (host == "localhost" or _is_private_literal(host)):
-            raise InvalidSeed(seed, "private/loopback address; pass allow_private_networks=True")
+            raise InvalidSeed(
+                seed,
+                "private or loopback address: allow it with --allow-private-networks "
+                "(allow_private_networks=True)",
+            )
         out.append(url)
     if not out:
         raise InvalidSeed("", "no seed URL given")
@@ -61,9 +66,10 @@ def check_seeds(seeds: Iterable[str], allow_private: bool) -> list[str]:
 
 def _is_private_literal(host: str) -> bool:
     try:
-        return not is_public_address(host)
+        ipaddress.ip_address(host)
     except ValueError:
-        return False  # a name, checked when it is resolved
+        return False  # a name: checked when it is resolved, on every connection
+    return not is_public_address(host)
 
 
 def start_crawl(
@@ -187,10 +193,16 @@ class Crawl:
         return self.summary()
 
     def summary(self) -> dict[str, Any]:
+        """The crawl's ``summary.json`` once the finishing worker has written it (the status
+        flips just before), else the same figures computed from Redis now."""
         path = self.output_dir / "summary.json"
-        for _ in range(40):  # written by the finishing worker right after the status flips
+        finished_at = float(self.state.flags().get("finished_at", 0) or 0)
+        for _ in range(40 if finished_at else 0):
             if path.exists():
-                return dict(json.loads(path.read_text("utf-8")))
+                data = dict(json.loads(path.read_text("utf-8")))
+                # After retry_failed() the file of the first finish is still there.
+                if finished_at and (data.get("finished_at") or 0) >= finished_at - 1e-3:
+                    return data
             time.sleep(0.05)
         return self.state.summary()
 

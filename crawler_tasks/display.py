@@ -3,9 +3,8 @@ stdout is a pipe or a file (CI logs, ``| tee``)."""
 
 from __future__ import annotations
 
-import sys
 import time
-from typing import Any
+from typing import IO, Any
 
 from rich.console import Console
 from rich.live import Live
@@ -48,7 +47,7 @@ def watch(
     """Show progress until the crawl is finished; returns the last progress."""
     console = console or Console()
     if not console.is_terminal:
-        return _watch_plain(crawl, plain_every)
+        return _watch_plain(crawl, plain_every, console.file)
     with Live(table(crawl.progress()), console=console, refresh_per_second=4) as live:
         while True:
             p = crawl.progress()
@@ -58,13 +57,13 @@ def watch(
             time.sleep(interval)
 
 
-def _watch_plain(crawl: Crawl, every: float) -> dict[str, Any]:
+def _watch_plain(crawl: Crawl, every: float, out: IO[str]) -> dict[str, Any]:
     last = 0.0
     while True:
         p = crawl.progress()
         done = p["status"] in ("finished", "cancelled")
         if done or time.monotonic() - last >= every:
-            print(line(p), file=sys.stdout, flush=True)
+            print(line(p), file=out, flush=True)
             last = time.monotonic()
         if done:
             return p

@@ -4,7 +4,8 @@ string recorded in ``pages*.jsonl`` and the dead-letter list::
     CrawlerError
     ├── ConfigError                  bad settings or crawl options (raised to the caller)
     │   └── InvalidSeed              a seed URL that cannot be crawled; names the seed
-    ├── RetryableError               worth trying again later (Celery retries with back-off)
+    ├── RetryableError               worth trying again later: back into the frontier with
+    │   │                            back-off and jitter, at most ``max_retries`` times
     │   ├── FetchTimeout             connect/read timeout or total deadline exceeded
     │   ├── ConnectionFailed         refused, reset, DNS failure, TLS handshake error
     │   └── ServerError              5xx, 408 or 429 (carries ``retry_after`` seconds)
@@ -14,8 +15,14 @@ string recorded in ``pages*.jsonl`` and the dead-letter list::
         ├── TooManyRedirects         redirect loop or more hops than ``max_redirects``
         ├── OutOfScope               redirected outside the crawl's allowed domains/patterns
         ├── TooLarge                 ``Content-Length`` above ``max_body_bytes``
+        ├── BadEncoding              a body its ``Content-Encoding`` cannot decode (bad gzip)
         ├── RobotsDisallowed         robots.txt forbids the URL
-        └── ClientError              other 4xx
+        ├── ClientError              other 4xx
+        ├── InvalidURL               not a URL we can normalise
+        └── InternalError            a bug met this URL; recorded so the crawl still finishes
+
+``details`` (keyword arguments) add context; the fetcher adds ``redirects`` (the hops followed
+before the failure) and ``final_url`` (the URL it failed on) to every error it raises.
 """
 
 from __future__ import annotations
@@ -88,6 +95,10 @@ class TooLarge(PermanentError):
     reason = "too_large"
 
 
+class BadEncoding(PermanentError):
+    reason = "bad_encoding"
+
+
 class RobotsDisallowed(PermanentError):
     reason = "robots_disallowed"
 
@@ -104,3 +115,9 @@ class InvalidURL(PermanentError, ValueError):
     """Not an absolute http(s) URL we can normalise (raised by ``urls.normalize``)."""
 
     reason = "invalid_url"
+
+
+class InternalError(PermanentError):
+    """An unexpected exception while handling a URL (a bug): the URL still gets a final state."""
+
+    reason = "internal_error"

@@ -14,7 +14,11 @@ Limits, all enforced whatever the server does:
   bounded steps and cut at ``max_body_bytes`` *decoded* bytes, so neither an endless body nor a
   decompression bomb costs more than about ``max_body_bytes`` of memory;
 * every hop's host is resolved and vetted by :func:`crawler_tasks.netguard.check_host` and the
-  connection pinned to a vetted address (see that module).
+  connection pinned to a vetted address (see that module); a redirect to a forbidden IP literal
+  (``169.254.169.254``) fails with ``BlockedAddress`` before ``follow`` or the network see it.
+
+Every :class:`~crawler_tasks.errors.CrawlerError` raised carries ``details["redirects"]`` (the
+hops followed so far) and ``details["final_url"]`` (the URL being fetched when it failed).
 """
 
 from __future__ import annotations
@@ -29,12 +33,13 @@ from typing import cast
 from urllib.parse import urljoin, urlsplit
 
 import requests
-from urllib3.exceptions import ConnectTimeoutError, HTTPError, NewConnectionError
+from urllib3.exceptions import ConnectTimeoutError, DecodeError, HTTPError, NewConnectionError
 from urllib3.exceptions import ReadTimeoutError as Urllib3ReadTimeout
 from urllib3.response import HTTPResponse
 
 from . import netguard
 from .errors import (
+    BadEncoding,
     ConnectionFailed,
     CrawlerError,
     FetchTimeout,
@@ -130,20 +135,25 @@ class Fetcher:
         """GET ``url``, following redirects (each hop vetted by ``follow`` and the guard).
 
         Raises FetchTimeout, ConnectionFailed, BlockedAddress, UnsupportedScheme,
-        TooManyRedirects, TooLarge or InvalidURL.
+        TooManyRedirects, TooLarge, BadEncoding or InvalidURL.
         """
         chain = _Chain(url, allow_private, headers, follow, netguard.Deadline(self._total_timeout))
         # Saved and restored: a ``follow`` callback may itself fetch (in this same thread).
         outer = (self._context.deadline, self._context.pinned_ip)
         self._context.deadline = chain.deadline
         try:
-            return self._get(chain)
-        except ConnectionFailed:
-            if chain.deadline.expired:
-                raise FetchTimeout("total deadline exceeded") from None
+            try:
+                return self._get(chain)
+            except ConnectionFailed:
+                if chain.deadline.expired:
+                    raise FetchTimeout("total deadline exceeded") from None
+                raise
+            except (requests.RequestException, HTTPError, HTTPException, OSError) as exc:
+                raise _translate(exc, chain.deadline.expired) from exc
+        except CrawlerError as exc:
+            exc.details.setdefault("redirects", list(chain.redirects))
+            exc.details.setdefault("final_url", chain.current)
             raise
-        except (requests.RequestException, HTTPError, HTTPException, OSError) as exc:
-            raise _translate(exc, chain.deadline.expired) from exc
         finally:
             chain.deadline.finish()
             self._context.deadline, self._context.pinned_ip = outer
@@ -176,6 +186,9 @@ class Fetcher:
         _require_http(target, redirects=[*chain.redirects, (status, target)])
         target = normalize(target)
         chain.redirects.append((status, target))
+        # No DNS here: names are vetted when connected to. A literal is judged at once, so a
+        # redirect to the metadata endpoint is "blocked", not "out of scope", in the record.
+        netguard.check_literal(_host_port(target)[0], allow_private=chain.allow_private)
         if target in chain.visited:
             raise TooManyRedirects(f"redirect loop at {target}", redirects=chain.redirects)
         if len(chain.redirects) > self._max_redirects:
@@ -220,7 +233,10 @@ class Fetcher:
         length = _content_length(raw)
         if length is not None and length > self._max_body_bytes:
             raise TooLarge(
-                f"Content-Length {length} above {self._max_body_bytes}", content_length=length
+                f"Content-Length {length} above {self._max_body_bytes}",
+                content_length=length,
+                status=resp.status_code,
+                content_type=_media_type(raw.headers.get("content-type")),
             )
         body, truncated = _read_body(raw, self._max_body_bytes, chain.deadline)
         if truncated:
@@ -354,6 +370,8 @@ def _translate(exc: BaseException, expired: bool) -> CrawlerError:
     message = f"{type(exc).__name__}: {exc}"[:500]
     if expired:
         return FetchTimeout("total deadline exceeded")
+    if isinstance(exc, (DecodeError, requests.exceptions.ContentDecodingError)):
+        return BadEncoding(message)  # the same bytes would fail the same way: not retried
     timeouts = (requests.Timeout, Urllib3ReadTimeout, TimeoutError)
     connect_timeout = isinstance(exc, ConnectTimeoutError) and not isinstance(
         exc, NewConnectionError

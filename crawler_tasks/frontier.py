@@ -83,7 +83,7 @@ class Frontier:
         ck = self.ck
         keys = [ck.outstanding, ck.stats, ck.ready]
         keys += [ck.bloom(i) for i in range(self.shape.shards)]
-        args: list[str | int | float] = [
+        args: list[str | int | float | bytes] = [
             0,
             self.opts.max_pages,
             self.shape.k,

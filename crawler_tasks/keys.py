@@ -11,7 +11,8 @@ Layout (``P`` is the prefix setting, default ``crawler``; ``C`` a crawl id; ``D`
     P:C:bloom:N              string Bloom filter shard N
     P:C:q:D                  list   pending frontier entries of one domain ("depth|url")
     P:C:ready                zset   domains with pending work, scored by when they may go next
-    P:C:dom:D                hash   politeness state of a domain: tat, slow, not_before, delay
+    P:C:dom:D                hash   politeness state of a domain: tat, slow, not_before, delay,
+                                    iv (interval of the last release), own (owner's rate)
     P:C:rates                hash   the crawl owner's rate overrides, domain -> req/s or "inf"
     P:C:lease:D              zset   in-flight lease tokens of a domain, scored by expiry
     P:C:inflight             hash   url -> "domain|released at" for every released, unfinished URL
@@ -19,7 +20,11 @@ Layout (``P`` is the prefix setting, default ``crawler``; ``C`` a crawl id; ``D`
     P:C:attempts             hash   url -> failed attempts so far (only URLs that failed once)
     P:C:body:H               string fetched body waiting for its parse task
     P:C:failed               hash   url -> dead-letter record, JSON
+    P:C:hostpages            hash   domain -> URLs admitted (``max_pages_per_host``)
+    P:C:redirects            hash   url -> JSON list of redirect targets it claimed (marked seen)
     P:C:persec               hash   unix second -> URLs finished (recent pages/s)
+    P:C:sitemaps             set    URLs admitted as sitemap files (``sitemaps=True`` crawls)
+    P:C:smo:ORIGIN           string set (NX) once this crawl admitted ORIGIN's robots.txt sitemaps
     P:C:events               pubsub channel of crawl events
     P:robots:ORIGIN          string robots.txt cache, shared by crawls
     P:rates                  hash   cluster-wide rates set with `crawler set-rate`
@@ -66,12 +71,15 @@ class CrawlKeys:
         self.domain_prefix = f"{base}:dom:"
         self.inflight = f"{base}:inflight"
         self.failed = f"{base}:failed"
+        self.host_pages = f"{base}:hostpages"
+        self.redirects = f"{base}:redirects"
         self.retry = f"{base}:retry"
         self.attempts = f"{base}:attempts"
         self.persec = f"{base}:persec"
         self.events = f"{base}:events"
         self.queue_prefix = f"{base}:q:"
         self.lease_prefix = f"{base}:lease:"
+        self.sitemaps = f"{base}:sitemaps"
 
     def bloom(self, shard: int) -> str:
         return f"{self.base}:bloom:{shard}"
@@ -87,6 +95,10 @@ class CrawlKeys:
 
     def body(self, url: str) -> str:
         return f"{self.base}:body:{url_digest(url)}"
+
+    def sitemap_origin(self, origin: str) -> str:
+        """Marker (SET NX): this crawl has admitted the Sitemap: lines of ``origin``."""
+        return f"{self.base}:smo:{origin}"
 
 
 def url_digest(url: str) -> str:

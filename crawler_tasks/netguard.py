@@ -165,6 +165,17 @@ def check_host(host: str, port: int, *, allow_private: bool = False) -> list[str
     return addresses
 
 
+def check_literal(host: str, *, allow_private: bool = False) -> None:
+    """Raise ``BlockedAddress`` if ``host`` is an IP literal the policy forbids; names pass.
+
+    No DNS: cheap enough to run on a redirect target before anything else looks at it, so a
+    redirect to ``169.254.169.254`` is reported as blocked whatever the crawl's scope says.
+    Names are vetted by :func:`check_host` when (and if) they are connected to.
+    """
+    if _parse(host) is not None and not is_allowed_address(host, allow_private=allow_private):
+        raise BlockedAddress(f"blocked address {host}", host=host, addresses=[host.strip("[]")])
+
+
 # --- the transport: pinned connections under a deadline -----------------------------------------
 # requests/urllib3 resolve the hostname again when they connect; the classes below make them
 # connect to the address check_host vetted instead, while ``host`` (Host header, TLS SNI,

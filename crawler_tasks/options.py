@@ -25,6 +25,8 @@ class CrawlOptions:
     max_depth: int | None = None
     #: URLs admitted at most; 0 = unlimited. Also sizes the Bloom filter.
     max_pages: int = 0
+    #: URLs admitted per host (politeness domain), seeds included; 0 = unlimited.
+    max_pages_per_host: int = 0
     allowed_domains: tuple[str, ...] = ()
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
@@ -62,6 +64,8 @@ class CrawlOptions:
             raise ConfigError("max_depth must be >= 0")
         if self.max_pages < 0:
             raise ConfigError("max_pages must be >= 0")
+        if self.max_pages_per_host < 0:
+            raise ConfigError("max_pages_per_host must be >= 0")
         for host, r in self.rates.items():
             if not r > 0:
                 raise ConfigError(f"rate for {host!r} must be > 0 (use inf for no limit)")
@@ -81,6 +85,7 @@ class CrawlOptions:
             "bloom_shard_bits": settings.bloom_shard_bits,
             "max_url_length": settings.max_url_length,
             "max_repeated_segments": settings.max_repeated_segments,
+            "max_pages_per_host": settings.max_pages_per_host,
         }
 
     @property

@@ -9,19 +9,33 @@ that finds no entry is a duplicate delivery and does nothing.
 
 Retryable failures do not sleep and do not use Celery countdowns: the URL goes back to the
 frontier with a due time (exponential back-off with jitter), so the retry also waits for the
-domain's rate, lease and Retry-After like any other request.
+domain's rate, lease and Retry-After like any other request. After ``max_retries`` retries the
+URL is final with the last failure's reason and its ``attempts``.
+
+Redirect hops are followed by the fetcher; each target is scope-checked and marked seen here
+(a target already seen stops the chain: ``redirect_duplicate``; out of scope:
+``redirect_out_of_scope``). The targets a URL marked are remembered, so a retry or a replay of
+that URL (``retry-failed``) follows them again instead of stopping at its own marks.
+
+An unexpected exception (a bug) while handling a URL gives it the final state
+``internal_error`` instead of leaving it in flight forever; only a Redis outage is raised, for
+the task's own retry.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import random
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import redis
+
 from . import events
-from .errors import CrawlerError, PermanentError, RetryableError, ServerError
+from .errors import CrawlerError, InternalError, PermanentError, RetryableError, ServerError
 from .fetch import Response
 from .options import CrawlOptions
 from .parse import extract, is_html
@@ -29,7 +43,11 @@ from .politeness import parse_retry_after
 from .urls import origin_of
 from .worker import Context
 
+log = logging.getLogger(__name__)
+
 THROTTLE_STATUSES = {429, 503}
+#: Errors left to the Celery task's own retry (tasks.py): the URL's state cannot be written now.
+INFRA_ERRORS = (redis.ConnectionError, redis.TimeoutError)
 DEAD_LETTER_FIELDS = ("url", "depth", "error", "status", "detail", "attempts", "fetched_at")
 
 
@@ -66,6 +84,15 @@ class Final:
 
 def fetch_url(ctx: Context, crawl_id: str, url: str, depth: int) -> str:
     """Fetch one released URL; returns what happened (for logs and tests)."""
+    try:
+        return _fetch_url(ctx, crawl_id, url, depth)
+    except INFRA_ERRORS:
+        raise
+    except Exception as exc:
+        return _internal_error(ctx, crawl_id, url, depth, exc, release=True)
+
+
+def _fetch_url(ctx: Context, crawl_id: str, url: str, depth: int) -> str:
     opts = ctx.options(crawl_id)
     state = ctx.state(crawl_id)
     if opts is None or not state.start(url):
@@ -80,20 +107,12 @@ def fetch_url(ctx: Context, crawl_id: str, url: str, depth: int) -> str:
     if robots_verdict is not None:
         polite.done(url, domain, "ok")
         return finalize(ctx, opts, robots_verdict)
-    stopped: list[str] = []
-
-    def follow(target: str) -> str | None:
-        reason = ctx.follow_redirect(opts, target)
-        if reason:
-            stopped.append(reason)
-        return reason
-
     try:
         response = ctx.fetcher.get(
             url,
             allow_private=opts.allow_private_networks,
             headers=ctx.conditional_headers(opts, url),
-            follow=follow,
+            follow=_Redirects(ctx, opts, url).follow,
         )
     except RetryableError as exc:
         polite.done(url, domain, "error")
@@ -101,7 +120,33 @@ def fetch_url(ctx: Context, crawl_id: str, url: str, depth: int) -> str:
     except PermanentError as exc:
         polite.done(url, domain, "ok")
         return finalize(ctx, opts, _failed(url, depth, exc))
-    return _after_response(ctx, opts, url, depth, domain, response, stopped)
+    return _after_response(ctx, opts, url, depth, domain, response)
+
+
+class _Redirects:
+    """The ``follow`` callback of one fetch: vets each redirect hop of ``url``.
+
+    A target new to the crawl is marked seen (so no link fetches it a second time) and claimed
+    for ``url`` in the crawl's redirects hash; a target ``url`` claimed in an earlier attempt is
+    followed again. Claims are dropped when the URL ends well (see :func:`finalize`).
+    """
+
+    def __init__(self, ctx: Context, opts: CrawlOptions, url: str) -> None:
+        self.ctx, self.opts, self.url = ctx, opts, url
+        self.key = ctx.keys.crawl(opts.crawl_id).redirects
+        self.claimed: list[str] | None = None  # read on the first hop only
+
+    def follow(self, target: str) -> str | None:
+        if self.claimed is None:
+            raw = self.ctx.client.hget(self.key, self.url)
+            self.claimed = json.loads(raw) if raw else []
+        if target in self.claimed:
+            return None
+        reason = self.ctx.follow_redirect(self.opts, target)
+        if reason is None:
+            self.claimed.append(target)
+            self.ctx.client.hset(self.key, self.url, json.dumps(self.claimed))
+        return reason
 
 
 def _after_response(
@@ -111,7 +156,6 @@ def _after_response(
     depth: int,
     domain: str,
     response: Response,
-    stopped: list[str],
 ) -> str:
     polite = ctx.politeness(opts)
     status = response.status
@@ -130,12 +174,32 @@ def _after_response(
         ctx.store_body(opts, url, dumps_meta(response, final.extra, final.counters), response.body)
         ctx.enqueue_parse(opts.crawl_id, url, depth)
         return "fetched"
+    if status == 304 and opts.schedule:
+        return finalize(ctx, opts, _not_modified(ctx, opts, final))
+    if 200 <= status < 300:
+        _note_change(final, ctx.remember(opts, url, response.headers, response.body, []))
     if 300 <= status < 400 and status != 304:
-        # Not followed on purpose: out of scope, or its target is fetched from elsewhere.
-        final.error = f"redirect_{stopped[-1] if stopped else 'not_followed'}"
+        # Not followed on purpose (out of scope, or its target is fetched from elsewhere), or
+        # not followable (no Location, 300/305).
+        final.error = f"redirect_{response.stop_reason or 'not_followed'}"
+        final.counters[f"skipped:{final.error}"] = 1
     elif status >= 400:
         final.error = "client_error"
     return finalize(ctx, opts, final)
+
+
+def _not_modified(ctx: Context, opts: CrawlOptions, final: Final) -> Final:
+    """A recrawl's 304: not parsed again; the previous run's links keep the crawl going."""
+    final.outlinks = ctx.previous_links(opts, final.url)
+    final.counters.update(ctx.admit_links(opts, final.outlinks, final.depth + 1))
+    _note_change(final, "not_modified")
+    return final
+
+
+def _note_change(final: Final, change: str | None) -> None:
+    if change is not None:
+        final.extra["change"] = change
+        final.counters[f"change:{change}"] = 1
 
 
 def _base_final(url: str, depth: int, response: Response) -> Final:
@@ -157,31 +221,73 @@ def _base_final(url: str, depth: int, response: Response) -> Final:
 
 
 def _robots(ctx: Context, opts: CrawlOptions, url: str, domain: str) -> Final | None:
-    if not opts.obey_robots:
-        return None
-    robots = ctx.robots(opts).get(origin_of(url))
-    delay = robots.crawl_delay(opts.robots_agent)
-    if delay:
-        ctx.politeness(opts).set_crawl_delay(domain, delay)
-    if robots.allowed(opts.robots_agent, url):
-        return None
-    return Final(url, 0, error="robots_disallowed", counters={"robots_disallowed": 1})
+    """What robots.txt says of ``url`` (a Final if it is not to be fetched), and the politeness
+    accounting of the requests this fetch sends (see ``politeness``): robots.txt, when it is
+    not cached, is charged to the domain's bucket; the page's start is stamped, with the
+    Crawl-delay; a disallowed URL gives its token back. With ``sitemaps``, an origin's
+    ``Sitemap:`` URLs are admitted the first time, and a sitemap file is fetched and used
+    here (see ``sitemaps``), its Final returned."""
+    from .sitemaps import Sitemaps  # pipeline is imported by the modules sitemaps needs
+
+    polite = ctx.politeness(opts)
+    delay = None
+    if opts.obey_robots or opts.sitemaps:
+        origin = origin_of(url)
+        robots = ctx.robots(opts).get(origin, lambda: polite.extra_request(domain))
+        if opts.obey_robots:
+            if not robots.allowed(opts.robots_agent, url):
+                polite.refund(domain)
+                return Final(url, 0, error="robots_disallowed", counters={"robots_disallowed": 1})
+            delay = robots.crawl_delay(opts.robots_agent)
+        if opts.sitemaps:
+            maps = Sitemaps(ctx, opts)
+            maps.discover(origin, robots)
+            if maps.is_sitemap(url):
+                polite.started(url, domain, delay)
+                return Final(url, 0, **maps.fetch(url))
+    polite.started(url, domain, delay)
+    return None
 
 
 def _failed(url: str, depth: int, exc: CrawlerError) -> Final:
-    return Final(
+    details = exc.details
+    status = getattr(exc, "status", None) or details.get("status")
+    final = Final(
         url,
         depth,
         error=exc.reason,
-        status=getattr(exc, "status", None),
-        extra={"detail": str(exc), "fetched_at": time.time()},
+        status=status if isinstance(status, int) else None,
+        final_url=_text(details.get("final_url")),
+        content_type=_text(details.get("content_type")),
+        extra={"detail": str(exc)[:500], "fetched_at": time.time()},
         counters={"failed": 1, f"failed:{exc.reason}": 1},
     )
+    redirects = details.get("redirects")
+    if isinstance(redirects, list) and redirects:
+        final.extra["redirects"] = [target for _, target in redirects]
+    return final
 
 
-def retry_or_fail(
-    ctx: Context, opts: CrawlOptions, url: str, depth: int, exc: CrawlerError
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _internal_error(
+    ctx: Context, crawl_id: str, url: str, depth: int, exc: Exception, *, release: bool
 ) -> str:
+    """Give ``url`` a final state after a bug; the log has the traceback."""
+    log.exception("crawl %s: internal error on %.300s", crawl_id, url)
+    opts = ctx.options(crawl_id)
+    if opts is None:
+        raise exc
+    if release:  # the domain's lease, or the domain waits for its expiry
+        with contextlib.suppress(Exception):
+            ctx.politeness(opts).done(url, ctx.frontier(opts).domain_of(url), "error")
+    error = InternalError(f"{type(exc).__name__}: {exc}")
+    return finalize(ctx, opts, _failed(url, depth, error))
+
+
+def retry_or_fail(ctx: Context, opts: CrawlOptions, url: str, depth: int, exc: CrawlerError) -> str:
     state = ctx.state(opts.crawl_id)
     attempts = state.count_attempt(url)
     if attempts > ctx.settings.max_retries:
@@ -196,6 +302,15 @@ def retry_or_fail(
 
 
 def parse_url(ctx: Context, crawl_id: str, url: str, depth: int) -> str:
+    try:
+        return _parse_url(ctx, crawl_id, url, depth)
+    except INFRA_ERRORS:
+        raise
+    except Exception as exc:
+        return _internal_error(ctx, crawl_id, url, depth, exc, release=False)
+
+
+def _parse_url(ctx: Context, crawl_id: str, url: str, depth: int) -> str:
     opts = ctx.options(crawl_id)
     if opts is None:
         return "duplicate"
@@ -234,7 +349,9 @@ def parse_url(ctx: Context, crawl_id: str, url: str, depth: int) -> str:
         counters={**meta["counters"], "parsed": 1, **skipped},
     )
     for reason, n in page.links_dropped.items():
-        final.counters[f"links_dropped:{reason}"] = n
+        if n:
+            final.counters[f"links_dropped:{reason}"] = n
+    _note_change(final, ctx.remember(opts, url, meta.get("headers") or {}, body, page.links))
     result = finalize(ctx, opts, final)
     ctx.drop_body(opts, url)
     return result
@@ -252,6 +369,10 @@ def finalize(ctx: Context, opts: CrawlOptions, final: Final) -> str:
     left = state.finish(final.url, counters)
     if left < 0:
         return "duplicate"
+    if final.extra.get("redirects") and "failed" not in counters:
+        # Claims of a URL that ended well are no longer needed; a failed one keeps them for
+        # retry-failed. Not atomic with finish: a leftover entry only costs its bytes.
+        ctx.client.hdel(ctx.keys.crawl(opts.crawl_id).redirects, final.url)
     out = ctx.output(opts)
     out.page(record)
     out.edges(final.url, final.outlinks)
@@ -261,6 +382,10 @@ def finalize(ctx: Context, opts: CrawlOptions, final: Final) -> str:
     if left == 0:
         ctx.crawl_finished(opts)
     return final.error or "done"
+
+
+# Response headers the parse step (and the recrawl validators) need.
+_KEPT_HEADERS = ("content-type", "x-robots-tag", "content-language", "etag", "last-modified")
 
 
 def dumps_meta(response: Response, extra: dict[str, Any], counters: dict[str, int]) -> str:
@@ -273,7 +398,7 @@ def dumps_meta(response: Response, extra: dict[str, Any], counters: dict[str, in
             "headers": {
                 k: v
                 for k, v in response.headers.items()
-                if k.lower() in ("content-type", "x-robots-tag", "content-language")
+                if k.lower() in _KEPT_HEADERS
             },
             "extra": extra,
             "counters": counters,

@@ -277,12 +277,16 @@ class RobotsCache:
         self._lru: OrderedDict[str, tuple[float, Robots]] = OrderedDict()
         self._lock = threading.Lock()  # Celery's thread pools share one instance
 
-    def get(self, origin: str) -> Robots:
-        """The rules of ``origin`` (``scheme://host[:port]``)."""
+    def get(self, origin: str, before_fetch: Callable[[], object] | None = None) -> Robots:
+        """The rules of ``origin`` (``scheme://host[:port]``). ``before_fetch`` is called just
+        before robots.txt is requested over HTTP (not on a cache hit): politeness charges the
+        host's bucket for that request there."""
         robots = self._from_lru(origin)
         if robots is None:
             robots, ttl = self._from_redis(origin)
             if robots is None:
+                if before_fetch is not None:
+                    before_fetch()
                 robots = self._fetch(origin)
                 ttl = self._ttl_of(robots)
                 self._redis.set(self._keys.robots(origin), _dump(robots), ex=ttl)

@@ -11,6 +11,7 @@ a second beat waits on the lock and takes over only if the first one dies.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from dataclasses import asdict, dataclass, field
@@ -100,10 +101,8 @@ class Schedules:
 
         removed = bool(self.client.hdel(self.keys.schedules, name))
         prefix = self.app.conf.redbeat_key_prefix
-        try:
+        with contextlib.suppress(KeyError):
             RedBeatSchedulerEntry.from_key(f"{prefix}crawl:{name}", app=self.app).delete()
-        except KeyError:
-            pass
         return removed
 
     def get(self, name: str) -> Schedule | None:

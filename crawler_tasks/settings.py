@@ -64,6 +64,10 @@ class Settings:
     honour_nofollow: bool = True
     #: A path segment repeated this many times marks a spider trap (``/a/b/a/b/a/b``).
     max_repeated_segments: int = 3
+    #: URLs admitted per host (per politeness domain) at most, seeds included; 0 = no limit.
+    #: Contains spider traps (calendars, session ids); links turned away are counted as
+    #: ``skipped:max_pages_per_host``. The default of the crawl option of the same name.
+    max_pages_per_host: int = 0
 
     # --- dedupe --------------------------------------------------------------------------------
     #: URLs the Bloom filter is sized for when a crawl sets no ``max_pages``.

@@ -44,8 +44,9 @@ import functools
 import ipaddress
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urljoin
 
@@ -264,6 +265,13 @@ def domain_key(url: str, mode: str) -> str:
     if registered is None:  # pragma: no cover - tldextract < 5.3
         registered = result.registered_domain
     return str(registered) or host
+
+
+@functools.lru_cache(maxsize=64)
+def domain_counts(urls: tuple[str, ...], mode: str) -> Mapping[str, int]:
+    """How many of the normalised ``urls`` fall in each :func:`domain_key` bucket (read-only;
+    cached: a crawl's seeds are counted once per process, not once per page)."""
+    return MappingProxyType(Counter(domain_key(url, mode) for url in urls))
 
 
 def has_repeated_segments(url: str, limit: int) -> bool:

@@ -26,7 +26,7 @@ from .seen import BloomFilter
 from .settings import Settings
 from .state import CrawlState
 from .storage import CrawlOutput, Outputs, write_summary
-from .urls import Scope
+from .urls import Scope, domain_counts
 from .validators import Seen, Validators, change, digest
 
 log = logging.getLogger(__name__)
@@ -204,9 +204,65 @@ class Context:
                 keep.append((url, depth))
             else:
                 skipped[f"skipped:{reason}"] = skipped.get(f"skipped:{reason}", 0) + 1
-        if keep:
+        if keep and opts.max_pages_per_host:
+            over = self._admit_per_host(opts, keep)
+            if over:
+                skipped["skipped:max_pages_per_host"] = over
+        elif keep:
             self.frontier(opts).admit(keep)
         return skipped
+
+    def _admit_per_host(self, opts: CrawlOptions, links: list[tuple[str, int]]) -> int:
+        """Admit ``links`` within each domain's ``max_pages_per_host``; returns how many were
+        turned away. A domain's budget is reserved (HINCRBY) before admit.lua runs and what
+        turned out to be duplicates is given back, so racing pages never push a domain past
+        its cap (at worst one turns away a link another then gives room for). Seeds count: a
+        domain's counter starts at its number of seeds."""
+        frontier = self.frontier(opts)
+        ck = self.keys.crawl(opts.crawl_id)
+        cap, seeds = opts.max_pages_per_host, domain_counts(opts.seeds, opts.domain_key)
+        by_domain: dict[str, list[tuple[str, int]]] = {}
+        for link in links:
+            by_domain.setdefault(frontier.domain_of(link[0]), []).append(link)
+        over = 0
+        for domain, pending in by_domain.items():
+            while pending:
+                pipe = self.client.pipeline()  # MULTI: the counter starts at the seeds once
+                pipe.hsetnx(ck.host_pages, domain, seeds.get(domain, 0))
+                pipe.hget(ck.host_pages, domain)
+                room = cap - int(pipe.execute()[1])
+                if room <= 0:
+                    break
+                if len(pending) > room:  # keep seen links from eating the room, round by round
+                    pending = self._unseen(opts, pending)
+                want = min(len(pending), room)
+                take = want - max(0, int(self.client.hincrby(ck.host_pages, domain, want)) - cap)
+                admitted = frontier.admit(pending[:take]).admitted if take > 0 else 0
+                if admitted < want:
+                    self.client.hincrby(ck.host_pages, domain, admitted - want)
+                if take <= 0:
+                    break
+                pending = pending[take:]
+            over += len(pending)
+        return over
+
+    def _unseen(self, opts: CrawlOptions, links: list[tuple[str, int]]) -> list[tuple[str, int]]:
+        """``links`` minus those already in the crawl's Bloom filter (read-only; counted as
+        admit.lua counts duplicates)."""
+        shape, ck = opts.bloom, self.keys.crawl(opts.crawl_id)
+        pipe = self.client.pipeline(transaction=False)
+        for url, _ in links:
+            shard, *offsets = shape.positions(url)
+            for offset in offsets:
+                pipe.getbit(ck.bloom(shard), offset)
+        bits, k = pipe.execute(), shape.k
+        fresh = [link for i, link in enumerate(links) if not all(bits[i * k : (i + 1) * k])]
+        if len(fresh) < len(links):
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hincrby(ck.stats, "discovered", len(links) - len(fresh))
+            pipe.hincrby(ck.stats, "deduplicated", len(links) - len(fresh))
+            pipe.execute()
+        return fresh
 
     def crawl_finished(self, opts: CrawlOptions) -> None:
         """Runs once per crawl, in the worker whose finish.lua emptied it."""

@@ -8,7 +8,10 @@
 -- ARGV[1] unused      ARGV[2] max_pages (0 = none)   ARGV[3] k   ARGV[4] queue key prefix
 -- ARGV[5] 1 = depth-first (LIFO), else breadth-first (FIFO)   ARGV[6] nshards
 -- ARGV[7] 1 = force: skip the Bloom test (replaying failed URLs, which are already in it)
--- then per URL: domain, entry ("depth|url"), shard, k offsets.
+-- ARGV[8] bits per Bloom shard (m)
+-- ARGV[9] every URL's (shard, h1 mod m, h2 mod m), packed uint32 triples (see bloom_lib.lua)
+-- then per URL: domain, entry ("depth|url").
+-- A URL given twice in one batch is admitted once (the second counts as a duplicate).
 -- Queue keys are built from the domain here rather than passed in KEYS because the set of
 -- domains is open-ended; this is fine on a single Redis.
 -- Returns {admitted, duplicates, over_limit}.
@@ -18,41 +21,52 @@ local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
 local max_pages, k = tonumber(ARGV[2]), tonumber(ARGV[3])
 local qprefix, dfs, nshards = ARGV[4], ARGV[5] == '1', tonumber(ARGV[6])
 local force = ARGV[7] == '1'
-local count = (#ARGV - 7) / (k + 3)
-local items = bloom_items(8, count, k, 2)
-local seen = {}
+local m = tonumber(ARGV[8])
+local FIRST = 10
+local count = (#ARGV - FIRST + 1) / 2
+local seen, reads = {}, nil
 if force then
   for i = 1, count do seen[i] = false end
 else
-  seen = bloom_test(4, nshards, k, items)
+  local S, A, B = bloom_decode(ARGV[9], count)
+  seen, reads = bloom_test(4, nshards, k, m, S, A, B, count)
 end
 
 local before = tonumber(redis.call('HGET', KEYS[2], 'admitted') or '0')
-local chosen, dups, over, touched = {}, 0, 0, {}
+local admitted, dups, over = 0, 0, 0
+local chosen, picked, by_domain, domains = {}, {}, {}, {}
 for i = 1, count do
-  local base = 8 + (i - 1) * (k + 3)
-  if seen[i] then
+  local base = FIRST + (i - 1) * 2
+  local entry = ARGV[base + 1]
+  if seen[i] or picked[entry] then
     dups = dups + 1
-  elseif not force and max_pages > 0 and before + #chosen >= max_pages then
+  elseif not force and max_pages > 0 and before + admitted >= max_pages then
     -- Bits stay unset: a URL that was never admitted must not look seen.
     over = over + 1
   else
-    chosen[#chosen + 1] = i
+    admitted = admitted + 1
+    chosen[i], picked[entry] = true, true
     local domain = ARGV[base]
-    if dfs then
-      redis.call('LPUSH', qprefix .. domain, ARGV[base + 1])
-    else
-      redis.call('RPUSH', qprefix .. domain, ARGV[base + 1])
+    local list = by_domain[domain]
+    if list == nil then
+      list = {}
+      by_domain[domain] = list
+      domains[#domains + 1] = domain
     end
-    touched[domain] = true
+    list[#list + 1] = entry
   end
 end
-if not force then bloom_set(4, nshards, k, items, chosen) end
-for domain, _ in pairs(touched) do
+if not force and admitted > 0 then bloom_set(4, nshards, k, reads, chosen) end
+-- One push per domain (several values, in order): LPUSH a b c leaves c b a, as three LPUSHes.
+local push = dfs and 'LPUSH' or 'RPUSH'
+for _, domain in ipairs(domains) do
+  local list = by_domain[domain]
+  for lo = 1, #list, BLOOM_MAX_ARGS do
+    redis.call(push, qprefix .. domain, unpack(list, lo, math.min(lo + BLOOM_MAX_ARGS - 1, #list)))
+  end
   -- NX: a domain already waiting for its next token (or for a lease) keeps its time.
   redis.call('ZADD', KEYS[3], 'NX', now, domain)
 end
-local admitted = #chosen
 if admitted > 0 then
   redis.call('INCRBY', KEYS[1], admitted)
   redis.call('HINCRBY', KEYS[2], 'queued', admitted)

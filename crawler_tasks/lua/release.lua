@@ -1,9 +1,17 @@
 -- Release fetch work of one crawl from the frontier: called every few tens of milliseconds by
 -- the dispatcher inside every worker; atomic, so any number of dispatchers may run at once.
 -- Politeness is decided here, on Redis's clock (TIME), for the whole cluster:
---   * a per-domain rate as a GCRA token bucket ("tat" = theoretical arrival time, burst slack)
+--   * a per-domain rate as a GCRA token bucket ("tat" = theoretical arrival time; a request
+--     may go when now >= tat - slack, slack = burst x interval, so an idle domain takes
+--     1 + burst requests at once and then one per interval)
 --   * a per-domain concurrency limit as leases that expire (a dead worker frees its slot)
 --   * not_before (Retry-After), crawl-delay and an adaptive slow-down factor
+-- The bucket is charged here, at release; done.lua then moves tat to where the request really
+-- started ("start": tat >= start + interval) and charges robots.txt fetches ("extra"), so
+-- the queueing delay between this release and the HTTP request cannot bunch two requests up.
+-- Crawl-delay is a minimum gap between requests: when it sets the interval there is no burst.
+-- The interval used and whether the crawl's owner set the rate are stored in the domain's
+-- hash ("iv", "own") for done.lua.
 -- A domain is in the ready zset exactly while its queue is non-empty; its score is the
 -- earliest time anything can change for it (next token, next lease expiry, Retry-After).
 --
@@ -55,17 +63,21 @@ for _, m in ipairs(due_retries) do
 end
 if #due_retries > 0 then redis.call('HINCRBY', KEYS[6], 'queued', #due_retries) end
 
--- Seconds between two requests to domain d, 0 = unlimited.
-local function interval_of(d, delay, slow)
+-- (seconds between two requests to domain d (0 = unlimited), burst slack in seconds, 1 if the
+-- crawl's owner set d's rate else 0).
+local function pace(d, delay, slow)
   local own = redis.call('HGET', KEYS[4], d)
   if own then
     -- The crawl's owner named this host: its rate replaces both default and crawl-delay.
-    if own == 'inf' then return 0 end
-    return slow / tonumber(own)
+    if own == 'inf' then return 0, 0, 1 end
+    local iv = slow / tonumber(own)
+    return iv, burst * iv, 1
   end
   local rate = tonumber(redis.call('HGET', KEYS[5], d) or default_rate)
-  if rate == nil or rate <= 0 or rate == math.huge then return math.max(delay, 0) * slow end
-  return math.max(1 / rate, delay) * slow
+  local base = 0
+  if rate ~= nil and rate > 0 and rate ~= math.huge then base = 1 / rate end
+  if delay > 0 and delay >= base then return delay * slow, 0, 0 end
+  return base * slow, burst * base * slow, 0
 end
 
 local out = {'fetch'}
@@ -80,9 +92,10 @@ for _, d in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0,
     local inuse = redis.call('ZCARD', lease)
     local f = redis.call('HMGET', dom, 'delay', 'slow', 'not_before', 'tat')
     local slow = tonumber(f[2]) or 1
-    local interval = interval_of(d, tonumber(f[1]) or 0, slow)
+    local interval, slack, own = pace(d, tonumber(f[1]) or 0, slow)
     local nb, tat = tonumber(f[3]) or 0, tonumber(f[4]) or now
-    local slack = burst * interval
+    -- The bucket does not refill during a Retry-After: one request at not_before, then the pace.
+    if nb > 0 then tat = math.max(tat, nb + slack) end
     if now >= nb then
       while inuse < conc and pending > 0 and now >= tat - slack do
         local e = redis.call('LPOP', q)
@@ -94,7 +107,8 @@ for _, d in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0,
         inuse, pending, released = inuse + 1, pending - 1, released + 1
         out[#out + 1] = d; out[#out + 1] = e
       end
-      redis.call('HSET', dom, 'tat', tostring(tat))
+      redis.call('HSET', dom, 'tat', string.format('%.6f', tat),
+                 'iv', string.format('%.6f', interval), 'own', own)
     end
     if pending == 0 then
       redis.call('ZREM', KEYS[1], d)

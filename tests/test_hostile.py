@@ -1,0 +1,770 @@
+"""The hostile web, end to end: real worker processes crawl sites built to hurt a crawler
+(sitegen.hostile_routes() plus the pages below) and every URL must end in the state the issue
+"Robust fetching and parsing on the hostile web, and secure defaults" asks for, with no worker
+dying, bounded memory, and no request outside the crawl's scope.
+
+Also here: the dead-letter round trip (``crawler failed`` / ``crawler retry-failed``), the SSRF
+guard on a name resolving to loopback, and a broker password that must never leak.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import json
+import math
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from html import escape
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sitegen import (
+    WRONG_CHARSET_TITLE,
+    Handler,
+    SiteServer,
+    hostile_routes,
+    running_sites,
+)
+
+from crawler_tasks import pipeline, start_crawl
+from crawler_tasks.crawl import Crawl
+from crawler_tasks.embedded import free_port, local_workers, stop_process, wait_for_redis
+from crawler_tasks.errors import BadEncoding, BlockedAddress, InvalidSeed, TooLarge
+from crawler_tasks.fetch import Fetcher
+from crawler_tasks.keys import Keys
+from crawler_tasks.settings import load
+from crawler_tasks.worker import Context
+
+MIB = 1 << 20
+LIMIT = 6 * MIB  # max_body_bytes: /links-100k (5.1 MiB) fits, /endless and the bomb do not
+MAX_DEPTH = 4
+PER_HOST = 60  # max_pages_per_host
+RETRIES = 2  # max_retries: a retryable URL is tried 1 + RETRIES times
+RSS_BOUND = 512 * MIB  # generous: a worker process peaks far below (printed by the test)
+
+
+@pytest.fixture
+def worker_env() -> dict[str, str]:
+    return {
+        "CRAWLER_MAX_BODY_BYTES": str(LIMIT),
+        "CRAWLER_CONNECT_TIMEOUT": "1",
+        "CRAWLER_READ_TIMEOUT": "2",
+        "CRAWLER_TOTAL_TIMEOUT": "3",
+        "CRAWLER_MAX_RETRIES": str(RETRIES),
+        "CRAWLER_RETRY_BACKOFF": "0.2",
+        "CRAWLER_RETRY_BACKOFF_MAX": "1",
+        "CRAWLER_MAX_RETRY_AFTER": "5",
+    }
+
+
+# --- helpers ----------------------------------------------------------------------------------
+
+
+def html(title: str, body: str = "", head: str = "") -> bytes:
+    return (
+        f"<!DOCTYPE html><html><head><title>{title}</title>{head}</head>"
+        f"<body><h1>{title}</h1>{body}</body></html>"
+    ).encode()
+
+
+def anchors(*hrefs: str, rel: str | None = None) -> str:
+    extra = f' rel="{rel}"' if rel else ""
+    return "".join(f'<a href="{escape(h)}"{extra}>{escape(h[:40])}</a>\n' for h in hrefs)
+
+
+def fail_first(n: int, status: int = 500) -> Callable[[Handler], None]:
+    """A route answering ``status`` to its first ``n`` requests, then a page."""
+
+    def route(h: Handler) -> None:
+        with h.site.state_lock:
+            seen = h.site.state[h.path] = h.site.state.get(h.path, 0) + 1
+        if seen <= n:
+            h.send_body(status, b"<html><body>try again</body></html>")
+        else:
+            h.send_body(200, html(f"Page {h.path_only}"))
+
+    return route
+
+
+def latest(crawl: Crawl) -> dict[str, dict[str, Any]]:
+    """url -> the last record written for it (a replayed URL has two)."""
+    out: dict[str, dict[str, Any]] = {}
+    for record in sorted(crawl.pages(), key=lambda r: r.get("fetched_at") or 0):
+        out[record["url"]] = record
+    return out
+
+
+def descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                stat = Path(f"/proc/{entry}/stat").read_text()
+                ppid = int(stat.rsplit(")", 1)[1].split()[1])
+                children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def memory(pid: int) -> dict[str, int]:
+    """VmRSS (now) and VmHWM (peak) in bytes, from /proc (psutil is not a dependency)."""
+    values = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            values[key] = int(value.split()[0]) * 1024
+    return values
+
+
+def path_of(url: str) -> str:
+    return "/" + url.split("://", 1)[1].partition("/")[2]
+
+
+@contextlib.contextmanager
+def listening(address: str, port: int) -> Iterator[socket.socket | None]:
+    """A bare listening socket (a canary: nothing may connect); None if it cannot bind."""
+    sock = socket.socket()
+    try:
+        sock.bind((address, port))
+        sock.listen(8)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        yield None
+        return
+    try:
+        yield sock
+    finally:
+        sock.close()
+
+
+def accepted(sock: socket.socket | None) -> bool:
+    if sock is None:
+        return False
+    try:
+        conn, _ = sock.accept()
+    except BlockingIOError:
+        return False
+    conn.close()
+    return True
+
+
+# --- the extra hostile site (host C) ------------------------------------------------------------
+
+
+EXTRA_ENTRIES = (
+    "/not-found",
+    "/forbidden",
+    "/always-408",
+    "/always-500",
+    "/redirect-to-flaky",
+    "/redirect-offsite",
+    "/redirect-dup",
+    "/json",
+    "/empty",
+    "/noindex",
+    "/x-robots",
+    "/nofollow-link",
+    "/base-href",
+    "/repeat",
+)
+NEVER_REQUESTED = (
+    "/must-not-follow-1",
+    "/must-not-follow-2",
+    "/must-not-follow-3",
+    "/json-link",
+    "/r/x/r/x/r/x",
+    "/photo.jpg",
+)
+LONG_PATH = "/long/" + "a" * 3000  # above max_url_length: dropped by the parser
+
+
+def extra_routes(canary: str) -> dict[str, Callable[[Handler], None]]:
+    def page(body: str = "", head: str = "", **headers: str) -> Callable[[Handler], None]:
+        return lambda h: h.send_body(200, html(f"Page {h.path_only}", body, head), headers=headers)
+
+    index = anchors(
+        *EXTRA_ENTRIES,
+        f"{canary}/linked",  # out of scope: never requested
+        "javascript:alert(1)",
+        "mailto:someone@example.org",
+        "data:text/html,<a href=/x>x</a>",
+        LONG_PATH,
+        "/photo.jpg",  # non-HTML extension: not worth a request
+    )
+    return {
+        "/extras": page(index),
+        "/not-found": lambda h: h.send_body(404, html("Not found")),
+        "/forbidden": lambda h: h.send_body(403, html("Forbidden")),
+        "/always-408": lambda h: h.send_body(408, html("Request Timeout")),
+        "/always-500": lambda h: h.send_body(500, html("Internal Server Error")),
+        "/redirect-to-flaky": lambda h: h.redirect("/flaky-target"),
+        "/flaky-target": fail_first(RETRIES),
+        "/redirect-offsite": lambda h: h.redirect(f"{canary}/redirected"),
+        "/redirect-dup": lambda h: h.redirect("/extras"),
+        "/json": lambda h: h.send_body(
+            200, b'{"html": "<a href=\\"/json-link\\">x</a>"}', "application/json"
+        ),
+        "/empty": lambda h: h.send_body(200, b""),
+        "/noindex": page(
+            anchors("/must-not-follow-1"), '<meta name="robots" content="noindex, nofollow">'
+        ),
+        "/x-robots": page(anchors("/must-not-follow-2"), **{"X-Robots-Tag": "nofollow"}),
+        "/nofollow-link": page(
+            anchors("/must-not-follow-3", rel="nofollow") + anchors("/followed")
+        ),
+        "/followed": page(),
+        "/base-href": page(anchors("page"), '<base href="/sub/dir/">'),
+        "/sub/dir/page": page(),
+        "/repeat": page(anchors("/r/x/r/x/r/x")),
+    }
+
+
+# --- the crawl --------------------------------------------------------------------------------
+
+
+def test_hostile_web(settings, workers, client):  # type: ignore[no-untyped-def]
+    parse_worker = workers[1]
+    children_before = wait_for_children(parse_worker.pid)
+    a = SiteServer(address="127.0.0.41", extra_routes=hostile_routes())
+    canary = SiteServer(address="127.0.0.43")
+    c = SiteServer(address="127.0.0.42", extra_routes=extra_routes(canary.base_url))
+    # The redirect-to-loopback target is 127.0.0.1:1: listen there to see it is never reached.
+    with a, c, canary, listening("127.0.0.1", 1) as port1:
+        started = time.monotonic()
+        crawl = start_crawl(
+            [
+                a.base_url + "/hostile",
+                a.base_url + "/wrong-charset/meta-only",
+                c.base_url + "/extras",
+            ],
+            settings=settings,
+            rates={"127.0.0.41": math.inf, "127.0.0.42": math.inf},
+            allow_private_networks=True,  # loopback; the metadata address stays blocked
+            rate=math.inf,
+            concurrency=8,
+            max_depth=MAX_DEPTH,
+            max_pages_per_host=PER_HOST,
+        )
+        summary = crawl.wait(timeout=90)
+        elapsed = time.monotonic() - started
+        port1_hit = accepted(port1)
+        a_log, c_log, canary_log = a.requests(), c.requests(), canary.requests()
+
+    # --- no worker died, memory stayed bounded ---------------------------------------------------
+    assert all(proc.poll() is None for proc in workers), "a worker process died"
+    assert wait_for_children(parse_worker.pid) == children_before, "a parse process was replaced"
+    peaks = {}
+    for name, proc in zip(("fetch", "parse"), workers, strict=True):
+        for pid in [proc.pid, *descendants(proc.pid)]:
+            peaks[f"{name}:{pid}"] = memory(pid)
+    print(f"\nhostile crawl: {elapsed:.1f}s, {summary['counters']['done']} URLs")
+    for name, mem in peaks.items():
+        print(f"  {name}: VmRSS {mem['VmRSS'] / MIB:.0f} MiB, VmHWM {mem['VmHWM'] / MIB:.0f} MiB")
+    assert max(m["VmHWM"] for m in peaks.values()) < RSS_BOUND
+
+    # --- every URL reached its expected final state ----------------------------------------------
+    records = latest(crawl)
+    assert summary["status"] == "finished" and crawl.state.outstanding() == 0
+    assert Counter(r["url"] for r in crawl.pages()).most_common(1)[0][1] == 1  # one record each
+    assert summary["counters"]["done"] == len(records) == summary["counters"]["admitted"]
+    on_a = {path_of(u): r for u, r in records.items() if u.startswith(a.base_url)}
+    on_c = {path_of(u): r for u, r in records.items() if u.startswith(c.base_url)}
+    assert len(on_a) + len(on_c) == len(records)
+
+    attempts = 1 + RETRIES
+    table_a: dict[str, dict[str, Any]] = {
+        "/hostile": {"status": 200, "error": None, "title": "Hostile"},
+        "/wrong-charset/meta-only": {"status": 200, "error": None, "title": WRONG_CHARSET_TITLE},
+        "/redirect-loop": {"status": None, "error": "too_many_redirects"},
+        "/redirect-chain/5": {
+            "status": 200,
+            "error": None,
+            "final_url": a.base_url + "/redirect-chain/0",
+            "title": "Page /redirect-chain/0",
+        },
+        "/redirect-to-metadata": {
+            "error": "blocked_address",
+            "redirects": ["http://169.254.169.254/latest/meta-data/"],
+        },
+        "/redirect-to-loopback": {"status": 302, "error": "redirect_out_of_scope"},
+        "/slow-trickle": {"error": "timeout", "attempts": attempts},
+        "/slow-headers": {"error": "timeout", "attempts": attempts},
+        "/endless": {"status": 200, "error": None, "truncated": True, "bytes": LIMIT},
+        "/gzip-bomb": {"status": 200, "error": None, "truncated": True, "bytes": LIMIT},
+        "/big": {"status": 200, "error": "too_large"},
+        "/big-declared": {"status": 200, "error": "too_large"},
+        "/wrong-charset": {"status": 200, "error": None, "title": WRONG_CHARSET_TITLE},
+        "/binary-as-html": {"status": 200, "error": None, "truncated": False},
+        "/links-100k": {"status": 200, "error": None, "truncated": False},
+        "/calendar/2024/01": {"status": 200, "error": None, "title": "Calendar 2024-01"},
+        "/flaky": {"status": 200, "error": None},
+        "/rate-limited": {"status": 200, "error": None},
+        "/reset": {"error": "connection_error", "attempts": attempts},
+        "/session/start": {"status": 200, "error": None},
+    }
+    table_c: dict[str, dict[str, Any]] = {
+        "/extras": {"status": 200, "error": None},
+        "/not-found": {"status": 404, "error": "client_error"},
+        "/forbidden": {"status": 403, "error": "client_error"},
+        "/always-408": {"status": 408, "error": "server_error", "attempts": attempts},
+        "/always-500": {"status": 500, "error": "server_error", "attempts": attempts},
+        "/redirect-to-flaky": {
+            "status": 200,
+            "error": None,
+            "final_url": c.base_url + "/flaky-target",
+        },
+        "/redirect-offsite": {"status": 302, "error": "redirect_out_of_scope"},
+        "/redirect-dup": {"status": 302, "error": "redirect_duplicate"},
+        "/json": {"status": 200, "error": None, "content_type": "application/json", "title": None},
+        "/empty": {"status": 200, "error": None, "title": None, "outlinks": []},
+        "/noindex": {"status": 200, "error": None, "noindex": True, "outlinks": []},
+        "/x-robots": {"status": 200, "error": None, "outlinks": []},
+        "/nofollow-link": {"status": 200, "outlinks": [c.base_url + "/followed"]},
+        "/followed": {"status": 200, "error": None},
+        "/base-href": {"status": 200, "outlinks": [c.base_url + "/sub/dir/page"]},
+        "/sub/dir/page": {"status": 200, "error": None},
+        "/repeat": {"status": 200, "outlinks": [c.base_url + "/r/x/r/x/r/x"]},
+    }
+    rows = []
+    for host, table, got in (("A", table_a, on_a), ("C", table_c, on_c)):
+        for path, want in table.items():
+            record = got.get(path)
+            assert record is not None, f"{path} has no final state"
+            have = {k: record.get(k) for k in want}
+            rows.append(f"  {host} {path:26} {record.get('status')!s:5} {record.get('error')}")
+            assert have == want, (path, record)
+    print("\n".join(rows))
+    assert set(on_c) == set(table_c)  # host C: exactly the expected URLs, nothing else
+
+    # Non-HTML is recorded, not parsed; a truncated bomb or endless body is parsed, cut.
+    assert on_c["/json"]["bytes"] > 0 and "text_length" not in on_c["/json"]
+    assert on_a["/endless"]["text_length"] > 0
+    big = on_a["/links-100k"]
+    assert len(big["outlinks"]) == 5000  # max_links_per_page
+    # Every failure is dead-lettered with its reason; nothing else is.
+    failed = {path_of(r["url"]): r for r in crawl.failed()}
+    assert set(failed) == {
+        p
+        for table, got in ((table_a, on_a), (table_c, on_c))
+        for p in table
+        if got[p]["error"]
+        in {
+            "too_many_redirects",
+            "blocked_address",
+            "timeout",
+            "too_large",
+            "connection_error",
+            "server_error",
+        }
+    }
+    assert failed["/slow-trickle"]["attempts"] == attempts
+
+    # --- spider traps are contained -------------------------------------------------------------
+    assert len(on_a) <= PER_HOST
+    assert int(client.hget(Keys().crawl(crawl.id).host_pages, "127.0.0.41")) == len(on_a)
+    assert all(r["depth"] <= MAX_DEPTH for r in records.values())
+    calendar = [p for p in on_a if p.startswith("/calendar/")]
+    session = [p for p in on_a if p.startswith("/session/")]
+    assert 1 <= len(calendar) <= 1 + 2 * (MAX_DEPTH - 1)
+    assert 1 <= len(session) <= sum(3**d for d in range(MAX_DEPTH))
+    trap_pages = re.compile(r"/(links-100k/n/\d+|calendar/\d{4}/\d\d|session/[0-9a-f]{16})")
+    assert all(p in table_a or trap_pages.fullmatch(p.partition("?")[0]) for p in on_a)
+    skipped = summary["skipped"]
+    assert skipped["max_pages_per_host"] > 0
+    assert skipped["trap"] == 1  # /r/x/r/x/r/x
+    assert skipped["out_of_domain"] == 1  # the canary link
+    assert skipped["redirect_out_of_scope"] == 2  # to the canary, to 127.0.0.1:1
+    assert skipped["redirect_duplicate"] == 1
+    counters = crawl.state.counters()
+    assert counters["links_dropped:too_many"] == 100_000 - 5000
+    assert counters["links_dropped:non_http"] == 3  # javascript:, mailto:, data:
+    assert counters["links_dropped:too_long"] == 1
+    assert counters["links_dropped:non_html_ext"] == 1
+    assert counters["links_dropped:nofollow"] == 3
+
+    # --- the servers' logs: nothing out of scope, nothing twice, retries as configured -----------
+    assert canary_log == [], [r.path for r in canary_log]
+    assert not port1_hit  # the redirect to 127.0.0.1:1 was never followed
+    c_paths = Counter(r.path for r in c_log if r.path != "/robots.txt")
+    assert not set(c_paths) & {*NEVER_REQUESTED, LONG_PATH}
+    tried = ("/always-500", "/always-408", "/redirect-to-flaky", "/flaky-target")
+    assert c_paths == {p: attempts if p in tried else 1 for p in [*table_c, "/flaky-target"]}
+    a_paths = Counter(r.path for r in a_log if r.path != "/robots.txt")
+    retried = {
+        "/flaky": attempts,
+        "/rate-limited": 2,
+        "/slow-trickle": attempts,
+        "/slow-headers": attempts,
+        "/reset": attempts,
+    }
+    for path, n in retried.items():
+        assert a_paths[path] == n, (path, a_paths[path])
+    hops = {"/redirect-loop/b", *(f"/redirect-chain/{i}" for i in range(5))}
+    for path, n in a_paths.items():
+        assert path in retried or n == 1, (path, n)  # nothing fetched twice
+        assert path in hops or path in on_a, path  # nothing but what was admitted
+    times = sorted(r.time for r in a_log if r.path == "/rate-limited")
+    assert times[1] - times[0] >= 2.9  # Retry-After: 3 honoured
+    assert elapsed < 90
+
+
+def wait_for_children(pid: int, timeout: float = 30) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        children = sorted(descendants(pid))
+        if children:
+            return children
+        time.sleep(0.1)
+    raise AssertionError(f"process {pid} has no child process")
+
+
+# --- dead letters ---------------------------------------------------------------------------------
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLER_")}
+    return subprocess.run(
+        [sys.executable, "-m", "crawler_tasks.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+
+
+def test_failed_url_is_replayed_once_fixed(settings, workers):  # type: ignore[no-untyped-def]
+    fixed = threading.Event()
+
+    def toggle(h: Handler) -> None:
+        if fixed.is_set():
+            h.send_body(200, html("Fixed"))
+        else:
+            h.send_body(500, html("Broken"))
+
+    routes = {
+        "/": lambda h: h.send_body(200, html("Home", anchors("/toggle", "/ok"))),
+        "/toggle": toggle,
+        "/ok": lambda h: h.send_body(200, html("OK")),
+    }
+    with SiteServer(address="127.0.0.44", extra_routes=routes) as site:
+        crawl = start_crawl(
+            [site.base_url + "/"],
+            settings=settings,
+            rates={"127.0.0.44": math.inf},
+            allow_private_networks=True,
+            rate=math.inf,
+            concurrency=4,
+        )
+        crawl.wait(timeout=60)
+        progress = crawl.progress()
+        assert (progress["done"], progress["failed"], progress["outstanding"]) == (3, 1, 0)
+        listed = cli("failed", crawl.id, "--broker", settings.broker_url)
+        assert listed.returncode == 0, listed.stderr
+        (dead,) = [json.loads(line) for line in listed.stdout.splitlines()]
+        assert dead["url"] == site.base_url + "/toggle"
+        assert (dead["error"], dead["status"], dead["attempts"]) == ("server_error", 500, 3)
+
+        fixed.set()
+        replay = cli("retry-failed", crawl.id, "--broker", settings.broker_url)
+        assert replay.returncode == 0, replay.stderr
+        assert "1 URLs requeued" in replay.stdout
+        crawl.wait(timeout=60)
+        toggled = [r for r in site.requests() if r.path == "/toggle"]
+
+    progress = crawl.progress()
+    assert progress["status"] == "finished"
+    assert (progress["done"], progress["failed"], progress["outstanding"]) == (3, 0, 0)
+    assert crawl.state.counters().get("failed:server_error", 0) == 0
+    assert crawl.failed() == []
+    records = latest(crawl)
+    assert len(records) == 3
+    assert records[site.base_url + "/toggle"]["status"] == 200
+    assert records[site.base_url + "/toggle"]["error"] is None
+    assert len(toggled) == 3 + 1
+
+
+# --- SSRF guard -----------------------------------------------------------------------------------
+
+
+def test_private_seeds_need_the_explicit_permission(settings):  # type: ignore[no-untyped-def]
+    for seed in (
+        "http://127.0.0.1:8080/",
+        "http://localhost/",
+        "http://[::1]/",
+        "http://10.1.2.3/",
+    ):
+        with pytest.raises(InvalidSeed):
+            start_crawl([seed], settings=settings)
+
+
+def _name_for_loopback() -> str:
+    """A host name (not "localhost") that resolves to loopback only, or skip."""
+    name = socket.gethostname()
+    try:
+        addresses = {info[4][0] for info in socket.getaddrinfo(name, 80, type=socket.SOCK_STREAM)}
+    except OSError:
+        pytest.skip(f"host name {name!r} does not resolve")
+    if name == "localhost" or addresses != {"127.0.0.1"}:
+        pytest.skip(f"host name {name!r} resolves to {addresses}, not only 127.0.0.1")
+    return name
+
+
+def test_name_resolving_to_loopback_is_blocked(settings, workers):  # type: ignore[no-untyped-def]
+    name = _name_for_loopback()
+    routes = {"/": lambda h: h.send_body(200, html("Private"))}
+    with SiteServer(address="127.0.0.1", extra_routes=routes) as site:
+        seed = f"http://{name}:{site.port}/"
+        common = {"settings": settings, "rates": {name: math.inf}, "obey_robots": False}
+        public = start_crawl([seed], **common)  # looks public: a name, not a literal
+        public.wait(timeout=30)
+        assert site.requests() == []
+        private = start_crawl([seed], allow_private_networks=True, **common)
+        private.wait(timeout=30)
+    (blocked,) = public.pages()
+    assert (blocked["error"], blocked["status"]) == ("blocked_address", None)
+    assert "127.0.0.1" in blocked["detail"]
+    (allowed,) = private.pages()
+    assert (allowed["status"], allowed["title"]) == (200, "Private")
+
+
+# --- fetcher details the pipeline relies on ------------------------------------------------------
+
+
+@pytest.fixture
+def fetcher() -> Iterator[Fetcher]:
+    f = Fetcher(
+        user_agent="test",
+        connect_timeout=1,
+        read_timeout=2,
+        total_timeout=3,
+        max_body_bytes=MIB,
+        max_redirects=5,
+    )
+    yield f
+    f.close()
+
+
+def test_redirect_to_blocked_literal_never_reaches_follow(fetcher: Fetcher) -> None:
+    asked: list[str] = []
+
+    def follow(target: str) -> str | None:
+        asked.append(target)
+        return None
+
+    with SiteServer(address="127.0.0.45", extra_routes=hostile_routes()) as site:
+        with pytest.raises(BlockedAddress) as info:
+            fetcher.get(site.base_url + "/redirect-to-metadata", allow_private=True, follow=follow)
+        # Loopback is no metadata: with allow_private it goes to follow (the crawl's scope).
+        resp = fetcher.get(
+            site.base_url + "/redirect-to-loopback",
+            allow_private=True,
+            follow=lambda t: asked.append(t) or "out_of_scope",
+        )
+    assert asked == ["http://127.0.0.1:1/"]
+    assert resp.status == 302 and resp.stop_reason == "out_of_scope"
+    details = info.value.details
+    assert details["redirects"] == [(302, "http://169.254.169.254/latest/meta-data/")]
+    assert details["final_url"] == site.base_url + "/redirect-to-metadata"
+
+
+def test_too_large_and_bad_encoding_are_final(fetcher: Fetcher) -> None:
+    routes = {
+        "/bad-gzip": lambda h: h.send_body(
+            200, b"\x1f\x8bnot gzip at all" * 10, "text/html", {"Content-Encoding": "gzip"}
+        ),
+    }
+    with SiteServer(address="127.0.0.45", extra_routes={**hostile_routes(), **routes}) as site:
+        with pytest.raises(TooLarge) as info:
+            fetcher.get(site.base_url + "/big-declared", allow_private=True)
+        with pytest.raises(BadEncoding):
+            fetcher.get(site.base_url + "/bad-gzip", allow_private=True)
+    assert info.value.details["status"] == 200
+    assert info.value.details["content_type"] == "text/html"
+
+
+# --- secrets --------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def password_redis(tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """A redis-server of its own that requires a password: (url with the password, password)."""
+    binary = shutil.which("redis-server")
+    assert binary is not None
+    password = "pw-" + os.urandom(12).hex()
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(tmp_path),
+            "--requirepass",
+            password,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"redis://:{password}@127.0.0.1:{port}/0"
+    try:
+        wait_for_redis(url, proc)
+        yield url, password
+    finally:
+        stop_process(proc)
+
+
+class Monitor(threading.Thread):
+    """Every command the Redis server executes (MONITOR), as raw text."""
+
+    def __init__(self, port: int, password: str) -> None:
+        super().__init__(daemon=True)
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.sock.sendall(f"AUTH {password}\r\nMONITOR\r\n".encode())
+        self.chunks: list[bytes] = []
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        self.sock.settimeout(0.2)
+        while not self.stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                data = self.sock.recv(1 << 16)
+                if not data:
+                    return
+                self.chunks.append(data)
+
+    def stop(self) -> str:
+        self.stopping.set()
+        self.join(5)
+        self.sock.close()
+        return b"".join(self.chunks).decode("utf-8", "replace")
+
+
+def decoded_payloads(text: str) -> list[str]:
+    """Kombu message bodies (task args, events) are base64 inside JSON: decode every token."""
+    out = []
+    for token in re.findall(r"[A-Za-z0-9+/]{16,}={0,2}", text):
+        with contextlib.suppress(binascii.Error, ValueError):
+            out.append(base64.b64decode(token + "=" * (-len(token) % 4)).decode("utf-8", "replace"))
+    return out
+
+
+def test_broker_password_never_leaks(password_redis, tmp_path: Path) -> None:
+    url, password = password_redis
+    settings = load(env={}, broker_url=url, output_dir=str(tmp_path / "out"))
+    monitor = Monitor(int(url.rsplit(":", 1)[1].split("/")[0]), password)
+    monitor.start()
+    log_dir = tmp_path / "logs"
+    log_dir.mkdir()
+    with (
+        running_sites(["127.0.0.46"], 12, 3) as (_, servers),
+        local_workers(
+            url,
+            fetch_threads=2,
+            parsers=1,
+            log_dir=str(log_dir),
+            extra_env={"CRAWLER_DISPATCH_INTERVAL": "0.02"},
+        ) as procs,
+    ):
+        crawl = start_crawl(
+            [servers[0].base_url + "/"],
+            settings=settings,
+            rates={"127.0.0.46": math.inf},
+            allow_private_networks=True,
+            rate=math.inf,
+        )
+        crawl.wait(timeout=60)
+        pids = [pid for proc in procs for pid in (proc.pid, *descendants(proc.pid))]
+        cmdlines = [Path(f"/proc/{pid}/cmdline").read_bytes().decode() for pid in pids]
+    commands = monitor.stop()
+    logs = {p.name: p.read_text(errors="replace") for p in log_dir.glob("*.log")}
+    outputs = {
+        p.name: p.read_bytes().decode(errors="replace")
+        for p in (tmp_path / "out").rglob("*")
+        if p.is_file()
+    }
+
+    payloads = decoded_payloads(commands)
+    # The haystacks are real: task messages with their arguments, the banner, the output.
+    assert any(crawl.id in p for p in payloads), "no task arguments seen"
+    assert "crawl.fetch" in commands and "LPUSH" in commands.upper()
+    assert any("transport" in text for text in logs.values())  # Celery's banner
+    assert any(name.startswith("pages-") for name in outputs)
+    for where, text in [
+        ("redis commands", commands),
+        *(("payload", p) for p in payloads),
+        *logs.items(),
+        *outputs.items(),
+        *(("cmdline", c) for c in cmdlines),
+    ]:
+        assert password not in text, f"password leaked in {where}"
+
+
+# --- in-process: the per-host cap and the last-resort final state --------------------------------
+
+
+@pytest.fixture
+def context(settings) -> Iterator[Context]:  # type: ignore[no-untyped-def]
+    ctx = Context(settings, lambda *a: None, lambda *a: None)
+    yield ctx
+    ctx.close()
+
+
+def test_max_pages_per_host_counts_seeds_and_never_duplicates(settings, context, client):  # type: ignore[no-untyped-def]
+    base = "http://127.0.0.47:8000"
+    crawl = start_crawl(
+        [base + "/"], settings=settings, allow_private_networks=True, max_pages_per_host=5
+    )
+    opts = context.options(crawl.id)
+    assert opts is not None and opts.max_pages_per_host == 5
+    counter = Keys().crawl(crawl.id).host_pages
+    first = [f"{base}/a{i}" for i in range(2)]
+    assert context.admit_links(opts, first, 1) == {}
+    assert int(client.hget(counter, "127.0.0.47")) == 3  # the seed counts
+    # 2 seen + 5 new for 2 free places: the seen ones take no place, 3 new ones are turned away
+    more = first + [f"{base}/b{i}" for i in range(5)]
+    assert context.admit_links(opts, more, 1) == {"skipped:max_pages_per_host": 3}
+    assert int(client.hget(counter, "127.0.0.47")) == 5
+    assert context.admit_links(opts, [base + "/c"], 1) == {"skipped:max_pages_per_host": 1}
+    counters = crawl.state.counters()
+    assert (counters["admitted"], counters["deduplicated"]) == (5, 2)
+    assert crawl.state.outstanding() == 5
+
+
+def test_a_bug_still_gives_the_url_a_final_state(settings, context, monkeypatch):  # type: ignore[no-untyped-def]
+    crawl = start_crawl(
+        ["http://127.0.0.47:9/"], settings=settings, allow_private_networks=True, obey_robots=False
+    )
+    ((_, depth, url),) = crawl.frontier().release(10).entries
+
+    def bug(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(context.fetcher, "get", bug)
+    assert pipeline.fetch_url(context, crawl.id, url, depth) == "internal_error"
+    assert crawl.status == "finished"
+    (record,) = crawl.pages()
+    assert record["error"] == "internal_error" and "RuntimeError: a bug" in record["detail"]
+    assert [r["url"] for r in crawl.failed()] == [url]
+    assert pipeline.fetch_url(context, crawl.id, url, depth) == "duplicate"

@@ -1,0 +1,58 @@
+"""The Bloom filter against a real Redis: exact for what it holds, and as wrong as designed for
+what it does not (the benchmark measures 1 M URLs; this is the CI-sized check)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from crawler_tasks.keys import Keys
+from crawler_tasks.scripts import Scripts
+from crawler_tasks.seen import BloomFilter, BloomShape
+
+
+def urls(prefix: str, n: int) -> list[str]:
+    return [f"https://{prefix}{i % 97}.example.org/path/{i}?q={i * 7}" for i in range(n)]
+
+
+@pytest.mark.parametrize(
+    ("capacity", "p", "bits_per_url"),
+    [(1000, 0.01, 9.59), (10_000_000, 0.001, 14.38), (100, 0.5, 1.44)],
+)
+def test_shape_is_the_textbook_optimum(capacity, p, bits_per_url):
+    shape = BloomShape.plan(capacity, p)
+    assert shape.bits / capacity == pytest.approx(bits_per_url, rel=0.01)
+    assert shape.k == max(1, round(-math.log(p) / math.log(2)))
+
+
+def test_shards_keep_keys_small():
+    shape = BloomShape.plan(100_000_000, 0.001, shard_bits=1 << 26)
+    assert shape.shards == 22 and shape.shard_bits <= 1 << 26
+    assert all(0 <= o < shape.shard_bits for o in shape.positions("https://e.org/")[1:])
+
+
+def test_no_false_negatives_and_designed_false_positive_rate(client):
+    n, p = 20_000, 0.01
+    bloom = BloomFilter(client, Keys("t").crawl("bloom"), BloomShape.plan(n, p, 1 << 14), Scripts(client))
+    assert bloom.shape.shards > 1  # the sharded path is the one under test
+    members = urls("in", n)
+    fresh = []
+    for i in range(0, n, 1000):
+        fresh += bloom.add_many(members[i : i + 1000])
+    assert sum(fresh) >= n * (1 - p)  # a few collide with earlier members, as designed
+    assert not any(bloom.add_many(members[:5000]))  # present: never reported new
+    outsiders = urls("out", n)
+    answers = [new for i in range(0, 10000, 1000) for new in bloom.add_many(outsiders[i : i + 1000])]
+    false_positives = sum(not new for new in answers)
+    rate = false_positives / 10000
+    assert 0.75 * p <= rate <= 1.25 * p, rate
+    stats = bloom.stats()
+    assert stats["estimated_fp_rate"] == pytest.approx(p, rel=0.5)
+    assert 0.4 < stats["fill_ratio"] < 0.6
+
+
+def test_check_and_set_is_atomic_within_a_batch(client):
+    bloom = BloomFilter(client, Keys("t").crawl("dup"), BloomShape.plan(1000, 0.01), Scripts(client))
+    assert bloom.add_many(["https://a.org/", "https://b.org/"]) == [True, True]
+    assert bloom.add_many(["https://b.org/", "https://c.org/"]) == [False, True]
