@@ -15,6 +15,7 @@ import sys
 from urllib.parse import urlsplit
 
 from scrapy.crawler import CrawlerProcess
+from scrapy.http import HtmlResponse
 from scrapy.linkextractors import LinkExtractor
 from scrapy.spiders import CrawlSpider, Rule
 
@@ -33,10 +34,11 @@ class SiteSpider(CrawlSpider):
         return self.parse_page(response)
 
     def parse_page(self, response):  # type: ignore[no-untyped-def]
+        is_html = isinstance(response, HtmlResponse)
         yield {
             "url": response.url,
             "status": response.status,
-            "title": response.css("title::text").get(),
+            "title": response.css("title::text").get() if is_html else None,
         }
 
 

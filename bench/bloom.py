@@ -133,8 +133,9 @@ def throughput(client: redis.Redis, n: int, legacy: bool) -> tuple[list[dict[str
         try:
             old.add_many(urls[:BATCH])
             rows.append({"case": "legacy, batch 1000", "urls": BATCH, "batch": BATCH})
-        except redis.ResponseError as exc:
-            rows.append({"case": "legacy, batch 1000", "batch": BATCH, "error": str(exc)[:60]})
+        except redis.ResponseError as exc:  # "user_script:27: too many results to unpack ..."
+            message = str(exc).split(": ", 1)[-1].split(" script:")[0]
+            rows.append({"case": "legacy, batch 1000", "batch": BATCH, "error": message})
         for key in old_bloom.shard_keys:
             client.delete(key)
             client.setbit(key, shape.shard_bits - 1, 0)

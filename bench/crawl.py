@@ -193,8 +193,8 @@ def start_profilers(args: Any, roots: list[int], tag: str) -> list[subprocess.Po
     for pid in roots:
         name = "fetch" if "fetch-" in " ".join(psutil.Process(pid).cmdline()) else "parse"
         procs.append(subprocess.Popen(
-            [str(pyspy), "record", "--pid", str(pid), "--subprocesses", "--rate", "200",
-             "--format", "raw", "--output", str(out / f"{tag}-{name}.txt"), "--nonblocking"],
+            [str(pyspy), "record", "--pid", str(pid), "--subprocesses", "--rate", "100",
+             "--format", "raw", "--output", str(out / f"{tag}-{name}.txt")],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     return procs
 
@@ -214,19 +214,23 @@ def run_subprocess(name: str, cmd: list[str], server: Any, graph: Any, expected:
     server.clear_log()
     usage0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    peak = 0
-    try:
-        ps = psutil.Process(proc.pid)
-        while proc.poll() is None:
-            with contextlib.suppress(psutil.Error):
-                peak = max(peak, ps.memory_info().rss)
-            if time.monotonic() - t0 > timeout:
-                proc.kill()
-                break
-            time.sleep(0.5)
-    finally:
-        output = proc.communicate()[0].decode(errors="replace")
+    # Output to a file, not a pipe: a chatty crawler must never block on a full pipe.
+    with tempfile.TemporaryFile() as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        peak = 0
+        try:
+            ps = psutil.Process(proc.pid)
+            while proc.poll() is None:
+                with contextlib.suppress(psutil.Error):
+                    peak = max(peak, ps.memory_info().rss)
+                if time.monotonic() - t0 > timeout:
+                    proc.kill()
+                    break
+                time.sleep(0.5)
+        finally:
+            proc.wait()
+            out.seek(0)
+            output = out.read().decode(errors="replace")
     wall = time.monotonic() - t0
     usage1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (usage1.ru_utime - usage0.ru_utime) + (usage1.ru_stime - usage0.ru_stime)
@@ -294,11 +298,16 @@ def main() -> int:
                     server, graph, expected, args.timeout))
     scrapy_rate = next((r.get("pages_per_s") for r in rows if r["crawler"].startswith("scrapy")),
                        None)
+    scrapy_e2e = next((r.get("end_to_end_pages_per_s") for r in rows
+                       if r["crawler"].startswith("scrapy")), None)
     for r in rows:
         if scrapy_rate and r.get("pages_per_s"):
             r["x_scrapy"] = r["pages_per_s"] / scrapy_rate
+        if scrapy_e2e and r.get("end_to_end_pages_per_s"):
+            r["x_scrapy_end_to_end"] = r["end_to_end_pages_per_s"] / scrapy_e2e
     result = {"site": site, "crawlers": rows, "cpus": os.cpu_count()}
-    cols = ["crawler", "pages_per_s", "x_scrapy", "end_to_end_pages_per_s", "html_pages", "requests", "distinct_urls",
+    cols = ["crawler", "pages_per_s", "x_scrapy", "end_to_end_pages_per_s",
+            "x_scrapy_end_to_end", "html_pages", "requests", "distinct_urls",
             "duplicate_requests", "expected_urls", "missing", "unexpected", "span_s", "wall_s"]
     ours = [r for r in rows if r["crawler"].startswith("ours")]
     tables = [

@@ -4,6 +4,7 @@ pace it uses.
     .venv/bin/python bench/politeness.py                 # every scenario, as a table
     .venv/bin/python bench/politeness.py --json          # the same figures as JSON
     .venv/bin/python bench/politeness.py --only crawl-delay --repeat 3
+    .venv/bin/python bench/politeness.py --only 3x2 --timeline   # + every request's time
 
 Starts a private ``redis-server`` and real worker processes (``crawler_tasks.embedded``), serves
 synthetic sites on 127.0.0.x (``tests/sitegen.py``) and measures from the servers' own request
@@ -15,7 +16,9 @@ logs, robots.txt requests included (they load the server like any other request)
   (robots.txt is how the delay becomes known, so the first page follows it at once). <= 1.00
   is polite;
 * efficiency = achieved requests/s over the steady middle of the crawl (the first and last 15 %
-  of its span dropped) / the allowed requests/s. For one host that is (requests - 1) / span.
+  of its span dropped, a whole number of intervals counted) / the allowed requests/s. For one
+  host: the span a perfectly paced crawl needs for the same requests / the measured span
+  (first to last request), e.g. N pages + robots.txt at r req/s: (N / r) / span.
 
 Scenarios (all ``concurrency=1`` per host, ``CRAWLER_*`` settings at their defaults):
 
@@ -29,23 +32,20 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import math
 import statistics
-import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+import _util  # also puts tests/ on sys.path
+from sitegen import Request, max_concurrency, rate_report, running_sites
 
-from sitegen import Request, max_concurrency, rate_report, running_sites  # noqa: E402
-
-from crawler_tasks import start_crawl  # noqa: E402
-from crawler_tasks.embedded import local_workers, private_redis  # noqa: E402
-from crawler_tasks.settings import load  # noqa: E402
+from crawler_tasks import start_crawl
+from crawler_tasks.app import make_app
+from crawler_tasks.embedded import local_workers, private_redis
+from crawler_tasks.settings import Settings, load
 
 #: Fraction of the crawl's span dropped at each end when measuring the steady pace.
 EDGE = 0.15
@@ -55,7 +55,7 @@ EDGE = 0.15
 class Scenario:
     name: str
     addresses: list[str]
-    pages: int
+    pages: int  # per host
     rate: float
     burst: int = 1
     fetch_processes: int = 1
@@ -77,13 +77,30 @@ class Scenario:
 
 
 SCENARIOS = [
-    Scenario("3x2", ["127.0.0.2", "127.0.0.3", "127.0.0.4"], 20, 2.0, fetch_processes=2,
-             notes="3 hosts x 2 req/s, burst 1, 2 fetch processes"),
-    Scenario("crawl-delay", ["127.0.0.5"], 8, 10.0, crawl_delay=2.0,
-             notes="robots.txt Crawl-delay: 2, crawl rate 10 req/s"),
+    Scenario(
+        "3x2",
+        ["127.0.0.2", "127.0.0.3", "127.0.0.4"],
+        20,
+        2.0,
+        fetch_processes=2,
+        notes="3 hosts x 2 req/s, burst 1, 2 fetch processes",
+    ),
+    Scenario(
+        "crawl-delay",
+        ["127.0.0.5"],
+        8,
+        10.0,
+        crawl_delay=2.0,
+        notes="robots.txt Crawl-delay: 2, crawl rate 10 req/s",
+    ),
     Scenario("1x5", ["127.0.0.6"], 30, 5.0, notes="1 host, 30 pages at 5 req/s"),
-    Scenario("20x1", [f"127.0.0.{i}" for i in range(10, 30)], 12, 1.0,
-             notes="20 hosts x 1 req/s, 12 pages each"),
+    Scenario(
+        "20x1",
+        [f"127.0.0.{i}" for i in range(10, 30)],
+        12,
+        1.0,
+        notes="20 hosts x 1 req/s, 12 pages each",
+    ),
 ]
 
 
@@ -91,152 +108,204 @@ SCENARIOS = [
 class HostResult:
     host: str
     requests: int
-    max_in_window: int
-    allowed_in_window: float
+    max_in_1s: int
+    allowed_in_1s: float
     politeness_error: float
-    min_gap: float
+    min_gap_s: float
     max_concurrency: int
-    rate: float
-    efficiency: float
+    mean_rate: float
 
 
 @dataclass
 class Result:
     scenario: str
     notes: str
-    duration: float
     pages: int
+    crawl_s: float
     allowed_rate: float
-    steady_rate: float
+    achieved_rate: float
     efficiency: float
     politeness_error: float
-    span_vs_ideal: float
+    span_s: float
+    ideal_span_s: float
     hosts: list[HostResult] = field(default_factory=list)
+    timeline: dict[str, list[str]] = field(default_factory=dict)
 
 
-def steady_rate(times: list[float]) -> float:
-    """Requests/s between the first and last EDGE of the span (all hosts together)."""
+def counted_requests(sc: Scenario, log: list[Request]) -> list[Request]:
+    """Every request, but robots.txt under a Crawl-delay (it is how the delay is learnt)."""
+    return [e for e in log if not (sc.crawl_delay and e.path == "/robots.txt")]
+
+
+def steady_rate(times: list[float], interval: float) -> float:
+    """Requests/s in the middle of the span (first and last EDGE dropped), counted over a
+    whole number of intervals: hosts started together stay in phase, and a window cut
+    mid-cycle would count one cycle too many or too few."""
     times = sorted(times)
-    if len(times) < 3:
-        return 0.0
     lo, hi = times[0], times[-1]
-    a, b = lo + EDGE * (hi - lo), hi - EDGE * (hi - lo)
-    inside = [t for t in times if a <= t <= b]
-    return (len(inside) - 1) / (inside[-1] - inside[0]) if len(inside) > 1 else 0.0
+    start = lo + EDGE * (hi - lo)
+    length = math.floor((1 - 2 * EDGE) * (hi - lo) / interval) * interval
+    if length <= 0:
+        return 0.0
+    return sum(start <= t < start + length for t in times) / length
 
 
 def host_result(sc: Scenario, host: str, log: list[Request]) -> HostResult:
-    counted = [e for e in log if not (sc.crawl_delay and e.path == "/robots.txt")]
-    report = rate_report(counted)
-    whole = rate_report(log)
-    rate = whole["mean_rate"]
+    report = rate_report(counted_requests(sc, log))
     return HostResult(
         host=host,
         requests=len(log),
-        max_in_window=report["max_in_window"],
-        allowed_in_window=sc.allowed_in_window,
+        max_in_1s=report["max_in_window"],
+        allowed_in_1s=sc.allowed_in_window,
         politeness_error=report["max_in_window"] / sc.allowed_in_window,
-        min_gap=report["min_interval"],
+        min_gap_s=report["min_interval"],
         max_concurrency=max_concurrency(log),
-        rate=rate,
-        efficiency=rate * sc.interval,
+        mean_rate=report["mean_rate"],
     )
 
 
-def run(sc: Scenario, broker: str, tmp: Path) -> Result:
+def wait_for_workers(settings: Settings, count: int, timeout: float = 60.0) -> None:
+    app = make_app(settings)
+    deadline = time.monotonic() + timeout
+    while len(app.control.ping(timeout=0.5) or []) < count:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"fewer than {count} workers answer")
+
+
+def run(sc: Scenario, broker: str, tmp: Path, timeline: bool = False) -> Result:
     tmp.mkdir(parents=True, exist_ok=True)
     settings = load(env={}, broker_url=broker, output_dir=str(tmp / "out"))
     robots = f"User-agent: *\nCrawl-delay: {sc.crawl_delay:g}\n" if sc.crawl_delay else None
     with contextlib.ExitStack() as stack:
-        for i in range(sc.fetch_processes):
-            stack.enter_context(local_workers(broker, fetch_threads=sc.fetch_threads, parsers=1,
-                                              log_dir=str(tmp)))
-            del i
-        time.sleep(2.0)  # let every worker connect before the crawl starts
-        _graph, servers = stack.enter_context(running_sites(
-            sc.addresses, sc.pages, sc.links_per_page, broken_ratio=0, non_html_ratio=0,
-            cross_host_ratio=0, robots_txt=robots))
-        crawl = start_crawl([s.base_url + "/" for s in servers], settings=settings,
-                            allow_private_networks=True, rate=sc.rate, burst=sc.burst,
-                            concurrency=1)
-        summary = crawl.wait(timeout=float(__import__("os").environ.get("BENCH_TIMEOUT", "600")))
+        for _ in range(sc.fetch_processes):
+            stack.enter_context(
+                local_workers(broker, fetch_threads=sc.fetch_threads, parsers=1, log_dir=str(tmp))
+            )
+        wait_for_workers(settings, 2 * sc.fetch_processes)
+        _graph, servers = stack.enter_context(
+            running_sites(
+                sc.addresses,
+                sc.pages,
+                sc.links_per_page,
+                broken_ratio=0,
+                non_html_ratio=0,
+                cross_host_ratio=0,
+                robots_txt=robots,
+            )
+        )
+        crawl = start_crawl(
+            [s.base_url + "/" for s in servers],
+            settings=settings,
+            allow_private_networks=True,
+            rate=sc.rate,
+            burst=sc.burst,
+            concurrency=1,
+        )
+        summary = crawl.wait(timeout=600)
         logs = {s.address: s.requests() for s in servers}
-    if __import__("os").environ.get("BENCH_DUMP"):
-        t0 = min(e.time for log in logs.values() for e in log)
-        for h, log in logs.items():
-            print(h, " ".join(f"{e.time - t0:.3f}{'R' if e.path == '/robots.txt' else ''}" for e in log))
     hosts = [host_result(sc, h, log) for h, log in logs.items()]
-    times = [e.time for log in logs.values() for e in log]
-    allowed = len(servers) / sc.interval
-    steady = steady_rate(times) if len(servers) > 1 else hosts[0].rate
-    ideal = sc.pages / sc.rate if sc.crawl_delay == 0 else sc.pages * sc.interval
-    span = max(times) - min(times)
+    counted = sorted(e.time for log in logs.values() for e in counted_requests(sc, log))
+    span = counted[-1] - counted[0]
+    if len(servers) > 1:
+        allowed = len(servers) / sc.interval
+        achieved = steady_rate(counted, sc.interval)
+        ideal = math.nan
+        efficiency = achieved / allowed
+    else:
+        # One host: a perfectly paced crawl puts one interval between consecutive counted
+        # requests (N pages + robots.txt at r req/s: N / r).
+        allowed = 1 / sc.interval
+        achieved = (len(counted) - 1) / span
+        ideal = (len(counted) - 1) * sc.interval
+        efficiency = ideal / span
+    t0 = min(e.time for log in logs.values() for e in log)
     return Result(
         scenario=sc.name,
         notes=sc.notes,
-        duration=summary["duration_s"],
         pages=summary["counters"].get("done", 0),
+        crawl_s=summary["duration_s"],
         allowed_rate=allowed,
-        steady_rate=steady,
-        efficiency=steady / allowed,
+        achieved_rate=achieved,
+        efficiency=efficiency,
         politeness_error=max(h.politeness_error for h in hosts),
-        span_vs_ideal=span / ideal - 1 if len(servers) == 1 else float("nan"),
+        span_s=span,
+        ideal_span_s=ideal,
         hosts=hosts,
+        timeline={
+            h: [f"{e.time - t0:.3f}{' robots' if e.path == '/robots.txt' else ''}" for e in log]
+            for h, log in logs.items()
+        }
+        if timeline
+        else {},
     )
 
 
-def print_table(results: list[Result]) -> None:
-    print(f"{'scenario':<12} {'host':<10} {'reqs':>4} {'max/1s':>6} {'allowed':>7} "
-          f"{'error':>6} {'min gap':>7} {'conc':>4} {'req/s':>6} {'effic.':>6}")
-    for r in results:
-        for h in r.hosts:
-            print(f"{r.scenario:<12} {h.host:<10} {h.requests:>4} {h.max_in_window:>6} "
-                  f"{h.allowed_in_window:>7g} {h.politeness_error:>6.2f} {h.min_gap:>7.3f} "
-                  f"{h.max_concurrency:>4} {h.rate:>6.2f} {h.efficiency:>6.2f}")
-    print()
-    print(f"{'scenario':<12} {'pages':>5} {'secs':>6} {'allowed/s':>9} {'steady/s':>8} "
-          f"{'effic.':>6} {'polit.err':>9} {'span-ideal':>10}  notes")
-    for r in results:
-        span = "" if math.isnan(r.span_vs_ideal) else f"{r.span_vs_ideal:+.1%}"
-        print(f"{r.scenario:<12} {r.pages:>5} {r.duration:>6.1f} {r.allowed_rate:>9.2f} "
-              f"{r.steady_rate:>8.2f} {r.efficiency:>6.2f} {r.politeness_error:>9.2f} "
-              f"{span:>10}  {r.notes}")
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    parser.add_argument("--only", action="append", choices=[s.name for s in SCENARIOS],
-                        help="run only this scenario (repeatable)")
+    parser = _util.parser(__doc__)
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=[s.name for s in SCENARIOS],
+        help="run only this scenario (repeatable)",
+    )
     parser.add_argument("--repeat", type=int, default=1, help="runs of each scenario")
+    parser.add_argument("--timeline", action="store_true", help="every request's time too")
     args = parser.parse_args(argv)
     chosen = [s for s in SCENARIOS if not args.only or s.name in args.only]
     results: list[Result] = []
     with private_redis() as broker, tempfile.TemporaryDirectory(prefix="bench-polite-") as tmp:
         for sc in chosen:
             for i in range(args.repeat):
-                results.append(run(sc, broker, Path(tmp) / f"{sc.name}-{i}"))
-                if not args.json:
-                    print(f"# {sc.name} run {i + 1}: error {results[-1].politeness_error:.2f} "
-                          f"efficiency {results[-1].efficiency:.2f}", file=sys.stderr)
-    if args.json:
-        print(json.dumps([_jsonable(r) for r in results], indent=2))
-    else:
-        print_table(results)
-        if args.repeat > 1:
-            for sc in chosen:
-                runs = [r for r in results if r.scenario == sc.name]
-                print(f"{sc.name}: worst error {max(r.politeness_error for r in runs):.2f}, "
-                      f"median efficiency {statistics.median(r.efficiency for r in runs):.2f}")
+                _util.log(args, f"{sc.name} run {i + 1}: {sc.notes}")
+                results.append(run(sc, broker, Path(tmp) / f"{sc.name}-{i}", args.timeline))
+    _util.emit(args, {"scenarios": [asdict(r) for r in results]}, tables(results, args))
     return 0
 
 
-def _jsonable(r: Result) -> dict[str, Any]:
-    out = {k: v for k, v in vars(r).items() if k != "hosts"}
-    out["span_vs_ideal"] = None if math.isnan(r.span_vs_ideal) else r.span_vs_ideal
-    out["hosts"] = [vars(h) for h in r.hosts]
+def tables(results: list[Result], args: argparse.Namespace) -> list[str]:
+    summary = [
+        {
+            "scenario": r.scenario,
+            "pages": r.pages,
+            "crawl s": r.crawl_s,
+            "allowed req/s": r.allowed_rate,
+            "achieved req/s": r.achieved_rate,
+            "efficiency": r.efficiency,
+            "politeness error": r.politeness_error,
+            "span s": r.span_s,
+            "ideal span s": r.ideal_span_s,
+            "notes": r.notes,
+        }
+        for r in results
+    ]
+    hosts = [
+        {"scenario": r.scenario, **{k.replace("_", " "): v for k, v in asdict(h).items()}}
+        for r in results
+        for h in r.hosts
+    ]
+    out = [
+        _util.table("Politeness and efficiency per scenario", summary),
+        _util.table("Per host (politeness error = max in 1 s / allowed in 1 s)", hosts),
+    ]
+    if args.repeat > 1:
+        worst = []
+        for name in dict.fromkeys(r.scenario for r in results):
+            runs = [r for r in results if r.scenario == name]
+            worst.append(
+                {
+                    "scenario": name,
+                    "runs": len(runs),
+                    "worst politeness error": max(r.politeness_error for r in runs),
+                    "median efficiency": statistics.median(r.efficiency for r in runs),
+                    "min efficiency": min(r.efficiency for r in runs),
+                }
+            )
+        out.append(_util.table("Over the runs", worst))
+    for r in results:
+        for host, times in r.timeline.items():
+            out.append(f"{r.scenario} {host}: " + " ".join(times))
     return out
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

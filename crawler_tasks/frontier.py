@@ -92,8 +92,17 @@ class Frontier:
             self.shape.shards,
             1 if force else 0,
         ]
-        args += bloom_args(self.shape, batch)
+        from .seen import known_urls
+
+        # URLs this process already saw in the filter are duplicates without asking Redis.
+        known = None if force else known_urls(self.client, ck, self.opts.started_at)
+        hashes, skipped = None, 0
+        if known is not None:
+            batch, hashes, skipped = known.split(batch)
+        args += bloom_args(self.shape, batch, hashes, skipped)
         result: list[int] = self.scripts.admit(keys=keys, args=args, client=self.client)
+        if known is not None and hashes and int(result[2]) == 0:
+            known.remember(hashes)  # each one admitted or a duplicate: its bits are set
         return result
 
     def release(self, limit: int, drain: int = 1000) -> Release:

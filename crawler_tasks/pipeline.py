@@ -221,31 +221,28 @@ def _base_final(url: str, depth: int, response: Response) -> Final:
 
 
 def _robots(ctx: Context, opts: CrawlOptions, url: str, domain: str) -> Final | None:
-    """What robots.txt says of ``url`` (a Final if it is not to be fetched), and the politeness
-    accounting of the requests this fetch sends (see ``politeness``): robots.txt, when it is
-    not cached, is charged to the domain's bucket; the page's start is stamped, with the
-    Crawl-delay; a disallowed URL gives its token back. With ``sitemaps``, an origin's
-    ``Sitemap:`` URLs are admitted the first time, and a sitemap file is fetched and used
-    here (see ``sitemaps``), its Final returned."""
-    from .sitemaps import Sitemaps  # pipeline is imported by the modules sitemaps needs
+    """What robots.txt says of ``url`` (a Final when it is not to be fetched), and the
+    politeness accounting of this fetch (see ``politeness``): robots.txt, when it had to be
+    requested, is charged to the domain's bucket; its Crawl-delay is applied; a disallowed URL
+    gives its token back. With ``sitemaps``, an origin's ``Sitemap:`` URLs are admitted the
+    first time, and a released sitemap file is fetched and used here (see ``sitemaps``)."""
+    from .sitemaps import Sitemaps  # sitemaps needs worker and urls only: no import cycle
 
+    if not (opts.obey_robots or opts.sitemaps):
+        return None
     polite = ctx.politeness(opts)
-    delay = None
-    if opts.obey_robots or opts.sitemaps:
-        origin = origin_of(url)
-        robots = ctx.robots(opts).get(origin, lambda: polite.extra_request(domain))
-        if opts.obey_robots:
-            if not robots.allowed(opts.robots_agent, url):
-                polite.refund(domain)
-                return Final(url, 0, error="robots_disallowed", counters={"robots_disallowed": 1})
-            delay = robots.crawl_delay(opts.robots_agent)
-        if opts.sitemaps:
-            maps = Sitemaps(ctx, opts)
-            maps.discover(origin, robots)
-            if maps.is_sitemap(url):
-                polite.started(url, domain, delay)
-                return Final(url, 0, **maps.fetch(url))
-    polite.started(url, domain, delay)
+    origin = origin_of(url)
+    robots = ctx.robots(opts).get(origin, lambda: polite.extra_request(domain))
+    if opts.obey_robots:
+        if not robots.allowed(opts.robots_agent, url):
+            polite.refund(url, domain)
+            return Final(url, 0, error="robots_disallowed", counters={"robots_disallowed": 1})
+        polite.set_crawl_delay(domain, robots.crawl_delay(opts.robots_agent))
+    if opts.sitemaps:
+        maps = Sitemaps(ctx, opts)
+        maps.discover(origin, robots)
+        if maps.is_sitemap(url):
+            return Final(url, 0, **maps.fetch(url))
     return None
 
 

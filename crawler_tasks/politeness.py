@@ -12,24 +12,28 @@ done.lua (adaptive back-off); this module feeds them and reads their state:
 * at most ``concurrency`` requests per domain are in flight (leases expire after
   ``lease_seconds``, so a killed worker never blocks a host).
 
-Where the token is taken: release.lua charges the bucket when it releases a URL (so nothing is
-published before its token and no task ever waits for one), and the fetch task stamps the
-moment it really sends the request (:meth:`Politeness.started`, done.lua ``start``): the next
-token is then due one interval after the *request*, not after the release. Without the stamp a
-request that sat in the broker longer than the next one (a cold worker thread, a busy
-dispatcher) bunched up with it, and a 1-s window saw more than ``rate + burst`` requests. The
-price is that a late request also delays the next one (never the other way), which the burst
-absorbs. robots.txt requests are charged too (:meth:`Politeness.extra_request`): a server's
-load is every request it gets. A URL robots.txt disallows gives its token back
-(:meth:`Politeness.refund`). With ``concurrency=1`` these make the sequence of real request
-starts a GCRA sequence, so no 1-s window holds more than ``rate + burst`` requests (for a
-Crawl-delay d: one request per d seconds, no burst). With a higher ``concurrency`` requests
-released together can still drift relative to each other by their queueing delays.
+Where the token is taken: release.lua charges the bucket when it releases a URL, so nothing is
+published before its token and no task ever waits for one. But the request starts later, after
+a queueing delay that varies (a cold worker thread, a busy dispatcher), and charging only at
+release let a late request bunch up with the next one: 5 requests in a 1-s window at 2 req/s
+with burst 1. So done.lua also paces the next request from the *end* of this one (tat >= end +
+interval). A request ends after it reached the server, so with ``concurrency=1`` the requests'
+arrivals form a GCRA sequence: no window of W seconds holds more than ``rate x W + burst`` of
+them (for a Crawl-delay d, which has no burst: one request per d seconds). This costs nothing
+while queueing delay + response time stay below ``burst x interval``; without burst the gap
+between two requests is the interval plus the response time. robots.txt requests are charged
+too (:meth:`Politeness.extra_request`): a server's load is every request it gets. A URL
+robots.txt disallows gives its token back (:meth:`Politeness.refund`). With a higher
+``concurrency``, requests released together can still drift relative to each other by their
+queueing delays.
 
-Known limits: the robots.txt request and the first page of a host go back to back (the delay
-is unknown until robots.txt is read; the bucket then pays for both); redirect hops followed
-by the fetcher are requests the bucket does not see; buckets are per crawl, so two crawls of
-one host each get its rate.
+Known limits: the robots.txt request and the page that needed it go back to back (the
+Crawl-delay is unknown until robots.txt is read). For a new host with ``burst >= 1`` that is
+within the burst; with ``burst=0``, or when robots.txt is fetched again mid-crawl (cache
+expiry, several hosts in one ``registered_domain`` bucket), it is one request over, paid back
+by delaying the next. Redirect hops the fetcher follows (pages and robots.txt alike) are
+requests the bucket does not see. Buckets are per crawl: two crawls of one host each get its
+rate (``crawler set-rate`` lowers it for all of them).
 
 Celery's per-task ``rate_limit`` (``CRAWLER_FETCH_RATE_LIMIT``) is applied per worker process
 and is only a bandwidth cap, not politeness.
@@ -91,7 +95,8 @@ class Politeness:
         self.settings = settings
 
     def done(self, url: str, domain: str, outcome: str, retry_after: float = 0.0) -> float:
-        """Return the lease of a finished request; ``outcome`` is ok, throttle or error."""
+        """Return the lease of a finished request and pace the next one from now; ``outcome``
+        is ok, throttle or error (done.lua)."""
         ck = self.ck
         slow = self.scripts.done(
             keys=[ck.ready, ck.lease(domain), ck.domain(domain), ck.queue(domain)],
@@ -100,36 +105,22 @@ class Politeness:
         )
         return float(slow)
 
-    def _event(self, url: str, domain: str, event: str, seconds: float = 0.0) -> None:
-        ck = self.ck
-        self.scripts.done(
-            keys=[ck.ready, ck.lease(domain), ck.domain(domain), ck.queue(domain)],
-            args=[url, domain, event, seconds, MAX_SLOWDOWN],
-            client=self.client,
-        )
-
-    def started(self, url: str, domain: str, crawl_delay: float | None = None) -> None:
-        """The released request for ``url`` is sent now: pace the next one from now. A
-        ``crawl_delay`` from robots.txt (capped by ``max_crawl_delay``) applies at once."""
-        self._event(url, domain, "start", self._capped(crawl_delay))
-
     def extra_request(self, domain: str) -> None:
-        """A request the release did not pay for (robots.txt) is sent now: charge it."""
-        self._event("", domain, "extra")
+        """A request the release did not pay for (robots.txt) has just ended: charge it."""
+        self.done("", domain, "extra")
 
-    def refund(self, domain: str) -> None:
-        """The released request will not be sent (disallowed): give its token back."""
-        self._event("", domain, "refund")
+    def refund(self, url: str, domain: str) -> None:
+        """The request released for ``url`` will not be sent (robots.txt disallows it): give
+        its token back and return its lease uncharged (the ``done`` that follows is a no-op
+        for the bucket)."""
+        self.done(url, domain, "refund")
 
     def set_crawl_delay(self, domain: str, delay: float | None) -> None:
-        capped = self._capped(delay)
-        if capped:
+        """robots.txt's Crawl-delay, capped by ``max_crawl_delay``: applies from the end of the
+        current request (done.lua) and to every release after it (release.lua)."""
+        if delay and delay > 0:
+            capped = min(delay, self.settings.max_crawl_delay)
             self.client.hset(self.ck.domain(domain), "delay", repr(capped))
-
-    def _capped(self, delay: float | None) -> float:
-        if not delay or not delay > 0:
-            return 0.0
-        return min(delay, self.settings.max_crawl_delay)
 
     def domains(self, names: list[str]) -> list[dict[str, Any]]:
         """Current pace of each domain: effective req/s, slow-down, pending, in flight."""

@@ -277,17 +277,19 @@ class RobotsCache:
         self._lru: OrderedDict[str, tuple[float, Robots]] = OrderedDict()
         self._lock = threading.Lock()  # Celery's thread pools share one instance
 
-    def get(self, origin: str, before_fetch: Callable[[], object] | None = None) -> Robots:
-        """The rules of ``origin`` (``scheme://host[:port]``). ``before_fetch`` is called just
-        before robots.txt is requested over HTTP (not on a cache hit): politeness charges the
-        host's bucket for that request there."""
+    def get(self, origin: str, fetched: Callable[[], object] | None = None) -> Robots:
+        """The rules of ``origin`` (``scheme://host[:port]``). ``fetched`` is called after
+        robots.txt was requested over HTTP (not on a cache hit): politeness charges the host's
+        bucket for that request there."""
         robots = self._from_lru(origin)
         if robots is None:
             robots, ttl = self._from_redis(origin)
             if robots is None:
-                if before_fetch is not None:
-                    before_fetch()
-                robots = self._fetch(origin)
+                try:
+                    robots = self._fetch(origin)
+                finally:
+                    if fetched is not None:
+                        fetched()
                 ttl = self._ttl_of(robots)
                 self._redis.set(self._keys.robots(origin), _dump(robots), ex=ttl)
             self._remember(origin, robots, ttl)

@@ -10,6 +10,8 @@
 -- ARGV[7] 1 = force: skip the Bloom test (replaying failed URLs, which are already in it)
 -- ARGV[8] bits per Bloom shard (m)
 -- ARGV[9] every URL's (shard, h1 mod m, h2 mod m), packed uint32 triples (see bloom_lib.lua)
+-- ARGV[10] URLs the caller already knew to be in the filter and left out (seen.KnownURLs):
+--          counted as discovered and as duplicates, nothing else
 -- then per URL: domain, entry ("depth|url").
 -- A URL given twice in one batch is admitted once (the second counts as a duplicate).
 -- Queue keys are built from the domain here rather than passed in KEYS because the set of
@@ -22,7 +24,8 @@ local max_pages, k = tonumber(ARGV[2]), tonumber(ARGV[3])
 local qprefix, dfs, nshards = ARGV[4], ARGV[5] == '1', tonumber(ARGV[6])
 local force = ARGV[7] == '1'
 local m = tonumber(ARGV[8])
-local FIRST = 10
+local known = tonumber(ARGV[10]) or 0
+local FIRST = 11
 local count = (#ARGV - FIRST + 1) / 2
 local seen, reads = {}, nil
 if force then
@@ -33,7 +36,7 @@ else
 end
 
 local before = tonumber(redis.call('HGET', KEYS[2], 'admitted') or '0')
-local admitted, dups, over = 0, 0, 0
+local admitted, dups, over = 0, known, 0
 local chosen, picked, by_domain, domains = {}, {}, {}, {}
 for i = 1, count do
   local base = FIRST + (i - 1) * 2
@@ -77,7 +80,7 @@ if force then
   return {admitted, 0, 0}
 end
 if admitted > 0 then redis.call('HINCRBY', KEYS[2], 'admitted', admitted) end
-redis.call('HINCRBY', KEYS[2], 'discovered', count)
+redis.call('HINCRBY', KEYS[2], 'discovered', count + known)
 if dups > 0 then redis.call('HINCRBY', KEYS[2], 'deduplicated', dups) end
 if over > 0 then redis.call('HINCRBY', KEYS[2], 'skipped:max_pages', over) end
 return {admitted, dups, over}

@@ -1,0 +1,351 @@
+"""Cluster-wide politeness, measured where it matters: in the request logs of the servers.
+
+End-to-end tests run real worker processes (``workers``, plus a second fetch worker where the
+test says so) against sites on 127.0.0.x and check the servers' logs with ``rate_report`` and
+``max_concurrency``. robots.txt requests are counted with the pages: they load the server like
+any other request, and the crawler charges them to the host's token bucket. The exception is
+Crawl-delay, which can only be known once robots.txt is read: there the gaps between *page*
+requests are checked. The release.lua/done.lua arithmetic itself is tested directly, without
+workers, at the end.
+
+Bounds: a token bucket of ``rate`` r and ``burst`` b lets at most r x W + b requests into any
+window of W seconds (an idle host takes 1 + b at once, then one per 1/r); with
+``concurrency=1`` the crawler guarantees it on request *arrivals*, whatever the queueing delays
+(see ``crawler_tasks.politeness``).
+"""
+
+from __future__ import annotations
+
+import gzip
+import math
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from conftest import wait_until
+from sitegen import Request, max_concurrency, rate_report, reachable, running_sites
+
+from crawler_tasks import start_crawl
+from crawler_tasks.app import make_app
+from crawler_tasks.cli import main as cli
+from crawler_tasks.embedded import local_workers
+from crawler_tasks.keys import Keys
+from crawler_tasks.politeness import MAX_SLOWDOWN, Politeness, set_rate
+from crawler_tasks.scripts import Scripts
+from crawler_tasks.sitemaps import inflate, parse
+
+QUIET_SITE = {"broken_ratio": 0, "non_html_ratio": 0, "cross_host_ratio": 0}
+
+
+def crawl_sites(settings, servers, *, seeds=None, **options):  # type: ignore[no-untyped-def]
+    seeds = seeds or [s.base_url + "/" for s in servers]
+    return start_crawl(seeds, settings=settings, allow_private_networks=True, **options)
+
+
+def pages(log: list[Request]) -> list[Request]:
+    return [e for e in log if e.path != "/robots.txt"]
+
+
+def wait_for_workers(settings, count: int, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
+    app = make_app(settings)
+    wait_until(lambda: len(app.control.ping(timeout=0.5) or []) >= count, timeout=timeout)
+
+
+def steady_rate(times: list[float], interval: float, edge: float = 0.15) -> float:
+    """Requests/s over the middle of the span, counted over whole intervals (hosts started
+    together stay in phase: a window cut mid-cycle would miscount by a cycle)."""
+    times = sorted(times)
+    start = times[0] + edge * (times[-1] - times[0])
+    length = math.floor((1 - 2 * edge) * (times[-1] - times[0]) / interval) * interval
+    return sum(start <= t < start + length for t in times) / length
+
+
+# --- end to end ----------------------------------------------------------------------------------
+
+
+def test_two_fetch_processes_keep_every_host_within_its_bucket(
+    settings, redis_url, workers, tmp_path: Path
+):
+    """3 hosts at 2 req/s, burst 1, fetched by two worker processes, each with its own
+    dispatcher: at most 2 + 1 requests (robots.txt included) in any 1-s window of any host,
+    never two at once, and both processes did fetch."""
+    env = {"CRAWLER_DISPATCH_INTERVAL": "0.02", "CRAWLER_USER_AGENT": "second-worker/1.0"}
+    log_dir = tmp_path / "second"
+    log_dir.mkdir()
+    with local_workers(redis_url, fetch_threads=8, parsers=1, extra_env=env, log_dir=str(log_dir)):
+        wait_for_workers(settings, 4)
+        with running_sites(["127.0.0.2", "127.0.0.3", "127.0.0.4"], 16, 4, **QUIET_SITE) as (
+            graph,
+            servers,
+        ):
+            crawl = crawl_sites(settings, servers, rate=2.0, burst=1, concurrency=1)
+            crawl.wait(timeout=60)
+            logs = {s.address: s.requests() for s in servers}
+    assert {r["url"] for r in crawl.pages()} == set(reachable(graph, graph.roots()))
+    agents = Counter(
+        e.headers.get("User-Agent", "").split("/")[0] for log in logs.values() for e in log
+    )
+    assert agents["second-worker"] > 0 and agents["crawler-tasks"] > 0, agents
+    for host, log in logs.items():
+        report = rate_report(log)
+        assert report["count"] == 17, (host, report)  # robots.txt + 16 pages
+        assert report["max_in_window"] <= 2 + 1, (host, report)
+        assert max_concurrency(log) == 1, host
+        # ... and no slower than the bucket allows: 16 intervals, one saved by the burst.
+        assert report["duration"] < 16 * 0.5 * 1.1, (host, report)
+
+
+def test_crawl_delay_retry_after_owner_override_and_visible_backoff(settings, workers):
+    """One crawl at 4 req/s over three hosts:
+    * ``Crawl-delay: 2``: page requests at least ~2 s apart (no burst under a Crawl-delay);
+    * the same robots.txt, but the owner set ``rates={host: inf}``: no limit at all;
+    * a 429 with ``Retry-After: 3``: nothing for 3 s, and the slow-down shows in
+      ``crawl.domains()`` (what ``crawler status`` prints) while it lasts."""
+    delay_txt = "User-agent: *\nCrawl-delay: 2\n"
+    with running_sites(
+        ["127.0.0.5", "127.0.0.6", "127.0.0.7"],
+        6,
+        3,
+        robots_txt={"127.0.0.5": delay_txt, "127.0.0.6": delay_txt},
+        **QUIET_SITE,
+    ) as (graph, servers):
+        delayed, free, throttled = servers
+        throttled.extra_routes["/rate-limited"] = _rate_limited_once
+        seeds = [s.base_url + "/" for s in servers] + [throttled.base_url + "/rate-limited"]
+        crawl = crawl_sites(
+            settings, servers, seeds=seeds, rate=4.0, burst=1, rates={"127.0.0.6": math.inf}
+        )
+        seen: list[dict] = []
+        deadline = time.monotonic() + 60
+        while not crawl.finished and time.monotonic() < deadline:
+            seen += [d for d in crawl.domains() if d["domain"] == "127.0.0.7"]
+            time.sleep(0.1)
+        crawl.wait(timeout=5)
+        logs = [s.requests() for s in servers]
+
+    delayed_pages = rate_report(pages(logs[0]))
+    assert delayed_pages["count"] == 6
+    assert delayed_pages["min_interval"] >= 1.9, delayed_pages
+    assert delayed_pages["max_in_window"] == 1
+
+    free_pages = rate_report(pages(logs[1]))
+    assert free_pages["count"] == 6
+    assert free_pages["duration"] < 2.0, free_pages  # 10 s if the Crawl-delay applied
+
+    log = sorted(logs[2], key=lambda e: e.time)
+    first_429 = next(i for i, e in enumerate(log) if e.status == 429)
+    assert log[first_429 + 1].time - log[first_429].time >= 3.0, log[first_429 : first_429 + 2]
+    assert max(d["slowdown"] for d in seen) >= 2.0, seen
+    assert min(d["rate"] for d in seen) <= 4.0 / 2, seen
+    final = {r["url"]: r for r in crawl.pages()}
+    assert final[throttled.base_url + "/rate-limited"]["status"] == 200
+    assert set(final) >= set(reachable(graph, graph.roots()))
+
+
+def _rate_limited_once(h) -> None:  # type: ignore[no-untyped-def]
+    with h.site.state_lock:
+        first = not h.site.state.get("limited")
+        h.site.state["limited"] = True
+    if first:
+        h.send_body(429, b"slow down", headers={"Retry-After": "3"})
+    else:
+        h.send_body(200, b"<html><head><title>ok</title></head><body>ok</body></html>")
+
+
+def test_single_host_uses_its_whole_rate(settings, workers):
+    """30 pages at 5 req/s: first to last request within 10 % of N/r = 6 s (robots.txt is the
+    31st request: 30 intervals of 0.2 s, one of them saved by the burst)."""
+    with running_sites(["127.0.0.8"], 30, 4, **QUIET_SITE) as (_graph, servers):
+        crawl = crawl_sites(settings, servers, rate=5.0, burst=1, concurrency=1)
+        crawl.wait(timeout=60)
+        log = servers[0].requests()
+    report = rate_report(log)
+    assert report["count"] == 31
+    assert 0.9 * 6.0 <= report["duration"] <= 1.1 * 6.0, report
+    assert report["max_in_window"] <= 5 + 1, report
+    assert max_concurrency(log) == 1
+
+
+def test_twenty_hosts_at_one_request_per_second_each(settings, workers):
+    """20 hosts x 1 req/s, 12 pages each: >= 90 % of 20 pages/s in the steady middle, and
+    every host within its own bucket."""
+    addresses = [f"127.0.0.{i}" for i in range(10, 30)]
+    with running_sites(addresses, 12, 4, **QUIET_SITE) as (_graph, servers):
+        crawl = crawl_sites(settings, servers, rate=1.0, burst=1, concurrency=1)
+        crawl.wait(timeout=60)
+        logs = [s.requests() for s in servers]
+    times = [e.time for log in logs for e in log]
+    assert len(times) == 20 * 13
+    assert steady_rate(times, 1.0) >= 0.9 * 20, steady_rate(times, 1.0)
+    for log in logs:
+        assert rate_report(log)["max_in_window"] <= 1 + 1, rate_report(log)
+        assert max_concurrency(log) == 1
+
+
+def test_sitemaps_from_robots_reach_a_page_nothing_links_to(settings, workers):
+    """robots.txt -> gzipped sitemap index -> sitemap -> /orphan, linked from no page: reached
+    with ``sitemaps=True``, not without; each sitemap file fetched once."""
+    with running_sites(["127.0.0.30"], 5, 3, **QUIET_SITE) as (_graph, servers):
+        site = servers[0]
+        base = site.base_url
+        index = _xml("sitemapindex", "sitemap", [f"{base}/sitemaps/pages.xml"])
+        urlset = _xml("urlset", "url", [f"{base}/orphan", f"{base}/", "not a url"])
+        routes = {
+            "/sitemap_index.xml.gz": (gzip.compress(index), "application/x-gzip"),
+            "/sitemaps/pages.xml": (urlset, "application/xml"),
+            "/orphan": (
+                b"<html><head><title>Orphan</title></head><body></body></html>",
+                "text/html",
+            ),
+        }
+        for path, (body, ctype) in routes.items():
+            site.extra_routes[path] = lambda h, body=body, ctype=ctype: h.send_body(
+                200, body, ctype
+            )
+        site.robots_txt = f"User-agent: *\nAllow: /\nSitemap: {base}/sitemap_index.xml.gz\n"
+        rates = {"127.0.0.30": math.inf}
+        with_maps = crawl_sites(settings, servers, rates=rates, concurrency=2, sitemaps=True)
+        with_maps.wait(timeout=60)
+        # After the first: two crawls missing robots.txt at once would both fetch it.
+        without = crawl_sites(settings, servers, rates=rates, concurrency=2)
+        without.wait(timeout=60)
+        paths = Counter(e.path for e in site.requests())
+    got = {r["url"]: r for r in with_maps.pages()}
+    assert got[f"{base}/orphan"]["title"] == "Orphan"
+    assert got[f"{base}/sitemap_index.xml.gz"]["sitemap"]["kind"] == "sitemapindex"
+    assert got[f"{base}/sitemaps/pages.xml"]["sitemap"] == {
+        "kind": "urlset",
+        "locs": 2,
+        "truncated": False,
+    }
+    assert with_maps.summary()["counters"]["sitemaps"] == 2
+    assert f"{base}/orphan" not in {r["url"] for r in without.pages()}
+    assert paths["/sitemap_index.xml.gz"] == 1 and paths["/sitemaps/pages.xml"] == 1, paths
+    assert paths["/robots.txt"] == 1  # cached in Redis for every crawl and worker
+
+
+def _xml(root: str, item: str, locs: list[str]) -> bytes:
+    entries = "".join(f"<{item}><loc>{loc}</loc></{item}>" for loc in locs)
+    ns = "http://www.sitemaps.org/schemas/sitemap/0.9"
+    return f'<?xml version="1.0" encoding="UTF-8"?><{root} xmlns="{ns}">{entries}</{root}>'.encode()
+
+
+# --- the scripts, without workers ----------------------------------------------------------------
+
+
+def start_idle(settings, urls, **options):  # type: ignore[no-untyped-def]
+    """A crawl nobody works on: its frontier is released by hand."""
+    return start_crawl(urls, settings=settings, allow_private_networks=True, **options)
+
+
+def released(crawl) -> list[str]:  # type: ignore[no-untyped-def]
+    return [url for _d, _depth, url in crawl.frontier().release(100).entries]
+
+
+def test_idle_domain_takes_one_plus_burst_then_waits(settings, client):
+    urls = [f"http://127.0.0.40/{i}" for i in range(6)]
+    crawl = start_idle(settings, urls, rate=2.0, burst=2, concurrency=10)
+    assert len(released(crawl)) == 3
+    assert released(crawl) == []
+    state = client.hgetall(crawl.ck.domain("127.0.0.40"))
+    assert float(state[b"iv"]) == pytest.approx(0.5) and state[b"own"] == b"0"
+    time.sleep(0.55)
+    assert len(released(crawl)) == 1
+
+
+def test_crawl_delay_has_no_burst_and_caps_the_rate(settings, client):
+    crawl = start_idle(
+        settings, ["http://127.0.0.41/a", "http://127.0.0.41/b"], rate=10.0, burst=3, concurrency=10
+    )
+    polite = Politeness(client, crawl.keys, crawl.ck, Scripts(client), settings)
+    polite.set_crawl_delay("127.0.0.41", 3600)  # capped by max_crawl_delay
+    assert len(released(crawl)) == 1
+    assert released(crawl) == []
+    info = crawl.domains()[0]
+    assert info["crawl_delay"] == settings.max_crawl_delay
+    assert info["rate"] == pytest.approx(1 / settings.max_crawl_delay)
+
+
+def test_owner_override_beats_crawl_delay_and_cluster_rate(settings, client):
+    keys = Keys(settings.key_prefix)
+    set_rate(client, keys, "127.0.0.42", 0.1)
+    urls = [f"http://127.0.0.42/{i}" for i in range(5)]
+    crawl = start_idle(settings, urls, rates={"127.0.0.42": math.inf}, concurrency=5)
+    client.hset(crawl.ck.domain("127.0.0.42"), "delay", "30")
+    assert len(released(crawl)) == 5
+    assert crawl.frontier().release(1).entries == []
+
+
+def test_set_rate_command_is_cluster_wide(settings, client, redis_url):
+    result = CliRunner().invoke(cli, ["set-rate", "127.0.0.43", "0.25", "--broker", redis_url])
+    assert result.exit_code == 0, result.output
+    urls = [f"http://127.0.0.43/{i}" for i in range(3)]
+    one, two = (start_idle(settings, urls, rate=100.0, burst=0, concurrency=5) for _ in "12")
+    for crawl in (one, two):
+        assert len(released(crawl)) == 1
+        assert crawl.domains()[0]["rate"] == pytest.approx(0.25)
+        assert float(client.hget(crawl.ck.domain("127.0.0.43"), "iv")) == pytest.approx(4.0)
+    CliRunner().invoke(cli, ["set-rate", "127.0.0.43", "default", "--broker", redis_url])
+    assert client.hget(Keys(settings.key_prefix).rates, "127.0.0.43") is None
+
+
+def test_done_paces_from_the_end_of_the_request_and_refund_gives_back(settings, client):
+    """The end of a request moves tat to >= end + interval; robots.txt costs one interval
+    more; a disallowed URL returns what its release took, and its done then charges nothing;
+    a 429 with Retry-After sets not_before and doubles the slow-down."""
+    crawl = start_idle(
+        settings, [f"http://127.0.0.44/{i}" for i in range(4)], rate=1.0, burst=1, concurrency=1
+    )
+    polite = Politeness(client, crawl.keys, crawl.ck, Scripts(client), settings)
+    dom = crawl.ck.domain("127.0.0.44")
+
+    def tat() -> float:
+        return float(client.hget(dom, "tat"))
+
+    def now() -> float:
+        seconds, micros = client.time()
+        return seconds + micros / 1e6
+
+    [url] = released(crawl)
+    time.sleep(0.3)
+    polite.extra_request("127.0.0.44")  # robots.txt ended now
+    assert tat() >= now() + 2 - 0.05
+    polite.done(url, "127.0.0.44", "ok")
+    assert tat() >= now() + 2 - 0.1
+
+    client.hset(dom, "tat", repr(now()))  # an idle bucket again
+    [url] = released(crawl)
+    before = tat()
+    polite.refund(url, "127.0.0.44")
+    assert tat() == pytest.approx(before - 1.0, abs=1e-3)
+    polite.done(url, "127.0.0.44", "ok")  # the lease is gone: no charge
+    assert tat() == pytest.approx(before - 1.0, abs=1e-3)
+
+    [url] = released(crawl)
+    slow = polite.done(url, "127.0.0.44", "throttle", retry_after=3.0)
+    assert slow == 2.0 <= MAX_SLOWDOWN
+    assert float(client.hget(dom, "not_before")) >= now() + 2.9
+    assert released(crawl) == []
+    assert crawl.domains()[0]["rate"] == pytest.approx(0.5)
+
+
+# --- sitemap parsing -----------------------------------------------------------------------------
+
+
+def test_sitemap_parsing_is_bounded():
+    doc = _xml("urlset", "url", [f"http://a/{i}" for i in range(10)])
+    assert parse(doc).locs[:2] == ["http://a/0", "http://a/1"]
+    assert parse(gzip.compress(doc)).kind == "urlset"
+    capped = parse(doc, max_urls=3)
+    assert len(capped.locs) == 3 and capped.truncated
+    bomb = gzip.compress(b"<urlset>" + b" " * (8 << 20) + b"</urlset>")
+    data, cut = inflate(bomb, limit=1 << 20)
+    assert len(data) == 1 << 20 and cut
+    cut_short = parse(doc[: len(doc) // 2])
+    assert cut_short.kind == "urlset" and 1 <= len(cut_short.locs) < 10
+    entity = b'<!DOCTYPE u [<!ENTITY x SYSTEM "file:///etc/passwd">]><urlset><url><loc>&x;</loc></url></urlset>'
+    assert parse(entity).locs == []
+    assert parse(b"http://a/1\n\nhttp://a/2\n").locs == ["http://a/1", "http://a/2"]
+    assert parse(b"<html><body>nope</body></html>").kind == "html"
