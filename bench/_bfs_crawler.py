@@ -20,8 +20,23 @@ import lxml.html
 import requests
 from protego import Protego
 
-SKIP = {".pdf", ".png", ".jpg", ".jpeg", ".gif", ".css", ".js", ".zip", ".gz", ".mp4", ".mp3",
-        ".svg", ".ico", ".woff", ".woff2"}
+SKIP = {
+    ".pdf",
+    ".png",
+    ".jpg",
+    ".jpeg",
+    ".gif",
+    ".css",
+    ".js",
+    ".zip",
+    ".gz",
+    ".mp4",
+    ".mp3",
+    ".svg",
+    ".ico",
+    ".woff",
+    ".woff2",
+}
 AGENT = "bench-bfs"
 
 

@@ -10,7 +10,8 @@ never the one on port 6379. Measures:
 1. Throughput of ``BloomFilter.add_many`` from ONE client, batches of 1,000 URLs, on the
    default filter (10 M URLs at 0.1 %: 3 shards, k = 10): URLs/s for new URLs, for URLs
    already in the filter and for the read-only ``contains_many``, with the client's and
-   Redis's microseconds per URL (Redis's from ``INFO commandstats``). The legacy encoding
+   Redis's microseconds per URL (Redis's from ``INFO commandstats``); each case is run
+   ``--repeat`` times (3) and the median run is shown, with the best and worst rates. The legacy encoding
    (one script argument per bit offset, test-then-set; ``bench/legacy_bloom.lua``) is
    measured too, for before/after: at 1,000 URLs per call it fails ("too many results to
    unpack"), so it is also run at the largest batch it survives.
@@ -53,7 +54,9 @@ def members(n: int, offset: int = 0) -> list[str]:
 
 def outsiders(n: int) -> list[str]:
     """URLs never added (a different scheme of paths, so no overlap with members())."""
-    return [f"https://blog{i % 997}.example.org/{i * 7919}/comments?page={i % 13}" for i in range(n)]
+    return [
+        f"https://blog{i % 997}.example.org/{i * 7919}/comments?page={i % 13}" for i in range(n)
+    ]
 
 
 def evalsha_usec(client: redis.Redis) -> float:
@@ -96,24 +99,46 @@ class LegacyBloom:
         return [bool(x) for x in self.script(keys=self.keys, args=args, client=self.client)]
 
 
-def throughput(client: redis.Redis, n: int, legacy: bool) -> tuple[list[dict[str, Any]], dict]:
+def fresh(client: redis.Redis, bloom: BloomFilter) -> None:
+    """Empty the filter and allocate its shards (a cost paid once per crawl, not per URL)."""
+    for key in bloom.shard_keys:
+        client.delete(key)
+        client.setbit(key, bloom.shape.shard_bits - 1, 0)
+
+
+def summarise(case: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The median run (by URLs/s) of a case, plus the best and worst rates."""
+    runs = sorted(runs, key=lambda r: r["urls_per_s"])
+    mid = runs[len(runs) // 2]
+    return {
+        "case": case,
+        **mid,
+        "best_urls_per_s": runs[-1]["urls_per_s"],
+        "worst_urls_per_s": runs[0]["urls_per_s"],
+        "runs": len(runs),
+    }
+
+
+def throughput(
+    client: redis.Redis, n: int, legacy: bool, repeat: int
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     defaults = Settings()
     shape = BloomShape.plan(
         defaults.bloom_capacity, defaults.bloom_error_rate, defaults.bloom_shard_bits
     )
     scripts = Scripts(client)
-    rows: list[dict[str, Any]] = []
     urls = members(n)
     bloom = BloomFilter(client, Keys("bench").crawl("throughput"), shape, scripts)
-    # Allocate the shards first (a cost paid once per crawl, not per URL).
-    for key in bloom.shard_keys:
-        client.setbit(key, shape.shard_bits - 1, 0)
-    row = timed(client, bloom.add_many, urls)
-    rows.append({"case": "add_many, new URLs", **row})
-    row = timed(client, bloom.add_many, urls)
-    rows.append({"case": "add_many, URLs already in", **row})
-    row = timed(client, bloom.contains_many, urls)
-    rows.append({"case": "contains_many (read-only)", **row})
+    cases: dict[str, list[dict[str, Any]]] = {}
+    for _ in range(repeat):
+        fresh(client, bloom)
+        cases.setdefault("add_many, new URLs", []).append(timed(client, bloom.add_many, urls))
+        cases.setdefault("add_many, URLs already in", []).append(
+            timed(client, bloom.add_many, urls)
+        )
+        cases.setdefault("contains_many (read-only)", []).append(
+            timed(client, bloom.contains_many, urls)
+        )
     memory = {
         "capacity": shape.capacity,
         "error_rate": shape.error_rate,
@@ -125,36 +150,48 @@ def throughput(client: redis.Redis, n: int, legacy: bool) -> tuple[list[dict[str
         "redis_allocated_bytes": sum(client.memory_usage(k) or 0 for k in bloom.shard_keys),
     }
     memory["redis_bytes_per_url"] = memory["redis_allocated_bytes"] / shape.capacity
+    rows = [summarise(case, runs) for case, runs in cases.items()]
     if legacy:
-        old_bloom = BloomFilter(client, Keys("bench").crawl("legacy"), shape, scripts)
-        for key in old_bloom.shard_keys:
-            client.setbit(key, shape.shard_bits - 1, 0)
-        old = LegacyBloom(client, old_bloom)
-        try:
-            old.add_many(urls[:BATCH])
-            rows.append({"case": "legacy, batch 1000", "urls": BATCH, "batch": BATCH})
-        except redis.ResponseError as exc:  # "user_script:27: too many results to unpack ..."
-            message = str(exc).split(": ", 1)[-1].split(" script:")[0]
-            rows.append({"case": "legacy, batch 1000", "batch": BATCH, "error": message})
-        for key in old_bloom.shard_keys:
-            client.delete(key)
-            client.setbit(key, shape.shard_bits - 1, 0)
-        # 150 URLs x 10 bits x 4 arguments = 6,000 per BITFIELD: the largest safe batch with one
-        # shard; with three shards it would survive ~500, measured at 150 to be safe.
-        legacy_urls = urls[: min(n, 100_000)]
-        row = timed(client, old.add_many, legacy_urls, batch=150)
-        rows.append({"case": "legacy add_many, new URLs", **row})
-        row = timed(client, old.add_many, legacy_urls, batch=150)
-        rows.append({"case": "legacy add_many, URLs already in", **row})
-        # The new encoding at the same batch size, for a like-for-like comparison.
-        for key in bloom.shard_keys:
-            client.delete(key)
-            client.setbit(key, shape.shard_bits - 1, 0)
-        row = timed(client, bloom.add_many, legacy_urls, batch=150)
-        rows.append({"case": "add_many, new URLs, batch 150", **row})
+        rows += legacy_rows(client, bloom, urls[: min(n, 100_000)], repeat)
     for key in bloom.shard_keys:
         client.delete(key)
     return rows, memory
+
+
+def legacy_rows(
+    client: redis.Redis, bloom: BloomFilter, urls: list[str], repeat: int
+) -> list[dict[str, Any]]:
+    """Before/after: the old encoding (one argument per offset), and the new one at the batch
+    size the old one survives."""
+    rows: list[dict[str, Any]] = []
+    shape = bloom.shape
+    old_bloom = BloomFilter(client, Keys("bench").crawl("legacy"), shape, Scripts(client))
+    old = LegacyBloom(client, old_bloom)
+    fresh(client, old_bloom)
+    try:
+        old.add_many(urls[:BATCH])
+        rows.append({"case": "legacy, batch 1000", "urls": BATCH, "batch": BATCH})
+    except redis.ResponseError as exc:  # "user_script:27: too many results to unpack ..."
+        message = str(exc).split(": ", 1)[-1].split(" script:")[0]
+        rows.append({"case": "legacy, batch 1000", "batch": BATCH, "error": message})
+    # 150 URLs x 10 bits x 4 arguments = 6,000 per BITFIELD: the largest safe batch with one
+    # shard (with three it survives ~500); the new encoding is measured at 150 too.
+    cases: dict[str, list[dict[str, Any]]] = {}
+    for _ in range(repeat):
+        fresh(client, old_bloom)
+        cases.setdefault("legacy add_many, new URLs", []).append(
+            timed(client, old.add_many, urls, batch=150)
+        )
+        cases.setdefault("legacy add_many, URLs already in", []).append(
+            timed(client, old.add_many, urls, batch=150)
+        )
+        fresh(client, bloom)
+        cases.setdefault("add_many, new URLs, batch 150", []).append(
+            timed(client, bloom.add_many, urls, batch=150)
+        )
+    for key in old_bloom.shard_keys:
+        client.delete(key)
+    return rows + [summarise(case, runs) for case, runs in cases.items()]
 
 
 def accuracy(client: redis.Redis, n: int, tests: int, p: float) -> dict[str, Any]:
@@ -205,43 +242,75 @@ def main() -> int:
     p.add_argument("--quick", action="store_true", help="200k URLs in the accuracy part")
     p.add_argument("--throughput-urls", type=int, default=300_000)
     p.add_argument("--no-legacy", action="store_true", help="skip the before/after rows")
+    p.add_argument("--repeat", type=int, default=3, help="runs per throughput case (median)")
     args = p.parse_args()
     n = 200_000 if args.quick else 1_000_000
     with private_redis() as url:
         client = redis.Redis.from_url(url)
         _util.log(args, f"throughput: {args.throughput_urls:,} URLs, batches of {BATCH}")
-        rows, memory = throughput(client, args.throughput_urls, legacy=not args.no_legacy)
+        rows, memory = throughput(
+            client, args.throughput_urls, legacy=not args.no_legacy, repeat=args.repeat
+        )
         acc = []
         for rate in (0.01, 0.001):
             _util.log(args, f"accuracy: {n:,} URLs in a filter for {n:,} at p={rate}")
             acc.append(accuracy(client, n, n, rate))
         client.close()
     result = {"throughput": rows, "memory": memory, "accuracy": acc}
-    tput_cols = ["case", "batch", "urls", "urls_per_s", "wall_us_per_url", "redis_us_per_url",
-                 "client_us_per_url", "answered_true", "error"]
+    tput_cols = [
+        "case",
+        "batch",
+        "urls",
+        "urls_per_s",
+        "best_urls_per_s",
+        "worst_urls_per_s",
+        "wall_us_per_url",
+        "redis_us_per_url",
+        "client_us_per_url",
+        "answered_true",
+        "error",
+    ]
     mem_rows = [
         {"figure": "bits per URL, optimum -ln p/(ln 2)^2", "value": memory["optimum_bits_per_url"]},
         {"figure": "bits per URL, planned filter", "value": memory["planned_bits_per_url"]},
         {"figure": "bytes per URL, planned", "value": memory["planned_bits_per_url"] / 8},
         {"figure": "bytes per URL, Redis MEMORY USAGE", "value": memory["redis_bytes_per_url"]},
-        {"figure": "filter bytes for 10 M URLs (allocated)",
-         "value": memory["redis_allocated_bytes"]},
+        {
+            "figure": "filter bytes for 10 M URLs (allocated)",
+            "value": memory["redis_allocated_bytes"],
+        },
         {"figure": "k / shards", "value": f"{memory['k']} / {memory['shards']}"},
     ]
-    acc_cols = ["design_p", "inserted", "k", "bits_per_url", "tested_never_added",
-                "false_positives", "measured_fp_rate", "theory_fp_rate", "fill_ratio",
-                "false_negatives", "reported_seen_while_adding", "used_memory_delta",
-                "add_urls_per_s", "test_urls_per_s"]
+    acc_cols = [
+        "design_p",
+        "inserted",
+        "k",
+        "bits_per_url",
+        "tested_never_added",
+        "false_positives",
+        "measured_fp_rate",
+        "theory_fp_rate",
+        "fill_ratio",
+        "false_negatives",
+        "reported_seen_while_adding",
+        "used_memory_delta",
+        "add_urls_per_s",
+        "test_urls_per_s",
+    ]
     _util.emit(
         args,
         result,
         [
-            _util.table(f"Bloom check-and-set from one client (default filter: "
-                        f"{memory['capacity']:,} URLs at p={memory['error_rate']})",
-                        rows, tput_cols),
+            _util.table(
+                f"Bloom check-and-set from one client (default filter: "
+                f"{memory['capacity']:,} URLs at p={memory['error_rate']})",
+                rows,
+                tput_cols,
+            ),
             _util.table("Memory at the default error rate", mem_rows),
-            _util.table("False positives / negatives (filter sized for the URLs inserted)",
-                        acc, acc_cols),
+            _util.table(
+                "False positives / negatives (filter sized for the URLs inserted)", acc, acc_cols
+            ),
         ],
     )
     ok = all(a["false_negatives"] == 0 for a in acc)

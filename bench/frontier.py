@@ -41,8 +41,26 @@ from crawler_tasks.embedded import local_workers, private_redis
 from crawler_tasks.settings import load
 from crawler_tasks.urls import normalize
 
-WORDS = ["summer", "linen", "shirt", "classic", "blue", "garden", "chair", "oak", "table",
-         "lamp", "vintage", "leather", "boots", "wool", "scarf", "ceramic", "mug", "travel"]
+WORDS = [
+    "summer",
+    "linen",
+    "shirt",
+    "classic",
+    "blue",
+    "garden",
+    "chair",
+    "oak",
+    "table",
+    "lamp",
+    "vintage",
+    "leather",
+    "boots",
+    "wool",
+    "scarf",
+    "ceramic",
+    "mug",
+    "travel",
+]
 
 
 def realistic_urls(n: int, domains: int) -> list[str]:
@@ -142,19 +160,32 @@ def broker_part(args: Any) -> dict[str, Any]:
 
     n = args.urls
     addresses = [f"127.0.0.{i}" for i in range(2, 2 + args.domains)]
-    with private_redis() as url, tempfile.TemporaryDirectory(prefix="bench-broker-") as tmp, \
-            running_sites(addresses, pages_per_host=5, links_per_page=2, delay=args.delay) as (
-            _graph, servers):
+    with (
+        private_redis() as url,
+        tempfile.TemporaryDirectory(prefix="bench-broker-") as tmp,
+        running_sites(addresses, pages_per_host=5, links_per_page=2, delay=args.delay) as (
+            _graph,
+            servers,
+        ),
+    ):
         settings = load(env={}, broker_url=url, output_dir=tmp)
         client = redis.Redis.from_url(url)
         hosts = [s.base_url.split("//")[1].split(":")[0] for s in servers]
         seeds = [s.base_url + "/" for s in servers]
-        crawl = start_crawl(seeds, settings=settings, client=client, output=tmp,
-                            allow_private_networks=True, allowed_domains=hosts,
-                            rate=args.rate, concurrency=args.concurrency)
+        crawl = start_crawl(
+            seeds,
+            settings=settings,
+            client=client,
+            output=tmp,
+            allow_private_networks=True,
+            allowed_domains=hosts,
+            rate=args.rate,
+            concurrency=args.concurrency,
+        )
         # 404s on the sites: cheap to answer, fetched with the same politeness as any page.
-        backlog = [f"{servers[i % len(servers)].base_url}/catalog/{i % 97}/item-{i}.html"
-                   for i in range(n)]
+        backlog = [
+            f"{servers[i % len(servers)].base_url}/catalog/{i % 97}/item-{i}.html" for i in range(n)
+        ]
         frontier = crawl.frontier()
         for i in range(0, n, 1000):
             frontier.admit((normalize(u), 1) for u in backlog[i : i + 1000])
@@ -167,20 +198,25 @@ def broker_part(args: Any) -> dict[str, Any]:
             while time.monotonic() - t0 < args.sample_seconds:
                 lengths = broker_lengths(client, list(QUEUES))
                 stats = {k.decode(): int(v) for k, v in client.hgetall(crawl.ck.stats).items()}
-                samples.append({
-                    "t": round(time.monotonic() - t0, 2),
-                    **{f"llen {q}": v for q, v in lengths.items()},
-                    "broker_queued": sum(lengths.values()),
-                    "unacked": client.hlen("unacked"),
-                    "frontier_pending": stats.get("queued", 0),
-                    "inflight": client.hlen(crawl.ck.inflight),
-                    "done": stats.get("done", 0),
-                })
+                samples.append(
+                    {
+                        "t": round(time.monotonic() - t0, 2),
+                        **{f"llen {q}": v for q, v in lengths.items()},
+                        "broker_queued": sum(lengths.values()),
+                        "unacked": client.hlen("unacked"),
+                        "frontier_pending": stats.get("queued", 0),
+                        "inflight": client.hlen(crawl.ck.inflight),
+                        "done": stats.get("done", 0),
+                    }
+                )
                 time.sleep(0.25)
             _util.log(args, "cancelling")
             t1 = time.monotonic()
             crawl.cancel()
-            summary = crawl.wait(timeout=args.cancel_timeout)
+            try:
+                summary = crawl.wait(timeout=args.cancel_timeout)
+            except TimeoutError:
+                summary = {"status": f"not final after {args.cancel_timeout:.0f}s"}
             cancel_s = time.monotonic() - t1
         requests = sum(len(s.log) for s in servers)
         client.close()
@@ -206,8 +242,11 @@ def broker_part(args: Any) -> dict[str, Any]:
         "http_requests_seen": requests,
         "cancel_to_final_s": cancel_s,
         "final_status": summary.get("status"),
-        "final_counters": {k: v for k, v in summary.get("counters", {}).items()
-                           if k in ("done", "cancelled", "fetched", "admitted")},
+        "final_counters": {
+            k: v
+            for k, v in summary.get("counters", {}).items()
+            if k in ("done", "cancelled", "fetched", "admitted")
+        },
         "samples": samples,
     }
 
@@ -227,38 +266,63 @@ def main() -> int:
     mem = memory_part(args)
     result: dict[str, Any] = {"memory": mem}
     tables = [
-        _util.table("Frontier memory per pending URL (no workers)", [
-            {"figure": "URLs admitted / domains", "value": f"{mem['urls_admitted']:,} / "
-                                                           f"{mem['domains']}"},
-            {"figure": "mean URL length (chars)", "value": mem["mean_url_chars"]},
-            {"figure": "used_memory delta per URL (bytes)",
-             "value": mem["bytes_per_url_used_memory"]},
-            {"figure": "MEMORY USAGE of queue lists per URL (bytes)",
-             "value": mem["bytes_per_url_queue_lists"]},
-            {"figure": "ready zset (bytes, whole)", "value": mem["ready_zset_bytes"]},
-            {"figure": f"Bloom filter, fixed ({mem['bloom_capacity']:,} URLs at "
-                       f"p={mem['bloom_error_rate']}) bytes", "value": mem["bloom_allocated_bytes"]},
-            {"figure": "admission rate, Frontier.admit (URLs/s)", "value": mem["admit_urls_per_s"]},
-            {"figure": "one Celery fetch message in the broker (bytes, used_memory)",
-             "value": mem["celery_message_bytes_used_memory"]},
-            {"figure": "one Celery fetch message (bytes, MEMORY USAGE)",
-             "value": mem["celery_message_bytes_memory_usage"]},
-        ]),
+        _util.table(
+            "Frontier memory per pending URL (no workers)",
+            [
+                {
+                    "figure": "URLs admitted / domains",
+                    "value": f"{mem['urls_admitted']:,} / {mem['domains']}",
+                },
+                {"figure": "mean URL length (chars)", "value": mem["mean_url_chars"]},
+                {
+                    "figure": "used_memory delta per URL (bytes)",
+                    "value": mem["bytes_per_url_used_memory"],
+                },
+                {
+                    "figure": "MEMORY USAGE of queue lists per URL (bytes)",
+                    "value": mem["bytes_per_url_queue_lists"],
+                },
+                {"figure": "ready zset (bytes, whole)", "value": mem["ready_zset_bytes"]},
+                {
+                    "figure": f"Bloom filter, fixed ({mem['bloom_capacity']:,} URLs at "
+                    f"p={mem['bloom_error_rate']}) bytes",
+                    "value": mem["bloom_allocated_bytes"],
+                },
+                {
+                    "figure": "admission rate, Frontier.admit (URLs/s)",
+                    "value": mem["admit_urls_per_s"],
+                },
+                {
+                    "figure": "one Celery fetch message in the broker (bytes, used_memory)",
+                    "value": mem["celery_message_bytes_used_memory"],
+                },
+                {
+                    "figure": "one Celery fetch message (bytes, MEMORY USAGE)",
+                    "value": mem["celery_message_bytes_memory_usage"],
+                },
+            ],
+        ),
     ]
     if not args.skip_broker:
         _util.log(args, "broker part")
         brk = broker_part(args)
         result["broker"] = brk
         summary = {k: v for k, v in brk.items() if k not in ("samples", "final_counters")}
-        tables.append(_util.table("Broker load while URLs are pending (workers running)", [
-            {"figure": k, "value": v} for k, v in summary.items()
-        ] + [{"figure": "final counters", "value": brk["final_counters"]}]))
+        tables.append(
+            _util.table(
+                "Broker load while URLs are pending (workers running)",
+                [{"figure": k, "value": v} for k, v in summary.items()]
+                + [{"figure": "final counters", "value": brk["final_counters"]}],
+            )
+        )
         step = max(1, len(brk["samples"]) // 15)
-        tables.append(_util.table("Samples (every ~0.25 s; every %dth shown)" % step,
-                                  brk["samples"][::step]))
+        tables.append(
+            _util.table(f"Samples (every ~0.25 s; every {step}th shown)", brk["samples"][::step])
+        )
     _util.emit(args, result, tables)
     ok = mem["bytes_per_url_used_memory"] < 200 and (
-        args.skip_broker or math.isfinite(result["broker"]["broker_total_max"]))
+        args.skip_broker or math.isfinite(result["broker"]["broker_total_max"])
+    )
     return 0 if ok else 1
 
 

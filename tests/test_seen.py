@@ -43,8 +43,8 @@ def test_no_false_negatives_and_designed_false_positive_rate(client):
     assert sum(fresh) >= n * (1 - p)  # a few collide with earlier members, as designed
     assert not any(bloom.add_many(members[:5000]))  # present: never reported new
     outsiders = urls("out", n)
-    answers = [new for i in range(0, 10000, 1000) for new in bloom.add_many(outsiders[i : i + 1000])]
-    false_positives = sum(not new for new in answers)
+    # Read-only test: adding them would fill the filter past its capacity as we measure.
+    false_positives = sum(bloom.contains_many(outsiders[:10000]))
     rate = false_positives / 10000
     assert 0.75 * p <= rate <= 1.25 * p, rate
     stats = bloom.stats()
