@@ -392,11 +392,7 @@ def dumps_meta(response: Response, extra: dict[str, Any], counters: dict[str, in
             "final_url": response.final_url,
             "content_type": response.content_type,
             "content_type_header": response.headers.get("content-type"),
-            "headers": {
-                k: v
-                for k, v in response.headers.items()
-                if k.lower() in _KEPT_HEADERS
-            },
+            "headers": {k: v for k, v in response.headers.items() if k.lower() in _KEPT_HEADERS},
             "extra": extra,
             "counters": counters,
         }

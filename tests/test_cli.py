@@ -15,7 +15,10 @@ from crawler_tasks.embedded import free_port
 def run(*args: str, timeout: float = 120, env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
     return subprocess.run(
         [sys.executable, "-m", "crawler_tasks.cli", *args],
-        capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
     )
 
 
@@ -32,9 +35,18 @@ def test_loopback_seed_needs_the_explicit_flag(redis_url):
 
 def test_crawl_starts_local_workers_when_none_consume_the_queues(redis_url, tmp_path):
     with running_sites(["127.0.0.16"], 12, 3) as (_, servers):
-        result = run("crawl", servers[0].base_url + "/", "--broker", redis_url,
-                     "--allow-private-networks", "--rate", "127.0.0.16=inf",
-                     "--output", str(tmp_path), "--json")
+        result = run(
+            "crawl",
+            servers[0].base_url + "/",
+            "--broker",
+            redis_url,
+            "--allow-private-networks",
+            "--rate",
+            "127.0.0.16=inf",
+            "--output",
+            str(tmp_path),
+            "--json",
+        )
     assert result.returncode == 0, result.stderr
     assert "starting local workers" in result.stderr
     summary = json.loads(result.stdout)
@@ -45,9 +57,18 @@ def test_crawl_starts_local_workers_when_none_consume_the_queues(redis_url, tmp_
 def test_unreachable_broker_falls_back_to_embedded(tmp_path):
     dead = f"redis://:s3cret@127.0.0.1:{free_port()}/0"
     with running_sites(["127.0.0.17"], 8, 2) as (_, servers):
-        result = run("crawl", servers[0].base_url + "/", "--broker", dead,
-                     "--allow-private-networks", "--output", str(tmp_path), "--json",
-                     "--rate", "127.0.0.17=inf")
+        result = run(
+            "crawl",
+            servers[0].base_url + "/",
+            "--broker",
+            dead,
+            "--allow-private-networks",
+            "--output",
+            str(tmp_path),
+            "--json",
+            "--rate",
+            "127.0.0.17=inf",
+        )
     assert result.returncode == 0, result.stderr
     assert "unreachable: running embedded" in result.stderr
     assert "s3cret" not in result.stderr + result.stdout  # the password is masked

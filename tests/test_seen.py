@@ -34,7 +34,9 @@ def test_shards_keep_keys_small():
 
 def test_no_false_negatives_and_designed_false_positive_rate(client):
     n, p = 20_000, 0.01
-    bloom = BloomFilter(client, Keys("t").crawl("bloom"), BloomShape.plan(n, p, 1 << 14), Scripts(client))
+    bloom = BloomFilter(
+        client, Keys("t").crawl("bloom"), BloomShape.plan(n, p, 1 << 14), Scripts(client)
+    )
     assert bloom.shape.shards > 1  # the sharded path is the one under test
     members = urls("in", n)
     fresh = []
@@ -53,6 +55,8 @@ def test_no_false_negatives_and_designed_false_positive_rate(client):
 
 
 def test_check_and_set_is_atomic_within_a_batch(client):
-    bloom = BloomFilter(client, Keys("t").crawl("dup"), BloomShape.plan(1000, 0.01), Scripts(client))
+    bloom = BloomFilter(
+        client, Keys("t").crawl("dup"), BloomShape.plan(1000, 0.01), Scripts(client)
+    )
     assert bloom.add_many(["https://a.org/", "https://b.org/"]) == [True, True]
     assert bloom.add_many(["https://b.org/", "https://c.org/"]) == [False, True]
