@@ -13,6 +13,9 @@ Each part uses its own private ``redis-server`` (never the one on port 6379).
    URL, the Bloom filter's allocation, and the admission rate. For scale, the bytes of one
    Celery fetch message sitting in the broker are measured too (2,000 sent to a scratch
    queue). Target: under 200 bytes per pending URL.
+   Also the cost of admitting the outlinks of link-dense pages (150 navigation links repeated
+   on every page + 30 random ones, ``--admit-pages`` pages): ms per page in the client and in
+   Redis, with the repeats sent to Redis and with them recognised in-process (KnownURLs).
 2. Broker load: 50 local sites (127.0.0.2-51, each response delayed ``--delay`` s), 100,000
    URLs pending, workers started (threads 16 + prefork 1; the dispatcher runs inside them),
    crawl rate ``--rate`` per domain and concurrency ``--concurrency``. Every 0.25 s: the
@@ -24,7 +27,9 @@ Each part uses its own private ``redis-server`` (never the one on port 6379).
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import random
 import statistics
 import sys
 import tempfile
@@ -144,6 +149,59 @@ def memory_part(args: Any) -> dict[str, Any]:
     }
 
 
+def link_dense_pages(pages: int, seed: int = 3) -> list[list[str]]:
+    """Outlinks of ``pages`` pages of one site: the same 150 navigation links on every page
+    plus 30 links to random pages (what bench/crawl.py's site looks like to a parser)."""
+    rng = random.Random(seed)
+    base = "http://www.docs.example.com"
+    paths = ["/"] + [f"/d{i // 100}/p{i}" for i in range(1, pages)]
+    out = []
+    for _ in range(pages):
+        links = paths[:150] + [paths[rng.randrange(pages)] for _ in range(30)]
+        out.append([base + p for p in dict.fromkeys(links)])
+    return out
+
+
+def admission_part(args: Any) -> list[dict[str, Any]]:
+    """ms per page to admit the outlinks of link-dense pages, with and without the process's
+    KnownURLs (a crawl without a start time gets none), and Redis's share."""
+    rows = []
+    pages = link_dense_pages(args.admit_pages)
+    with private_redis() as url, tempfile.TemporaryDirectory(prefix="bench-admit-") as tmp:
+        settings = load(env={}, broker_url=url, output_dir=tmp)
+        client = redis.Redis.from_url(url)
+        for label, cached in (("repeats sent to Redis", False), ("repeats known in-process", True)):
+            crawl = start_crawl(
+                ["http://www.docs.example.com/"], settings=settings, client=client, output=tmp
+            )
+            frontier = crawl.frontier()
+            if not cached:
+                frontier.opts = dataclasses.replace(frontier.opts, started_at=0.0)
+            before = float(client.info("commandstats").get("cmdstat_evalsha", {}).get("usec", 0))
+            start = time.perf_counter()
+            admitted = links = 0
+            for outlinks in pages:
+                admitted += frontier.admit((u, 1) for u in outlinks).admitted
+                links += len(outlinks)
+            wall = time.perf_counter() - start
+            after = float(client.info("commandstats").get("cmdstat_evalsha", {}).get("usec", 0))
+            stats = crawl.state.counters()
+            rows.append(
+                {
+                    "case": label,
+                    "pages": len(pages),
+                    "links_per_page": links / len(pages),
+                    "admitted": admitted,
+                    "ms_per_page": wall / len(pages) * 1000,
+                    "redis_ms_per_page": (after - before) / 1000 / len(pages),
+                    "discovered": stats.get("discovered"),
+                    "deduplicated": stats.get("deduplicated"),
+                }
+            )
+        client.close()
+    return rows
+
+
 def broker_lengths(client: redis.Redis, names: list[str]) -> dict[str, int]:
     out = {}
     for name in names:
@@ -261,10 +319,13 @@ def main() -> int:
     p.add_argument("--sample-seconds", type=float, default=30.0)
     p.add_argument("--cancel-timeout", type=float, default=150.0)
     p.add_argument("--skip-broker", action="store_true", help="memory part only")
+    p.add_argument("--admit-pages", type=int, default=3000, help="pages in the admission part")
     args = p.parse_args()
     _util.log(args, f"memory: admitting {args.urls:,} URLs over {args.domains} domains")
     mem = memory_part(args)
-    result: dict[str, Any] = {"memory": mem}
+    _util.log(args, f"admission: outlinks of {args.admit_pages:,} link-dense pages")
+    admission = admission_part(args)
+    result: dict[str, Any] = {"memory": mem, "admission": admission}
     tables = [
         _util.table(
             "Frontier memory per pending URL (no workers)",
@@ -303,6 +364,12 @@ def main() -> int:
             ],
         ),
     ]
+    tables.append(
+        _util.table(
+            "Admitting a page's outlinks (150 repeated navigation links + 30 random per page)",
+            admission,
+        )
+    )
     if not args.skip_broker:
         _util.log(args, "broker part")
         brk = broker_part(args)
