@@ -97,7 +97,7 @@ class CrawlState:
     def recent_rate(self, now: float | None = None) -> float:
         """URLs finished per second over the last RATE_WINDOW whole seconds."""
         sec = int(now if now is not None else time.time())
-        fields = [str(s) for s in range(sec - RATE_WINDOW, sec)]
+        fields = [str(s) for s in range(sec - RATE_WINDOW + 1, sec + 1)]
         values = self.client.hmget(self.ck.persec, fields)
         return sum(int(v) for v in values if v) / RATE_WINDOW
 
