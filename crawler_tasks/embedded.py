@@ -95,7 +95,9 @@ def wait_for_redis(url: str, proc: subprocess.Popen[bytes] | None = None, timeou
             client.close()
 
 
-def worker_command(queues: str, pool: str, concurrency: int, name: str) -> list[str]:
+def worker_command(
+    queues: str, pool: str, concurrency: int, name: str, events: bool = False
+) -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -115,19 +117,20 @@ def worker_command(queues: str, pool: str, concurrency: int, name: str) -> list[
         f"{name}@%h",
         "--without-mingle",
         "--without-gossip",
-        "-E",
-    ]
+    ] + (["-E"] if events else [])
 
 
 @contextlib.contextmanager
 def local_workers(
     broker_url: str,
     fetch_threads: int = 16,
-    parsers: int = 1,
+    parsers: int = 2,
     log_dir: str | None = None,
     extra_env: dict[str, str] | None = None,
+    events: bool = False,
 ) -> Iterator[list[subprocess.Popen[bytes]]]:
-    """The recommended single-host layout: fetch in a threads pool, parse in prefork."""
+    """The recommended single-host layout (bench/crawl.py): fetch in a threads pool, parse in
+    prefork. ``events`` makes the workers send task events (for Flower)."""
     # The workers keep crawl state where the broker is, unless told otherwise.
     env = {k: v for k, v in os.environ.items() if k != "CRAWLER_REDIS_URL"}
     env.update({"CRAWLER_BROKER_URL": broker_url, **(extra_env or {})})
@@ -147,7 +150,7 @@ def local_workers(
                 )
                 procs.append(
                     subprocess.Popen(
-                        worker_command(queues, pool, n, name),
+                        worker_command(queues, pool, n, name, events),
                         env=env,
                         stdout=out,
                         stderr=subprocess.STDOUT,

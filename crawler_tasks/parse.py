@@ -29,6 +29,7 @@ Not handled: ``Link: rel=canonical`` headers, meta refresh, SVG ``xlink:href``.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from collections.abc import Mapping
@@ -44,7 +45,7 @@ from w3lib.encoding import (
     to_unicode,
 )
 
-from crawler_tasks.urls import looks_non_html, resolve
+from crawler_tasks.urls import looks_non_html, origin_of, resolve
 
 log = logging.getLogger(__name__)
 
@@ -342,6 +343,23 @@ def _select(
 def _check(href: str, base: str, legacy: str | None, max_len: int) -> tuple[str, str | None]:
     """("", resolved link) or (drop reason, None)."""
     href = href.strip()
+    # Navigation links repeat on every page of a site: memoise on the part of the base the
+    # result can depend on (nothing for absolute hrefs, the origin for root-relative ones).
+    if href.startswith(("http://", "https://")):
+        return _check_memo(href, "", legacy, max_len)
+    if href.startswith("/") and not href.startswith("//"):
+        return _check_memo(href, origin_of(base) + "/", legacy, max_len)
+    return _check_uncached(href, base, legacy, max_len)
+
+
+@functools.lru_cache(maxsize=16384)
+def _check_memo(href: str, base: str, legacy: str | None, max_len: int) -> tuple[str, str | None]:
+    return _check_uncached(href, base, legacy, max_len)
+
+
+def _check_uncached(
+    href: str, base: str, legacy: str | None, max_len: int
+) -> tuple[str, str | None]:
     if len(href) > 8 * max_len:  # can't normalise down to the limit: spare resolve the work
         return "too_long", None
     if legacy is not None and not href.isascii():

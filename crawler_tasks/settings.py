@@ -124,6 +124,9 @@ class Settings:
     #: TOML file of recrawl schedules loaded when beat starts; empty = the checkout's
     #: ``config/schedules.toml`` if there is one.
     schedules_file: str = ""
+    #: Publishers send Celery ``task-sent`` events (Flower's "sent" state). Off by default: it
+    #: is one more Redis PUBLISH per task. Workers send their own task events with ``-E``.
+    task_events: bool = False
     #: Port of ``crawler metrics`` (Prometheus exposition).
     metrics_port: int = 9808
 

@@ -22,7 +22,7 @@ from .options import CrawlOptions
 from .politeness import Politeness
 from .robots import RobotsCache
 from .scripts import Scripts
-from .seen import BloomFilter
+from .seen import BloomFilter, known_urls
 from .settings import Settings
 from .state import CrawlState
 from .storage import CrawlOutput, Outputs, write_summary
@@ -196,6 +196,7 @@ class Context:
             if links:
                 skipped["skipped:max_depth"] = len(links)
             return skipped
+        links = self._drop_known(opts, links)
         scope = self.scope(opts)
         keep = []
         for url in links:
@@ -211,6 +212,22 @@ class Context:
         elif keep:
             self.frontier(opts).admit(keep)
         return skipped
+
+    def _drop_known(self, opts: CrawlOptions, links: list[str]) -> list[str]:
+        """Links this process already saw admitted or rejected as duplicates (mostly repeated
+        navigation) are duplicates again: count them and skip scoping and Redis for them. A
+        known URL passed the scope check before, so skip counters stay as they would be."""
+        ck = self.keys.crawl(opts.crawl_id)
+        known = known_urls(self.client, ck, opts.started_at)
+        if known is None or not links:
+            return links
+        fresh, n = known.drop_known(links)
+        if n:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hincrby(ck.stats, "discovered", n)
+            pipe.hincrby(ck.stats, "deduplicated", n)
+            pipe.execute()
+        return fresh
 
     def _admit_per_host(self, opts: CrawlOptions, links: list[tuple[str, int]]) -> int:
         """Admit ``links`` within each domain's ``max_pages_per_host``; returns how many were
@@ -249,14 +266,10 @@ class Context:
     def _unseen(self, opts: CrawlOptions, links: list[tuple[str, int]]) -> list[tuple[str, int]]:
         """``links`` minus those already in the crawl's Bloom filter (read-only; counted as
         admit.lua counts duplicates)."""
-        shape, ck = opts.bloom, self.keys.crawl(opts.crawl_id)
-        pipe = self.client.pipeline(transaction=False)
-        for url, _ in links:
-            shard, *offsets = shape.positions(url)
-            for offset in offsets:
-                pipe.getbit(ck.bloom(shard), offset)
-        bits, k = pipe.execute(), shape.k
-        fresh = [link for i, link in enumerate(links) if not all(bits[i * k : (i + 1) * k])]
+        ck = self.keys.crawl(opts.crawl_id)
+        bloom = BloomFilter(self.client, ck, opts.bloom, self.scripts)
+        present = bloom.contains_many([url for url, _ in links])
+        fresh = [link for link, known in zip(links, present, strict=True) if not known]
         if len(fresh) < len(links):
             pipe = self.client.pipeline(transaction=False)
             pipe.hincrby(ck.stats, "discovered", len(links) - len(fresh))

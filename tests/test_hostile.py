@@ -425,13 +425,17 @@ def test_hostile_web(settings, workers, client):  # type: ignore[no-untyped-def]
 
 
 def wait_for_children(pid: int, timeout: float = 30) -> list[int]:
+    """The pool's children once they have been the same for a second (a starting worker may
+    still be replacing its first ones)."""
     deadline = time.monotonic() + timeout
+    last: list[int] = []
     while time.monotonic() < deadline:
         children = sorted(descendants(pid))
-        if children:
+        if children and children == last:
             return children
-        time.sleep(0.1)
-    raise AssertionError(f"process {pid} has no child process")
+        last = children
+        time.sleep(1.0)
+    raise AssertionError(f"process {pid} has no stable child process")
 
 
 # --- dead letters ---------------------------------------------------------------------------------

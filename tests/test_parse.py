@@ -485,8 +485,12 @@ def test_duplicate_hrefs_resolved_once(monkeypatch: pytest.MonkeyPatch) -> None:
         return real(base, href)
 
     monkeypatch.setattr(parse_module, "resolve", counting)
+    parse_module._check_memo.cache_clear()
     page = parse('<a href="/a">' * 500 + '<a href="/b">' * 500)
     assert len(page.links) == 2 and sorted(calls) == ["/a", "/b"]
+    # Root-relative navigation links on the next page of the site are not resolved again.
+    again = parse('<a href="/b">b</a><a href="/a">a</a>')
+    assert again.links == [page.links[1], page.links[0]] and len(calls) == 2
 
 
 # --- property tests -----------------------------------------------------------------------------
