@@ -20,11 +20,13 @@ import json
 import os
 import socket
 import threading
+import zlib
 from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from warcio.recordloader import ArcWarcRecord
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
@@ -40,7 +42,6 @@ class CrawlOutput:
         self.tag = tag
         self._lock = threading.Lock()
         self._files: dict[str, IO[bytes]] = {}
-        self._warc: WARCWriter | None = None
 
     def _file(self, name: str) -> IO[bytes]:
         f = self._files.get(name)
@@ -76,32 +77,27 @@ class CrawlOutput:
         http_version: str = "HTTP/1.1",
         ip: str | None = None,
     ) -> None:
+        # Records are built and compressed outside the lock; one gzip member per record (the
+        # WARC convention) at level 6: warcio's level 9 costs ~3x the CPU for ~5 % less size.
+        writer = WARCWriter(io.BytesIO(), gzip=False)
+        kept = [(k, v) for k, v in headers if k.lower() not in _WIRE_HEADERS]
+        kept.append(("Content-Length", str(len(body))))
+        http = StatusAndHeaders(f"{status} {reason}".strip(), kept, protocol=http_version)
+        extra = {"WARC-IP-Address": ip} if ip else None
+        resp = writer.create_warc_record(
+            url, "response", payload=io.BytesIO(body), http_headers=http, warc_headers_dict=extra
+        )
+        req_http = StatusAndHeaders(
+            f"GET {_request_target(url)} {http_version}", request_headers, is_http_request=True
+        )
+        req = writer.create_warc_record(url, "request", http_headers=req_http)
+        req.rec_headers.add_header(
+            "WARC-Concurrent-To", resp.rec_headers.get_header("WARC-Record-ID")
+        )
+        data = _record_bytes(req) + _record_bytes(resp)
         with self._lock:
             f = self._file(f"crawl-{self.tag}.warc.gz")
-            if self._warc is None:
-                self._warc = WARCWriter(f, gzip=True)
-            writer = self._warc
-            kept = [(k, v) for k, v in headers if k.lower() not in _WIRE_HEADERS]
-            kept.append(("Content-Length", str(len(body))))
-            http = StatusAndHeaders(f"{status} {reason}".strip(), kept, protocol=http_version)
-            extra = {"WARC-IP-Address": ip} if ip else None
-            resp = writer.create_warc_record(
-                url,
-                "response",
-                payload=io.BytesIO(body),
-                http_headers=http,
-                warc_headers_dict=extra,
-            )
-            path = _request_target(url)
-            req_http = StatusAndHeaders(
-                f"GET {path} {http_version}", request_headers, is_http_request=True
-            )
-            req = writer.create_warc_record(url, "request", http_headers=req_http)
-            req.rec_headers.add_header(
-                "WARC-Concurrent-To", resp.rec_headers.get_header("WARC-Record-ID")
-            )
-            writer.write_record(req)
-            writer.write_record(resp)
+            f.write(data)
             f.flush()
 
     def close(self) -> None:
@@ -109,7 +105,13 @@ class CrawlOutput:
             for f in self._files.values():
                 f.close()
             self._files.clear()
-            self._warc = None
+
+
+def _record_bytes(record: ArcWarcRecord) -> bytes:
+    buf = io.BytesIO()
+    WARCWriter(buf, gzip=False).write_record(record)
+    gz = zlib.compressobj(6, zlib.DEFLATED, zlib.MAX_WBITS + 16)
+    return gz.compress(buf.getvalue()) + gz.flush()
 
 
 def _request_target(url: str) -> str:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import wait_until
 from sitegen import reachable, running_sites
+from warcio.archiveiterator import ArchiveIterator
 
 from crawler_tasks import start_crawl
 from crawler_tasks.embedded import local_workers, stop_process
@@ -58,7 +59,15 @@ def test_crawl_reaches_exactly_the_reachable_set(settings, workers):
     assert summary["status_codes"]["404"] >= 1
     summary_file = json.loads((crawl.output_dir / "summary.json").read_text())
     assert summary_file["counters"]["done"] == len(got)
-    assert list(crawl.output_dir.glob("*.warc.gz"))
+    responses = []
+    for path in crawl.output_dir.glob("*.warc.gz"):
+        with open(path, "rb") as f:
+            responses += [
+                r.rec_headers.get_header("WARC-Target-URI")
+                for r in ArchiveIterator(f)
+                if r.rec_type == "response"
+            ]
+    assert len(responses) == summary["counters"]["fetched"]
     assert list(crawl.output_dir.glob("edges-*.tsv"))
     page = next(r for r in crawl.pages() if r["url"] == seeds[0])
     assert page["title"] == "Page /" and page["status"] == 200 and page["outlinks"]
