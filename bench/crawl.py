@@ -122,8 +122,21 @@ def redis_cpu(client: redis.Redis) -> float:
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
+def parse_layout(item: str) -> tuple[int, int, int]:
+    """``THREADS[xFETCHERS]:PARSERS`` -> (threads, fetch processes, parse processes)."""
+    fetch, _, parsers = item.partition(":")
+    threads, _, fetchers = fetch.partition("x")
+    return int(threads), int(fetchers or 1), int(parsers)
+
+
 def run_ours(
-    args: Any, server: Any, graph: Any, expected: set[str], threads: int, parsers: int
+    args: Any,
+    server: Any,
+    graph: Any,
+    expected: set[str],
+    threads: int,
+    parsers: int,
+    fetchers: int = 1,
 ) -> dict[str, Any]:
     host = ADDRESS
     with private_redis() as url, tempfile.TemporaryDirectory(prefix="bench-crawl-") as tmp:
@@ -137,6 +150,7 @@ def run_ours(
             parsers=parsers,
             log_dir=str(log_dir),
             extra_env=args.worker_env,
+            fetchers=fetchers,
         ) as procs:
             wait_for_workers(client)
             roots = [p.pid for p in procs]
@@ -186,7 +200,7 @@ def run_ours(
     html = max(figures.get("html_pages", 0), 1)
     cpu = {pid: cpu1[pid] - cpu0.get(pid, 0.0) for pid in cpu1}
     return {
-        "crawler": f"ours threads {threads} + prefork {parsers}",
+        "crawler": f"ours {fetchers}x threads {threads} + prefork {parsers}",
         **figures,
         "wall_s": wall,
         "records_written": records,
@@ -300,7 +314,9 @@ def run_subprocess(
 def main() -> int:
     p = _util.parser(__doc__)
     p.add_argument("--pages", type=int, default=5000)
-    p.add_argument("--layouts", default="16:2", help="THREADS:PARSERS,... (e.g. 16:1,16:2)")
+    p.add_argument(
+        "--layouts", default="16:2", help="THREADS[xFETCHERS]:PARSERS,... (e.g. 16:2,8x2:2)"
+    )
     p.add_argument("--concurrency", type=int, default=16)
     p.add_argument("--timeout", type=float, default=240.0, help="per crawler, seconds")
     p.add_argument("--skip-scrapy", action="store_true")
@@ -315,7 +331,7 @@ def main() -> int:
     )
     args = p.parse_args()
     args.worker_env = dict(kv.split("=", 1) for kv in args.worker_env)
-    layouts = [tuple(int(x) for x in item.split(":")) for item in args.layouts.split(",") if item]
+    layouts = [parse_layout(item) for item in args.layouts.split(",") if item]
 
     from sitegen import reachable, running_sites
 
@@ -341,9 +357,9 @@ def main() -> int:
             "html_bytes_mean": sum(len(b) for s, b, _ in server._static.values() if s == 200)
             / max(len(server._static), 1),
         }
-        for threads, parsers in layouts:
-            _util.log(args, f"ours: threads {threads} + prefork {parsers}")
-            rows.append(run_ours(args, server, graph, expected, threads, parsers))
+        for threads, fetchers, parsers in layouts:
+            _util.log(args, f"ours: {fetchers} x threads {threads} + prefork {parsers}")
+            rows.append(run_ours(args, server, graph, expected, threads, parsers, fetchers))
         with tempfile.TemporaryDirectory(prefix="bench-others-") as tmp:
             has_scrapy = (not args.skip_scrapy) and _importable("scrapy")
             if has_scrapy:

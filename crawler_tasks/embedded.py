@@ -123,11 +123,12 @@ def worker_command(
 @contextlib.contextmanager
 def local_workers(
     broker_url: str,
-    fetch_threads: int = 16,
+    fetch_threads: int = 8,
     parsers: int = 2,
     log_dir: str | None = None,
     extra_env: dict[str, str] | None = None,
     events: bool = False,
+    fetchers: int = 2,
 ) -> Iterator[list[subprocess.Popen[bytes]]]:
     """The recommended single-host layout (bench/crawl.py): fetch in a threads pool, parse in
     prefork. ``events`` makes the workers send task events (for Flower)."""
@@ -135,10 +136,9 @@ def local_workers(
     env = {k: v for k, v in os.environ.items() if k != "CRAWLER_REDIS_URL"}
     env.update({"CRAWLER_BROKER_URL": broker_url, **(extra_env or {})})
     tag = f"{os.getpid()}-{free_port()}"
-    specs = [
-        (FETCH_QUEUES, "threads", fetch_threads, f"fetch-{tag}"),
-        ("parse", "prefork", parsers, f"parse-{tag}"),
-    ]
+    # One threads-pool process tops out near one core (the GIL): ``fetchers`` runs several.
+    specs = [(FETCH_QUEUES, "threads", fetch_threads, f"fetch{i}-{tag}") for i in range(fetchers)]
+    specs.append(("parse", "prefork", parsers, f"parse-{tag}"))
     procs = []
     with contextlib.ExitStack() as logs:
         try:

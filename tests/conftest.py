@@ -87,7 +87,13 @@ def workers(redis_url: str, tmp_path: Path, worker_env: dict[str, str]) -> Itera
     log_dir.mkdir()
     env = {"CRAWLER_DISPATCH_INTERVAL": "0.02", **worker_env}
     with local_workers(
-        redis_url, fetch_threads=8, parsers=1, log_dir=str(log_dir), events=True, extra_env=env
+        redis_url,
+        fetch_threads=8,
+        parsers=1,
+        fetchers=1,
+        log_dir=str(log_dir),
+        events=True,
+        extra_env=env,
     ) as procs:
         yield procs
     for log in sorted(log_dir.glob("*.log")):
