@@ -47,9 +47,10 @@ def redis_binary() -> str:
 
 
 @contextlib.contextmanager
-def private_redis() -> Iterator[str]:
-    """A throw-away Redis on a free loopback port; yields its URL."""
+def private_redis(password: str | None = None) -> Iterator[str]:
+    """A throw-away Redis on a free loopback port (nothing persisted); yields its URL."""
     port = free_port()
+    auth = ["--requirepass", password] if password else []
     with tempfile.TemporaryDirectory(prefix="crawler-redis-") as tmp:
         proc = subprocess.Popen(
             [
@@ -66,11 +67,12 @@ def private_redis() -> Iterator[str]:
                 tmp,
                 "--maxmemory-policy",
                 "noeviction",
+                *auth,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        url = f"redis://127.0.0.1:{port}/0"
+        url = f"redis://{':' + password + '@' if password else ''}127.0.0.1:{port}/0"
         try:
             wait_for_redis(url, proc)
             yield url

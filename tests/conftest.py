@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,40 +12,19 @@ from pathlib import Path
 import pytest
 import redis
 
-from crawler_tasks.embedded import free_port, local_workers, stop_process, wait_for_redis
+from crawler_tasks.embedded import (
+    local_workers,
+    private_redis,
+)
 from crawler_tasks.settings import Settings, load
 
 
 @pytest.fixture(scope="session")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.fail("redis-server is not on PATH (make test installs it through .ci/run)")
-    port = free_port()
-    tmp = tmp_path_factory.mktemp("redis")
-    proc = subprocess.Popen(
-        [
-            binary,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(tmp),
-            "--maxmemory-policy",
-            "noeviction",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"redis://127.0.0.1:{port}/0"
-    wait_for_redis(url, proc)
-    yield url
-    stop_process(proc)
+def redis_server() -> Iterator[str]:
+    if shutil.which("redis-server") is None:
+        pytest.fail("redis-server is not on PATH (.ci/run installs it)")
+    with private_redis() as url:
+        yield url
 
 
 @pytest.fixture

@@ -16,7 +16,6 @@ import json
 import math
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -39,7 +38,10 @@ from sitegen import (
 
 from crawler_tasks import pipeline, start_crawl
 from crawler_tasks.crawl import Crawl
-from crawler_tasks.embedded import free_port, local_workers, stop_process, wait_for_redis
+from crawler_tasks.embedded import (
+    local_workers,
+    private_redis,
+)
 from crawler_tasks.errors import BadEncoding, BlockedAddress, InvalidSeed, TooLarge
 from crawler_tasks.fetch import Fetcher
 from crawler_tasks.keys import Keys
@@ -606,37 +608,11 @@ def test_too_large_and_bad_encoding_are_final(fetcher: Fetcher) -> None:
 
 
 @pytest.fixture
-def password_redis(tmp_path: Path) -> Iterator[tuple[str, str]]:
+def password_redis() -> Iterator[tuple[str, str]]:
     """A redis-server of its own that requires a password: (url with the password, password)."""
-    binary = shutil.which("redis-server")
-    assert binary is not None
     password = "pw-" + os.urandom(12).hex()
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            binary,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(tmp_path),
-            "--requirepass",
-            password,
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"redis://:{password}@127.0.0.1:{port}/0"
-    try:
-        wait_for_redis(url, proc)
+    with private_redis(password) as url:
         yield url, password
-    finally:
-        stop_process(proc)
 
 
 class Monitor(threading.Thread):
