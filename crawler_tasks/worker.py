@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
@@ -297,6 +296,3 @@ class Context:
             self._on_finished(opts.on_finished, opts.crawl_id, summary)
         log.info("crawl %s %s in %.1fs", opts.crawl_id, summary["status"], summary["duration_s"])
 
-
-def now() -> float:
-    return time.time()
