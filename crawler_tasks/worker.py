@@ -295,4 +295,3 @@ class Context:
         if opts.on_finished:
             self._on_finished(opts.on_finished, opts.crawl_id, summary)
         log.info("crawl %s %s in %.1fs", opts.crawl_id, summary["status"], summary["duration_s"])
-
