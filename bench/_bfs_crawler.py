@@ -14,29 +14,16 @@ import json
 import posixpath
 import sys
 from collections import deque
+from pathlib import Path
 from urllib.parse import urldefrag, urljoin, urlsplit
 
 import lxml.html
 import requests
 from protego import Protego
 
-SKIP = {
-    ".pdf",
-    ".png",
-    ".jpg",
-    ".jpeg",
-    ".gif",
-    ".css",
-    ".js",
-    ".zip",
-    ".gz",
-    ".mp4",
-    ".mp3",
-    ".svg",
-    ".ico",
-    ".woff",
-    ".woff2",
-}
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from sitegen import SKIP_EXTENSIONS  # noqa: E402  (the same skip rule as the expected set)
+
 AGENT = "bench-bfs"
 
 
@@ -70,7 +57,7 @@ def main() -> None:
                     parts = urlsplit(link)
                     if parts.netloc != host or parts.scheme not in ("http", "https"):
                         continue
-                    if posixpath.splitext(parts.path)[1].lower() in SKIP:
+                    if posixpath.splitext(parts.path)[1].lower() in SKIP_EXTENSIONS:
                         continue
                     if link not in seen:
                         seen.add(link)
