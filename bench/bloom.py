@@ -4,7 +4,7 @@
     .venv/bin/python bench/bloom.py --json     # the same figures as JSON
     .venv/bin/python bench/bloom.py --quick    # 200k URLs instead of 1M in the accuracy part
 
-Everything runs against a private ``redis-server`` (``crawler_tasks.embedded.private_redis``),
+Everything runs against a private ``redis-server`` (``crawler_tasks.surface.embedded.private_redis``),
 never the one on port 6379. Measures:
 
 1. Throughput of ``BloomFilter.add_many`` from ONE client, batches of 1,000 URLs, on the
@@ -34,11 +34,11 @@ from typing import Any
 import _util
 import redis
 
-from crawler_tasks.embedded import private_redis
-from crawler_tasks.keys import Keys
-from crawler_tasks.scripts import Scripts
-from crawler_tasks.seen import BloomFilter, BloomShape
 from crawler_tasks.settings import Settings
+from crawler_tasks.state.bloom import BloomFilter, BloomShape
+from crawler_tasks.state.keys import Keys
+from crawler_tasks.state.scripts import Scripts
+from crawler_tasks.surface.embedded import private_redis
 
 BATCH = 1000
 LEGACY_LUA = Path(__file__).with_name("legacy_bloom.lua")

@@ -47,9 +47,9 @@ import psutil
 import redis
 
 from crawler_tasks import start_crawl
-from crawler_tasks.embedded import local_workers, private_redis
 from crawler_tasks.settings import load
-from crawler_tasks.urls import normalize
+from crawler_tasks.surface.embedded import local_workers, private_redis
+from crawler_tasks.web.urls import normalize
 
 HERE = Path(__file__).resolve().parent
 ADDRESS = "127.0.0.2"

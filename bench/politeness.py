@@ -6,7 +6,7 @@ pace it uses.
     .venv/bin/python bench/politeness.py --only crawl-delay --repeat 3
     .venv/bin/python bench/politeness.py --only 3x2 --timeline   # + every request's time
 
-Starts a private ``redis-server`` and real worker processes (``crawler_tasks.embedded``), serves
+Starts a private ``redis-server`` and real worker processes (``crawler_tasks.surface.embedded``), serves
 synthetic sites on 127.0.0.x (``tests/sitegen.py``) and measures from the servers' own request
 logs, robots.txt requests included (they load the server like any other request):
 
@@ -43,9 +43,9 @@ import _util  # also puts tests/ on sys.path
 from sitegen import Request, max_concurrency, rate_report, running_sites
 
 from crawler_tasks import start_crawl
-from crawler_tasks.app import make_app
-from crawler_tasks.embedded import local_workers, private_redis
 from crawler_tasks.settings import Settings, load
+from crawler_tasks.surface.embedded import local_workers, private_redis
+from crawler_tasks.worker.app import make_app
 
 #: Fraction of the crawl's span dropped at each end when measuring the steady pace.
 EDGE = 0.15

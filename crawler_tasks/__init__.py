@@ -4,10 +4,10 @@
 Python shell that can reach the same Redis.
 """
 
-from . import tasks as _tasks  # noqa: F401  (registers crawl.fetch and crawl.parse)
-from .app import app
-from .crawl import Crawl, list_crawls, start_crawl
-from .events import crawl_finished, request_completed, request_failed, request_started
+from .state.events import crawl_finished, request_completed, request_failed, request_started
+from .surface.crawl import Crawl, list_crawls, start_crawl
+from .worker import tasks as _tasks  # noqa: F401  (registers crawl.fetch and crawl.parse)
+from .worker.app import app
 
 __all__ = [
     "app",

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import redis
 
-from crawler_tasks.embedded import (
+from crawler_tasks.settings import Settings, load
+from crawler_tasks.surface.embedded import (
     local_workers,
     private_redis,
 )
-from crawler_tasks.settings import Settings, load
 
 
 @pytest.fixture(scope="session")

@@ -9,12 +9,12 @@ import sys
 
 from sitegen import running_sites
 
-from crawler_tasks.embedded import free_port
+from crawler_tasks.surface.embedded import free_port
 
 
 def run(*args: str, timeout: float = 120, env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
     return subprocess.run(
-        [sys.executable, "-m", "crawler_tasks.cli", *args],
+        [sys.executable, "-m", "crawler_tasks.surface.cli", *args],
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -15,8 +15,8 @@ from sitegen import reachable, running_sites
 from warcio.archiveiterator import ArchiveIterator
 
 from crawler_tasks import start_crawl
-from crawler_tasks.embedded import local_workers, stop_process
-from crawler_tasks.urls import normalize
+from crawler_tasks.surface.embedded import local_workers, stop_process
+from crawler_tasks.web.urls import normalize
 
 FAST = {"rate": math.inf, "concurrency": 4}
 

@@ -1,4 +1,4 @@
-"""Tests of ``crawler_tasks.fetch`` and ``crawler_tasks.netguard`` against real local servers.
+"""Tests of ``crawler_tasks.web.fetcher`` and ``crawler_tasks.web.netguard`` against real local servers.
 
 Every server listens on a loopback address (127.0.0.x); nothing leaves the machine. Each server
 logs the requests it received, so a test can prove a request never reached it.
@@ -35,9 +35,9 @@ from crawler_tasks.errors import (
     TooManyRedirects,
     UnsupportedScheme,
 )
-from crawler_tasks.fetch import Fetcher
-from crawler_tasks.netguard import check_host, is_allowed_address, is_public_address
 from crawler_tasks.settings import Settings
+from crawler_tasks.web.fetcher import Fetcher
+from crawler_tasks.web.netguard import check_host, is_allowed_address, is_public_address
 
 MIB = 1024 * 1024
 LIMIT = MIB  # max_body_bytes of the default test fetcher

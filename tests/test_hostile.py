@@ -37,16 +37,16 @@ from sitegen import (
 )
 
 from crawler_tasks import pipeline, start_crawl
-from crawler_tasks.crawl import Crawl
-from crawler_tasks.embedded import (
+from crawler_tasks.errors import BadEncoding, BlockedAddress, InvalidSeed, TooLarge
+from crawler_tasks.settings import load
+from crawler_tasks.state.keys import Keys
+from crawler_tasks.surface.crawl import Crawl
+from crawler_tasks.surface.embedded import (
     local_workers,
     private_redis,
 )
-from crawler_tasks.errors import BadEncoding, BlockedAddress, InvalidSeed, TooLarge
-from crawler_tasks.fetch import Fetcher
-from crawler_tasks.keys import Keys
-from crawler_tasks.settings import load
-from crawler_tasks.worker import Context
+from crawler_tasks.web.fetcher import Fetcher
+from crawler_tasks.worker.context import Context
 
 MIB = 1 << 20
 LIMIT = 6 * MIB  # max_body_bytes: /links-100k (5.1 MiB) fits, /endless and the bomb do not
@@ -446,7 +446,7 @@ def wait_for_children(pid: int, timeout: float = 30) -> list[int]:
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLER_")}
     return subprocess.run(
-        [sys.executable, "-m", "crawler_tasks.cli", *args],
+        [sys.executable, "-m", "crawler_tasks.surface.cli", *args],
         capture_output=True,
         text=True,
         timeout=60,

@@ -19,8 +19,8 @@ from conftest import wait_until
 from sitegen import reachable, running_sites
 
 from crawler_tasks import Crawl, start_crawl
-from crawler_tasks.embedded import free_port, local_workers, stop_process
-from crawler_tasks.urls import normalize
+from crawler_tasks.surface.embedded import free_port, local_workers, stop_process
+from crawler_tasks.web.urls import normalize
 
 
 def _start(settings, server, **options):  # type: ignore[no-untyped-def]
@@ -165,7 +165,7 @@ def test_watch_shows_live_display_on_a_terminal(settings, workers):
             [
                 sys.executable,
                 "-m",
-                "crawler_tasks.cli",
+                "crawler_tasks.surface.cli",
                 "watch",
                 crawl.id,
                 "--broker",
@@ -185,7 +185,7 @@ def test_watch_shows_live_display_on_a_terminal(settings, workers):
         [
             sys.executable,
             "-m",
-            "crawler_tasks.cli",
+            "crawler_tasks.surface.cli",
             "watch",
             crawl.id,
             "--broker",
@@ -228,7 +228,7 @@ def test_metrics_export_crawl_counters(settings, workers):
         [
             sys.executable,
             "-m",
-            "crawler_tasks.cli",
+            "crawler_tasks.surface.cli",
             "metrics",
             "--port",
             str(port),

@@ -1,4 +1,4 @@
-"""crawler_tasks.parse: metadata, links, robots directives, charsets, sniffing, hostile input."""
+"""crawler_tasks.web.page: metadata, links, robots directives, charsets, sniffing, hostile input."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from crawler_tasks.parse import DROP_REASONS, Page, extract, is_html
+from crawler_tasks.web.page import DROP_REASONS, Page, extract, is_html
 
 URL = "http://example.com/dir/page.html"
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -38,7 +38,7 @@ class _Records(logging.Handler):
 def no_internal_error() -> Iterator[None]:
     """extract's safety net logs a warning when it catches a bug: fail the test on it."""
     handler = _Records()
-    logger = logging.getLogger("crawler_tasks.parse")
+    logger = logging.getLogger("crawler_tasks.web.page")
     logger.addHandler(handler)
     try:
         yield
@@ -475,7 +475,7 @@ def test_100k_links_capped() -> None:
 
 
 def test_duplicate_hrefs_resolved_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    import crawler_tasks.parse as parse_module
+    import crawler_tasks.web.page as parse_module
 
     calls: list[str] = []
     real = parse_module.resolve

@@ -11,7 +11,7 @@ workers, at the end.
 Bounds: a token bucket of ``rate`` r and ``burst`` b lets at most r x W + b requests into any
 window of W seconds (an idle host takes 1 + b at once, then one per 1/r); with
 ``concurrency=1`` the crawler guarantees it on request *arrivals*, whatever the queueing delays
-(see ``crawler_tasks.politeness``).
+(see ``crawler_tasks.state.politeness``).
 """
 
 from __future__ import annotations
@@ -28,13 +28,13 @@ from conftest import wait_until
 from sitegen import Request, max_concurrency, rate_report, reachable, running_sites
 
 from crawler_tasks import start_crawl
-from crawler_tasks.app import make_app
-from crawler_tasks.cli import main as cli
-from crawler_tasks.embedded import local_workers
-from crawler_tasks.keys import Keys
-from crawler_tasks.politeness import MAX_SLOWDOWN, Politeness, set_rate
-from crawler_tasks.scripts import Scripts
-from crawler_tasks.sitemaps import inflate, parse
+from crawler_tasks.state.keys import Keys
+from crawler_tasks.state.politeness import MAX_SLOWDOWN, Politeness, set_rate
+from crawler_tasks.state.scripts import Scripts
+from crawler_tasks.surface.cli import main as cli
+from crawler_tasks.surface.embedded import local_workers
+from crawler_tasks.web.sitemaps import inflate, parse
+from crawler_tasks.worker.app import make_app
 
 QUIET_SITE = {"broken_ratio": 0, "non_html_ratio": 0, "cross_host_ratio": 0}
 

@@ -16,10 +16,10 @@ import pytest
 from conftest import wait_until
 
 from crawler_tasks import Crawl
-from crawler_tasks.app import make_app
-from crawler_tasks.embedded import stop_process
-from crawler_tasks.keys import Keys
-from crawler_tasks.schedule import Schedule, Schedules, load_file
+from crawler_tasks.state.keys import Keys
+from crawler_tasks.state.schedules import Schedule, Schedules, load_file
+from crawler_tasks.surface.embedded import stop_process
+from crawler_tasks.worker.app import make_app
 
 
 class VersionedSite(BaseHTTPRequestHandler):

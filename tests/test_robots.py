@@ -1,4 +1,4 @@
-"""Tests of ``crawler_tasks.robots``: Google's conformance cases, RFC 9309 tables, and the cache
+"""Tests of ``crawler_tasks.web.robots``: Google's conformance cases, RFC 9309 tables, and the cache
 against a throwaway ``redis-server``."""
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ import redis
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from crawler_tasks.keys import Keys
-from crawler_tasks.robots import (
+from crawler_tasks.state.keys import Keys
+from crawler_tasks.state.robots_cache import RobotsCache
+from crawler_tasks.web.robots import (
     MAX_REDIRECTS,
     MAX_ROBOTS_BYTES,
     Robots,
-    RobotsCache,
     crawl_delay,
     is_allowed,
     policy_for_response,

@@ -7,9 +7,9 @@ import math
 
 import pytest
 
-from crawler_tasks.keys import Keys
-from crawler_tasks.scripts import Scripts
-from crawler_tasks.seen import BloomFilter, BloomShape
+from crawler_tasks.state.bloom import BloomFilter, BloomShape
+from crawler_tasks.state.keys import Keys
+from crawler_tasks.state.scripts import Scripts
 
 
 def urls(prefix: str, n: int) -> list[str]:

@@ -1,4 +1,4 @@
-"""Tests of ``crawler_tasks.urls``: normalisation tables, helpers, scope, and fuzzing."""
+"""Tests of ``crawler_tasks.web.urls``: normalisation tables, helpers, scope, and fuzzing."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from crawler_tasks.errors import ConfigError, InvalidSeed, InvalidURL
-from crawler_tasks.urls import (
+from crawler_tasks.web.urls import (
     NON_HTML_EXTENSIONS,
     Scope,
     domain_key,

@@ -19,8 +19,8 @@ from typing import Any
 import click
 import redis
 
-from .errors import InvalidSeed
-from .settings import Settings, load, redact
+from ..errors import InvalidSeed
+from ..settings import Settings, load, redact
 
 
 def _settings(broker: str | None) -> Settings:
@@ -40,7 +40,7 @@ def _reachable(settings: Settings) -> bool:
 
 
 def _has_crawl_workers(settings: Settings) -> bool:
-    from .app import make_app
+    from ..worker.app import make_app
 
     replies = make_app(settings).control.inspect(timeout=1.0).active_queues() or {}
     names = {q["name"] for queues in replies.values() for q in queues}
@@ -228,8 +228,8 @@ def status(crawl_id: str, broker: str | None, as_json: bool) -> None:
 @broker_option
 def list_cmd(broker: str | None) -> None:
     """Crawls known to the broker, newest first."""
+    from ..state.keys import Keys
     from .crawl import list_crawls
-    from .keys import Keys
 
     settings = _settings(broker)
     for c in list_crawls(_client(settings), Keys(settings.key_prefix)):
@@ -283,8 +283,8 @@ def retry_failed(crawl_id: str, broker: str | None) -> None:
 @broker_option
 def set_rate_cmd(domain: str, rate: str, broker: str | None) -> None:
     """Cluster-wide requests/s for DOMAIN (all crawls); 'default' removes it."""
-    from .keys import Keys
-    from .politeness import set_rate
+    from ..state.keys import Keys
+    from ..state.politeness import set_rate
 
     settings = _settings(broker)
     value = None if rate == "default" else float(rate)
@@ -318,9 +318,9 @@ def schedule() -> None:
 
 
 def _schedules(broker: str | None) -> Any:
-    from .app import make_app
-    from .keys import Keys
-    from .schedule import Schedules
+    from ..state.keys import Keys
+    from ..state.schedules import Schedules
+    from ..worker.app import make_app
 
     settings = _settings(broker)
     return Schedules(make_app(settings), _client(settings), Keys(settings.key_prefix))
@@ -344,9 +344,9 @@ def schedule_add(
     broker: str | None,
 ) -> None:
     """Add or replace schedule NAME crawling SEEDS."""
+    from ..errors import ConfigError
+    from ..state.schedules import Schedule
     from .crawl import check_seeds
-    from .errors import ConfigError
-    from .schedule import Schedule
 
     opts = {}
     for item in options:

@@ -20,11 +20,11 @@ import redis
 from celery import bootsteps
 from celery.signals import beat_init, worker_process_shutdown
 
+from ..settings import Settings
 from . import pipeline
 from .app import app
+from .context import Context
 from .dispatcher import Dispatcher
-from .settings import Settings
-from .worker import Context
 
 log = logging.getLogger(__name__)
 _INFRA_ERRORS = (redis.ConnectionError, redis.TimeoutError)
@@ -86,8 +86,8 @@ def parse(self: Any, crawl_id: str, url: str, depth: int) -> str:
 )
 def start_scheduled(self: Any, name: str) -> str | None:
     """Started by beat: a new crawl (new id, new dedupe filter) of schedule ``name``."""
-    from .crawl import start_crawl
-    from .schedule import Schedules
+    from ..state.schedules import Schedules
+    from ..surface.crawl import start_crawl
 
     ctx = context()
     item = Schedules(app, ctx.client, ctx.keys).get(name)
@@ -101,7 +101,7 @@ def start_scheduled(self: Any, name: str) -> str | None:
 
 @beat_init.connect
 def _load_schedules(sender: Any = None, **_: Any) -> None:
-    from .schedule import Schedules
+    from ..state.schedules import Schedules
 
     path = schedules_file(settings())
     if path is not None:

@@ -50,7 +50,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urljoin
 
-from .errors import ConfigError, InvalidSeed, InvalidURL
+from ..errors import ConfigError, InvalidSeed, InvalidURL
 
 try:
     import idna

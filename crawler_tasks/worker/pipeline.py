@@ -34,14 +34,15 @@ from typing import Any
 
 import redis
 
-from . import events
-from .errors import CrawlerError, InternalError, PermanentError, RetryableError, ServerError
-from .fetch import Response
-from .options import CrawlOptions
-from .parse import extract, is_html
-from .politeness import parse_retry_after
-from .urls import origin_of
-from .worker import Context
+from ..errors import CrawlerError, InternalError, PermanentError, RetryableError, ServerError
+from ..state import events
+from ..state.options import CrawlOptions
+from ..state.politeness import parse_retry_after
+from ..web.fetcher import Response
+from ..web.page import extract, is_html
+from ..web.urls import origin_of
+from .context import Context
+from .sitemap_seeds import Sitemaps
 
 log = logging.getLogger(__name__)
 
@@ -225,9 +226,7 @@ def _robots(ctx: Context, opts: CrawlOptions, url: str, domain: str) -> Final | 
     politeness accounting of this fetch (see ``politeness``): robots.txt, when it had to be
     requested, is charged to the domain's bucket; its Crawl-delay is applied; a disallowed URL
     gives its token back. With ``sitemaps``, an origin's ``Sitemap:`` URLs are admitted the
-    first time, and a released sitemap file is fetched and used here (see ``sitemaps``)."""
-    from .sitemaps import Sitemaps  # sitemaps needs worker and urls only: no import cycle
-
+    first time, and a released sitemap file is fetched and used here (see ``sitemap_seeds``)."""
     if not (opts.obey_robots or opts.sitemaps):
         return None
     polite = ctx.politeness(opts)

@@ -9,9 +9,9 @@ import redis
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from ..settings import Settings
+from ..state.keys import Keys
 from .crawl import Crawl
-from .keys import Keys
-from .settings import Settings
 
 #: Crawls exported: the most recent ones (finished crawls keep their final numbers).
 MAX_CRAWLS = 20

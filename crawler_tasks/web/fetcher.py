@@ -37,8 +37,7 @@ from urllib3.exceptions import ConnectTimeoutError, DecodeError, HTTPError, NewC
 from urllib3.exceptions import ReadTimeoutError as Urllib3ReadTimeout
 from urllib3.response import HTTPResponse
 
-from . import netguard
-from .errors import (
+from ..errors import (
     BadEncoding,
     ConnectionFailed,
     CrawlerError,
@@ -48,7 +47,8 @@ from .errors import (
     TooManyRedirects,
     UnsupportedScheme,
 )
-from .settings import Settings
+from ..settings import Settings
+from . import netguard
 from .urls import normalize
 
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})

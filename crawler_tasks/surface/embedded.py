@@ -20,7 +20,7 @@ from pathlib import Path
 
 import redis
 
-from .app import QUEUES
+from ..worker.app import QUEUES
 
 FETCH_QUEUES = ",".join(q for q in QUEUES if q.startswith("crawl."))
 

@@ -38,7 +38,7 @@ from urllib3.connectionpool import ConnectionPool
 from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
 from urllib3.util.connection import create_connection
 
-from .errors import BlockedAddress, ConnectionFailed, FetchTimeout
+from ..errors import BlockedAddress, ConnectionFailed, FetchTimeout
 
 if TYPE_CHECKING:
     from urllib3._base_connection import BaseHTTPConnection

@@ -13,20 +13,20 @@ from typing import Any
 
 import redis
 
-from . import events
-from .fetch import Fetcher, Response
-from .frontier import Frontier
-from .keys import Keys
-from .options import CrawlOptions
-from .politeness import Politeness
-from .robots import RobotsCache
-from .scripts import Scripts
-from .seen import BloomFilter, known_urls
-from .settings import Settings
-from .state import CrawlState
-from .storage import CrawlOutput, Outputs, write_summary
-from .urls import Scope, domain_counts
-from .validators import Seen, Validators, change, digest
+from ..settings import Settings
+from ..state import events
+from ..state.bloom import BloomFilter, known_urls
+from ..state.frontier import Frontier
+from ..state.keys import Keys
+from ..state.ledger import CrawlState
+from ..state.options import CrawlOptions
+from ..state.politeness import Politeness
+from ..state.robots_cache import RobotsCache
+from ..state.scripts import Scripts
+from ..state.validators import Seen, Validators, change, digest
+from ..web.fetcher import Fetcher, Response
+from ..web.urls import Scope, domain_counts
+from .output import CrawlOutput, Outputs, write_summary
 
 log = logging.getLogger(__name__)
 

@@ -48,9 +48,9 @@ from typing import Any
 
 import redis
 
+from ..settings import Settings
 from .keys import CrawlKeys, Keys
 from .scripts import Scripts
-from .settings import Settings
 
 #: Largest slow-down factor adaptive back-off reaches (1 req/s becomes 1 req / 32 s).
 MAX_SLOWDOWN = 32.0

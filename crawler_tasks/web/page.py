@@ -45,7 +45,7 @@ from w3lib.encoding import (
     to_unicode,
 )
 
-from crawler_tasks.urls import looks_non_html, origin_of, resolve
+from .urls import looks_non_html, origin_of, resolve
 
 log = logging.getLogger(__name__)
 

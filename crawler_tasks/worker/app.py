@@ -11,7 +11,7 @@ from __future__ import annotations
 from celery import Celery
 from kombu import Exchange, Queue
 
-from .settings import Settings, load
+from ..settings import Settings, load
 
 QUEUES = ("crawl.high", "crawl.medium", "crawl.low", "parse")
 

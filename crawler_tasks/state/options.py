@@ -9,10 +9,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import ConfigError
-from .seen import BloomShape
-from .settings import Settings
-from .urls import Scope
+from ..errors import ConfigError
+from ..settings import Settings
+from ..web.urls import Scope
+from .bloom import BloomShape
 
 PRIORITIES = ("high", "medium", "low")
 

@@ -11,9 +11,9 @@ import threading
 import time
 from collections.abc import Callable
 
+from ..settings import Settings
+from .context import Context
 from .pipeline import Final, finalize
-from .settings import Settings
-from .worker import Context
 
 log = logging.getLogger(__name__)
 

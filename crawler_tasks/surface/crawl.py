@@ -23,18 +23,18 @@ from typing import Any
 
 import redis
 
-from .errors import InvalidSeed, InvalidURL
-from .frontier import Frontier
-from .keys import Keys
-from .netguard import is_public_address
-from .options import CrawlOptions
-from .politeness import Politeness, effective_rate
-from .scripts import Scripts
-from .seen import BloomFilter
-from .settings import Settings, load
-from .state import CrawlState
-from .storage import read_pages
-from .urls import host_of, normalize
+from ..errors import InvalidSeed, InvalidURL
+from ..settings import Settings, load
+from ..state.bloom import BloomFilter
+from ..state.frontier import Frontier
+from ..state.keys import Keys
+from ..state.ledger import CrawlState
+from ..state.options import CrawlOptions
+from ..state.politeness import Politeness, effective_rate
+from ..state.scripts import Scripts
+from ..web.netguard import is_public_address
+from ..web.urls import host_of, normalize
+from ..worker.output import read_pages
 
 FINAL_STATUSES = ("finished", "cancelled")
 

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 
 import redis
 
+from ..settings import Settings
+from ..web.urls import domain_key
+from .bloom import bloom_args
 from .keys import CrawlKeys, Keys
 from .options import CrawlOptions
 from .scripts import Scripts
-from .seen import bloom_args
-from .settings import Settings
-from .urls import domain_key
 
 #: URLs per admit.lua call: keeps each script run short (Redis is single-threaded).
 ADMIT_CHUNK = 1000
@@ -92,7 +92,7 @@ class Frontier:
             self.shape.shards,
             1 if force else 0,
         ]
-        from .seen import known_urls
+        from .bloom import known_urls
 
         # URLs this process already saw in the filter are duplicates without asking Redis.
         known = None if force else known_urls(self.client, ck, self.opts.started_at)

@@ -18,7 +18,7 @@ _WITH_BLOOM = {"admit", "bloom_add"}
 
 @cache
 def source(name: str) -> str:
-    text = resources.files("crawler_tasks").joinpath(f"lua/{name}.lua").read_text("utf-8")
+    text = resources.files("crawler_tasks.state").joinpath(f"lua/{name}.lua").read_text("utf-8")
     if name in _WITH_BLOOM:
         text = source("bloom_lib") + "\n" + text
     return text

@@ -23,7 +23,7 @@ import redis
 from celery import Celery
 from celery.schedules import crontab, schedule
 
-from .errors import ConfigError
+from ..errors import ConfigError
 from .keys import Keys
 
 if sys.version_info >= (3, 11):
