@@ -8,7 +8,8 @@ string recorded in ``pages*.jsonl`` and the dead-letter list::
     │   │                            back-off and jitter, at most ``max_retries`` times
     │   ├── FetchTimeout             connect/read timeout or total deadline exceeded
     │   ├── ConnectionFailed         refused, reset, DNS failure, TLS handshake error
-    │   └── ServerError              5xx, 408 or 429 (carries ``retry_after`` seconds)
+    │   ├── ServerError              5xx, 408 or 429 (carries ``retry_after`` seconds)
+    │   └── WorkerLost               the worker handling the URL died (heartbeat stopped)
     └── PermanentError               final for this URL: recorded, never retried
         ├── BlockedAddress           resolves to a private/loopback/link-local/reserved address
         ├── UnsupportedScheme        not http(s)
@@ -69,6 +70,10 @@ class ServerError(RetryableError):
         super().__init__(f"HTTP {status}")
         self.status = status
         self.retry_after = retry_after
+
+
+class WorkerLost(RetryableError):
+    reason = "worker_lost"
 
 
 class PermanentError(CrawlerError):

@@ -124,6 +124,13 @@ class Settings:
     warc_non_html: bool = True
     #: Seconds a finished crawl's state stays in Redis (counters, config, filter).
     finished_ttl: int = 7 * 24 * 3600
+    #: Seconds after which a final URL whose record is still not on disk is taken as left by
+    #: a dead process and written by someone else (the redelivered task does it at once).
+    #: Longer than any pause between finish.lua and the write of a live process.
+    orphan_record_seconds: float = 30.0
+    #: Seconds without a heartbeat after which a worker process counts as dead and the URLs it
+    #: was fetching or parsing are taken back (instead of waiting for visibility_timeout).
+    worker_dead_seconds: float = 30.0
 
     # --- operations ----------------------------------------------------------------------------
     #: TOML file of recrawl schedules loaded when beat starts; empty = the checkout's

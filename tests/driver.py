@@ -27,7 +27,7 @@ class Driver:
         self.callbacks: list[tuple[str, str, dict[str, Any]]] = []
         self.results: list[tuple[str, str, str]] = []  # (task, url, outcome)
         self.ctx = Context(settings, self._enqueue_parse, self._callback)
-        self.dispatcher = Dispatcher(lambda: self.ctx, self._publish, settings)
+        self.dispatcher = Dispatcher(lambda: self.ctx, self._publish, settings, self._enqueue_parse)
 
     def close(self) -> None:
         self.ctx.close()

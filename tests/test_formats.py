@@ -15,9 +15,9 @@ from crawler_tasks.state.formats import Inflight
 @pytest.mark.parametrize(
     ("value", "expected"),
     [
-        ("example.org|1700000000|3", Inflight("example.org", 1700000000.0, 3, False)),
-        ("example.org|1700000000|3|s", Inflight("example.org", 1700000000.0, 3, True)),
-        ("127.0.0.1:8000|0|0", Inflight("127.0.0.1:8000", 0.0, 0, False)),
+        ("example.org|1700000000|3", Inflight("example.org", 1700000000.0, 3)),
+        ("example.org|1700000000|3|s:h-12", Inflight("example.org", 1700000000.0, 3, "s", "h-12")),
+        ("127.0.0.1:8000|0|0|p:a-b-1", Inflight("127.0.0.1:8000", 0.0, 0, "p", "a-b-1")),
     ],
 )
 def test_inflight_values(value: str, expected: Inflight) -> None:
@@ -40,9 +40,13 @@ def test_release_and_start_write_what_formats_parse(settings, client) -> None:  
     released = Inflight.parse(client.hget(crawl.ck.inflight, url).decode())
     assert (released.domain, released.depth, released.started) == (domain, 0, False)
     assert released.released_at > 0
-    assert crawl.store.ledger.start(url)
+    assert crawl.store.ledger.start(url, "host-1") == 1
     started = Inflight.parse(client.hget(crawl.ck.inflight, url).decode())
-    assert started.started and started.released_at == released.released_at
+    assert (started.stage, started.worker) == ("s", "host-1")
+    assert started.released_at == released.released_at
+    assert crawl.store.ledger.start(url, "host-2", "p") == 1  # the stage moves on, once
+    parsed = Inflight.parse(client.hget(crawl.ck.inflight, url).decode())
+    assert (parsed.stage, parsed.worker, parsed.depth) == ("p", "host-2", 0)
 
 
 def test_requeue_writes_a_retry_member_release_reads_back(settings, client) -> None:  # type: ignore[no-untyped-def]

@@ -9,14 +9,23 @@ functions).
       "depth|url"
 
 * inflight value (``CrawlKeys.inflight``, url -> value; release.lua writes it, start.lua
-  appends ``|s``, finish.lua / requeue.lua delete it)::
+  appends the stage and worker, finish.lua / requeue.lua delete it)::
 
-      "domain|released_at|depth"      released_at: unix seconds, 0 for a cancel drain
-      "domain|released_at|depth|s"    the fetch task began (start.lua)
+      "domain|released_at|depth"            released_at: unix seconds, 0 for a cancel drain
+      "domain|released_at|depth|s:WORKER"   its fetch task began in WORKER (start.lua)
+      "domain|released_at|depth|p:WORKER"   its parse task began in WORKER
+
+* worker heartbeat (``Keys.workers``, worker id -> unix seconds): every worker process
+  beats; a URL started by a worker that stopped beating is reclaimed by the dispatcher.
 
 * retry member (``CrawlKeys.retry`` zset, scored by due time; requeue.lua, release.lua)::
 
       "domain<TAB>depth|url"
+
+* unwritten record (``CrawlKeys.unwritten``, url -> value; finish.lua stores it, the recorder
+  deletes it once the record is on disk; start.lua reports it)::
+
+      {"rid": record id, "path": the writer's pages file, "ts": unix seconds, "record": {...}}
 
 Counter names (``CrawlKeys.stats`` hash) are :class:`Counter` members or one of the families
 built by :func:`status`, :func:`failed`, :func:`skipped`, :func:`change` and
@@ -26,8 +35,10 @@ an exception in :mod:`crawler_tasks.errors` or an :class:`Outcome`.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 
 class Counter(str, Enum):
@@ -119,12 +130,18 @@ class Inflight:
     domain: str
     released_at: float  # 0: handed out by a cancel drain
     depth: int
-    started: bool
+    stage: str = ""  # "" released, "s" fetch started, "p" parse started
+    worker: str = ""  # the worker process that started the stage
+
+    @property
+    def started(self) -> bool:
+        return bool(self.stage)
 
     @classmethod
     def parse(cls, value: str) -> Inflight:
-        parts = value.split("|")
-        return cls(parts[0], float(parts[1]), int(parts[2]), len(parts) > 3 and parts[3] == "s")
+        domain, released, depth, *rest = value.split("|", 3)
+        stage, _, worker = rest[0].partition(":") if rest else ("", "", "")
+        return cls(domain, float(released), int(depth), stage, worker)
 
 
 # --- admit.lua's arguments ------------------------------------------------------------------
@@ -159,3 +176,21 @@ class AdmitCall:
             out.append(domain)
             out.append(value)
         return out
+
+
+# --- unwritten records ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class Unwritten:
+    rid: str  # also the record's "rid": how a writer finds out the record is on disk
+    path: str  # the pages file of the process that finished the URL
+    ts: float
+    record: dict[str, Any]
+
+    def dumps(self) -> str:
+        value = {"rid": self.rid, "path": self.path, "ts": self.ts, "record": self.record}
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+    @classmethod
+    def loads(cls, raw: str | bytes) -> Unwritten:
+        v = json.loads(raw)
+        return cls(v["rid"], v["path"], float(v["ts"]), v["record"])

@@ -44,6 +44,8 @@ class Release:
 
     cancelled: bool
     entries: list[tuple[str, int, str]]  # (domain, depth, url)
+    #: The crawl is empty and waiting for its finisher (nothing was released).
+    finishing: bool = False
 
 
 class Frontier:
@@ -133,7 +135,7 @@ class Frontier:
         for i in range(1, len(out), 2):
             depth, url = formats.parse_entry(_text(out[i + 1]))
             entries.append((_text(out[i]), depth, url))
-        return Release(mode == "cancel", entries)
+        return Release(mode == "cancel", entries, mode == "finishing")
 
     def backlog(self, top: int = 10) -> list[tuple[str, int]]:
         """Domains with the most pending URLs (scans at most 1,000 ready domains)."""

@@ -8,6 +8,7 @@ this table does not describe, or whose type differs::
     P:crawls                 zset   crawl ids by start time (``crawler list``)
     P:running                set    crawl ids the dispatchers release work for
     P:rates                  hash   cluster-wide rates set with `crawler set-rate`
+    P:workers                hash   worker process id -> last heartbeat (unix seconds)
     P:schedules              hash   recrawl schedules
     P:redbeat:*              -      celery beat's schedule entries and lock (RedBeat)
     P:robots:ORIGIN          string robots.txt cache, shared by crawls
@@ -15,7 +16,8 @@ this table does not describe, or whose type differs::
     P:sched:S:runs           zset   crawl ids of schedule S by start time
     P:C:config               string crawl options, JSON (immutable after start)
     P:C:state                hash   status, started_at, finished_at, paused, cancelled,
-                                    summary_path
+                                    final_status, summary_path, gone_counted,
+                                    on_finished_sent
     P:C:stats                hash   counters (formats.Counter and the formats families)
     P:C:outstanding          string URLs admitted and not yet in a final state (completion)
     P:C:bloom:N              string Bloom filter shard N
@@ -30,6 +32,8 @@ this table does not describe, or whose type differs::
     P:C:attempts             hash   url -> failed attempts so far (only URLs that failed once)
     P:C:body:H               hash   fetched response waiting for its parse task: meta, body
     P:C:failed               hash   url -> dead-letter record, JSON
+    P:C:unwritten            hash   url -> formats.Unwritten: final, record not yet on disk
+    P:C:finisher             string lock (SET NX EX) of the process running the end of the crawl
     P:C:hostpages            hash   domain -> URLs admitted (``max_pages_per_host``)
     P:C:redirects            hash   url -> JSON list of redirect targets it claimed (marked seen)
     P:C:persec               hash   unix second -> URLs finished (recent pages/s)
@@ -52,6 +56,7 @@ class Keys:
         self.running = f"{prefix}:running"
         self.schedules = f"{prefix}:schedules"
         self.rates = f"{prefix}:rates"
+        self.workers = f"{prefix}:workers"
 
     def crawl(self, crawl_id: str) -> CrawlKeys:
         return CrawlKeys(f"{self.prefix}:{crawl_id}", self.rates)
@@ -80,6 +85,8 @@ class CrawlKeys:
         self.domain_prefix = f"{base}:dom:"
         self.inflight = f"{base}:inflight"
         self.failed = f"{base}:failed"
+        self.unwritten = f"{base}:unwritten"
+        self.finisher = f"{base}:finisher"
         self.host_pages = f"{base}:hostpages"
         self.redirects = f"{base}:redirects"
         self.retry = f"{base}:retry"

@@ -41,9 +41,53 @@ class Ledger:
     def is_inflight(self, url: str) -> bool:
         return bool(self.client.hexists(self.ck.inflight, url))
 
-    def start(self, url: str) -> bool:
-        """Mark a fetch as begun; False if the URL is not in flight (duplicate delivery)."""
-        return bool(self.scripts.start(keys=[self.ck.inflight], args=[url], client=self.client))
+    def start(self, url: str, worker: str, stage: str = "s") -> int:
+        """Mark a fetch (``s``) or parse (``p``) as begun by ``worker`` (start.lua): 1 in
+        flight, go on; 2 final but its record is not on disk (write it); 0 a duplicate."""
+        keys = [self.ck.inflight, self.ck.unwritten]
+        return int(self.scripts.start(keys=keys, args=[url, stage, worker], client=self.client))
+
+    def reclaim(self, url: str, entry: formats.Inflight, value: str) -> bool:
+        """reclaim.lua: take ``url`` back from a dead worker if ``value`` is still current."""
+        if entry.stage == "s":
+            how, arg = "fetch", formats.retry_member(entry.domain, entry.depth, url)
+        else:
+            how, arg = "parse", value.rsplit("|", 1)[0]
+        keys = [self.ck.inflight, self.ck.retry]
+        return bool(
+            self.scripts.reclaim(keys=keys, args=[url, value, how, arg], client=self.client)
+        )
+
+    def held_by_dead(self, alive: set[str]) -> list[tuple[str, formats.Inflight, str]]:
+        """(url, entry, raw value) of URLs whose fetch or parse began in a worker not in
+        ``alive`` (entries of workers that never said who they are are left alone)."""
+        out = []
+        for url, raw in self.client.hscan_iter(self.ck.inflight, count=1000):
+            value = raw.decode()
+            entry = formats.Inflight.parse(value)
+            if entry.started and entry.worker and entry.worker not in alive:
+                out.append((url.decode("utf-8", "surrogateescape"), entry, value))
+        return out
+
+    def unwritten(self, url: str) -> formats.Unwritten | None:
+        raw = self.client.hget(self.ck.unwritten, url)
+        return None if raw is None else formats.Unwritten.loads(raw)
+
+    def written(self, url: str) -> None:
+        """``url``'s record is on disk."""
+        self.client.hdel(self.ck.unwritten, url)
+
+    def orphans(self, older_than: float) -> tuple[list[tuple[str, formats.Unwritten]], int]:
+        """Unwritten records finished more than ``older_than`` s ago (their writer died, or is
+        frozen), and how many younger ones there are (writers about to finish)."""
+        limit, old, young = time.time() - older_than, [], 0
+        for url, raw in self.client.hscan_iter(self.ck.unwritten, count=1000):
+            entry = formats.Unwritten.loads(raw)
+            if entry.ts < limit:
+                old.append((url.decode("utf-8", "surrogateescape"), entry))
+            else:
+                young += 1
+        return old, young
 
     def stale_releases(self, older_than: float, now: float | None = None) -> list[tuple[str, int]]:
         """(url, depth) released more than ``older_than`` s ago whose fetch never began: the
@@ -56,25 +100,14 @@ class Ledger:
                 stale.append((url.decode(), entry.depth))
         return stale
 
-    def finish(self, url: str, counters: dict[str, int]) -> int:
+    def finish(self, url: str, entry: formats.Unwritten, counters: dict[str, int]) -> int:
         """finish.lua: URLs still outstanding after this one, or -1 if it was final already."""
         ck = self.ck
-        args: list[str | int] = [url, self.crawl_id]
+        args: list[str | int] = [url, entry.dumps()]
         for name, n in counters.items():
             args += [name, n]
-        left = self.scripts.finish(
-            keys=[
-                ck.inflight,
-                ck.outstanding,
-                ck.stats,
-                ck.state,
-                ck.persec,
-                self.keys.running,
-                ck.attempts,
-            ],
-            args=args,
-            client=self.client,
-        )
+        keys = [ck.inflight, ck.outstanding, ck.stats, ck.state, ck.persec, ck.attempts]
+        left = self.scripts.finish(keys=[*keys, ck.unwritten], args=args, client=self.client)
         return int(left)
 
     def count_attempt(self, url: str) -> int:

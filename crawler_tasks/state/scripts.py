@@ -34,3 +34,4 @@ class Scripts:
         self.finish = client.register_script(source("finish"))
         self.requeue = client.register_script(source("requeue"))
         self.start = client.register_script(source("start"))
+        self.reclaim = client.register_script(source("reclaim"))

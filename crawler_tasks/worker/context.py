@@ -20,6 +20,7 @@ from ..state.bloom import KnownURLs
 from ..state.options import CrawlOptions
 from ..state.robots_cache import RobotsCache
 from ..state.store import CrawlStore, Process, Redis
+from ..state.workers import Heartbeat
 from ..web.fetcher import Fetcher, Response
 from .output import CrawlOutput, Outputs
 
@@ -46,6 +47,9 @@ class Context:
         self.keys = self.r.keys
         self.fetcher = Fetcher.from_settings(settings)
         self.outputs = Outputs()
+        #: This process in heartbeats and inflight marks: "host-pid".
+        self.worker_id = self.outputs.tag
+        self.heartbeat = Heartbeat(self.client, self.keys, self.worker_id)
         self.enqueue_parse = enqueue_parse
         self.on_finished = on_finished
         self._process = Process(settings.max_crawl_delay, settings.body_ttl)
@@ -55,6 +59,7 @@ class Context:
         self.sitemap_origins: OrderedDict[tuple[str, str], None] = OrderedDict()
 
     def close(self) -> None:
+        self.heartbeat.stop()
         self.outputs.close()
         self.fetcher.close()
         self.client.close()
@@ -176,4 +181,5 @@ class Runtime:
     def close(self) -> None:
         ctx, self._ctx = self._ctx, None
         if ctx is not None and self._pid == os.getpid():
+            ctx.heartbeat.stop()
             ctx.outputs.close()

@@ -42,7 +42,7 @@ from ..web.fetcher import Response
 from ..web.page import extract, is_html
 from ..web.urls import origin_of
 from .context import Context
-from .recorder import Final, finalize
+from .recorder import Final, finalize, recover
 from .sitemap_seeds import Sitemaps
 
 log = logging.getLogger(__name__)
@@ -64,8 +64,11 @@ def fetch_url(ctx: Context, crawl_id: str, url: str, depth: int) -> str:
 
 def _fetch_url(ctx: Context, crawl_id: str, url: str, depth: int) -> str:
     store = ctx.store(crawl_id)
-    if store is None or not store.ledger.start(url):
+    started = store.ledger.start(url, ctx.worker_id) if store is not None else 0
+    if store is None or started == 0:
         return "duplicate"
+    if started == 2:  # final, but the process that finished it died before its record
+        return recover(ctx, store, url)
     domain = store.domain_of(url)
     polite = store.politeness
     if store.ledger.is_cancelled():
@@ -212,12 +215,13 @@ def parse_url(ctx: Context, crawl_id: str, url: str, depth: int) -> str:
 
 def _parse_url(ctx: Context, crawl_id: str, url: str, depth: int) -> str:
     store = ctx.store(crawl_id)
-    if store is None:
+    started = store.ledger.start(url, ctx.worker_id, "p") if store is not None else 0
+    if store is None or started == 0:
         return "duplicate"
+    if started == 2:
+        return recover(ctx, store, url)
     stored = store.bodies.get(url)
     if stored is None:
-        if not store.ledger.is_inflight(url):
-            return "duplicate"
         lost = Final(url, depth, error=Outcome.BODY_LOST.value, counters={Counter.FAILED.value: 1})
         return finalize(ctx, store, lost)
     meta, body = stored

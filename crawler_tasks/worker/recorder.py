@@ -1,19 +1,31 @@
-"""The last step of every URL: record its final state once, and finish the crawl when it was
-the last one.
+"""The last step of every URL: record its final state exactly once, and finish the crawl
+when it was the last one.
 
-:func:`finalize` is the only place a URL leaves flight (finish.lua removes its inflight entry
-exactly once, so a duplicate delivery changes nothing), writes its page and edge records and
-emits its event. The call that brings the crawl's outstanding counter to zero runs
-:func:`crawl_finished`: validators of a recrawl, ``summary.json``, key expiry, the
-``crawl_finished`` event and the owner's ``on_finished`` task. Used by the pipeline and by the
-dispatcher (to drain a cancelled crawl).
+    finalize:  finish.lua (counted once; the record kept in Redis as "unwritten")
+               -> record on disk (edges, then the page line with its record id)
+               -> unwritten entry deleted -> event -> the crawl's finisher if it was the last
+
+A process that dies between finish.lua and the delete leaves the record in Redis. Whoever
+meets it next writes it, unless the page line with its record id is already in the dead
+writer's file (same host): the redelivered task (start.lua says so), the dispatcher's sweep,
+or the finisher, which writes every orphan before ``summary.json``. Only a writer frozen for
+longer than ``orphan_record_seconds`` inside that step, or one on another host whose file
+cannot be read here, can leave a URL with two lines.
+
+:func:`crawl_finished` (the finisher) is a sequence of idempotent steps under a lock:
+orphans, recrawl ``gone`` count, ``summary.json``, key expiry, the ``crawl_finished`` event,
+the owner's ``on_finished`` task, and only then the final status. A process that dies in it
+leaves the crawl "finishing"; the dispatcher (or the redelivered task) runs it again.
 """
 
 from __future__ import annotations
 
 import logging
+import socket
 import time
+import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..errors import CrawlerError, InternalError
@@ -21,6 +33,7 @@ from ..state import events, formats
 from ..state.admission import RedirectClaims
 from ..state.formats import Counter
 from ..state.store import CrawlStore
+from . import faults
 from .context import Context
 from .output import write_summary
 
@@ -106,14 +119,18 @@ def finalize(ctx: Context, store: CrawlStore, final: Final) -> str:
     if failed:
         # Before finish: a dead letter for a URL that then turns out final already is harmless.
         store.ledger.dead_letter(final.url, {k: record.get(k) for k in DEAD_LETTER_FIELDS})
-    left = store.ledger.finish(final.url, counters)
-    if left < 0:
-        return "duplicate"
+    out = ctx.output(store.opts)
+    record["rid"] = uuid.uuid4().hex
+    entry = formats.Unwritten(record["rid"], str(out.pages_path), time.time(), record)
+    left = store.ledger.finish(final.url, entry, counters)
+    if left < 0:  # final already; its record may still be waiting for a writer
+        return recover(ctx, store, final.url) if store.ledger.unwritten(final.url) else "duplicate"
+    faults.point("after_finish")
     if final.extra.get("redirects") and not failed:
         RedirectClaims.release(store.client, store.ck, final.url)
-    out = ctx.output(store.opts)
-    out.page(record)
-    out.edges(final.url, final.outlinks)
+    out.final(record)
+    faults.point("after_record")
+    store.ledger.written(final.url)
     kind = "request_failed" if final.error else "request_completed"
     payload = {k: record[k] for k in ("url", "status", "error", "depth")}
     events.emit(store.client, store.ck, kind, store.id, record=payload)
@@ -122,18 +139,86 @@ def finalize(ctx: Context, store: CrawlStore, final: Final) -> str:
     return final.error or "done"
 
 
-def crawl_finished(ctx: Context, store: CrawlStore) -> None:
-    """Runs once per crawl, in the worker whose finish.lua emptied it."""
+def write_orphan(ctx: Context, store: CrawlStore, url: str, entry: formats.Unwritten) -> bool:
+    """Put an unwritten record on disk unless its writer got it there; True if written now."""
+    written = False
+    if not _on_disk(entry):
+        ctx.output(store.opts).final(entry.record)
+        written = True
+        log.warning("crawl %s: wrote the record of %.300s left by a dead process", store.id, url)
+    store.ledger.written(url)
+    return written
+
+
+def recover(ctx: Context, store: CrawlStore, url: str) -> str:
+    """A task met ``url`` final with its record unwritten (start.lua returned 2)."""
+    entry = store.ledger.unwritten(url)
+    if entry is not None:
+        write_orphan(ctx, store, url, entry)
+    if store.ledger.flags().get("status") == "finishing":
+        crawl_finished(ctx, store)
+    return "recovered"
+
+
+def _on_disk(entry: formats.Unwritten) -> bool:
+    """Is the page line of ``entry`` in its writer's file? Read only when the file is on this
+    host (its name carries the writer's host); elsewhere it cannot be known here."""
+    path = Path(entry.path)
+    if f"-{socket.gethostname()}-" not in path.name or not path.exists():
+        return False
+    needle = f'"rid":"{entry.rid}"'.encode()
+    with path.open("rb") as f:
+        return any(needle in line for line in f)
+
+
+def sweep_orphans(ctx: Context, store: CrawlStore) -> int:
+    """Write the records whose writer died (older than ``orphan_record_seconds``)."""
+    old, _young = store.ledger.orphans(ctx.settings.orphan_record_seconds)
+    return sum(write_orphan(ctx, store, url, entry) for url, entry in old)
+
+
+def crawl_finished(ctx: Context, store: CrawlStore) -> bool:
+    """The end of a crawl, once; False if another process is running it (or it is done)."""
     opts, ck, client = store.opts, store.ck, store.client
-    if store.recrawl is not None:
+    lock_s = ctx.settings.orphan_record_seconds * 2 + 60
+    if not client.set(ck.finisher, ctx.outputs.tag, nx=True, ex=int(lock_s)):
+        return False
+    flags = store.ledger.flags()
+    if flags.get("status") != "finishing":
+        client.delete(ck.finisher)
+        return False
+    _write_all_orphans(ctx, store)
+    if store.recrawl is not None and client.hsetnx(ck.state, "gone_counted", "1"):
         client.hset(ck.stats, formats.change("gone"), store.recrawl.gone())
     summary = store.ledger.summary()
-    directory = f"{opts.output or ctx.settings.output_dir}/{opts.crawl_id}"
-    path = write_summary(directory, summary)
+    summary["status"] = flags.get("final_status", "finished")
+    path = write_summary(f"{opts.output or ctx.settings.output_dir}/{opts.crawl_id}", summary)
+    faults.point("after_summary")
     client.hset(ck.state, "summary_path", str(path))
     for key in client.scan_iter(match=f"{ck.base}:*", count=1000):
         client.expire(key, ctx.settings.finished_ttl)
     events.emit(client, ck, "crawl_finished", opts.crawl_id, summary=summary)
-    if opts.on_finished:
+    if opts.on_finished and not flags.get("on_finished_sent"):
         ctx.on_finished(opts.on_finished, opts.crawl_id, summary)
+        client.hset(ck.state, "on_finished_sent", "1")
+    pipe = client.pipeline()
+    pipe.hset(ck.state, "status", summary["status"])
+    pipe.srem(ctx.keys.running, opts.crawl_id)
+    pipe.delete(ck.finisher)
+    pipe.execute()
     log.info("crawl %s %s in %.1fs", opts.crawl_id, summary["status"], summary["duration_s"])
+    return True
+
+
+def _write_all_orphans(ctx: Context, store: CrawlStore) -> None:
+    """Every record on disk before the summary: orphans at once, records of live writers
+    (younger than ``orphan_record_seconds``) after they had time to write them."""
+    wait = ctx.settings.orphan_record_seconds
+    deadline = time.monotonic() + wait
+    while True:
+        old, young = store.ledger.orphans(wait if time.monotonic() < deadline else 0)
+        for url, entry in old:
+            write_orphan(ctx, store, url, entry)
+        if not young:
+            return
+        time.sleep(0.05)

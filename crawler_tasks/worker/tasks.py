@@ -121,7 +121,7 @@ class DispatcherStep(bootsteps.StartStopStep):
         self.dispatcher: Dispatcher | None = None
 
     def start(self, worker: Any) -> None:
-        self.dispatcher = Dispatcher(context, publish_fetch, settings())
+        self.dispatcher = Dispatcher(context, publish_fetch, settings(), enqueue_parse)
         self.dispatcher.start()
 
     def stop(self, worker: Any) -> None:
