@@ -235,7 +235,9 @@ def _robots(ctx: Context, opts: CrawlOptions, url: str, domain: str) -> Final | 
     if opts.obey_robots:
         if not robots.allowed(opts.robots_agent, url):
             polite.refund(url, domain)
-            return Final(url, 0, error="robots_disallowed", counters={"robots_disallowed": 1})
+            # A disallow-all policy only comes from a robots.txt that could not be read.
+            why = "robots_unreachable" if robots.kind == "disallow" else "robots_disallowed"
+            return Final(url, 0, error=why, counters={why: 1})
         polite.set_crawl_delay(domain, robots.crawl_delay(opts.robots_agent))
     if opts.sitemaps:
         maps = Sitemaps(ctx, opts)
