@@ -214,6 +214,7 @@ class Crawl:
             left = max(opts.max_pages - p["done"], 0)
             p["eta_s"] = round(min(left, p["outstanding"]) / p["recent_pages_per_s"], 1)
         p["backlog"] = self.frontier().backlog(5)
+        p["summary_path"] = self.state.flags().get("summary_path")
         return p
 
     @property
