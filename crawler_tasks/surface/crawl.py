@@ -279,7 +279,7 @@ class Crawl:
 
     def events(self, timeout: float | None = None) -> Iterator[dict[str, Any]]:
         """Live events of this crawl until ``crawl_finished`` (or ``timeout`` s of silence)."""
-        self.options  # noqa: B018  (UnknownCrawl for an id Redis does not know)
+        # No existence check: listening to a crawl id before start_crawl(crawl_id=...) is fine.
         pubsub = self.client.pubsub(ignore_subscribe_messages=True)
         pubsub.subscribe(self.ck.events)
         try:
