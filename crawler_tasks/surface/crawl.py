@@ -11,11 +11,8 @@
 
 from __future__ import annotations
 
-import ipaddress
 import json
-import math
 import os
-import secrets
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -24,53 +21,19 @@ from urllib.parse import urlsplit
 
 import redis
 
-from ..errors import ConfigError, InvalidSeed, InvalidURL, UnknownCrawl
+from ..errors import ConfigError, UnknownCrawl
 from ..settings import Settings, load, redact
-from ..state.bloom import BloomFilter
-from ..state.frontier import Frontier
+from ..state import store as stores
 from ..state.keys import Keys
-from ..state.ledger import RATE_WINDOW, CrawlState
+from ..state.ledger import RATE_WINDOW, Ledger
 from ..state.options import CrawlOptions
-from ..state.politeness import Politeness, effective_rate
-from ..state.scripts import Scripts
-from ..web.netguard import is_public_address
-from ..web.urls import host_of, normalize
+from ..state.politeness import effective_rate
+from ..state.store import CrawlStore, Redis, check_seeds, new_crawl_id
 from ..worker.output import read_pages
 
+__all__ = ["Crawl", "start_crawl", "list_crawls", "check_seeds", "new_crawl_id"]
+
 FINAL_STATUSES = ("finished", "cancelled")
-
-
-def new_crawl_id() -> str:
-    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
-
-
-def check_seeds(seeds: Iterable[str], allow_private: bool) -> list[str]:
-    """Normalised seeds, or InvalidSeed naming the first one that cannot be crawled."""
-    out = []
-    for seed in seeds:
-        try:
-            url = normalize(seed)
-        except InvalidURL as exc:
-            raise InvalidSeed(seed, str(exc)) from None
-        host = host_of(url).strip("[]")
-        if not allow_private and (host == "localhost" or _is_private_literal(host)):
-            raise InvalidSeed(
-                seed,
-                "private or loopback address: allow it with --allow-private-networks "
-                "(allow_private_networks=True)",
-            )
-        out.append(url)
-    if not out:
-        raise InvalidSeed("", "no seed URL given")
-    return list(dict.fromkeys(out))
-
-
-def _is_private_literal(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False  # a name: checked when it is resolved, on every connection
-    return not is_public_address(host)
 
 
 def start_crawl(
@@ -95,23 +58,14 @@ def start_crawl(
     :class:`~crawler_tasks.errors.ConfigError` before anything is written.
     """
     settings = settings or connect_settings(broker)
-    allow_private = bool(options.get("allow_private_networks", False))
-    urls = check_seeds(list(seeds), allow_private)
-    opts = CrawlOptions.from_user(
-        settings,
-        crawl_id=crawl_id or new_crawl_id(),
-        seeds=tuple(urls),
-        rates=rates or {},
-        output=str(Path(output).resolve()) if output else "",
-        started_at=time.time(),
-        **options,
-    )
     client = client or redis.Redis.from_url(settings.state_url)
-    keys = Keys(settings.key_prefix)
-    _register(client, keys, opts)
-    crawl = Crawl(opts.crawl_id, settings=settings, client=client)
-    crawl.frontier().admit((u, 0) for u in urls)
-    return crawl
+    r = Redis.connect(client, settings.key_prefix)
+    if rates:
+        options["rates"] = rates
+    # Without an explicit output, each worker writes under its own CRAWLER_OUTPUT_DIR.
+    output_dir = str(Path(output).resolve()) if output else ""
+    store = stores.start(r, settings, seeds, crawl_id=crawl_id, output=output_dir, **options)
+    return Crawl(store.id, settings=settings, client=client, store=store)
 
 
 def connect_settings(broker: str | None) -> Settings:
@@ -139,23 +93,6 @@ def check_redis_url(url: str) -> None:
         raise ConfigError(f"malformed Redis URL {redact(url)!r}: {why}")
 
 
-def _register(client: redis.Redis, keys: Keys, opts: CrawlOptions) -> None:
-    ck = keys.crawl(opts.crawl_id)
-    if not client.set(ck.config, opts.to_json(), nx=True):
-        raise ValueError(f"crawl {opts.crawl_id!r} exists already")
-    pipe = client.pipeline()
-    pipe.hset(ck.state, mapping={"status": "running", "started_at": repr(opts.started_at)})
-    if opts.rates:
-        pipe.hset(
-            ck.rates, mapping={h: "inf" if math.isinf(r) else r for h, r in opts.rates.items()}
-        )
-    pipe.zadd(keys.crawls, {opts.crawl_id: opts.started_at})
-    if opts.schedule:
-        pipe.zadd(keys.schedule_runs(opts.schedule), {opts.crawl_id: opts.started_at})
-    pipe.sadd(keys.running, opts.crawl_id)
-    pipe.execute()
-
-
 class Crawl:
     """A handle on one crawl; cheap to create, holds no state but its id and clients."""
 
@@ -166,33 +103,38 @@ class Crawl:
         broker: str | None = None,
         settings: Settings | None = None,
         client: redis.Redis | None = None,
+        store: CrawlStore | None = None,
     ) -> None:
         self.id = crawl_id
         self.settings = settings or connect_settings(broker)
         self.client = client or redis.Redis.from_url(self.settings.state_url)
-        self.keys = Keys(self.settings.key_prefix)
+        self._r = (
+            store.r if store is not None else Redis.connect(self.client, self.settings.key_prefix)
+        )
+        self.keys = self._r.keys
         self.ck = self.keys.crawl(crawl_id)
-        self._scripts = Scripts(self.client)
-        self._opts: CrawlOptions | None = None
+        self._store = store
 
     def __repr__(self) -> str:
         return f"<Crawl {self.id}>"
 
     @property
-    def options(self) -> CrawlOptions:
-        if self._opts is None:
-            raw = self.client.get(self.ck.config)
-            if raw is None:
+    def store(self) -> CrawlStore:
+        """The crawl's Redis side; UnknownCrawl (a KeyError) if the crawl expired or never started."""
+        if self._store is None:
+            opts = CrawlStore.read_options(self._r, self.id)
+            if opts is None:
                 raise UnknownCrawl(self.id)
-            self._opts = CrawlOptions.from_json(raw)
-        return self._opts
+            self._store = CrawlStore(self._r, opts)
+        return self._store
 
     @property
-    def state(self) -> CrawlState:
-        return CrawlState(self.client, self.keys, self.id, self._scripts)
+    def options(self) -> CrawlOptions:
+        return self.store.opts
 
-    def frontier(self) -> Frontier:
-        return Frontier(self.client, self.keys, self.options, self._scripts, self.settings)
+    @property
+    def state(self) -> Ledger:
+        return self.store.ledger
 
     @property
     def output_dir(self) -> Path:
@@ -213,7 +155,7 @@ class Crawl:
         if opts.max_pages and p["recent_pages_per_s"] > 0 and not p["paused"]:
             left = max(opts.max_pages - p["done"], 0)
             p["eta_s"] = round(min(left, p["outstanding"]) / p["recent_pages_per_s"], 1)
-        p["backlog"] = self.frontier().backlog(5)
+        p["backlog"] = self.store.frontier.backlog(5)
         p["summary_path"] = self.state.flags().get("summary_path")
         return p
 
@@ -267,12 +209,11 @@ class Crawl:
         return iter(last.values())
 
     def bloom(self) -> dict[str, float]:
-        return BloomFilter(self.client, self.ck, self.options.bloom, self._scripts).stats()
+        return self.store.bloom.stats()
 
     def domains(self, top: int = 20) -> list[dict[str, Any]]:
-        names = [d for d, _ in self.frontier().backlog(top)]
-        polite = Politeness(self.client, self.keys, self.ck, self._scripts, self.settings)
-        infos = polite.domains(names)
+        names = [d for d, _ in self.store.frontier.backlog(top)]
+        infos = self.store.politeness.domains(names)
         for info in infos:
             info["rate"] = effective_rate(info, self.options.rate)
         return infos
@@ -348,7 +289,9 @@ class Crawl:
         pipe.hincrby(self.ck.stats, "done", -len(records))
         pipe.hdel(self.ck.failed, *[r["url"] for r in records])
         pipe.execute()
-        admitted = self.frontier().admit(((r["url"], int(r["depth"])) for r in records), force=True)
+        admitted = self.store.frontier.admit(
+            ((r["url"], int(r["depth"])) for r in records), force=True
+        )
         return admitted.admitted
 
 
@@ -363,14 +306,13 @@ def _without_zeros(summary: dict[str, Any]) -> dict[str, Any]:
 def list_crawls(client: redis.Redis, keys: Keys, limit: int = 50) -> list[dict[str, Any]]:
     """The newest crawls: id, status, seeds, started_at and their progress counters."""
     ids = [i.decode() for i in client.zrevrange(keys.crawls, 0, limit - 1)]
-    scripts = Scripts(client)
+    r = Redis.connect(client, keys.prefix)
     out = []
     for crawl_id in ids:
-        raw = client.get(keys.crawl(crawl_id).config)
-        if raw is None:
+        opts = CrawlStore.read_options(r, crawl_id)
+        if opts is None:
             continue  # expired
-        opts = CrawlOptions.from_json(raw)
-        p = CrawlState(client, keys, crawl_id, scripts).progress()
+        p = CrawlStore(r, opts).ledger.progress()
         if p["cancelled"] and p["elapsed_s"]:
             p["pages_per_s"] = round(max(p["done"] - p["cancelled"], 0) / p["elapsed_s"], 2)
         out.append({**p, "seeds": list(opts.seeds), "started_at": opts.started_at})
