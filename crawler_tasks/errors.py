@@ -3,7 +3,8 @@ string recorded in ``pages*.jsonl`` and the dead-letter list::
 
     CrawlerError
     ├── ConfigError                  bad settings or crawl options (raised to the caller)
-    │   └── InvalidSeed              a seed URL that cannot be crawled; names the seed
+    │   ├── InvalidSeed              a seed URL that cannot be crawled; names the seed
+    │   └── UnknownCrawl             a crawl id Redis does not know (never started, expired)
     ├── RetryableError               worth trying again later: back into the frontier with
     │   │                            back-off and jitter, at most ``max_retries`` times
     │   ├── FetchTimeout             connect/read timeout or total deadline exceeded
@@ -48,6 +49,17 @@ class InvalidSeed(ConfigError):
         super().__init__(f"invalid seed {seed!r}: {why}")
         self.seed = seed
         self.why = why
+
+
+class UnknownCrawl(ConfigError, KeyError):
+    reason = "unknown_crawl"
+
+    def __init__(self, crawl_id: str) -> None:
+        super().__init__(f"no crawl {crawl_id!r} (never started, or expired)")
+        self.crawl_id = crawl_id
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])
 
 
 class RetryableError(CrawlerError):

@@ -53,6 +53,7 @@ class Counter(str, Enum):
     PARSED = "parsed"  # HTML pages parsed
     FAILED = "failed"  # URLs whose final state is a failure
     ROBOTS_DISALLOWED = "robots_disallowed"
+    ROBOTS_UNREACHABLE = "robots_unreachable"  # not fetched: robots.txt could not be read
     CANCELLED = "cancelled"
     BYTES = "bytes"  # body bytes received
     REPLAYED = "replayed"  # URLs put back by retry_failed()
@@ -67,6 +68,7 @@ class Outcome(str, Enum):
     """Final states of a URL that are not an exception of the fetcher."""
 
     ROBOTS_DISALLOWED = "robots_disallowed"
+    ROBOTS_UNREACHABLE = "robots_unreachable"
     CANCELLED = "cancelled"
     BODY_LOST = "body_lost"  # the fetched body expired before its parse task ran
     CLIENT_ERROR = "client_error"

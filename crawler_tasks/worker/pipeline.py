@@ -165,8 +165,13 @@ def _robots(ctx: Context, store: CrawlStore, url: str, domain: str) -> Final | N
     if opts.obey_robots:
         if not robots.allowed(opts.robots_agent, url):
             polite.refund(url, domain)
-            reason = Outcome.ROBOTS_DISALLOWED.value
-            return Final(url, 0, error=reason, counters={Counter.ROBOTS_DISALLOWED.value: 1})
+            # A disallow-all policy only comes from a robots.txt that could not be read.
+            unreachable = robots.kind == "disallow"
+            reason = (
+                Outcome.ROBOTS_UNREACHABLE if unreachable else Outcome.ROBOTS_DISALLOWED
+            ).value
+            counter = Counter.ROBOTS_UNREACHABLE if unreachable else Counter.ROBOTS_DISALLOWED
+            return Final(url, 0, error=reason, counters={counter.value: 1})
         polite.set_crawl_delay(domain, robots.crawl_delay(opts.robots_agent))
     if opts.sitemaps:
         maps = Sitemaps(ctx, store)
