@@ -12,6 +12,7 @@ string recorded in ``pages*.jsonl`` and the dead-letter list::
     │   ├── ServerError              5xx, 408 or 429 (carries ``retry_after`` seconds)
     │   └── WorkerLost               the worker handling the URL died (heartbeat stopped)
     └── PermanentError               final for this URL: recorded, never retried
+        ├── HostDown                 the host was down longer than ``max_host_outage``
         ├── BlockedAddress           resolves to a private/loopback/link-local/reserved address
         ├── UnsupportedScheme        not http(s)
         ├── TooManyRedirects         redirect loop or more hops than ``max_redirects``
@@ -90,6 +91,10 @@ class WorkerLost(RetryableError):
 
 class PermanentError(CrawlerError):
     reason = "failed"
+
+
+class HostDown(PermanentError):
+    reason = "host_down"
 
 
 class BlockedAddress(PermanentError):

@@ -59,6 +59,9 @@ class Settings:
     retry_backoff: float = 2.0
     #: Crawl default. Seconds, cap of one retry back-off (must stay below ``visibility_timeout``).
     retry_backoff_max: float = 60.0
+    #: Crawl default. Seconds a host may be down (connections refused or timing out, its
+    #: circuit open) before its URLs' failures count against their retries again.
+    max_host_outage: float = 120.0
 
     # --- parsing -------------------------------------------------------------------------------
     #: Crawl default. Links kept per page; the rest are counted as ``skipped:too_many_links``.

@@ -24,7 +24,8 @@ this table does not describe, or whose type differs::
     P:C:q:D                  list   pending frontier entries of one domain (formats.entry)
     P:C:ready                zset   domains with pending work, scored by when they may go next
     P:C:dom:D                hash   politeness state of a domain: tat, slow, not_before, delay,
-                                    iv (interval of the last release), own (owner's rate)
+                                    iv (interval of the last release), own (owner's rate),
+                                    fails, down_since, dead (circuit breaker, done.lua)
     P:C:rates                hash   the crawl owner's rate overrides, domain -> req/s or "inf"
     P:C:lease:D              zset   in-flight lease tokens of a domain, scored by expiry
     P:C:inflight             hash   url -> formats.Inflight, every released, unfinished URL

@@ -63,6 +63,9 @@ class CrawlOptions:
     max_retries: int = 3
     retry_backoff: float = 2.0
     retry_backoff_max: float = 60.0
+    #: Seconds a host may be down (refusing connections, timing out: its circuit open) before
+    #: its URLs' failures count against their retries again; until then they wait for it.
+    max_host_outage: float = 120.0
     #: Links kept per page; ``rel=nofollow`` honoured.
     max_links_per_page: int = 5000
     honour_nofollow: bool = True
@@ -123,6 +126,7 @@ class CrawlOptions:
             "max_retries": settings.max_retries,
             "retry_backoff": settings.retry_backoff,
             "retry_backoff_max": settings.retry_backoff_max,
+            "max_host_outage": settings.max_host_outage,
             "max_links_per_page": settings.max_links_per_page,
             "honour_nofollow": settings.honour_nofollow,
             "max_body_bytes": settings.max_body_bytes,

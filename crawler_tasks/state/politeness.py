@@ -48,6 +48,7 @@ from typing import Any
 
 import redis
 
+from . import formats
 from .keys import CrawlKeys, Keys
 from .scripts import Scripts
 
@@ -87,23 +88,52 @@ class Politeness:
     """One crawl's side of the per-domain buckets and leases (release.lua charges them)."""
 
     def __init__(
-        self, client: redis.Redis, ck: CrawlKeys, scripts: Scripts, max_crawl_delay: float
+        self,
+        client: redis.Redis,
+        ck: CrawlKeys,
+        scripts: Scripts,
+        max_crawl_delay: float,
+        max_host_outage: float = 120.0,
     ) -> None:
         self.client = client
         self.ck = ck
         self.scripts = scripts
         self.max_crawl_delay = max_crawl_delay
+        self.max_host_outage = max_host_outage
 
     def done(self, url: str, domain: str, outcome: str, retry_after: float = 0.0) -> float:
         """Return the lease of a finished request and pace the next one from now; ``outcome``
-        is ok, throttle or error (done.lua)."""
+        is ok, throttle, error or down (done.lua). Returns the slow-down factor."""
+        return self._done(url, domain, outcome, retry_after)[0]
+
+    def down(self, url: str, domain: str) -> tuple[float, bool]:
+        """The host refused the connection or timed out: (seconds it has been down while its
+        circuit is open, or -1; True if this call declared it dead). See done.lua."""
+        _slow, down_for, dead = self._done(url, domain, "down", 0.0)
+        return down_for, dead
+
+    def drain(self, domain: str) -> list[tuple[int, str]]:
+        """A dead host's pending (depth, url), taken out of the frontier as in flight."""
         ck = self.ck
-        slow = self.scripts.done(
+        keys = [ck.inflight, ck.ready, ck.stats]
+        raw = self.scripts.drain(keys=keys, args=[ck.queue(domain), domain], client=self.client)
+        return [formats.parse_entry(e.decode("utf-8", "surrogateescape")) for e in raw]
+
+    def is_dead(self, domain: str) -> bool:
+        return self.client.hget(self.ck.domain(domain), "dead") == b"1"
+
+    def _done(
+        self, url: str, domain: str, outcome: str, retry_after: float
+    ) -> tuple[float, float, bool]:
+        ck = self.ck
+        raw = self.scripts.done(
             keys=[ck.ready, ck.lease(domain), ck.domain(domain), ck.queue(domain)],
-            args=[url, domain, outcome, retry_after, MAX_SLOWDOWN],
+            args=[url, domain, outcome, retry_after, MAX_SLOWDOWN, self.max_host_outage],
             client=self.client,
         )
-        return float(slow)
+        text = raw.decode() if isinstance(raw, bytes) else str(raw)
+        slow, down_for, dead = (text.split("|") + ["-1", "0"])[:3]
+        return float(slow), float(down_for), dead == "1"
 
     def extra_request(self, domain: str) -> None:
         """A request the release did not pay for (robots.txt) has just ended: charge it."""

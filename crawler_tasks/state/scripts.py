@@ -35,3 +35,4 @@ class Scripts:
         self.requeue = client.register_script(source("requeue"))
         self.start = client.register_script(source("start"))
         self.reclaim = client.register_script(source("reclaim"))
+        self.drain = client.register_script(source("drain"))

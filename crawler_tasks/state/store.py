@@ -81,7 +81,9 @@ class CrawlStore:
         self.bloom = BloomFilter(r.client, self.ck, opts.bloom, r.scripts)
         self.frontier = Frontier(r.client, self.ck, opts, r.scripts, known)
         self.admission = Admission(r.client, self.ck, opts, self.frontier, self.bloom)
-        self.politeness = Politeness(r.client, self.ck, r.scripts, process.max_crawl_delay)
+        self.politeness = Politeness(
+            r.client, self.ck, r.scripts, process.max_crawl_delay, opts.max_host_outage
+        )
         self.bodies = BodyStash(r.client, self.ck, process.body_ttl)
         self.recrawl: Recrawl | None = None
         if opts.schedule:

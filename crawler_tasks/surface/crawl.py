@@ -176,7 +176,9 @@ class Crawl:
         deadline = None if timeout is None else time.monotonic() + timeout
         while not self.finished:
             if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError(f"crawl {self.id} not finished after {timeout}s")
+                p = self.state.progress()
+                left = {k: p[k] for k in ("status", "done", "queued", "in_flight", "retrying")}
+                raise TimeoutError(f"crawl {self.id} not finished after {timeout}s: {left}")
             time.sleep(poll)
         return self.summary()
 
@@ -259,7 +261,8 @@ class Crawl:
 
         def apply(pipe: redis.client.Pipeline) -> bool:
             status = pipe.hget(self.ck.state, "status")
-            if status is None or status.decode() in FINAL_STATUSES:
+            # "finishing": emptied, its finisher at work (recorder.py); it can only finish.
+            if status is None or status.decode() in (*FINAL_STATUSES, "finishing"):
                 return False
             pipe.multi()
             pipe.hset(self.ck.state, mapping=mapping)

@@ -384,9 +384,14 @@ def _translate(exc: BaseException, expired: bool) -> CrawlerError:
     connect_timeout = isinstance(exc, ConnectTimeoutError) and not isinstance(
         exc, NewConnectionError
     )
+    # Failing to connect at all is what a host outage looks like (its circuit breaker counts
+    # these); a reset or a slow read after connecting is the URL's own problem.
+    connect = connect_timeout or isinstance(exc, (NewConnectionError, requests.ConnectTimeout))
+    if isinstance(exc, requests.ConnectionError):
+        connect = connect or _is_connect_failure(exc)
     if isinstance(exc, timeouts) or connect_timeout:
-        return FetchTimeout(message)
-    return ConnectionFailed(message)
+        return FetchTimeout(message, connect=connect)
+    return ConnectionFailed(message, connect=connect)
 
 
 def _accept_encoding() -> str:

@@ -33,7 +33,15 @@ from typing import Any
 
 import redis
 
-from ..errors import CrawlerError, PermanentError, RetryableError, ServerError
+from ..errors import (
+    ConnectionFailed,
+    CrawlerError,
+    FetchTimeout,
+    HostDown,
+    PermanentError,
+    RetryableError,
+    ServerError,
+)
 from ..state import events, formats
 from ..state.formats import Counter, Outcome
 from ..state.politeness import parse_retry_after
@@ -74,6 +82,9 @@ def _fetch_url(ctx: Context, crawl_id: str, url: str, depth: int) -> str:
     if store.ledger.is_cancelled():
         polite.done(url, domain, "ok")
         return finalize(ctx, store, Final.cancelled(url, depth))
+    if polite.is_dead(domain):  # declared dead in this crawl: no request
+        polite.refund(url, domain)
+        return finalize(ctx, store, Final.failed(url, depth, HostDown(f"{domain} is down")))
     events.emit(ctx.client, store.ck, "request_started", crawl_id, url=url)
     robots_verdict = _robots(ctx, store, url, domain)
     if robots_verdict is not None:
@@ -82,6 +93,21 @@ def _fetch_url(ctx: Context, crawl_id: str, url: str, depth: int) -> str:
     conditional = store.recrawl.conditional_headers(url) if store.recrawl else {}
     try:
         response = ctx.fetch(store.opts, url, store.admission.claims(url).follow, conditional)
+    except (ConnectionFailed, FetchTimeout) as exc:
+        if not exc.details.get("connect"):  # connected, then failed: the URL's own problem
+            polite.done(url, domain, "error")
+            return retry_or_fail(ctx, store, url, depth, exc)
+        down_for, dead = polite.down(url, domain)
+        if dead:
+            final = Final.failed(url, depth, exc)
+            final.extra["attempts"] = store.ledger.count_attempt(url)
+            result = finalize(ctx, store, final)
+            _fail_dead_host(ctx, store, domain)
+            return result
+        if down_for >= 0:
+            # The whole host is down (circuit open): the URL waits for it, its retries spared.
+            return _requeue(store, url, depth, 0.0)
+        return retry_or_fail(ctx, store, url, depth, exc)
     except RetryableError as exc:
         polite.done(url, domain, "error")
         return retry_or_fail(ctx, store, url, depth, exc)
@@ -205,6 +231,19 @@ def retry_or_fail(ctx: Context, store: CrawlStore, url: str, depth: int, exc: Cr
     base = opts.retry_backoff * 2 ** (attempts - 1)
     delay = random.uniform(0, min(base, opts.retry_backoff_max))  # full jitter
     delay = max(delay, getattr(exc, "retry_after", None) or 0.0)
+    return _requeue(store, url, depth, delay)
+
+
+def _fail_dead_host(ctx: Context, store: CrawlStore, domain: str) -> None:
+    """Every pending URL of a host declared dead gets its final state now, unrequested."""
+    down = HostDown(f"{domain} down for {store.opts.max_host_outage:g}s or more")
+    pending = store.politeness.drain(domain)
+    for depth, url in pending:
+        finalize(ctx, store, Final.failed(url, depth, down))
+    log.warning("crawl %s: %s is down; %d pending URLs failed", store.id, domain, len(pending))
+
+
+def _requeue(store: CrawlStore, url: str, depth: int, delay: float) -> str:
     requeued = store.ledger.requeue(store.domain_of(url), depth, url, delay)
     return "retry" if requeued else "duplicate"
 

@@ -33,6 +33,7 @@ from ..state import events, formats
 from ..state.admission import RedirectClaims
 from ..state.formats import Counter
 from ..state.store import CrawlStore
+from ..state.workers import alive
 from . import faults
 from .context import Context
 from .output import write_summary
@@ -180,8 +181,7 @@ def sweep_orphans(ctx: Context, store: CrawlStore) -> int:
 def crawl_finished(ctx: Context, store: CrawlStore) -> bool:
     """The end of a crawl, once; False if another process is running it (or it is done)."""
     opts, ck, client = store.opts, store.ck, store.client
-    lock_s = ctx.settings.orphan_record_seconds * 2 + 60
-    if not client.set(ck.finisher, ctx.outputs.tag, nx=True, ex=int(lock_s)):
+    if not _finisher_lock(ctx, store):
         return False
     flags = store.ledger.flags()
     if flags.get("status") != "finishing":
@@ -207,6 +207,22 @@ def crawl_finished(ctx: Context, store: CrawlStore) -> bool:
     pipe.delete(ck.finisher)
     pipe.execute()
     log.info("crawl %s %s in %.1fs", opts.crawl_id, summary["status"], summary["duration_s"])
+    return True
+
+
+def _finisher_lock(ctx: Context, store: CrawlStore) -> bool:
+    """One finisher at a time; the lock of a finisher that stopped beating is taken over."""
+    lock_s = int(ctx.settings.orphan_record_seconds * 2 + 60)
+    client, key = store.client, store.ck.finisher
+    if client.set(key, ctx.worker_id, nx=True, ex=lock_s):
+        return True
+    holder = client.get(key)
+    if holder is None or holder.decode() in alive(
+        client, ctx.keys, ctx.settings.worker_dead_seconds
+    ):
+        return False
+    log.warning("crawl %s: the finisher %s died; finishing it here", store.id, holder.decode())
+    client.set(key, ctx.worker_id, ex=lock_s)
     return True
 
 

@@ -14,17 +14,26 @@
 --   * ok: recover 20 % of the slow-down; throttle (429/503): halve the rate; error (timeout,
 --     5xx): slow down by half again. The factor is capped at ARGV[5].
 --   * ARGV[4]: Retry-After seconds (0 none): nothing is released before now + that.
+--   * down (the host refused the connection or timed out): as error, and a circuit breaker:
+--     from the 3rd consecutive "down" the host is closed for 5 s, doubling per further
+--     "down" up to 60 s (not_before), so a host in an outage costs one probe per pause, not
+--     one request per pending URL; "ok" closes the circuit. The caller learns for how long the
+--     host has been down (``down_since``), to spare its URLs' retry budgets meanwhile. Down
+--     for ARGV[6] seconds or more, the host is declared dead for this crawl ("dead" = 1):
+--     the caller fails its pending URLs at once (host_down) instead of probing for each.
 -- extra: a request the release did not pay for (robots.txt) has ended: charge it as above,
 --   plus one interval.
 -- refund: the released request will not be sent (robots.txt disallows it): one interval is
 --   given back (never more than the release took) and the lease returned without a charge.
 -- KEYS[1] ready  KEYS[2] lease zset of d  KEYS[3] domain state hash  KEYS[4] queue of d
 -- ARGV[1] url  ARGV[2] domain  ARGV[3] event  ARGV[4] seconds  ARGV[5] maximum slow-down
--- Returns the slow-down factor.
+-- ARGV[6] seconds of outage after which a host is dead (max_host_outage)
+-- Returns "slow|seconds|dead": the slow-down factor; after "down" the seconds the host has
+-- been down while its circuit is open (-1 when it is not); 1 if it was declared dead now.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
 local event, seconds = ARGV[3], tonumber(ARGV[4]) or 0
-local f = redis.call('HMGET', KEYS[3], 'slow', 'tat', 'iv', 'own', 'delay')
+local f = redis.call('HMGET', KEYS[3], 'slow', 'tat', 'iv', 'own', 'delay', 'fails', 'down_since')
 local slow, iv = tonumber(f[1]) or 1, tonumber(f[3]) or 0
 local tat = tonumber(f[2]) or now
 -- A Crawl-delay learnt from robots.txt after the release applies at once.
@@ -59,13 +68,31 @@ if event == 'ok' then
   slow = math.max(1, slow * 0.8)
 elseif event == 'throttle' then
   slow = math.min(cap, slow * 2)
+elseif event == 'down' then
+  slow = math.min(cap, slow * 1.5)
 else
   slow = math.min(cap, slow * 1.5)
 end
 if slow < 1.01 then slow = 1 end
 redis.call('HSET', KEYS[3], 'slow', tostring(slow), 'tat', string.format('%.6f', tat))
+local down_for, dead = -1, 0
+if event == 'down' then
+  local fails = (tonumber(f[6]) or 0) + 1
+  local since = tonumber(f[7]) or now
+  redis.call('HSET', KEYS[3], 'fails', fails, 'down_since', string.format('%.6f', since))
+  if fails >= 3 then
+    down_for = now - since
+    if down_for >= (tonumber(ARGV[6]) or 120) then
+      if redis.call('HSETNX', KEYS[3], 'dead', '1') == 1 then dead = 1 end
+    else
+      seconds = math.max(seconds, math.min(5 * 2 ^ (fails - 3), 60))
+    end
+  end
+elseif event == 'ok' and f[6] then
+  redis.call('HDEL', KEYS[3], 'fails', 'down_since', 'dead')
+end
 if seconds > 0 then
   redis.call('HSET', KEYS[3], 'not_before', string.format('%.6f', now + seconds))
 end
 wake()
-return tostring(slow)
+return tostring(slow) .. '|' .. string.format('%.3f', down_for) .. '|' .. dead

@@ -1,0 +1,261 @@
+"""Faults of worker processes and of the crawled site, with real processes: each test crawls a
+generated site of 300+ pages with two fetch processes and a parse process, injects one fault,
+and asserts what a user relies on: the crawl finishes; its pages are exactly the reachable set,
+each URL once in pages-*.jsonl; the counters agree; summary.json is there; and it took no
+longer than a stated bound.
+
+Deterministic kills use the named fault points of crawler_tasks.worker.faults
+(``CRAWLER_FAULT_POINT``): a process kills itself at an exact step of the finish path.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from conftest import wait_until
+from sitegen import SiteServer, reachable, running_sites
+
+from crawler_tasks import start_crawl
+from crawler_tasks.surface.embedded import FETCH_QUEUES, stop_process, worker_command
+from crawler_tasks.web.urls import normalize
+
+#: Faster failure detection than the defaults (30 s each), so each test stays short; one test
+#: below measures recovery at the defaults.
+QUICK = {"CRAWLER_WORKER_DEAD_SECONDS": "4", "CRAWLER_ORPHAN_RECORD_SECONDS": "3"}
+
+
+class Cluster:
+    """Named worker processes with their own environments, restartable."""
+
+    def __init__(self, redis_url: str, log_dir: Path, env: dict[str, str]) -> None:
+        self.base = {k: v for k, v in os.environ.items() if k != "CRAWLER_REDIS_URL"}
+        self.base.update({"CRAWLER_BROKER_URL": redis_url, **env})
+        self.log_dir = log_dir
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.specs: dict[str, tuple[str, str, int, dict[str, str]]] = {}
+
+    def start(self, name: str, kind: str, extra: dict[str, str] | None = None) -> None:
+        queues, pool, n = (
+            (FETCH_QUEUES, "threads", 8) if kind == "fetch" else ("parse", "prefork", 2)
+        )
+        self.specs[name] = (queues, pool, n, extra or {})
+        self._spawn(name)
+
+    def _spawn(self, name: str) -> None:
+        queues, pool, n, extra = self.specs[name]
+        log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process
+        self.procs[name] = subprocess.Popen(
+            worker_command(queues, pool, n, f"{name}-{os.getpid()}"),
+            env={**self.base, **extra},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        log.close()
+
+    def kill(self, name: str, restart: bool = True) -> None:
+        proc = self.procs[name]
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        if restart:
+            self._spawn(name)
+
+    def signal(self, name: str, sig: int) -> None:
+        os.killpg(self.procs[name].pid, sig)
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGCONT)
+            stop_process(proc)
+
+
+@contextmanager
+def cluster(redis_url: str, tmp_path: Path, **env: str) -> Iterator[Cluster]:
+    log_dir = tmp_path / "logs"
+    log_dir.mkdir(exist_ok=True)
+    c = Cluster(redis_url, log_dir, {**QUICK, **env})
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+def site(**kw):  # type: ignore[no-untyped-def]
+    return running_sites(["127.0.0.90", "127.0.0.91"], 160, 5, cross_host_ratio=0.02, **kw)
+
+
+def start(settings, servers, **options):  # type: ignore[no-untyped-def]
+    seeds = [s.base_url + "/" for s in servers]
+    hosts = [s.address for s in servers]
+    opts = {"allow_private_networks": True, "allowed_domains": hosts, "rate": math.inf}
+    crawl = start_crawl(seeds, settings=settings, **{**opts, "concurrency": 4, **options})
+    return seeds, crawl
+
+
+def assert_exact(crawl, graph, seeds, summary) -> None:  # type: ignore[no-untyped-def]
+    records = list(crawl.pages(latest=False))
+    got = Counter(r["url"] for r in records)
+    twice = [u for u, n in got.items() if n > 1]
+    assert not twice, f"{len(twice)} URLs recorded more than once, e.g. {twice[:3]}"
+    expected = {normalize(u) for u in reachable(graph, seeds)}
+    assert set(got) == expected, (len(got), len(expected), sorted(expected - set(got))[:5])
+    assert summary["status"] == "finished"
+    assert summary["counters"]["done"] == len(got) == summary["counters"]["admitted"]
+    assert crawl.state.outstanding() == 0
+    assert (crawl.output_dir / "summary.json").exists()
+    assert len(graph.roots()) >= 2 and len(got) >= 300
+
+
+def baseline_bound(seconds: float) -> float:
+    """Wall-time bound of a faulty run: the fault-free crawl takes ~5-10 s on this machine
+    kind; a fault may add its detection time (worker_dead_seconds, orphan_record_seconds)."""
+    return seconds
+
+
+@pytest.mark.parametrize("point", ["after_finish", "after_record"])
+@pytest.mark.allow_worker_errors(".*")
+def test_kill_at_each_point_of_the_finish_path(settings, redis_url, tmp_path, point):  # type: ignore[no-untyped-def]
+    """A fetch process (threads pool: the whole worker dies) and the parse pool child kill
+    themselves the 5th time they reach the point; both are restarted."""
+    with site() as (graph, servers), cluster(redis_url, tmp_path) as c:
+        c.start("fetch1", "fetch", {"CRAWLER_FAULT_POINT": f"{point}:5"})
+        c.start("fetch2", "fetch")
+        c.start("parse", "parse", {"CRAWLER_FAULT_POINT": f"{point}:7"})
+        seeds, crawl = start(settings, servers)
+        t0 = time.monotonic()
+        wait_until(lambda: c.procs["fetch1"].poll() is not None, timeout=60)
+        c.specs["fetch1"][3].pop("CRAWLER_FAULT_POINT")
+        c._spawn("fetch1")
+        summary = crawl.wait(timeout=120)
+        took = time.monotonic() - t0
+    assert_exact(crawl, graph, seeds, summary)
+    assert took < baseline_bound(60), took
+
+
+@pytest.mark.allow_worker_errors(".*")
+def test_killed_while_finishing_the_crawl(settings, redis_url, tmp_path):  # type: ignore[no-untyped-def]
+    """The process running the end of the crawl dies after summary.json: the crawl stays
+    "finishing" (never "finished" without its steps) and another process completes it."""
+    with site() as (graph, servers), cluster(redis_url, tmp_path) as c:
+        for name in ("fetch1", "fetch2"):
+            c.start(name, "fetch", {"CRAWLER_FAULT_POINT": "after_summary"})
+        c.start("parse", "parse", {"CRAWLER_FAULT_POINT": "after_summary"})
+        seeds, crawl = start(settings, servers)
+        wait_until(lambda: crawl.status == "finishing", timeout=90, interval=0.02)
+        summary = crawl.wait(timeout=90)
+    assert_exact(crawl, graph, seeds, summary)
+    assert crawl.state.flags()["status"] == "finished"
+
+
+@pytest.mark.allow_worker_errors(".*")
+def test_fetch_process_killed_repeatedly(settings, redis_url, tmp_path):  # type: ignore[no-untyped-def]
+    with site(delay=0.02) as (graph, servers), cluster(redis_url, tmp_path) as c:
+        c.start("fetch1", "fetch")
+        c.start("fetch2", "fetch")
+        c.start("parse", "parse")
+        seeds, crawl = start(settings, servers)
+        for _ in range(3):
+            done = crawl.progress()["done"]
+            wait_until(lambda d=done: crawl.progress()["done"] > d + 40, timeout=60)
+            c.kill("fetch1")
+        summary = crawl.wait(timeout=120)
+    assert_exact(crawl, graph, seeds, summary)
+
+
+@pytest.mark.allow_worker_errors(".*")
+def test_parse_process_killed(settings, redis_url, tmp_path):  # type: ignore[no-untyped-def]
+    with site(delay=0.01) as (graph, servers), cluster(redis_url, tmp_path) as c:
+        c.start("fetch1", "fetch")
+        c.start("fetch2", "fetch")
+        c.start("parse", "parse")
+        seeds, crawl = start(settings, servers)
+        wait_until(lambda: crawl.progress()["done"] > 60, timeout=60)
+        c.kill("parse")
+        summary = crawl.wait(timeout=120)
+    assert_exact(crawl, graph, seeds, summary)
+
+
+@pytest.mark.allow_worker_errors(".*")
+def test_frozen_fetch_process(settings, redis_url, tmp_path):  # type: ignore[no-untyped-def]
+    """SIGSTOP for 30 s: its URLs are taken back after worker_dead_seconds and fetched by the
+    other process; when it wakes, what it finishes late is not counted or recorded twice."""
+    with site(delay=0.02) as (graph, servers), cluster(redis_url, tmp_path) as c:
+        c.start("fetch1", "fetch")
+        c.start("fetch2", "fetch")
+        c.start("parse", "parse")
+        seeds, crawl = start(settings, servers)
+        wait_until(lambda: crawl.progress()["done"] > 40, timeout=60)
+        c.signal("fetch1", signal.SIGSTOP)
+        frozen_at = time.monotonic()
+        summary = crawl.wait(timeout=120)
+        finished_while_frozen = time.monotonic() - frozen_at < 30
+        time.sleep(max(0.0, 30 - (time.monotonic() - frozen_at)))
+        c.signal("fetch1", signal.SIGCONT)
+        time.sleep(3)  # let it finish what it held
+    assert finished_while_frozen, "the crawl waited for the frozen worker"
+    assert_exact(crawl, graph, seeds, summary)
+    assert crawl.state.counters()["done"] == summary["counters"]["done"]
+
+
+def test_site_down_for_30_seconds_loses_nothing(settings, redis_url, tmp_path):  # type: ignore[no-untyped-def]
+    """Both hosts refuse connections for 30 s mid-crawl: their circuits open (one probe per
+    pause), no URL spends its retries, and the crawl completes when they are back."""
+    with site() as (graph, servers), cluster(redis_url, tmp_path) as c:
+        c.start("fetch1", "fetch")
+        c.start("fetch2", "fetch")
+        c.start("parse", "parse")
+        seeds, crawl = start(settings, servers, concurrency=2, rate=40.0)
+        wait_until(lambda: crawl.progress()["done"] > 40, timeout=60)
+        ports = [(s.address, s.port) for s in servers]
+        for s in servers:
+            s.stop()
+        down_at = time.monotonic()
+        time.sleep(30)
+        back = [SiteServer(graph, address, port).start() for address, port in ports]
+        try:
+            summary = crawl.wait(timeout=150)
+        finally:
+            for s in back:
+                s.stop()
+    assert time.monotonic() - down_at < 30 + 90
+    assert_exact(crawl, graph, seeds, summary)
+    assert summary["failures"] == {}
+
+
+@pytest.mark.allow_worker_errors(".*")
+def test_recovery_at_default_settings(settings, redis_url, tmp_path):  # type: ignore[no-untyped-def]
+    """With the defaults (no QUICK), a SIGKILLed fetch worker's URL is fetched again within
+    60 s and the crawl does not wait for the broker's 600 s visibility timeout."""
+    slow = {"/slow": lambda h: (time.sleep(2.0), h.send_body(200, b"<html>late</html>"))}
+    with running_sites(["127.0.0.92"], 30, 3, extra_routes=slow) as (_graph, servers):
+        server = servers[0]
+        defaults = {"CRAWLER_WORKER_DEAD_SECONDS": "", "CRAWLER_ORPHAN_RECORD_SECONDS": ""}
+        with cluster(redis_url, tmp_path, **defaults) as c:
+            c.start("fetch1", "fetch")
+            crawl = start_crawl(
+                [server.base_url + "/slow"],
+                settings=settings,
+                allow_private_networks=True,
+                obey_robots=False,
+                rate=math.inf,
+            )
+            wait_until(lambda: any(e.path == "/slow" for e in server.requests()), timeout=30)
+            killed_at = time.monotonic()
+            c.kill("fetch1", restart=False)
+            c.start("fetch2", "fetch")
+            wait_until(lambda: sum(e.path == "/slow" for e in server.requests()) >= 2, timeout=75)
+            recovered = time.monotonic() - killed_at
+            summary = crawl.wait(timeout=30)
+    print(f"recovery (kill -> fetched again) at defaults: {recovered:.1f}s")
+    assert recovered < 60
+    assert summary["counters"]["done"] == 1 and summary["status"] == "finished"
