@@ -13,6 +13,8 @@ from collections.abc import Callable
 
 from ..settings import Settings
 from .context import Context
+from .logs import Throttled
+from .outage import REDIS_UNAVAILABLE
 from .pipeline import Final, finalize
 
 log = logging.getLogger(__name__)
@@ -43,17 +45,20 @@ class Dispatcher:
     def _run(self) -> None:
         every = min(REAP_EVERY, self.settings.visibility_timeout)
         next_reap = time.monotonic() + every
+        errors, pause = Throttled(log, "dispatcher tick"), self.settings.dispatch_interval
         while not self._stop.is_set():
             try:
                 busy = self.tick()
                 if time.monotonic() > next_reap:
                     next_reap = time.monotonic() + every
                     self.reap()
-            except Exception:  # a Redis hiccup must not kill the dispatcher
-                log.exception("dispatcher tick failed")
-                busy = False
+                errors.ok()
+                pause = self.settings.dispatch_interval
+            except Exception as exc:  # a Redis hiccup must not kill the dispatcher
+                errors.failed(exc, expected=isinstance(exc, REDIS_UNAVAILABLE))
+                busy, pause = False, min(max(pause * 2, 0.1), 2.0)  # back off while it lasts
             if not busy:
-                self._stop.wait(self.settings.dispatch_interval)
+                self._stop.wait(pause)
 
     def reap(self) -> int:
         """Publish again fetches whose message never reached a worker. Rare (a dispatcher

@@ -32,8 +32,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import redis
-
 from ..errors import CrawlerError, InternalError, PermanentError, RetryableError, ServerError
 from ..state import events
 from ..state.options import CrawlOptions
@@ -42,13 +40,14 @@ from ..web.fetcher import Response
 from ..web.page import extract, is_html
 from ..web.urls import origin_of
 from .context import Context
+from .outage import REDIS_UNAVAILABLE
 from .sitemap_seeds import Sitemaps
 
 log = logging.getLogger(__name__)
 
 THROTTLE_STATUSES = {429, 503}
 #: Errors left to the Celery task's own retry (tasks.py): the URL's state cannot be written now.
-INFRA_ERRORS = (redis.ConnectionError, redis.TimeoutError)
+INFRA_ERRORS = REDIS_UNAVAILABLE  # never a URL's fault: the task waits (tasks.patiently)
 DEAD_LETTER_FIELDS = ("url", "depth", "error", "status", "detail", "attempts", "fetched_at")
 
 
