@@ -3,7 +3,8 @@ string recorded in ``pages*.jsonl`` and the dead-letter list::
 
     CrawlerError
     ├── ConfigError                  bad settings or crawl options (raised to the caller)
-    │   └── InvalidSeed              a seed URL that cannot be crawled; names the seed
+    │   ├── InvalidSeed              a seed URL that cannot be crawled; names the seed
+    │   └── RedisFull                Redis at maxmemory cannot hold a new crawl
     ├── RetryableError               worth trying again later: back into the frontier with
     │   │                            back-off and jitter, at most ``max_retries`` times
     │   ├── FetchTimeout             connect/read timeout or total deadline exceeded
@@ -47,6 +48,12 @@ class InvalidSeed(ConfigError):
         super().__init__(f"invalid seed {seed!r}: {why}")
         self.seed = seed
         self.why = why
+
+
+class RedisFull(ConfigError):
+    """Redis refuses writes (``maxmemory`` reached) when a crawl is started: nothing stored."""
+
+    reason = "redis_full"
 
 
 class RetryableError(CrawlerError):

@@ -23,10 +23,11 @@ from typing import Any
 
 import redis
 
-from ..errors import InvalidSeed, InvalidURL
+from ..errors import InvalidSeed, InvalidURL, RedisFull
 from ..settings import Settings, load
 from ..state.bloom import BloomFilter
 from ..state.frontier import Frontier
+from ..state.health import refuses_writes
 from ..state.keys import Keys
 from ..state.ledger import CrawlState
 from ..state.options import CrawlOptions
@@ -104,10 +105,39 @@ def start_crawl(
         **values,
     )
     keys = Keys(settings.key_prefix)
-    _register(client, keys, opts)
     crawl = Crawl(opts.crawl_id, settings=settings, client=client)
-    crawl.frontier().admit((u, 0) for u in urls)
+    try:
+        _register(client, keys, opts)
+        crawl.frontier().admit((u, 0) for u in urls)
+    except redis.exceptions.OutOfMemoryError:
+        _unregister(client, keys, opts)  # deleting is allowed at maxmemory
+        raise RedisFull(_full_message(client, opts)) from None
     return crawl
+
+
+def _full_message(client: redis.Redis, opts: CrawlOptions) -> str:
+    info = client.info("memory")
+    mb = 1024 * 1024
+    need = opts.bloom.bits / 8 / mb
+    why = f"its dedupe filter takes {need:.1f} MB up front" + (
+        "" if opts.max_pages else f" (no max_pages: sized for {opts.bloom.capacity:,} URLs)"
+    )
+    return (
+        f"Redis refuses writes: {info.get('used_memory', 0) / mb:.1f} MB used of maxmemory "
+        f"{int(info.get('maxmemory', 0)) / mb:.1f} MB, and {why}. Raise maxmemory, free memory"
+        + ("" if opts.max_pages else ", or set max_pages (or CRAWLER_BLOOM_CAPACITY)")
+    )
+
+
+def _unregister(client: redis.Redis, keys: Keys, opts: CrawlOptions) -> None:
+    ck = keys.crawl(opts.crawl_id)
+    pipe = client.pipeline(transaction=False)  # a full Redis refuses MULTI
+    pipe.delete(ck.config, ck.state, ck.rates)
+    pipe.zrem(keys.crawls, opts.crawl_id)
+    if opts.schedule:
+        pipe.zrem(keys.schedule_runs(opts.schedule), opts.crawl_id)
+    pipe.srem(keys.running, opts.crawl_id)
+    pipe.execute()
 
 
 def _register(client: redis.Redis, keys: Keys, opts: CrawlOptions) -> None:
@@ -172,6 +202,8 @@ class Crawl:
             left = max(opts.max_pages - p["done"], 0)
             p["eta_s"] = round(min(left, p["outstanding"]) / p["recent_pages_per_s"], 1)
         p["backlog"] = self.frontier().backlog(5)
+        # Workers wait (and cannot record why) while Redis is full: ask Redis itself.
+        p["redis_oom"] = refuses_writes(self.client)
         return p
 
     @property
