@@ -106,6 +106,8 @@ def start_crawl(
     )
     keys = Keys(settings.key_prefix)
     crawl = Crawl(opts.crawl_id, settings=settings, client=client)
+    if _no_room(client, opts):
+        raise RedisFull(_full_message(client, opts))
     try:
         _register(client, keys, opts)
         crawl.frontier().admit((u, 0) for u in urls)
@@ -113,6 +115,19 @@ def start_crawl(
         _unregister(client, keys, opts)  # deleting is allowed at maxmemory
         raise RedisFull(_full_message(client, opts)) from None
     return crawl
+
+
+def _no_room(client: redis.Redis, opts: CrawlOptions) -> bool:
+    """True if the filter allocated at the first admit would take Redis past ``maxmemory``
+    (a Lua script that starts under the limit may end far above it: check before)."""
+    if refuses_writes(client):
+        return True
+    try:
+        info = client.info("memory")
+    except redis.ResponseError:  # INFO forbidden (managed Redis): let the writes tell
+        return False
+    limit = int(info.get("maxmemory", 0) or 0)
+    return bool(limit) and int(info.get("used_memory", 0)) + opts.bloom.bits // 8 > limit
 
 
 def _full_message(client: redis.Redis, opts: CrawlOptions) -> str:
@@ -123,9 +138,9 @@ def _full_message(client: redis.Redis, opts: CrawlOptions) -> str:
         "" if opts.max_pages else f" (no max_pages: sized for {opts.bloom.capacity:,} URLs)"
     )
     return (
-        f"Redis refuses writes: {info.get('used_memory', 0) / mb:.1f} MB used of maxmemory "
-        f"{int(info.get('maxmemory', 0)) / mb:.1f} MB, and {why}. Raise maxmemory, free memory"
-        + ("" if opts.max_pages else ", or set max_pages (or CRAWLER_BLOOM_CAPACITY)")
+        f"Redis cannot hold this crawl: {info.get('used_memory', 0) / mb:.1f} MB used of "
+        f"maxmemory {int(info.get('maxmemory', 0)) / mb:.1f} MB, and {why}. Raise maxmemory, "
+        "free memory" + ("" if opts.max_pages else ", or set max_pages (or CRAWLER_BLOOM_CAPACITY)")
     )
 
 

@@ -55,3 +55,29 @@ class Throttled:
                 "%s works again after %d failures in %.1fs", self.what, self._total, took
             )
             self._total = self._count = 0
+
+
+class OncePerInterval(logging.Filter):
+    """A filter for another library's logger that repeats itself in a loop (kombu logs a
+    traceback every second while Redis is full): a message passes once per ``every`` seconds,
+    with the count of those dropped since, and without its traceback after the first."""
+
+    def __init__(self, every: float = 30.0) -> None:
+        super().__init__()
+        self.every = every
+        self._seen: dict[str, tuple[float, int]] = {}  # message -> (last passed, dropped)
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        now = time.monotonic()
+        key = str(record.msg)
+        with self._lock:
+            last, dropped = self._seen.get(key, (0.0, -1))
+            if dropped >= 0 and now - last < self.every:
+                self._seen[key] = (last, dropped + 1)
+                return False
+            self._seen[key] = (now, 0)
+        if dropped > 0:
+            record.msg = f"{record.msg} ({dropped} more like it in {now - last:.0f}s)"
+            record.exc_info = record.exc_text = None
+        return True

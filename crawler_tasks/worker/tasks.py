@@ -26,7 +26,7 @@ from . import pipeline
 from .app import app
 from .context import Context
 from .dispatcher import Dispatcher
-from .logs import Throttled
+from .logs import OncePerInterval, Throttled
 from .outage import ride_out
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,8 @@ def context() -> Context:
     return ctx
 
 
-#: One line per interval, not one per task, while Redis is down or full.
+#: One line per interval, not one per task (or one per second), while Redis is down or full.
+logging.getLogger("kombu.transport.redis").addFilter(OncePerInterval())
 _waiting = Throttled(log, "Redis, in a task (waiting for it)")
 _publishing = Throttled(log, "Redis, publishing a fetch (waiting for it)")
 
