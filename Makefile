@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint format bench install clean
+.PHONY: demo test test-fast lint format bench install clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -23,6 +23,16 @@ demo: $(STAMP)
 ## test: install, then run the whole suite (tests start their own redis-server and workers)
 test: $(STAMP)
 	$(BIN)/pytest -q
+
+# The fast tier: pure logic, the pipeline in-process (tests/driver.py), formats and layers;
+# no worker processes. `make test` runs these too.
+FAST_TESTS := tests/test_urls.py tests/test_parse.py tests/test_robots.py tests/test_seen.py \
+	tests/test_fetch.py tests/test_sitegen.py tests/test_layers.py tests/test_formats.py \
+	tests/test_pipeline.py
+
+## test-fast: the tests that need no worker process (under a minute)
+test-fast: $(STAMP)
+	$(BIN)/pytest -q $(FAST_TESTS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check crawler_tasks tests bench

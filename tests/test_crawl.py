@@ -126,7 +126,7 @@ def test_fetch_lost_between_release_and_publish_is_reaped(settings, redis_url, t
     with running_sites(["127.0.0.15"], 20, 3) as (graph, servers):
         seeds, crawl = start(settings, servers)
         # A dispatcher that died right after release.lua: URLs in flight, no message anywhere.
-        released = crawl.frontier().release(100)
+        released = crawl.store.frontier.release(100, 180)
         assert [url for _, _, url in released.entries] == seeds
         env = {"CRAWLER_VISIBILITY_TIMEOUT": "2", "CRAWLER_TOTAL_TIMEOUT": "1"}
         with local_workers(redis_url, fetch_threads=4, parsers=1, extra_env=env):

@@ -26,7 +26,6 @@ from urllib.parse import parse_qs, quote, urlsplit
 
 import pytest
 
-from crawler_tasks import netguard
 from crawler_tasks.errors import (
     BlockedAddress,
     ConnectionFailed,
@@ -36,6 +35,7 @@ from crawler_tasks.errors import (
     UnsupportedScheme,
 )
 from crawler_tasks.settings import Settings
+from crawler_tasks.web import netguard
 from crawler_tasks.web.fetcher import Fetcher
 from crawler_tasks.web.netguard import check_host, is_allowed_address, is_public_address
 

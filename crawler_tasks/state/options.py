@@ -1,9 +1,15 @@
-"""What one crawl is asked to do: its scope, limits, pace and output. Stored as JSON in Redis
-when the crawl starts and read (and cached) by every worker; never changed afterwards."""
+"""What one crawl is asked to do: its scope, limits, pace, requests and output. Stored as JSON in
+Redis when the crawl starts and read (and cached) by every worker; never changed afterwards.
+
+The rule that keeps a crawl the same on every host: anything that changes a crawl's output is
+a field here, fixed at start (its default comes from the starting process's settings);
+:class:`~crawler_tasks.settings.Settings` is only about a process (connections, pools, paths).
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import math
 from dataclasses import dataclass, field
@@ -15,6 +21,8 @@ from ..web.urls import Scope
 from .bloom import BloomShape
 
 PRIORITIES = ("high", "medium", "low")
+#: Fields set by the crawler, not by the user.
+_INTERNAL = {"crawl_id", "seeds", "started_at"}
 
 
 @dataclass(frozen=True)
@@ -51,6 +59,19 @@ class CrawlOptions:
     bloom_shard_bits: int = 1 << 26
     max_url_length: int = 2048
     max_repeated_segments: int = 3
+    #: Retries of a retryable failure before it is final; back-off in seconds (doubling,
+    #: full jitter, capped).
+    max_retries: int = 3
+    retry_backoff: float = 2.0
+    retry_backoff_max: float = 60.0
+    #: Links kept per page; ``rel=nofollow`` honoured.
+    max_links_per_page: int = 5000
+    honour_nofollow: bool = True
+    #: Bytes of decoded body kept (longer bodies are cut); redirect hops followed.
+    max_body_bytes: int = 10 * 1024 * 1024
+    max_redirects: int = 10
+    #: Non-HTML responses go to the WARC file too.
+    warc_non_html: bool = True
     schedule: str | None = None
     on_finished: str | None = None
     started_at: float = 0.0
@@ -86,7 +107,38 @@ class CrawlOptions:
             "max_url_length": settings.max_url_length,
             "max_repeated_segments": settings.max_repeated_segments,
             "max_pages_per_host": settings.max_pages_per_host,
+            "max_retries": settings.max_retries,
+            "retry_backoff": settings.retry_backoff,
+            "retry_backoff_max": settings.retry_backoff_max,
+            "max_links_per_page": settings.max_links_per_page,
+            "honour_nofollow": settings.honour_nofollow,
+            "max_body_bytes": settings.max_body_bytes,
+            "max_redirects": settings.max_redirects,
+            "warc_non_html": settings.warc_non_html,
         }
+
+    @classmethod
+    def build(
+        cls,
+        crawl_id: str,
+        seeds: tuple[str, ...],
+        settings: Settings,
+        started_at: float,
+        **options: Any,
+    ) -> CrawlOptions:
+        """Options of a new crawl: ``options`` (user keywords, validated here) over the
+        defaults that come from ``settings``. Used by start_crawl, the CLI and schedules."""
+        known = {f.name for f in dataclasses.fields(cls)} - _INTERNAL
+        unknown = sorted(set(options) - known)
+        if unknown:
+            hint = difflib.get_close_matches(unknown[0], sorted(known), n=1)
+            also = f" (did you mean {hint[0]!r}?)" if hint else ""
+            raise ConfigError(f"unknown crawl option {unknown[0]!r}{also}")
+        values = {**cls.defaults(settings), **options}
+        for key in ("allowed_domains", "include", "exclude"):
+            values[key] = tuple(values.get(key) or ())
+        values["rates"] = {h.lower(): float(r) for h, r in (values.get("rates") or {}).items()}
+        return cls(crawl_id=crawl_id, seeds=seeds, started_at=started_at, **values)
 
     @property
     def scope(self) -> Scope:

@@ -119,15 +119,6 @@ class Schedules:
         ids = self.client.zrevrange(self.keys.schedule_runs(name), 0, limit - 1)
         return [i.decode() for i in ids]
 
-    def record_run(self, name: str, crawl_id: str, started_at: float) -> None:
-        self.client.zadd(self.keys.schedule_runs(name), {crawl_id: started_at})
-
-    def previous_run(self, name: str, before: str) -> str | None:
-        for crawl_id in self.runs(name, 5):
-            if crawl_id != before:
-                return crawl_id
-        return None
-
     def sync_file(self, path: str | Path) -> int:
         """Add (or update) every schedule of a TOML file; returns how many."""
         items = load_file(path)

@@ -11,11 +11,8 @@
 
 from __future__ import annotations
 
-import ipaddress
 import json
-import math
 import os
-import secrets
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -23,54 +20,20 @@ from typing import Any
 
 import redis
 
-from ..errors import InvalidSeed, InvalidURL, RedisFull
+from ..errors import RedisFull
 from ..settings import Settings, load
-from ..state.bloom import BloomFilter
-from ..state.frontier import Frontier
+from ..state import store as stores
 from ..state.health import refuses_writes
 from ..state.keys import Keys
-from ..state.ledger import CrawlState
+from ..state.ledger import Ledger
 from ..state.options import CrawlOptions
-from ..state.politeness import Politeness, effective_rate
-from ..state.scripts import Scripts
-from ..web.netguard import is_public_address
-from ..web.urls import host_of, normalize
+from ..state.politeness import effective_rate
+from ..state.store import CrawlStore, Redis, check_seeds, new_crawl_id
 from ..worker.output import read_pages
 
+__all__ = ["Crawl", "start_crawl", "list_crawls", "check_seeds", "new_crawl_id"]
+
 FINAL_STATUSES = ("finished", "cancelled")
-
-
-def new_crawl_id() -> str:
-    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
-
-
-def check_seeds(seeds: Iterable[str], allow_private: bool) -> list[str]:
-    """Normalised seeds, or InvalidSeed naming the first one that cannot be crawled."""
-    out = []
-    for seed in seeds:
-        try:
-            url = normalize(seed)
-        except InvalidURL as exc:
-            raise InvalidSeed(seed, str(exc)) from None
-        host = host_of(url).strip("[]")
-        if not allow_private and (host == "localhost" or _is_private_literal(host)):
-            raise InvalidSeed(
-                seed,
-                "private or loopback address: allow it with --allow-private-networks "
-                "(allow_private_networks=True)",
-            )
-        out.append(url)
-    if not out:
-        raise InvalidSeed("", "no seed URL given")
-    return list(dict.fromkeys(out))
-
-
-def _is_private_literal(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False  # a name: checked when it is resolved, on every connection
-    return not is_public_address(host)
 
 
 def start_crawl(
@@ -91,35 +54,27 @@ def start_crawl(
     """
     settings = settings or load()
     client = client or redis.Redis.from_url(settings.state_url)
-    allow_private = bool(options.get("allow_private_networks", False))
-    urls = check_seeds(list(seeds), allow_private)
-    values = {**CrawlOptions.defaults(settings), **options}
-    for key in ("allowed_domains", "include", "exclude"):
-        values[key] = tuple(values.get(key) or ())
-    opts = CrawlOptions(
-        crawl_id=crawl_id or new_crawl_id(),
-        seeds=tuple(urls),
-        rates={h.lower(): float(r) for h, r in (rates or {}).items()},
-        output=str(Path(output or settings.output_dir).resolve()),
-        started_at=time.time(),
-        **values,
-    )
-    keys = Keys(settings.key_prefix)
-    crawl = Crawl(opts.crawl_id, settings=settings, client=client)
-    if _no_room(client, opts):
-        raise RedisFull(_full_message(client, opts))
+    r = Redis.connect(client, settings.key_prefix)
+    if rates:
+        options["rates"] = rates
+    output_dir = str(Path(output or settings.output_dir).resolve())
+    seeds, crawl_id = list(seeds), crawl_id or new_crawl_id()
+    urls = check_seeds(seeds, bool(options.get("allow_private_networks", False)))
+    bloom = CrawlOptions.build(crawl_id, tuple(urls), settings, time.time(), **options).bloom
+    if _no_room(client, bloom.bits // 8):
+        raise RedisFull(_full_message(client, bloom, options))
     try:
-        _register(client, keys, opts)
-        crawl.frontier().admit((u, 0) for u in urls)
+        store = stores.start(r, settings, seeds, crawl_id=crawl_id, output=output_dir, **options)
     except redis.exceptions.OutOfMemoryError:
-        _unregister(client, keys, opts)  # deleting is allowed at maxmemory
-        raise RedisFull(_full_message(client, opts)) from None
-    return crawl
+        _unregister(client, r.keys, crawl_id, options.get("schedule"))
+        raise RedisFull(_full_message(client, bloom, options)) from None
+    return Crawl(store.id, settings=settings, client=client, store=store)
 
 
-def _no_room(client: redis.Redis, opts: CrawlOptions) -> bool:
-    """True if the filter allocated at the first admit would take Redis past ``maxmemory``
-    (a Lua script that starts under the limit may end far above it: check before)."""
+def _no_room(client: redis.Redis, need: int) -> bool:
+    """True if Redis refuses writes, or would once the crawl's dedupe filter (``need`` bytes,
+    allocated by its first admit) is in: a Lua script that starts under ``maxmemory`` may end
+    far above it, so check before."""
     if refuses_writes(client):
         return True
     try:
@@ -127,48 +82,32 @@ def _no_room(client: redis.Redis, opts: CrawlOptions) -> bool:
     except redis.ResponseError:  # INFO forbidden (managed Redis): let the writes tell
         return False
     limit = int(info.get("maxmemory", 0) or 0)
-    return bool(limit) and int(info.get("used_memory", 0)) + opts.bloom.bits // 8 > limit
+    return bool(limit) and int(info.get("used_memory", 0)) + need > limit
 
 
-def _full_message(client: redis.Redis, opts: CrawlOptions) -> str:
+def _full_message(client: redis.Redis, bloom: Any, options: dict[str, Any]) -> str:
     info = client.info("memory")
     mb = 1024 * 1024
-    need = opts.bloom.bits / 8 / mb
-    why = f"its dedupe filter takes {need:.1f} MB up front" + (
-        "" if opts.max_pages else f" (no max_pages: sized for {opts.bloom.capacity:,} URLs)"
+    bounded = bool(options.get("max_pages"))
+    why = f"its dedupe filter takes {bloom.bits / 8 / mb:.1f} MB up front" + (
+        "" if bounded else f" (no max_pages: sized for {bloom.capacity:,} URLs)"
     )
     return (
         f"Redis cannot hold this crawl: {info.get('used_memory', 0) / mb:.1f} MB used of "
         f"maxmemory {int(info.get('maxmemory', 0)) / mb:.1f} MB, and {why}. Raise maxmemory, "
-        "free memory" + ("" if opts.max_pages else ", or set max_pages (or CRAWLER_BLOOM_CAPACITY)")
+        "free memory" + ("" if bounded else ", or set max_pages (or CRAWLER_BLOOM_CAPACITY)")
     )
 
 
-def _unregister(client: redis.Redis, keys: Keys, opts: CrawlOptions) -> None:
-    ck = keys.crawl(opts.crawl_id)
+def _unregister(client: redis.Redis, keys: Keys, crawl_id: str, schedule: str | None) -> None:
+    """Undo a registration cut short by a full Redis (deleting is allowed at maxmemory)."""
+    ck = keys.crawl(crawl_id)
     pipe = client.pipeline(transaction=False)  # a full Redis refuses MULTI
     pipe.delete(ck.config, ck.state, ck.rates)
-    pipe.zrem(keys.crawls, opts.crawl_id)
-    if opts.schedule:
-        pipe.zrem(keys.schedule_runs(opts.schedule), opts.crawl_id)
-    pipe.srem(keys.running, opts.crawl_id)
-    pipe.execute()
-
-
-def _register(client: redis.Redis, keys: Keys, opts: CrawlOptions) -> None:
-    ck = keys.crawl(opts.crawl_id)
-    if not client.set(ck.config, opts.to_json(), nx=True):
-        raise ValueError(f"crawl {opts.crawl_id!r} exists already")
-    pipe = client.pipeline()
-    pipe.hset(ck.state, mapping={"status": "running", "started_at": repr(opts.started_at)})
-    if opts.rates:
-        pipe.hset(
-            ck.rates, mapping={h: "inf" if math.isinf(r) else r for h, r in opts.rates.items()}
-        )
-    pipe.zadd(keys.crawls, {opts.crawl_id: opts.started_at})
-    if opts.schedule:
-        pipe.zadd(keys.schedule_runs(opts.schedule), {opts.crawl_id: opts.started_at})
-    pipe.sadd(keys.running, opts.crawl_id)
+    pipe.zrem(keys.crawls, crawl_id)
+    if schedule:
+        pipe.zrem(keys.schedule_runs(schedule), crawl_id)
+    pipe.srem(keys.running, crawl_id)
     pipe.execute()
 
 
@@ -176,34 +115,43 @@ class Crawl:
     """A handle on one crawl; cheap to create, holds no state but its id and clients."""
 
     def __init__(
-        self, crawl_id: str, *, settings: Settings | None = None, client: redis.Redis | None = None
+        self,
+        crawl_id: str,
+        *,
+        settings: Settings | None = None,
+        client: redis.Redis | None = None,
+        store: CrawlStore | None = None,
     ) -> None:
         self.id = crawl_id
         self.settings = settings or load()
         self.client = client or redis.Redis.from_url(self.settings.state_url)
-        self.keys = Keys(self.settings.key_prefix)
+        self._r = (
+            store.r if store is not None else Redis.connect(self.client, self.settings.key_prefix)
+        )
+        self.keys = self._r.keys
         self.ck = self.keys.crawl(crawl_id)
-        self._scripts = Scripts(self.client)
-        self._opts: CrawlOptions | None = None
+        self._store = store
 
     def __repr__(self) -> str:
         return f"<Crawl {self.id}>"
 
     @property
-    def options(self) -> CrawlOptions:
-        if self._opts is None:
-            raw = self.client.get(self.ck.config)
-            if raw is None:
+    def store(self) -> CrawlStore:
+        """The crawl's Redis side; KeyError if the crawl expired or never started."""
+        if self._store is None:
+            opts = CrawlStore.read_options(self._r, self.id)
+            if opts is None:
                 raise KeyError(f"no crawl {self.id!r} (expired or never started)")
-            self._opts = CrawlOptions.from_json(raw)
-        return self._opts
+            self._store = CrawlStore(self._r, opts)
+        return self._store
 
     @property
-    def state(self) -> CrawlState:
-        return CrawlState(self.client, self.keys, self.id, self._scripts)
+    def options(self) -> CrawlOptions:
+        return self.store.opts
 
-    def frontier(self) -> Frontier:
-        return Frontier(self.client, self.keys, self.options, self._scripts, self.settings)
+    @property
+    def state(self) -> Ledger:
+        return self.store.ledger
 
     @property
     def output_dir(self) -> Path:
@@ -216,7 +164,7 @@ class Crawl:
         if opts.max_pages and p["recent_pages_per_s"] > 0:
             left = max(opts.max_pages - p["done"], 0)
             p["eta_s"] = round(min(left, p["outstanding"]) / p["recent_pages_per_s"], 1)
-        p["backlog"] = self.frontier().backlog(5)
+        p["backlog"] = self.store.frontier.backlog(5)
         # Workers wait (and cannot record why) while Redis is full: ask Redis itself.
         p["redis_oom"] = refuses_writes(self.client)
         return p
@@ -257,12 +205,11 @@ class Crawl:
         return read_pages(self.output_dir)
 
     def bloom(self) -> dict[str, float]:
-        return BloomFilter(self.client, self.ck, self.options.bloom, self._scripts).stats()
+        return self.store.bloom.stats()
 
     def domains(self, top: int = 20) -> list[dict[str, Any]]:
-        names = [d for d, _ in self.frontier().backlog(top)]
-        polite = Politeness(self.client, self.keys, self.ck, self._scripts, self.settings)
-        infos = polite.domains(names)
+        names = [d for d, _ in self.store.frontier.backlog(top)]
+        infos = self.store.politeness.domains(names)
         for info in infos:
             info["rate"] = effective_rate(info, self.options.rate)
         return infos
@@ -316,7 +263,9 @@ class Crawl:
         pipe.hincrby(self.ck.stats, "done", -len(records))
         pipe.hdel(self.ck.failed, *[r["url"] for r in records])
         pipe.execute()
-        admitted = self.frontier().admit(((r["url"], int(r["depth"])) for r in records), force=True)
+        admitted = self.store.frontier.admit(
+            ((r["url"], int(r["depth"])) for r in records), force=True
+        )
         return admitted.admitted
 
 

@@ -15,7 +15,7 @@ from ..settings import Settings
 from .context import Context
 from .logs import Throttled
 from .outage import REDIS_UNAVAILABLE
-from .pipeline import Final, finalize
+from .recorder import Final, finalize
 
 log = logging.getLogger(__name__)
 
@@ -68,14 +68,13 @@ class Dispatcher:
         older_than = self.settings.visibility_timeout + self.settings.total_timeout
         n = 0
         for raw in ctx.client.smembers(ctx.keys.running):
-            opts = ctx.options(raw.decode())
-            if opts is None:
+            store = ctx.store(raw.decode())
+            if store is None:
                 continue
-            for url, depth in ctx.state(opts.crawl_id).stale_releases(older_than):
-                log.warning("re-publishing lost fetch of %s (crawl %s)", url, opts.crawl_id)
-                self._publish(
-                    opts.crawl_id, url, depth, opts.tier(depth, self.settings.medium_max_depth)
-                )
+            for url, depth in store.ledger.stale_releases(older_than):
+                log.warning("re-publishing lost fetch of %s (crawl %s)", url, store.id)
+                tier = store.opts.tier(depth, self.settings.medium_max_depth)
+                self._publish(store.id, url, depth, tier)
                 n += 1
         return n
 
@@ -84,21 +83,15 @@ class Dispatcher:
         ctx = self._context()
         busy = False
         for raw in ctx.client.smembers(ctx.keys.running):
-            crawl_id = raw.decode()
-            opts = ctx.options(crawl_id)
-            if opts is None:
+            store = ctx.store(raw.decode())
+            if store is None:
                 continue
-            release = ctx.frontier(opts).release(self.settings.dispatch_batch)
-            if release.cancelled:
-                self._drain(ctx, crawl_id, release.entries)
-            for _domain, depth, url in [] if release.cancelled else release.entries:
-                queue = opts.tier(depth, self.settings.medium_max_depth)
-                self._publish(crawl_id, url, depth, queue)
+            s = self.settings
+            release = store.frontier.release(s.dispatch_batch, s.lease_seconds)
+            for _domain, depth, url in release.entries:
+                if release.cancelled:  # drained unfetched: recorded as cancelled here
+                    finalize(ctx, store, Final.cancelled(url, depth))
+                else:
+                    self._publish(store.id, url, depth, store.opts.tier(depth, s.medium_max_depth))
             busy = busy or bool(release.entries)
         return busy
-
-    def _drain(self, ctx: Context, crawl_id: str, entries: list[tuple[str, int, str]]) -> None:
-        opts = ctx.options(crawl_id)
-        assert opts is not None
-        for _domain, depth, url in entries:
-            finalize(ctx, opts, Final(url, depth, error="cancelled", counters={"cancelled": 1}))

@@ -162,11 +162,3 @@ def read_pages(directory: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
             for line in f:
                 if line.strip():
                     yield json.loads(line)
-
-
-def read_edges(directory: str | os.PathLike[str]) -> Iterator[tuple[str, str]]:
-    for path in sorted(Path(directory).glob("edges-*.tsv")):
-        with open(path, encoding="utf-8", errors="surrogateescape") as f:
-            for line in f:
-                src, _, dst = line.rstrip("\n").partition("\t")
-                yield src, dst
