@@ -4,7 +4,8 @@ string recorded in ``pages*.jsonl`` and the dead-letter list::
     CrawlerError
     ├── ConfigError                  bad settings or crawl options (raised to the caller)
     │   ├── InvalidSeed              a seed URL that cannot be crawled; names the seed
-    │   └── UnknownCrawl             a crawl id Redis does not know (never started, expired)
+    │   ├── UnknownCrawl             a crawl id Redis does not know (never started, expired)
+    │   └── RedisFull                Redis at maxmemory cannot hold a new crawl
     ├── RetryableError               worth trying again later: back into the frontier with
     │   │                            back-off and jitter, at most ``max_retries`` times
     │   ├── FetchTimeout             connect/read timeout or total deadline exceeded
@@ -61,6 +62,12 @@ class UnknownCrawl(ConfigError, KeyError):
 
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0])
+
+
+class RedisFull(ConfigError):
+    """Redis refuses writes (``maxmemory`` reached) when a crawl is started: nothing stored."""
+
+    reason = "redis_full"
 
 
 class RetryableError(CrawlerError):

@@ -37,6 +37,9 @@ class Settings:
     #: Seconds a delivered but unacknowledged task waits before Redis redelivers it. Must exceed
     #: the longest task (fetch deadline) and every retry countdown.
     visibility_timeout: int = 600
+    #: Seconds a running task waits, retrying, for Redis to come back (restart, failover) or to
+    #: accept writes again (``maxmemory``) before it gives up and fails.
+    redis_outage_wait: float = 600.0
 
     # --- HTTP ----------------------------------------------------------------------------------
     #: Crawl default. User-agent header sent with every request.

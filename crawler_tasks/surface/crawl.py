@@ -21,9 +21,10 @@ from urllib.parse import urlsplit
 
 import redis
 
-from ..errors import ConfigError, UnknownCrawl
+from ..errors import ConfigError, RedisFull, UnknownCrawl
 from ..settings import Settings, load, redact
 from ..state import store as stores
+from ..state.health import refuses_writes
 from ..state.keys import Keys
 from ..state.ledger import RATE_WINDOW, Ledger
 from ..state.options import CrawlOptions
@@ -64,7 +65,16 @@ def start_crawl(
         options["rates"] = rates
     # Without an explicit output, each worker writes under its own CRAWLER_OUTPUT_DIR.
     output_dir = str(Path(output).resolve()) if output else ""
-    store = stores.start(r, settings, seeds, crawl_id=crawl_id, output=output_dir, **options)
+    seeds, crawl_id = list(seeds), crawl_id or new_crawl_id()
+    urls = check_seeds(seeds, bool(options.get("allow_private_networks", False)))
+    bloom = CrawlOptions.build(crawl_id, tuple(urls), settings, time.time(), **options).bloom
+    if _no_room(client, bloom.bits // 8):
+        raise RedisFull(_full_message(client, bloom, options))
+    try:
+        store = stores.start(r, settings, seeds, crawl_id=crawl_id, output=output_dir, **options)
+    except redis.exceptions.OutOfMemoryError:
+        _unregister(client, r.keys, crawl_id, options.get("schedule"))
+        raise RedisFull(_full_message(client, bloom, options)) from None
     return Crawl(store.id, settings=settings, client=client, store=store)
 
 
@@ -91,6 +101,46 @@ def check_redis_url(url: str) -> None:
             why = "the port is not a number"
     if why:
         raise ConfigError(f"malformed Redis URL {redact(url)!r}: {why}")
+
+
+def _no_room(client: redis.Redis, need: int) -> bool:
+    """True if Redis refuses writes, or would once the crawl's dedupe filter (``need`` bytes,
+    allocated by its first admit) is in: a Lua script that starts under ``maxmemory`` may end
+    far above it, so check before."""
+    if refuses_writes(client):
+        return True
+    try:
+        info = client.info("memory")
+    except redis.ResponseError:  # INFO forbidden (managed Redis): let the writes tell
+        return False
+    limit = int(info.get("maxmemory", 0) or 0)
+    return bool(limit) and int(info.get("used_memory", 0)) + need > limit
+
+
+def _full_message(client: redis.Redis, bloom: Any, options: dict[str, Any]) -> str:
+    info = client.info("memory")
+    mb = 1024 * 1024
+    bounded = bool(options.get("max_pages"))
+    why = f"its dedupe filter takes {bloom.bits / 8 / mb:.1f} MB up front" + (
+        "" if bounded else f" (no max_pages: sized for {bloom.capacity:,} URLs)"
+    )
+    return (
+        f"Redis cannot hold this crawl: {info.get('used_memory', 0) / mb:.1f} MB used of "
+        f"maxmemory {int(info.get('maxmemory', 0)) / mb:.1f} MB, and {why}. Raise maxmemory, "
+        "free memory" + ("" if bounded else ", or set max_pages (or CRAWLER_BLOOM_CAPACITY)")
+    )
+
+
+def _unregister(client: redis.Redis, keys: Keys, crawl_id: str, schedule: str | None) -> None:
+    """Undo a registration cut short by a full Redis (deleting is allowed at maxmemory)."""
+    ck = keys.crawl(crawl_id)
+    pipe = client.pipeline(transaction=False)  # a full Redis refuses MULTI
+    pipe.delete(ck.config, ck.state, ck.rates)
+    pipe.zrem(keys.crawls, crawl_id)
+    if schedule:
+        pipe.zrem(keys.schedule_runs(schedule), crawl_id)
+    pipe.srem(keys.running, crawl_id)
+    pipe.execute()
 
 
 class Crawl:
@@ -157,6 +207,8 @@ class Crawl:
             p["eta_s"] = round(min(left, p["outstanding"]) / p["recent_pages_per_s"], 1)
         p["backlog"] = self.store.frontier.backlog(5)
         p["summary_path"] = self.state.flags().get("summary_path")
+        # Workers wait (and cannot record why) while Redis is full: ask Redis itself.
+        p["redis_oom"] = refuses_writes(self.client)
         return p
 
     @property

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from ..state.health import REFUSES_WRITES
 from .crawl import Crawl
 
 
@@ -21,6 +22,7 @@ def rate(p: dict[str, Any]) -> float:
 
 def line(p: dict[str, Any]) -> str:
     eta = f" eta={p['eta_s']}s" if p.get("eta_s") is not None else ""
+    eta += f" — {REFUSES_WRITES}, waiting" if p.get("redis_oom") else ""
     return (
         f"[{p['crawl_id']}] {p['status']}: done={p['done']} queued={p['queued']} "
         f"in_flight={p['in_flight']} failed={p['failed']} "
@@ -29,7 +31,8 @@ def line(p: dict[str, Any]) -> str:
 
 
 def table(p: dict[str, Any]) -> Table:
-    t = Table(title=f"crawl {p['crawl_id']} — {p['status']}", expand=False)
+    oom = f" — {REFUSES_WRITES}" if p.get("redis_oom") else ""
+    t = Table(title=f"crawl {p['crawl_id']} — {p['status']}{oom}", expand=False)
     for col in ("done", "queued", "in flight", "failed", "robots", "pages/s", "eta"):
         t.add_column(col, justify="right")
     eta = f"{p['eta_s']:.0f}s" if p.get("eta_s") is not None else "—"

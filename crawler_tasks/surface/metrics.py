@@ -10,6 +10,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ..settings import Settings
+from ..state.health import refuses_writes
 from ..state.keys import Keys
 from .crawl import Crawl
 
@@ -80,6 +81,11 @@ class CrawlCollector(Collector):
                     rate.add_metric([crawl_id, d["domain"]], d["rate"])
         yield from counters.values()
         yield from gauges.values()
+        yield GaugeMetricFamily(
+            "crawler_redis_refuses_writes",
+            "1 while Redis is at maxmemory (noeviction) and every crawl waits",
+            value=int(refuses_writes(self.client)),
+        )
         yield failures
         yield backlog
         yield rate

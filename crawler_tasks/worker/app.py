@@ -3,7 +3,9 @@
 Configured for a crawler on the Redis broker: JSON only, late acks (a task whose worker dies is
 redelivered; every task is idempotent), one prefetched message per process, queues drained
 strictly in the order given to ``-Q``, no result backend (nothing waits on task results), and
-task events on for Flower.
+task events on for Flower. Workers outlive Redis restarts, outages and ``maxmemory``: they
+reconnect for ever, running tasks wait for Redis (tasks.py) and acks survive a full Redis
+(broker.py).
 """
 
 from __future__ import annotations
@@ -16,12 +18,26 @@ from ..settings import Settings, load
 QUEUES = ("crawl.high", "crawl.medium", "crawl.low", "parse")
 
 
+def broker_transport(url: str) -> str | None:
+    """Our Redis transport (survives ``maxmemory``, see broker.py) for plain Redis URLs; TLS
+    (``rediss://``) and other brokers keep kombu's choice."""
+    scheme = url.split("://", 1)[0].lower()
+    return "crawler_tasks.worker.broker:Transport" if scheme == "redis" else None
+
+
 def make_app(settings: Settings | None = None) -> Celery:
     settings = settings or load()
     app = Celery("crawler_tasks")
     app.conf.update(
         broker_url=settings.broker_url,
+        broker_transport=broker_transport(settings.broker_url),
         broker_connection_retry_on_startup=True,
+        # Reconnect for ever (every 2 s, growing to 30 s): a worker outlives any Redis outage.
+        broker_connection_max_retries=None,
+        # A task running when the broker connection drops goes on: it waits for Redis
+        # (tasks.patiently) and is acknowledged once Redis is back; its message is redelivered
+        # only if that ack fails (every task is idempotent).
+        worker_cancel_long_running_tasks_on_connection_loss=False,
         broker_transport_options={
             "queue_order_strategy": "priority",
             "visibility_timeout": settings.visibility_timeout,

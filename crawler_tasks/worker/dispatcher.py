@@ -22,6 +22,8 @@ from ..state import workers
 from ..state.formats import Inflight
 from ..state.store import CrawlStore
 from .context import Context
+from .logs import Throttled
+from .outage import REDIS_UNAVAILABLE
 from .recorder import Final, crawl_finished, finalize, sweep_orphans
 
 log = logging.getLogger(__name__)
@@ -63,6 +65,7 @@ class Dispatcher:
     def _run(self) -> None:
         every = min(REAP_EVERY, self.settings.visibility_timeout)
         next_reap = time.monotonic() + every
+        errors, pause = Throttled(log, "dispatcher tick"), self.settings.dispatch_interval
         while not self._stop.is_set():
             try:
                 busy = self.tick()
@@ -72,11 +75,17 @@ class Dispatcher:
                 if time.monotonic() > next_reap:
                     next_reap = time.monotonic() + every
                     self.reap()
-            except Exception:  # a Redis hiccup must not kill the dispatcher
-                log.exception("dispatcher tick failed")
-                busy = False
+                errors.ok()
+                pause = self.settings.dispatch_interval
+            except Exception as exc:  # a Redis hiccup must not kill the dispatcher
+                errors.failed(exc, expected=isinstance(exc, REDIS_UNAVAILABLE))
+                busy, pause = False, min(max(pause * 2, 0.1), 2.0)  # back off while it lasts
+                # Heartbeats could not be written either: give workers time to beat again
+                # before anything counts as dead.
+                wait = self.settings.worker_dead_seconds
+                self._next_reclaim = max(self._next_reclaim, time.monotonic() + wait)
             if not busy:
-                self._stop.wait(self.settings.dispatch_interval)
+                self._stop.wait(pause)
 
     def reap(self) -> int:
         """Publish again fetches whose message never reached a worker. Rare (a dispatcher

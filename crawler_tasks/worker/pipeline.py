@@ -31,8 +31,6 @@ import random
 import time
 from typing import Any
 
-import redis
-
 from ..errors import (
     ConnectionFailed,
     CrawlerError,
@@ -50,6 +48,7 @@ from ..web.fetcher import Response
 from ..web.page import extract, is_html
 from ..web.urls import origin_of
 from .context import Context
+from .outage import REDIS_UNAVAILABLE
 from .recorder import Final, finalize, recover
 from .sitemap_seeds import Sitemaps
 
@@ -57,7 +56,7 @@ log = logging.getLogger(__name__)
 
 THROTTLE_STATUSES = {429, 503}
 #: Errors left to the Celery task's own retry (tasks.py): the URL's state cannot be written now.
-INFRA_ERRORS = (redis.ConnectionError, redis.TimeoutError)
+INFRA_ERRORS = REDIS_UNAVAILABLE  # never a URL's fault: the task waits (tasks.patiently)
 
 
 def fetch_url(ctx: Context, crawl_id: str, url: str, depth: int) -> str:

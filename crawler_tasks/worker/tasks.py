@@ -11,8 +11,9 @@ Crawl-level retries go back through the frontier (see :mod:`pipeline`); Celery's
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 from celery import bootsteps
@@ -25,9 +26,12 @@ from . import pipeline
 from .app import app
 from .context import Context, Runtime
 from .dispatcher import Dispatcher
+from .logs import OncePerInterval, Throttled
+from .outage import ride_out
 
 log = logging.getLogger(__name__)
 _INFRA_ERRORS = (redis.ConnectionError, redis.TimeoutError)
+T = TypeVar("T")
 
 
 def settings() -> Settings:
@@ -41,6 +45,17 @@ def context() -> Context:
     return runtime.context()
 
 
+#: One line per interval, not one per task (or one per second), while Redis is down or full.
+logging.getLogger("kombu.transport.redis").addFilter(OncePerInterval())
+_waiting = Throttled(log, "Redis, in a task (waiting for it)")
+_publishing = Throttled(log, "Redis, publishing a fetch (waiting for it)")
+
+
+def patiently(call: Callable[[], T]) -> T:
+    """Run ``call`` through a Redis outage or a full Redis (see :mod:`outage`)."""
+    return ride_out(call, settings().redis_outage_wait, _waiting)
+
+
 def enqueue_parse(crawl_id: str, url: str, depth: int) -> None:
     parse.apply_async((crawl_id, url, depth), queue="parse")
 
@@ -50,7 +65,13 @@ def enqueue_callback(task_name: str, crawl_id: str, summary: dict[str, Any]) -> 
 
 
 def publish_fetch(crawl_id: str, url: str, depth: int, queue: str) -> None:
-    fetch.apply_async((crawl_id, url, depth), queue=queue)
+    # The dispatcher has released this URL: a publish that failed would leave it to the reaper
+    # (minutes), so wait for Redis here; the dispatcher thread is held, which is the back-off.
+    ride_out(
+        lambda: fetch.apply_async((crawl_id, url, depth), queue=queue),
+        settings().redis_outage_wait,
+        _publishing,
+    )
 
 
 app.conf.crawler_runtime = Runtime(lambda: Context(settings(), enqueue_parse, enqueue_callback))
@@ -68,12 +89,12 @@ _retry = {
 
 @app.task(name="crawl.fetch", rate_limit=settings().fetch_rate_limit or None, **_retry)
 def fetch(self: Any, crawl_id: str, url: str, depth: int) -> str:
-    return pipeline.fetch_url(context(), crawl_id, url, depth)
+    return patiently(lambda: pipeline.fetch_url(context(), crawl_id, url, depth))
 
 
 @app.task(name="crawl.parse", **_retry)
 def parse(self: Any, crawl_id: str, url: str, depth: int) -> str:
-    return pipeline.parse_url(context(), crawl_id, url, depth)
+    return patiently(lambda: pipeline.parse_url(context(), crawl_id, url, depth))
 
 
 @app.task(
