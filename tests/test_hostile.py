@@ -36,7 +36,7 @@ from sitegen import (
     running_sites,
 )
 
-from crawler_tasks import pipeline, start_crawl
+from crawler_tasks import start_crawl
 from crawler_tasks.errors import BadEncoding, BlockedAddress, InvalidSeed, TooLarge
 from crawler_tasks.settings import load
 from crawler_tasks.state.keys import Keys
@@ -46,6 +46,7 @@ from crawler_tasks.surface.embedded import (
     private_redis,
 )
 from crawler_tasks.web.fetcher import Fetcher
+from crawler_tasks.worker import pipeline
 from crawler_tasks.worker.context import Context
 
 MIB = 1 << 20
