@@ -7,7 +7,6 @@ import math
 import os
 import signal
 from collections import Counter
-from pathlib import Path
 
 import pytest
 from conftest import wait_until
@@ -97,13 +96,13 @@ def test_two_crawls_at_once_do_not_interfere(settings, workers):
     assert c1.output_dir != c2.output_dir
 
 
-@pytest.fixture
-def worker_env() -> dict[str, str]:
-    # Redelivery of a dead worker's messages after 4 s instead of 10 minutes.
-    return {"CRAWLER_VISIBILITY_TIMEOUT": "4", "CRAWLER_LEASE_SECONDS": "4"}
+# Redelivery of a dead worker's messages after 4 s instead of 10 minutes (this test only: the
+# others run at the defaults).
+FAST_REDELIVERY = {"CRAWLER_VISIBILITY_TIMEOUT": "4", "CRAWLER_LEASE_SECONDS": "4"}
 
 
-def test_sigkilled_worker_loses_nothing(settings, redis_url, workers, tmp_path: Path):
+@pytest.mark.parametrize("worker_env", [FAST_REDELIVERY])
+def test_sigkilled_worker_loses_nothing(settings, redis_url, workers, worker_logs):
     with running_sites(["127.0.0.6"], 150, 5, delay=0.05) as (graph, servers):
         seeds, crawl = start(settings, servers, rate=20.0, concurrency=2)
         wait_until(lambda: crawl.progress()["done"] >= 20, timeout=60)
@@ -111,8 +110,13 @@ def test_sigkilled_worker_loses_nothing(settings, redis_url, workers, tmp_path: 
         os.killpg(fetch_worker.pid, signal.SIGKILL)
         fetch_worker.wait(10)
         assert not crawl.finished
-        env = {"CRAWLER_VISIBILITY_TIMEOUT": "4", "CRAWLER_LEASE_SECONDS": "4"}
-        with local_workers(redis_url, fetch_threads=4, parsers=1, extra_env=env) as more:
+        with local_workers(
+            redis_url,
+            fetch_threads=4,
+            parsers=1,
+            extra_env=FAST_REDELIVERY,
+            log_dir=str(worker_logs),
+        ) as more:
             crawl.wait(timeout=120)
             for proc in more:
                 stop_process(proc)
@@ -122,13 +126,15 @@ def test_sigkilled_worker_loses_nothing(settings, redis_url, workers, tmp_path: 
     assert crawl.progress()["outstanding"] == 0
 
 
-def test_fetch_lost_between_release_and_publish_is_reaped(settings, redis_url, tmp_path):
+def test_fetch_lost_between_release_and_publish_is_reaped(settings, redis_url, worker_logs):
     with running_sites(["127.0.0.15"], 20, 3) as (graph, servers):
         seeds, crawl = start(settings, servers)
         # A dispatcher that died right after release.lua: URLs in flight, no message anywhere.
         released = crawl.frontier().release(100)
         assert [url for _, _, url in released.entries] == seeds
         env = {"CRAWLER_VISIBILITY_TIMEOUT": "2", "CRAWLER_TOTAL_TIMEOUT": "1"}
-        with local_workers(redis_url, fetch_threads=4, parsers=1, extra_env=env):
+        with local_workers(
+            redis_url, fetch_threads=4, parsers=1, extra_env=env, log_dir=str(worker_logs)
+        ):
             crawl.wait(timeout=60)
     assert set(crawled(crawl)) == expected(graph, seeds)

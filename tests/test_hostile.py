@@ -139,26 +139,29 @@ def path_of(url: str) -> str:
 
 
 @contextlib.contextmanager
-def listening(address: str, port: int) -> Iterator[socket.socket | None]:
-    """A bare listening socket (a canary: nothing may connect); None if it cannot bind."""
+def listening(address: str, port: int) -> Iterator[socket.socket]:
+    """A bare listening socket (a canary: nothing may connect). Fails the test if it cannot
+    bind: without it, "nothing connected" would check nothing."""
     sock = socket.socket()
     try:
         sock.bind((address, port))
         sock.listen(8)
         sock.setblocking(False)
-    except OSError:
+    except OSError as exc:
         sock.close()
-        yield None
-        return
+        pytest.fail(
+            f"cannot listen on {address}:{port} ({exc}): run as root or lower "
+            "net.ipv4.ip_unprivileged_port_start",
+            pytrace=False,
+        )
     try:
         yield sock
     finally:
         sock.close()
 
 
-def accepted(sock: socket.socket | None) -> bool:
-    if sock is None:
-        return False
+def accepted(sock: socket.socket) -> bool:
+    """Did anything connect (a closed connection stays in the accept queue too)?"""
     try:
         conn, _ = sock.accept()
     except BlockingIOError:
@@ -520,20 +523,20 @@ def test_private_seeds_need_the_explicit_permission(settings):  # type: ignore[n
             start_crawl([seed], settings=settings)
 
 
-def _name_for_loopback() -> str:
-    """A host name (not "localhost") that resolves to loopback only, or skip."""
-    name = socket.gethostname()
-    try:
-        addresses = {info[4][0] for info in socket.getaddrinfo(name, 80, type=socket.SOCK_STREAM)}
-    except OSError:
-        pytest.skip(f"host name {name!r} does not resolve")
-    if name == "localhost" or addresses != {"127.0.0.1"}:
-        pytest.skip(f"host name {name!r} resolves to {addresses}, not only 127.0.0.1")
-    return name
+LOOPBACK_NAME = "intranet.loopback.test"  # resolves to 127.0.0.1 in the workers, nowhere else
 
 
+@pytest.mark.parametrize(
+    "worker_env",
+    [
+        {
+            "PYTHONPATH": str(Path(__file__).parent / "resolver"),
+            "TEST_RESOLVER_HOSTS": f"{LOOPBACK_NAME}=127.0.0.1",
+        }
+    ],
+)
 def test_name_resolving_to_loopback_is_blocked(settings, workers):  # type: ignore[no-untyped-def]
-    name = _name_for_loopback()
+    name = LOOPBACK_NAME
     routes = {"/": lambda h: h.send_body(200, html("Private"))}
     with SiteServer(address="127.0.0.1", extra_routes=routes) as site:
         seed = f"http://{name}:{site.port}/"
@@ -546,6 +549,7 @@ def test_name_resolving_to_loopback_is_blocked(settings, workers):  # type: igno
     (blocked,) = public.pages()
     assert (blocked["error"], blocked["status"]) == ("blocked_address", None)
     assert "127.0.0.1" in blocked["detail"]
+    # The same name, allowed: the workers did resolve it to the test server.
     (allowed,) = private.pages()
     assert (allowed["status"], allowed["title"]) == (200, "Private")
 
@@ -651,13 +655,12 @@ def decoded_payloads(text: str) -> list[str]:
     return out
 
 
-def test_broker_password_never_leaks(password_redis, tmp_path: Path) -> None:
+def test_broker_password_never_leaks(password_redis, tmp_path: Path, worker_logs: Path) -> None:
     url, password = password_redis
     settings = load(env={}, broker_url=url, output_dir=str(tmp_path / "out"))
     monitor = Monitor(int(url.rsplit(":", 1)[1].split("/")[0]), password)
     monitor.start()
-    log_dir = tmp_path / "logs"
-    log_dir.mkdir()
+    log_dir = worker_logs
     with (
         running_sites(["127.0.0.46"], 12, 3) as (_, servers),
         local_workers(
@@ -665,7 +668,6 @@ def test_broker_password_never_leaks(password_redis, tmp_path: Path) -> None:
             fetch_threads=2,
             parsers=1,
             log_dir=str(log_dir),
-            extra_env={"CRAWLER_DISPATCH_INTERVAL": "0.02"},
         ) as procs,
     ):
         crawl = start_crawl(
