@@ -7,15 +7,17 @@ import math
 import os
 import signal
 from collections import Counter
+from typing import Any
 
 import pytest
 from conftest import wait_until
-from sitegen import reachable, running_sites
+from sitegen import has_skipped_extension, reachable, running_sites
 from warcio.archiveiterator import ArchiveIterator
 
 from crawler_tasks import start_crawl
 from crawler_tasks.surface.embedded import local_workers, stop_process
 from crawler_tasks.web.urls import normalize
+from crawler_tasks.worker.output import read_edges
 
 FAST = {"rate": math.inf, "concurrency": 4}
 
@@ -58,16 +60,37 @@ def test_crawl_reaches_exactly_the_reachable_set(settings, workers):
     assert summary["status_codes"]["404"] >= 1
     summary_file = json.loads((crawl.output_dir / "summary.json").read_text())
     assert summary_file["counters"]["done"] == len(got)
-    responses = []
+    # WARC: one request record per response, concurrent to it, with the request line sent.
+    records: dict[str, dict[str, Any]] = {}
     for path in crawl.output_dir.glob("*.warc.gz"):
         with open(path, "rb") as f:
-            responses += [
-                r.rec_headers.get_header("WARC-Target-URI")
-                for r in ArchiveIterator(f)
-                if r.rec_type == "response"
-            ]
-    assert len(responses) == summary["counters"]["fetched"]
-    assert list(crawl.output_dir.glob("edges-*.tsv"))
+            for r in ArchiveIterator(f):
+                if r.rec_type == "response":
+                    records.setdefault(r.rec_headers.get_header("WARC-Record-ID"), {})["resp"] = (
+                        r.rec_headers.get_header("WARC-Target-URI")
+                    )
+                elif r.rec_type == "request":
+                    to = r.rec_headers.get_header("WARC-Concurrent-To")
+                    records.setdefault(to, {})["req"] = (
+                        r.rec_headers.get_header("WARC-Target-URI"),
+                        r.http_headers.protocol,
+                        r.http_headers.get_header("User-Agent"),
+                    )
+    assert len(records) == summary["counters"]["fetched"]
+    for pair in records.values():
+        uri, request_line, agent = pair["req"]
+        assert uri == pair["resp"]
+        assert request_line == "GET" and agent.startswith("crawler-tasks/")
+    # Edges: exactly the links of every fetched HTML page, as the site has them (but files
+    # with a non-HTML extension, which the crawler does not take for pages).
+    edges = set(read_edges(crawl.output_dir))
+    html_pages = {u for u in got if u in graph.pages and graph.pages[u].is_html}
+    assert {src for src, _ in edges} <= html_pages
+    for url in html_pages:
+        links = {
+            normalize(link) for link in graph.pages[url].links if not has_skipped_extension(link)
+        }
+        assert {dst for src, dst in edges if src == url} == links, url
     page = next(r for r in crawl.pages() if r["url"] == seeds[0])
     assert page["title"] == "Page /" and page["status"] == 200 and page["outlinks"]
 
