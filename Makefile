@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint format bench install clean
+.PHONY: demo test test-fast lint format bench install clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -24,10 +24,24 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/pytest -q
 
+# The fast tier: pure logic, the pipeline in-process (tests/driver.py), formats and layers;
+# no worker processes. `make test` runs these too.
+FAST_TESTS := tests/test_urls.py tests/test_parse.py tests/test_robots.py tests/test_seen.py \
+	tests/test_fetch.py tests/test_sitegen.py tests/test_layers.py tests/test_formats.py \
+	tests/test_pipeline.py
+
+## test-fast: the tests that need no worker process (under a minute)
+test-fast: $(STAMP)
+	$(BIN)/pytest -q $(FAST_TESTS)
+
 lint: $(STAMP)
 	$(BIN)/ruff check crawler_tasks tests bench
 	$(BIN)/ruff format --check crawler_tasks tests bench
 	$(BIN)/mypy
+	@# The compose file: `docker compose config` where the plugin exists, else the spec's essentials.
+	@if docker compose version >/dev/null 2>&1; then \
+		FLOWER_BASIC_AUTH=lint:lint docker compose config -q; \
+	else $(BIN)/pytest -q -p no:cacheprovider tests/test_deploy_files.py; fi
 
 format: $(STAMP)
 	$(BIN)/ruff format crawler_tasks tests bench

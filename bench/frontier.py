@@ -96,7 +96,7 @@ def memory_part(args: Any) -> dict[str, Any]:
         urls = realistic_urls(n, args.domains)
         seeds = sorted({u.split("/", 3)[0] + "//" + u.split("/", 3)[2] + "/" for u in urls})
         crawl = start_crawl(seeds, settings=settings, client=client, output=tmp)
-        frontier = crawl.frontier()
+        frontier = crawl.store.frontier
         ck = crawl.ck
         shape = crawl.options.bloom
         # The Bloom filter's fixed allocation: every shard grown to full size up front.
@@ -174,7 +174,7 @@ def admission_part(args: Any) -> list[dict[str, Any]]:
             crawl = start_crawl(
                 ["http://www.docs.example.com/"], settings=settings, client=client, output=tmp
             )
-            frontier = crawl.frontier()
+            frontier = crawl.store.frontier
             if not cached:
                 frontier.opts = dataclasses.replace(frontier.opts, started_at=0.0)
             before = float(client.info("commandstats").get("cmdstat_evalsha", {}).get("usec", 0))
@@ -244,7 +244,7 @@ def broker_part(args: Any) -> dict[str, Any]:
         backlog = [
             f"{servers[i % len(servers)].base_url}/catalog/{i % 97}/item-{i}.html" for i in range(n)
         ]
-        frontier = crawl.frontier()
+        frontier = crawl.store.frontier
         for i in range(0, n, 1000):
             frontier.admit((normalize(u), 1) for u in backlog[i : i + 1000])
         samples: list[dict[str, Any]] = []

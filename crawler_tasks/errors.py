@@ -3,12 +3,14 @@ string recorded in ``pages*.jsonl`` and the dead-letter list::
 
     CrawlerError
     ├── ConfigError                  bad settings or crawl options (raised to the caller)
-    │   └── InvalidSeed              a seed URL that cannot be crawled; names the seed
+    │   ├── InvalidSeed              a seed URL that cannot be crawled; names the seed
+    │   └── UnknownCrawl             a crawl id Redis does not know (never started, expired)
     ├── RetryableError               worth trying again later: back into the frontier with
     │   │                            back-off and jitter, at most ``max_retries`` times
     │   ├── FetchTimeout             connect/read timeout or total deadline exceeded
     │   ├── ConnectionFailed         refused, reset, DNS failure, TLS handshake error
-    │   └── ServerError              5xx, 408 or 429 (carries ``retry_after`` seconds)
+    │   ├── ServerError              5xx, 408 or 429 (carries ``retry_after`` seconds)
+    │   └── WorkerLost               the worker handling the URL died (heartbeat stopped)
     └── PermanentError               final for this URL: recorded, never retried
         ├── BlockedAddress           resolves to a private/loopback/link-local/reserved address
         ├── UnsupportedScheme        not http(s)
@@ -49,6 +51,17 @@ class InvalidSeed(ConfigError):
         self.why = why
 
 
+class UnknownCrawl(ConfigError, KeyError):
+    reason = "unknown_crawl"
+
+    def __init__(self, crawl_id: str) -> None:
+        super().__init__(f"no crawl {crawl_id!r} (never started, or expired)")
+        self.crawl_id = crawl_id
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])
+
+
 class RetryableError(CrawlerError):
     reason = "retryable"
     retry_after: float | None = None
@@ -69,6 +82,10 @@ class ServerError(RetryableError):
         super().__init__(f"HTTP {status}")
         self.status = status
         self.retry_after = retry_after
+
+
+class WorkerLost(RetryableError):
+    reason = "worker_lost"
 
 
 class PermanentError(CrawlerError):

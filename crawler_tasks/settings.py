@@ -5,6 +5,11 @@ upper case (``CRAWLER_BROKER_URL``, ``CRAWLER_DEFAULT_RATE``...). Values are rea
 :func:`load` is called, never at import time, so a worker, the CLI and the tests all see the
 environment they were started with, whatever their working directory.
 
+Two kinds of fields. Process settings (connections, pools, timeouts, paths) are read by each
+process from its own environment. *Crawl defaults* (marked "Crawl default") are read only by
+the process that starts a crawl, into the crawl's ``CrawlOptions``: a running crawl keeps the
+values it started with, whichever host runs its tasks.
+
 Secrets (Redis passwords) come only from the environment; they are never written to Redis, to
 task arguments, or to logs (see :func:`redact`).
 """
@@ -14,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 ENV_PREFIX = "CRAWLER_"
@@ -34,9 +39,9 @@ class Settings:
     visibility_timeout: int = 600
 
     # --- HTTP ----------------------------------------------------------------------------------
-    #: User-agent header sent with every request.
+    #: Crawl default. User-agent header sent with every request.
     user_agent: str = "crawler-tasks/0.1 (+https://github.com/crawler-tasks/crawler-tasks)"
-    #: Product token matched against robots.txt ``User-agent:`` lines.
+    #: Crawl default. Product token matched against robots.txt ``User-agent:`` lines.
     robots_agent: str = "crawler-tasks"
     #: Seconds to establish a TCP/TLS connection.
     connect_timeout: float = 10.0
@@ -44,47 +49,47 @@ class Settings:
     read_timeout: float = 20.0
     #: Seconds for the whole response, headers to last byte (stops trickling servers).
     total_timeout: float = 60.0
-    #: Bytes of (decoded) body kept; longer bodies are cut and marked ``truncated``.
+    #: Crawl default. Bytes of (decoded) body kept; longer bodies are cut and marked ``truncated``.
     max_body_bytes: int = 10 * 1024 * 1024
-    #: Redirect hops followed before the URL fails with ``too_many_redirects``.
+    #: Crawl default. Redirect hops followed before the URL fails with ``too_many_redirects``.
     max_redirects: int = 10
-    #: Retries of a retryable failure (timeouts, resets, 5xx, 408, 429) before it is final.
+    #: Crawl default. Retries of a retryable failure (timeouts, resets, 5xx, 408, 429) before it is final.
     max_retries: int = 3
-    #: Seconds of the first retry back-off; doubles each time, with full jitter.
+    #: Crawl default. Seconds of the first retry back-off; doubles each time, with full jitter.
     retry_backoff: float = 2.0
-    #: Seconds, cap of one retry back-off (must stay below ``visibility_timeout``).
+    #: Crawl default. Seconds, cap of one retry back-off (must stay below ``visibility_timeout``).
     retry_backoff_max: float = 60.0
 
     # --- parsing -------------------------------------------------------------------------------
-    #: Links kept per page; the rest are counted as ``skipped:too_many_links``.
+    #: Crawl default. Links kept per page; the rest are counted as ``skipped:too_many_links``.
     max_links_per_page: int = 5000
-    #: Characters of a URL; longer URLs are dropped as ``skipped:url_too_long``.
+    #: Crawl default. Characters of a URL; longer URLs are dropped as ``skipped:url_too_long``.
     max_url_length: int = 2048
-    #: Honour ``rel=nofollow`` on links and ``nofollow`` in meta robots / X-Robots-Tag.
+    #: Crawl default. Honour ``rel=nofollow`` on links and ``nofollow`` in meta robots / X-Robots-Tag.
     honour_nofollow: bool = True
-    #: A path segment repeated this many times marks a spider trap (``/a/b/a/b/a/b``).
+    #: Crawl default. A path segment repeated this many times marks a spider trap (``/a/b/a/b/a/b``).
     max_repeated_segments: int = 3
-    #: URLs admitted per host (per politeness domain) at most, seeds included; 0 = no limit.
+    #: Crawl default. URLs admitted per host (per politeness domain) at most, seeds included; 0 = no limit.
     #: Contains spider traps (calendars, session ids); links turned away are counted as
     #: ``skipped:max_pages_per_host``. The default of the crawl option of the same name.
     max_pages_per_host: int = 0
 
     # --- dedupe --------------------------------------------------------------------------------
-    #: URLs the Bloom filter is sized for when a crawl sets no ``max_pages``.
+    #: Crawl default. URLs the Bloom filter is sized for when a crawl sets no ``max_pages``.
     bloom_capacity: int = 10_000_000
-    #: Designed false-positive rate of the Bloom filter at capacity (0.001 = 1.8 bytes per URL;
+    #: Crawl default. Designed false-positive rate of the Bloom filter at capacity (0.001 = 1.8 bytes per URL;
     #: 10 M URLs cost 18 MB of Redis).
     bloom_error_rate: float = 0.001
-    #: Bits per Bloom shard key (2^26 bits = 8 MiB): keeps each key far below Redis's 512 MB
+    #: Crawl default. Bits per Bloom shard key (2^26 bits = 8 MiB): keeps each key far below Redis's 512 MB
     #: string limit and its first allocation short.
     bloom_shard_bits: int = 1 << 26
 
     # --- politeness ----------------------------------------------------------------------------
-    #: Requests per second per domain, cluster-wide.
+    #: Crawl default. Requests per second per domain, cluster-wide.
     default_rate: float = 1.0
-    #: Extra requests a domain may receive at once after being idle (token-bucket burst).
+    #: Crawl default. Extra requests a domain may receive at once after being idle (token-bucket burst).
     default_burst: int = 1
-    #: Requests in flight per domain at once, cluster-wide.
+    #: Crawl default. Requests in flight per domain at once, cluster-wide.
     default_concurrency: int = 1
     #: Seconds a domain lease lives before it is reclaimed (a killed worker never blocks a host).
     lease_seconds: float = 180.0
@@ -92,7 +97,7 @@ class Settings:
     max_crawl_delay: float = 30.0
     #: Seconds, cap on a ``Retry-After`` header.
     max_retry_after: float = 120.0
-    #: ``host`` or ``registered_domain`` (tldextract, offline suffix list): what one bucket covers.
+    #: Crawl default. ``host`` or ``registered_domain`` (tldextract, offline suffix list): what one bucket covers.
     domain_key: str = "host"
     #: Seconds robots.txt stays cached in Redis.
     robots_ttl: int = 24 * 3600
@@ -115,10 +120,17 @@ class Settings:
     # --- output --------------------------------------------------------------------------------
     #: Directory under which each crawl writes ``<crawl_id>/``.
     output_dir: str = "./data"
-    #: Store non-HTML responses in the WARC file too.
+    #: Crawl default. Store non-HTML responses in the WARC file too.
     warc_non_html: bool = True
     #: Seconds a finished crawl's state stays in Redis (counters, config, filter).
     finished_ttl: int = 7 * 24 * 3600
+    #: Seconds after which a final URL whose record is still not on disk is taken as left by
+    #: a dead process and written by someone else (the redelivered task does it at once).
+    #: Longer than any pause between finish.lua and the write of a live process.
+    orphan_record_seconds: float = 30.0
+    #: Seconds without a heartbeat after which a worker process counts as dead and the URLs it
+    #: was fetching or parsing are taken back (instead of waiting for visibility_timeout).
+    worker_dead_seconds: float = 30.0
 
     # --- operations ----------------------------------------------------------------------------
     #: TOML file of recrawl schedules loaded when beat starts; empty = the checkout's
@@ -129,9 +141,6 @@ class Settings:
     task_events: bool = False
     #: Port of ``crawler metrics`` (Prometheus exposition).
     metrics_port: int = 9808
-
-    # --- extras --------------------------------------------------------------------------------
-    extra: dict[str, str] = field(default_factory=dict)
 
     @property
     def state_url(self) -> str:
@@ -153,8 +162,6 @@ def load(env: dict[str, str] | None = None, **overrides: Any) -> Settings:
     env = dict(os.environ if env is None else env)
     values: dict[str, Any] = {}
     for f in fields(Settings):
-        if f.name == "extra":
-            continue
         raw = env.get(ENV_PREFIX + f.name.upper())
         if raw is not None and raw != "":
             default = f.default if f.default is not dataclasses.MISSING else None

@@ -145,7 +145,9 @@ def wait_until(predicate, timeout: float = 30.0, interval: float = 0.1):  # type
 
 
 @pytest.fixture(autouse=True)
-def _no_crawler_env(monkeypatch: pytest.MonkeyPatch) -> None:
+def _no_crawler_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     for name in list(os.environ):
         if name.startswith("CRAWLER_"):
             monkeypatch.delenv(name)
+    # Workers write under their own CRAWLER_OUTPUT_DIR: the one the `settings` fixture reads.
+    monkeypatch.setenv("CRAWLER_OUTPUT_DIR", str(tmp_path / "out"))

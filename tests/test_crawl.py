@@ -23,7 +23,7 @@ FAST = {"rate": math.inf, "concurrency": 4}
 
 
 def crawled(crawl) -> Counter[str]:  # type: ignore[no-untyped-def]
-    return Counter(r["url"] for r in crawl.pages())
+    return Counter(r["url"] for r in crawl.pages(latest=False))
 
 
 def expected(graph, seeds, **kw) -> set[str]:  # type: ignore[no-untyped-def]
@@ -153,7 +153,7 @@ def test_fetch_lost_between_release_and_publish_is_reaped(settings, redis_url, w
     with running_sites(["127.0.0.15"], 20, 3) as (graph, servers):
         seeds, crawl = start(settings, servers)
         # A dispatcher that died right after release.lua: URLs in flight, no message anywhere.
-        released = crawl.frontier().release(100)
+        released = crawl.store.frontier.release(100, 180)
         assert [url for _, _, url in released.entries] == seeds
         env = {"CRAWLER_VISIBILITY_TIMEOUT": "2", "CRAWLER_TOTAL_TIMEOUT": "1"}
         with local_workers(

@@ -60,15 +60,20 @@ RSS_BOUND = 512 * MIB  # generous: a worker process peaks far below (printed by 
 @pytest.fixture
 def worker_env() -> dict[str, str]:
     return {
-        "CRAWLER_MAX_BODY_BYTES": str(LIMIT),
         "CRAWLER_CONNECT_TIMEOUT": "1",
         "CRAWLER_READ_TIMEOUT": "2",
         "CRAWLER_TOTAL_TIMEOUT": "3",
-        "CRAWLER_MAX_RETRIES": str(RETRIES),
-        "CRAWLER_RETRY_BACKOFF": "0.2",
-        "CRAWLER_RETRY_BACKOFF_MAX": "1",
         "CRAWLER_MAX_RETRY_AFTER": "5",
     }
+
+
+#: What changes a crawl's output is the crawl's own option (fixed when it starts).
+CRAWL_LIMITS = {
+    "max_body_bytes": LIMIT,
+    "max_retries": RETRIES,
+    "retry_backoff": 0.2,
+    "retry_backoff_max": 1.0,
+}
 
 
 # --- helpers ----------------------------------------------------------------------------------
@@ -260,6 +265,7 @@ def test_hostile_web(settings, workers, client):  # type: ignore[no-untyped-def]
                 c.base_url + "/extras",
             ],
             settings=settings,
+            **CRAWL_LIMITS,
             rates={"127.0.0.41": math.inf, "127.0.0.42": math.inf},
             allow_private_networks=True,  # loopback; the metadata address stays blocked
             rate=math.inf,
@@ -287,7 +293,9 @@ def test_hostile_web(settings, workers, client):  # type: ignore[no-untyped-def]
     # --- every URL reached its expected final state ----------------------------------------------
     records = latest(crawl)
     assert summary["status"] == "finished" and crawl.state.outstanding() == 0
-    assert Counter(r["url"] for r in crawl.pages()).most_common(1)[0][1] == 1  # one record each
+    assert (
+        Counter(r["url"] for r in crawl.pages(latest=False)).most_common(1)[0][1] == 1
+    )  # one record each
     assert summary["counters"]["done"] == len(records) == summary["counters"]["admitted"]
     on_a = {path_of(u): r for u, r in records.items() if u.startswith(a.base_url)}
     on_c = {path_of(u): r for u, r in records.items() if u.startswith(c.base_url)}
@@ -476,6 +484,7 @@ def test_failed_url_is_replayed_once_fixed(settings, workers):  # type: ignore[n
         crawl = start_crawl(
             [site.base_url + "/"],
             settings=settings,
+            **CRAWL_LIMITS,
             rates={"127.0.0.44": math.inf},
             allow_private_networks=True,
             rate=math.inf,
@@ -719,17 +728,17 @@ def test_max_pages_per_host_counts_seeds_and_never_duplicates(settings, context,
     crawl = start_crawl(
         [base + "/"], settings=settings, allow_private_networks=True, max_pages_per_host=5
     )
-    opts = context.options(crawl.id)
-    assert opts is not None and opts.max_pages_per_host == 5
+    store = context.store(crawl.id)
+    assert store is not None and store.opts.max_pages_per_host == 5
     counter = Keys().crawl(crawl.id).host_pages
     first = [f"{base}/a{i}" for i in range(2)]
-    assert context.admit_links(opts, first, 1) == {}
+    assert store.admission.links(first, 1) == {}
     assert int(client.hget(counter, "127.0.0.47")) == 3  # the seed counts
     # 2 seen + 5 new for 2 free places: the seen ones take no place, 3 new ones are turned away
     more = first + [f"{base}/b{i}" for i in range(5)]
-    assert context.admit_links(opts, more, 1) == {"skipped:max_pages_per_host": 3}
+    assert store.admission.links(more, 1) == {"skipped:max_pages_per_host": 3}
     assert int(client.hget(counter, "127.0.0.47")) == 5
-    assert context.admit_links(opts, [base + "/c"], 1) == {"skipped:max_pages_per_host": 1}
+    assert store.admission.links([base + "/c"], 1) == {"skipped:max_pages_per_host": 1}
     counters = crawl.state.counters()
     assert (counters["admitted"], counters["deduplicated"]) == (5, 2)
     assert crawl.state.outstanding() == 5
@@ -739,7 +748,7 @@ def test_a_bug_still_gives_the_url_a_final_state(settings, context, monkeypatch)
     crawl = start_crawl(
         ["http://127.0.0.47:9/"], settings=settings, allow_private_networks=True, obey_robots=False
     )
-    ((_, depth, url),) = crawl.frontier().release(10).entries
+    ((_, depth, url),) = crawl.store.frontier.release(10, 180).entries
 
     def bug(*args: object, **kwargs: object) -> None:
         raise RuntimeError("a bug")

@@ -26,9 +26,7 @@ from __future__ import annotations
 
 import math
 import sys
-import threading
 from array import array
-from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -84,9 +82,9 @@ class BloomShape:
     def packed(self, urls: Iterable[str]) -> bytes:
         """``shard, h1 mod m, h2 mod m`` of each URL as little-endian uint32 triples: the form
         the Lua scripts read, from which they derive the same offsets as :meth:`positions`."""
-        return self._pack([url_hash(url) for url in urls])
+        return self.pack([url_hash(url) for url in urls])
 
-    def _pack(self, hashes: Iterable[int]) -> bytes:
+    def pack(self, hashes: Iterable[int]) -> bytes:
         m, shards = self.shard_bits, self.shards
         values = array(_U32)
         for h in hashes:
@@ -134,13 +132,6 @@ class BloomFilter:
             result = result.encode()
         return [c == 49 for c in result]  # b"1"
 
-    def contains(self, url: str) -> bool:
-        shard, *offsets = self.shape.positions(url)
-        pipe = self.client.pipeline(transaction=False)
-        for off in offsets:
-            pipe.getbit(self.shard_keys[shard], off)
-        return all(pipe.execute())
-
     def stats(self) -> dict[str, float]:
         """Fill ratio (share of bits set) and the false-positive rate that fill implies."""
         pipe = self.client.pipeline(transaction=False)
@@ -158,25 +149,6 @@ class BloomFilter:
             "design_fp_rate": self.shape.error_rate,
             "capacity": self.shape.capacity,
         }
-
-
-def bloom_args(
-    shape: BloomShape,
-    items: Sequence[tuple[str, str, str]],
-    hashes: Sequence[int] | None = None,
-    known: int = 0,
-) -> list[str | int | bytes]:
-    """admit.lua's arguments from ARGV[8] on for ``(domain, entry, url)`` triples: bits per
-    shard, the packed hashes of every URL (``hashes``: their :func:`url_hash`, if computed
-    already), how many URLs the caller dropped as known (:class:`KnownURLs`), then per URL its
-    domain and entry."""
-    if hashes is None:
-        hashes = [url_hash(url) for _, _, url in items]
-    args: list[str | int | bytes] = [shape.shard_bits, shape._pack(hashes), known]
-    for domain, entry, _ in items:
-        args.append(domain)
-        args.append(entry)
-    return args
 
 
 class KnownURLs:
@@ -225,34 +197,3 @@ class KnownURLs:
         if len(self._hashes) >= self.max_size:
             self._hashes.clear()
         self._hashes.update(hashes)
-
-
-#: Entries per crawl in :func:`known_urls` (~3.5 MB), and crawls remembered per process.
-KNOWN_MAX = 50_000
-KNOWN_CRAWLS = 4
-_known: OrderedDict[tuple[object, ...], KnownURLs] = OrderedDict()
-_known_lock = threading.Lock()
-
-
-def known_urls(client: redis.Redis, keys: CrawlKeys, started_at: float) -> KnownURLs | None:
-    """This process's :class:`KnownURLs` for the crawl whose keys are ``keys`` on the Redis
-    ``client`` talks to; None for a crawl without a start time (``started_at`` tells a crawl
-    from an earlier one that had the same id and was deleted), where nothing is remembered."""
-    if not started_at:
-        return None
-    kwargs = client.connection_pool.connection_kwargs
-    ident = (
-        kwargs.get("host"),
-        kwargs.get("port"),
-        kwargs.get("path"),
-        kwargs.get("db"),
-        keys.base,
-        started_at,
-    )
-    with _known_lock:
-        known = _known.get(ident)
-        if known is None:
-            known = _known[ident] = KnownURLs(KNOWN_MAX)
-            while len(_known) > KNOWN_CRAWLS:
-                _known.popitem(last=False)
-        return known

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 
 import redis
 
-from ..settings import Settings
 from ..web.urls import domain_key
-from .bloom import bloom_args
-from .keys import CrawlKeys, Keys
+from . import formats
+from .bloom import KnownURLs, url_hash
+from .keys import CrawlKeys
 from .options import CrawlOptions
 from .scripts import Scripts
 
@@ -44,24 +44,29 @@ class Release:
 
     cancelled: bool
     entries: list[tuple[str, int, str]]  # (domain, depth, url)
+    #: The crawl is empty and waiting for its finisher (nothing was released).
+    finishing: bool = False
 
 
 class Frontier:
+    """One crawl's frontier: admission of vetted URLs (admit.lua) and their release by the
+    dispatcher (release.lua)."""
+
     def __init__(
         self,
         client: redis.Redis,
-        keys: Keys,
+        ck: CrawlKeys,
         opts: CrawlOptions,
         scripts: Scripts,
-        settings: Settings,
+        known: KnownURLs | None = None,
     ) -> None:
         self.client = client
-        self.keys = keys
-        self.ck: CrawlKeys = keys.crawl(opts.crawl_id)
+        self.ck = ck
         self.opts = opts
         self.scripts = scripts
-        self.settings = settings
         self.shape = opts.bloom
+        #: This process's memory of URLs the crawl's filter holds (None: remember nothing).
+        self.known = known
 
     def domain_of(self, url: str) -> str:
         return domain_key(url, self.opts.domain_key)
@@ -71,7 +76,7 @@ class Frontier:
         total = Admitted()
         batch: list[tuple[str, str, str]] = []
         for url, depth in links:
-            batch.append((self.domain_of(url), f"{depth}|{url}", url))
+            batch.append((self.domain_of(url), formats.entry(depth, url), url))
             if len(batch) >= ADMIT_CHUNK:
                 total += self._admit(batch, force)
                 batch = []
@@ -81,41 +86,43 @@ class Frontier:
 
     def _admit(self, batch: list[tuple[str, str, str]], force: bool) -> list[int]:
         ck = self.ck
-        keys = [ck.outstanding, ck.stats, ck.ready]
-        keys += [ck.bloom(i) for i in range(self.shape.shards)]
-        args: list[str | int | float | bytes] = [
-            0,
-            self.opts.max_pages,
-            self.shape.k,
-            ck.queue_prefix,
-            1 if self.opts.order == "dfs" else 0,
-            self.shape.shards,
-            1 if force else 0,
-        ]
-        from .bloom import known_urls
-
         # URLs this process already saw in the filter are duplicates without asking Redis.
-        known = None if force else known_urls(self.client, ck, self.opts.started_at)
+        known = None if force else self.known
         hashes, skipped = None, 0
         if known is not None:
             batch, hashes, skipped = known.split(batch)
-        args += bloom_args(self.shape, batch, hashes, skipped)
+        if hashes is None:
+            hashes = [url_hash(url) for _, _, url in batch]
+        call = formats.AdmitCall(
+            max_pages=self.opts.max_pages,
+            k=self.shape.k,
+            queue_prefix=ck.queue_prefix,
+            dfs=self.opts.order == "dfs",
+            shards=self.shape.shards,
+            force=force,
+            shard_bits=self.shape.shard_bits,
+            packed_hashes=self.shape.pack(hashes),
+            known=skipped,
+        )
+        keys = [ck.outstanding, ck.stats, ck.ready]
+        keys += [ck.bloom(i) for i in range(self.shape.shards)]
+        args = call.args([(domain, value) for domain, value, _ in batch])
         result: list[int] = self.scripts.admit(keys=keys, args=args, client=self.client)
         if known is not None and hashes and int(result[2]) == 0:
             known.remember(hashes)  # each one admitted or a duplicate: its bits are set
         return result
 
-    def release(self, limit: int, drain: int = 1000) -> Release:
+    def release(self, limit: int, lease_seconds: float, drain: int = 1000) -> Release:
         ck = self.ck
         opts = self.opts
         out = self.scripts.release(
-            keys=[ck.ready, ck.inflight, ck.state, ck.rates, self.keys.rates, ck.stats, ck.retry],
+            keys=[ck.ready, ck.inflight, ck.state, ck.rates, ck.cluster_rates, ck.stats, ck.retry],
             args=[
                 limit,
                 ck.queue_prefix,
                 ck.lease_prefix,
                 ck.domain_prefix,
-                self.settings.lease_seconds,
+                lease_seconds,
                 "inf" if opts.rate == float("inf") else opts.rate,
                 opts.burst,
                 opts.concurrency,
@@ -126,9 +133,9 @@ class Frontier:
         mode = _text(out[0])
         entries = []
         for i in range(1, len(out), 2):
-            depth, _, url = _text(out[i + 1]).partition("|")
-            entries.append((_text(out[i]), int(depth), url))
-        return Release(mode == "cancel", entries)
+            depth, url = formats.parse_entry(_text(out[i + 1]))
+            entries.append((_text(out[i]), depth, url))
+        return Release(mode == "cancel", entries, mode == "finishing")
 
     def backlog(self, top: int = 10) -> list[tuple[str, int]]:
         """Domains with the most pending URLs (scans at most 1,000 ready domains)."""

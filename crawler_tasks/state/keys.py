@@ -1,34 +1,45 @@
 """Every Redis key the crawler uses, built in one place.
 
-Layout (``P`` is the prefix setting, default ``crawler``; ``C`` a crawl id; ``D`` a domain)::
+Layout (``P`` is the prefix setting, default ``crawler``; ``C`` a crawl id; ``D`` a domain;
+``H`` a URL digest; ``N`` a number; ``S`` a schedule name). Formats of values shared with the
+Lua scripts are in ``formats.py``. ``tests/test_keys.py`` fails on any key a crawl writes that
+this table does not describe, or whose type differs::
 
     P:crawls                 zset   crawl ids by start time (``crawler list``)
     P:running                set    crawl ids the dispatchers release work for
+    P:rates                  hash   cluster-wide rates set with `crawler set-rate`
+    P:workers                hash   worker process id -> last heartbeat (unix seconds)
+    P:schedules              hash   recrawl schedules
+    P:redbeat:*              -      celery beat's schedule entries and lock (RedBeat)
+    P:robots:ORIGIN          string robots.txt cache, shared by crawls
+    P:sched:S:validators     hash   url -> zlib(JSON) validators of the last runs of schedule S
+    P:sched:S:runs           zset   crawl ids of schedule S by start time
     P:C:config               string crawl options, JSON (immutable after start)
-    P:C:state                hash   status, started_at, finished_at, paused, cancelled
-    P:C:stats                hash   counters: discovered, admitted, fetched, failed:*, status:* ...
+    P:C:state                hash   status, started_at, finished_at, paused, cancelled,
+                                    final_status, summary_path, gone_counted,
+                                    on_finished_sent
+    P:C:stats                hash   counters (formats.Counter and the formats families)
     P:C:outstanding          string URLs admitted and not yet in a final state (completion)
     P:C:bloom:N              string Bloom filter shard N
-    P:C:q:D                  list   pending frontier entries of one domain ("depth|url")
+    P:C:q:D                  list   pending frontier entries of one domain (formats.entry)
     P:C:ready                zset   domains with pending work, scored by when they may go next
     P:C:dom:D                hash   politeness state of a domain: tat, slow, not_before, delay,
                                     iv (interval of the last release), own (owner's rate)
     P:C:rates                hash   the crawl owner's rate overrides, domain -> req/s or "inf"
     P:C:lease:D              zset   in-flight lease tokens of a domain, scored by expiry
-    P:C:inflight             hash   url -> "domain|released at" for every released, unfinished URL
-    P:C:retry                zset   "domain<TAB>depth|url" waiting for a retry, scored by due time
+    P:C:inflight             hash   url -> formats.Inflight, every released, unfinished URL
+    P:C:retry                zset   formats.retry_member waiting for a retry, scored by due time
     P:C:attempts             hash   url -> failed attempts so far (only URLs that failed once)
-    P:C:body:H               string fetched body waiting for its parse task
+    P:C:body:H               hash   fetched response waiting for its parse task: meta, body
     P:C:failed               hash   url -> dead-letter record, JSON
+    P:C:unwritten            hash   url -> formats.Unwritten: final, record not yet on disk
+    P:C:finisher             string lock (SET NX EX) of the process running the end of the crawl
     P:C:hostpages            hash   domain -> URLs admitted (``max_pages_per_host``)
     P:C:redirects            hash   url -> JSON list of redirect targets it claimed (marked seen)
     P:C:persec               hash   unix second -> URLs finished (recent pages/s)
     P:C:sitemaps             set    URLs admitted as sitemap files (``sitemaps=True`` crawls)
     P:C:smo:ORIGIN           string set (NX) once this crawl admitted ORIGIN's robots.txt sitemaps
-    P:C:events               pubsub channel of crawl events
-    P:robots:ORIGIN          string robots.txt cache, shared by crawls
-    P:rates                  hash   cluster-wide rates set with `crawler set-rate`
-    P:schedules              hash   recrawl schedules
+    P:C:events               -      pub/sub channel of crawl events (not a key)
 """
 
 from __future__ import annotations
@@ -45,9 +56,10 @@ class Keys:
         self.running = f"{prefix}:running"
         self.schedules = f"{prefix}:schedules"
         self.rates = f"{prefix}:rates"
+        self.workers = f"{prefix}:workers"
 
     def crawl(self, crawl_id: str) -> CrawlKeys:
-        return CrawlKeys(f"{self.prefix}:{crawl_id}")
+        return CrawlKeys(f"{self.prefix}:{crawl_id}", self.rates)
 
     def robots(self, origin: str) -> str:
         return f"{self.prefix}:robots:{origin}"
@@ -60,8 +72,10 @@ class Keys:
 
 
 class CrawlKeys:
-    def __init__(self, base: str) -> None:
+    def __init__(self, base: str, cluster_rates: str) -> None:
         self.base = base
+        #: ``P:rates``, which release.lua reads beside the crawl's own keys.
+        self.cluster_rates = cluster_rates
         self.config = f"{base}:config"
         self.state = f"{base}:state"
         self.stats = f"{base}:stats"
@@ -71,6 +85,8 @@ class CrawlKeys:
         self.domain_prefix = f"{base}:dom:"
         self.inflight = f"{base}:inflight"
         self.failed = f"{base}:failed"
+        self.unwritten = f"{base}:unwritten"
+        self.finisher = f"{base}:finisher"
         self.host_pages = f"{base}:hostpages"
         self.redirects = f"{base}:redirects"
         self.retry = f"{base}:retry"

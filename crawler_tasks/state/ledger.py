@@ -1,5 +1,5 @@
-"""The Redis state of one crawl: completion accounting, retries, dead letters and the numbers
-``progress()`` and ``summary.json`` are made of."""
+"""The ledger of one crawl: exactly-once completion accounting (start.lua, finish.lua), retries
+(requeue.lua), dead letters, and the numbers ``progress()`` and ``summary.json`` are made of."""
 
 from __future__ import annotations
 
@@ -9,14 +9,27 @@ from typing import Any
 
 import redis
 
+from . import formats
+from .formats import Counter
 from .keys import CrawlKeys, Keys
 from .scripts import Scripts
 
 #: Seconds of finished-URL counts averaged for the recent pages/s figure.
 RATE_WINDOW = 10
+#: Counters shown by progress(), before and after the live figures.
+_EARLY = (Counter.DISCOVERED, Counter.ADMITTED, Counter.DEDUPLICATED, Counter.QUEUED)
+_LATE = (
+    Counter.DONE,
+    Counter.FETCHED,
+    Counter.PARSED,
+    Counter.FAILED,
+    Counter.ROBOTS_DISALLOWED,
+    Counter.CANCELLED,
+    Counter.BYTES,
+)
 
 
-class CrawlState:
+class Ledger:
     def __init__(self, client: redis.Redis, keys: Keys, crawl_id: str, scripts: Scripts) -> None:
         self.client = client
         self.keys = keys
@@ -28,9 +41,53 @@ class CrawlState:
     def is_inflight(self, url: str) -> bool:
         return bool(self.client.hexists(self.ck.inflight, url))
 
-    def start(self, url: str) -> bool:
-        """Mark a fetch as begun; False if the URL is not in flight (duplicate delivery)."""
-        return bool(self.scripts.start(keys=[self.ck.inflight], args=[url], client=self.client))
+    def start(self, url: str, worker: str, stage: str = "s") -> int:
+        """Mark a fetch (``s``) or parse (``p``) as begun by ``worker`` (start.lua): 1 in
+        flight, go on; 2 final but its record is not on disk (write it); 0 a duplicate."""
+        keys = [self.ck.inflight, self.ck.unwritten]
+        return int(self.scripts.start(keys=keys, args=[url, stage, worker], client=self.client))
+
+    def reclaim(self, url: str, entry: formats.Inflight, value: str) -> bool:
+        """reclaim.lua: take ``url`` back from a dead worker if ``value`` is still current."""
+        if entry.stage == "s":
+            how, arg = "fetch", formats.retry_member(entry.domain, entry.depth, url)
+        else:
+            how, arg = "parse", value.rsplit("|", 1)[0]
+        keys = [self.ck.inflight, self.ck.retry]
+        return bool(
+            self.scripts.reclaim(keys=keys, args=[url, value, how, arg], client=self.client)
+        )
+
+    def held_by_dead(self, alive: set[str]) -> list[tuple[str, formats.Inflight, str]]:
+        """(url, entry, raw value) of URLs whose fetch or parse began in a worker not in
+        ``alive`` (entries of workers that never said who they are are left alone)."""
+        out = []
+        for url, raw in self.client.hscan_iter(self.ck.inflight, count=1000):
+            value = raw.decode()
+            entry = formats.Inflight.parse(value)
+            if entry.started and entry.worker and entry.worker not in alive:
+                out.append((url.decode("utf-8", "surrogateescape"), entry, value))
+        return out
+
+    def unwritten(self, url: str) -> formats.Unwritten | None:
+        raw = self.client.hget(self.ck.unwritten, url)
+        return None if raw is None else formats.Unwritten.loads(raw)
+
+    def written(self, url: str) -> None:
+        """``url``'s record is on disk."""
+        self.client.hdel(self.ck.unwritten, url)
+
+    def orphans(self, older_than: float) -> tuple[list[tuple[str, formats.Unwritten]], int]:
+        """Unwritten records finished more than ``older_than`` s ago (their writer died, or is
+        frozen), and how many younger ones there are (writers about to finish)."""
+        limit, old, young = time.time() - older_than, [], 0
+        for url, raw in self.client.hscan_iter(self.ck.unwritten, count=1000):
+            entry = formats.Unwritten.loads(raw)
+            if entry.ts < limit:
+                old.append((url.decode("utf-8", "surrogateescape"), entry))
+            else:
+                young += 1
+        return old, young
 
     def stale_releases(self, older_than: float, now: float | None = None) -> list[tuple[str, int]]:
         """(url, depth) released more than ``older_than`` s ago whose fetch never began: the
@@ -38,40 +95,29 @@ class CrawlState:
         limit = (now if now is not None else time.time()) - older_than
         stale = []
         for url, value in self.client.hscan_iter(self.ck.inflight, count=1000):
-            parts = value.decode().split("|")
-            # "domain|released_at|depth", plus "|s" once started; cancel drains write 0.
-            if len(parts) == 3 and 0 < float(parts[1]) < limit:
-                stale.append((url.decode(), int(parts[2])))
+            entry = formats.Inflight.parse(value.decode())
+            if not entry.started and 0 < entry.released_at < limit:
+                stale.append((url.decode(), entry.depth))
         return stale
 
-    def finish(self, url: str, counters: dict[str, int]) -> int:
+    def finish(self, url: str, entry: formats.Unwritten, counters: dict[str, int]) -> int:
         """finish.lua: URLs still outstanding after this one, or -1 if it was final already."""
         ck = self.ck
-        args: list[str | int] = [url, self.crawl_id]
+        args: list[str | int] = [url, entry.dumps()]
         for name, n in counters.items():
             args += [name, n]
-        left = self.scripts.finish(
-            keys=[
-                ck.inflight,
-                ck.outstanding,
-                ck.stats,
-                ck.state,
-                ck.persec,
-                self.keys.running,
-                ck.attempts,
-            ],
-            args=args,
-            client=self.client,
-        )
+        keys = [ck.inflight, ck.outstanding, ck.stats, ck.state, ck.persec, ck.attempts]
+        left = self.scripts.finish(keys=[*keys, ck.unwritten], args=args, client=self.client)
         return int(left)
 
     def count_attempt(self, url: str) -> int:
         return int(self.client.hincrby(self.ck.attempts, url, 1))
 
-    def requeue(self, domain: str, entry: str, url: str, delay: float) -> bool:
+    def requeue(self, domain: str, depth: int, url: str, delay: float) -> bool:
+        """Back into the frontier after ``delay`` s (requeue.lua); False if not in flight."""
         done = self.scripts.requeue(
             keys=[self.ck.inflight, self.ck.retry],
-            args=[url, domain, entry, delay],
+            args=[url, formats.retry_member(domain, depth, url), delay],
             client=self.client,
         )
         return bool(done)
@@ -107,25 +153,16 @@ class CrawlState:
         started = float(flags.get("started_at", 0) or 0)
         ended = float(flags.get("finished_at", 0) or 0)
         elapsed = max((ended or time.time()) - started, 1e-9) if started else 0.0
-        done = c.get("done", 0)
+        done = c.get(Counter.DONE.value, 0)
         return {
             "crawl_id": self.crawl_id,
             "status": flags.get("status", "unknown"),
             "paused": flags.get("paused") == "1",
-            "discovered": c.get("discovered", 0),
-            "admitted": c.get("admitted", 0),
-            "deduplicated": c.get("deduplicated", 0),
-            "queued": c.get("queued", 0),
+            **{name.value: c.get(name.value, 0) for name in _EARLY},
             "retrying": int(self.client.zcard(self.ck.retry)),
             "in_flight": int(self.client.hlen(self.ck.inflight)),
             "outstanding": self.outstanding(),
-            "done": done,
-            "fetched": c.get("fetched", 0),
-            "parsed": c.get("parsed", 0),
-            "failed": c.get("failed", 0),
-            "robots_disallowed": c.get("robots_disallowed", 0),
-            "cancelled": c.get("cancelled", 0),
-            "bytes": c.get("bytes", 0),
+            **{name.value: c.get(name.value, 0) for name in _LATE},
             "elapsed_s": round(elapsed, 3),
             "pages_per_s": round(done / elapsed, 2) if elapsed else 0.0,
             "recent_pages_per_s": self.recent_rate(),
@@ -135,10 +172,11 @@ class CrawlState:
         """What ``summary.json`` holds: totals, duration, rate and histograms."""
         c = self.counters()
         p = self.progress()
-        statuses = {k.split(":", 1)[1]: v for k, v in c.items() if k.startswith("status:")}
-        failures = {k.split(":", 1)[1]: v for k, v in c.items() if k.startswith("failed:")}
-        skipped = {k.split(":", 1)[1]: v for k, v in c.items() if k.startswith("skipped:")}
-        changes = {k.split(":", 1)[1]: v for k, v in c.items() if k.startswith("change:")}
+        families: dict[str, dict[str, int]] = {name: {} for name in formats.FAMILIES.values()}
+        for k, v in c.items():
+            family, _, rest = k.partition(":")
+            if rest and family in formats.FAMILIES:
+                families[formats.FAMILIES[family]][rest] = v
         flags = self.flags()
         return {
             "crawl_id": self.crawl_id,
@@ -148,8 +186,6 @@ class CrawlState:
             "duration_s": p["elapsed_s"],
             "pages_per_s": p["pages_per_s"],
             "counters": {k: v for k, v in c.items() if ":" not in k},
-            "status_codes": dict(sorted(statuses.items())),
-            "failures": failures,
-            "skipped": skipped,
-            "changes": changes,
+            **families,
+            "status_codes": dict(sorted(families["status_codes"].items())),
         }

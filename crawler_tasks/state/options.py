@@ -1,11 +1,18 @@
-"""What one crawl is asked to do: its scope, limits, pace and output. Stored as JSON in Redis
-when the crawl starts and read (and cached) by every worker; never changed afterwards."""
+"""What one crawl is asked to do: its scope, limits, pace, requests and output. Stored as JSON in
+Redis when the crawl starts and read (and cached) by every worker; never changed afterwards.
+
+The rule that keeps a crawl the same on every host: anything that changes a crawl's output is
+a field here, fixed at start (its default comes from the starting process's settings);
+:class:`~crawler_tasks.settings.Settings` is only about a process (connections, pools, paths).
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,24 +58,51 @@ class CrawlOptions:
     bloom_shard_bits: int = 1 << 26
     max_url_length: int = 2048
     max_repeated_segments: int = 3
+    #: Retries of a retryable failure before it is final; back-off in seconds (doubling,
+    #: full jitter, capped).
+    max_retries: int = 3
+    retry_backoff: float = 2.0
+    retry_backoff_max: float = 60.0
+    #: Links kept per page; ``rel=nofollow`` honoured.
+    max_links_per_page: int = 5000
+    honour_nofollow: bool = True
+    #: Bytes of decoded body kept (longer bodies are cut); redirect hops followed.
+    max_body_bytes: int = 10 * 1024 * 1024
+    max_redirects: int = 10
+    #: Non-HTML responses go to the WARC file too.
+    warc_non_html: bool = True
     schedule: str | None = None
     on_finished: str | None = None
     started_at: float = 0.0
 
     def __post_init__(self) -> None:
+        _check_values(self)
         if self.priority not in PRIORITIES:
             raise ConfigError(f"priority must be one of {PRIORITIES}, not {self.priority!r}")
         if self.order not in ("bfs", "dfs"):
             raise ConfigError(f"order must be 'bfs' or 'dfs', not {self.order!r}")
         if self.max_depth is not None and self.max_depth < 0:
-            raise ConfigError("max_depth must be >= 0")
-        if self.max_pages < 0:
-            raise ConfigError("max_pages must be >= 0")
-        if self.max_pages_per_host < 0:
-            raise ConfigError("max_pages_per_host must be >= 0")
+            raise ConfigError(f"max_depth must be >= 0, not {self.max_depth}")
         for host, r in self.rates.items():
             if not r > 0:
                 raise ConfigError(f"rate for {host!r} must be > 0 (use inf for no limit)")
+
+    @classmethod
+    def from_user(cls, settings: Settings | None, **values: Any) -> CrawlOptions:
+        """Options from what a user typed (start_crawl keywords, CLI flags, a schedule's
+        ``options``): unknown names are refused with a did-you-mean, types and ranges checked.
+        ``crawl_id``, ``seeds`` and ``started_at`` are given by the caller."""
+        check_names(values, allowed=INTERNAL)
+        base = cls.defaults(settings) if settings is not None else {}
+        data = {**base, **{k: v for k, v in values.items() if v is not None}}
+        for key in ("seeds", "allowed_domains", "include", "exclude"):
+            raw = data.get(key) or ()
+            data[key] = (raw,) if isinstance(raw, str) else tuple(raw)
+        data["rates"] = _rates(data.get("rates") or {})
+        if "rate" in data:
+            data["rate"] = _number("rate", data["rate"])
+        data.setdefault("crawl_id", "-")
+        return cls(**data)
 
     @classmethod
     def defaults(cls, settings: Settings) -> dict[str, Any]:
@@ -86,7 +120,31 @@ class CrawlOptions:
             "max_url_length": settings.max_url_length,
             "max_repeated_segments": settings.max_repeated_segments,
             "max_pages_per_host": settings.max_pages_per_host,
+            "max_retries": settings.max_retries,
+            "retry_backoff": settings.retry_backoff,
+            "retry_backoff_max": settings.retry_backoff_max,
+            "max_links_per_page": settings.max_links_per_page,
+            "honour_nofollow": settings.honour_nofollow,
+            "max_body_bytes": settings.max_body_bytes,
+            "max_redirects": settings.max_redirects,
+            "warc_non_html": settings.warc_non_html,
         }
+
+    @classmethod
+    def build(
+        cls,
+        crawl_id: str,
+        seeds: tuple[str, ...],
+        settings: Settings | None,
+        started_at: float,
+        **options: Any,
+    ) -> CrawlOptions:
+        """Options of a new crawl: ``options`` (user keywords, validated here) over the
+        defaults that come from ``settings``. Used by start_crawl, the CLI and schedules."""
+        check_names(options)
+        return cls.from_user(
+            settings, crawl_id=crawl_id, seeds=seeds, started_at=started_at, **options
+        )
 
     @property
     def scope(self) -> Scope:
@@ -125,3 +183,64 @@ class CrawlOptions:
             data[name] = tuple(data.get(name) or ())
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
+
+
+#: Fields the code sets itself, never a user.
+INTERNAL = ("crawl_id", "seeds", "started_at")
+_INTS = ("max_pages", "max_pages_per_host", "burst", "concurrency", "bloom_capacity")
+_MINIMUM = {"burst": 0, "concurrency": 1, "bloom_capacity": 0}
+
+
+def user_option_names() -> list[str]:
+    return sorted(f.name for f in dataclasses.fields(CrawlOptions) if f.name not in INTERNAL)
+
+
+def check_names(names: Any, allowed: tuple[str, ...] = ()) -> None:
+    """ConfigError naming the first unknown option, with the closest known name."""
+    known = user_option_names()
+    for name in names:
+        if name in known or name in allowed:
+            continue
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ConfigError(f"unknown crawl option {name!r}{hint}")
+
+
+def _rates(rates: Any) -> dict[str, float]:
+    out = {}
+    for host, r in dict(rates).items():
+        out[str(host).lower()] = _number(f"rate for {host!r}", r)
+    return out
+
+
+def _number(what: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ConfigError(f"{what} must be a number, not {value!r}")
+    try:
+        return float(value)
+    except ValueError:
+        raise ConfigError(f"{what} must be a number, not {value!r}") from None
+
+
+def _check_values(o: CrawlOptions) -> None:
+    """Ranges that would make a crawl hang or misbehave later, refused when it is created."""
+    if isinstance(o.rate, bool) or not isinstance(o.rate, (int, float)):
+        raise ConfigError(f"rate must be a number, not {o.rate!r}")
+    if not o.rate > 0:
+        raise ConfigError(f"rate must be > 0 requests/s (inf for no limit), not {o.rate!r}")
+    for name in _INTS:
+        value = getattr(o, name)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{name} must be an integer, not {value!r}")
+        if value < _MINIMUM.get(name, 0):
+            raise ConfigError(f"{name} must be >= {_MINIMUM.get(name, 0)}, not {value}")
+    depth = o.max_depth
+    if depth is not None and (isinstance(depth, bool) or not isinstance(depth, int)):
+        raise ConfigError(f"max_depth must be an integer, not {o.max_depth!r}")
+    if not 0 < o.bloom_error_rate < 1:
+        raise ConfigError(f"bloom_error_rate must be between 0 and 1, not {o.bloom_error_rate!r}")
+    for pattern in (*o.include, *o.exclude):
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ConfigError(f"invalid regex {pattern!r}: {exc}") from None

@@ -48,7 +48,6 @@ from typing import Any
 
 import redis
 
-from ..settings import Settings
 from .keys import CrawlKeys, Keys
 from .scripts import Scripts
 
@@ -85,14 +84,15 @@ def set_rate(client: redis.Redis, keys: Keys, domain: str, rate: float | None) -
 
 
 class Politeness:
+    """One crawl's side of the per-domain buckets and leases (release.lua charges them)."""
+
     def __init__(
-        self, client: redis.Redis, keys: Keys, ck: CrawlKeys, scripts: Scripts, settings: Settings
+        self, client: redis.Redis, ck: CrawlKeys, scripts: Scripts, max_crawl_delay: float
     ) -> None:
         self.client = client
-        self.keys = keys
         self.ck = ck
         self.scripts = scripts
-        self.settings = settings
+        self.max_crawl_delay = max_crawl_delay
 
     def done(self, url: str, domain: str, outcome: str, retry_after: float = 0.0) -> float:
         """Return the lease of a finished request and pace the next one from now; ``outcome``
@@ -119,7 +119,7 @@ class Politeness:
         """robots.txt's Crawl-delay, capped by ``max_crawl_delay``: applies from the end of the
         current request (done.lua) and to every release after it (release.lua)."""
         if delay and delay > 0:
-            capped = min(delay, self.settings.max_crawl_delay)
+            capped = min(delay, self.max_crawl_delay)
             self.client.hset(self.ck.domain(domain), "delay", repr(capped))
 
     def domains(self, names: list[str]) -> list[dict[str, Any]]:
@@ -130,7 +130,7 @@ class Politeness:
             pipe.llen(self.ck.queue(d))
             pipe.zcard(self.ck.lease(d))
             pipe.hget(self.ck.rates, d)
-            pipe.hget(self.keys.rates, d)
+            pipe.hget(self.ck.cluster_rates, d)
         raw = pipe.execute()
         out = []
         for i, d in enumerate(names):

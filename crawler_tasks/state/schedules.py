@@ -25,6 +25,7 @@ from celery.schedules import crontab, schedule
 
 from ..errors import ConfigError
 from .keys import Keys
+from .options import CrawlOptions, check_names
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -51,6 +52,21 @@ class Schedule:
             )
         if not self.seeds:
             raise ConfigError(f"schedule {self.name!r}: no seeds")
+        for what, period in (
+            ("every_hours", self.every_hours),
+            ("every_seconds", self.every_seconds),
+        ):
+            if period is not None and not period > 0:
+                raise ConfigError(f"schedule {self.name!r}: {what} must be > 0, not {period}")
+        self.celery_schedule()  # a cron that does not parse is refused now, not at beat time
+        # The same rules as start_crawl, so a run never fails inside a worker on its options.
+        if "schedule" in self.options:
+            raise ConfigError(f"schedule {self.name!r}: 'schedule' is set by each run")
+        try:
+            check_names(self.options)
+            CrawlOptions.from_user(None, seeds=tuple(self.seeds), **self.options)
+        except ConfigError as exc:
+            raise ConfigError(f"schedule {self.name!r}: {exc}") from None
 
     def celery_schedule(self) -> schedule:
         if self.cron:
@@ -58,9 +74,16 @@ class Schedule:
             if len(fields) != 5:
                 raise ConfigError(f"schedule {self.name!r}: cron needs 5 fields: {self.cron!r}")
             minute, hour, day, month, weekday = fields
-            return crontab(
-                minute=minute, hour=hour, day_of_month=day, month_of_year=month, day_of_week=weekday
-            )
+            try:
+                return crontab(
+                    minute=minute,
+                    hour=hour,
+                    day_of_month=day,
+                    month_of_year=month,
+                    day_of_week=weekday,
+                )
+            except ValueError as exc:
+                raise ConfigError(f"schedule {self.name!r}: cron {self.cron!r}: {exc}") from None
         seconds = self.every_seconds or (self.every_hours or 0) * 3600
         return schedule(run_every=timedelta(seconds=seconds))
 
@@ -118,15 +141,6 @@ class Schedules:
     def runs(self, name: str, limit: int = 20) -> list[str]:
         ids = self.client.zrevrange(self.keys.schedule_runs(name), 0, limit - 1)
         return [i.decode() for i in ids]
-
-    def record_run(self, name: str, crawl_id: str, started_at: float) -> None:
-        self.client.zadd(self.keys.schedule_runs(name), {crawl_id: started_at})
-
-    def previous_run(self, name: str, before: str) -> str | None:
-        for crawl_id in self.runs(name, 5):
-            if crawl_id != before:
-                return crawl_id
-        return None
 
     def sync_file(self, path: str | Path) -> int:
         """Add (or update) every schedule of a TOML file; returns how many."""

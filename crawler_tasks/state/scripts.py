@@ -10,7 +10,6 @@ from functools import cache
 from importlib import resources
 
 import redis
-from redis.commands.core import Script
 
 # Scripts that use the Bloom helpers get ``bloom_lib.lua`` prepended (EVAL cannot import).
 _WITH_BLOOM = {"admit", "bloom_add"}
@@ -35,7 +34,4 @@ class Scripts:
         self.finish = client.register_script(source("finish"))
         self.requeue = client.register_script(source("requeue"))
         self.start = client.register_script(source("start"))
-
-    def __getitem__(self, name: str) -> Script:
-        script: Script = getattr(self, name)
-        return script
+        self.reclaim = client.register_script(source("reclaim"))

@@ -72,3 +72,36 @@ def change(previous: Seen | None, body_digest: str) -> str:
     if previous is None:
         return "new"
     return "unchanged" if previous.digest == body_digest else "changed"
+
+
+class Recrawl:
+    """The validators of one run (crawl ``run``) of a schedule, as the pipeline uses them."""
+
+    def __init__(self, validators: Validators, run: str) -> None:
+        self.validators = validators
+        self.run = run
+
+    def conditional_headers(self, url: str) -> dict[str, str]:
+        seen = self.validators.get(url)
+        return seen.headers() if seen else {}
+
+    def previous_links(self, url: str) -> list[str]:
+        """Outlinks the previous run found on ``url`` (a 304 page is not parsed again); the
+        page counts as seen by this run."""
+        seen = self.validators.get(url)
+        if seen is None:
+            return []
+        seen.run = self.run
+        self.validators.put(url, seen)
+        return seen.links
+
+    def remember(self, url: str, headers: dict[str, str], body: bytes, links: list[str]) -> str:
+        """Store this run's validators for ``url``; returns new, changed or unchanged."""
+        body_digest = digest(body)
+        previous = self.validators.get(url)
+        seen = Seen(headers.get("etag"), headers.get("last-modified"), body_digest, links, self.run)
+        self.validators.put(url, seen)
+        return change(previous, body_digest)
+
+    def gone(self) -> int:
+        return self.validators.gone(self.run)

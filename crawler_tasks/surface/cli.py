@@ -1,6 +1,8 @@
 """The ``crawler`` command. ``crawler crawl SEED...`` uses the configured broker when it answers
 and a worker consumes the crawl queues; otherwise it starts what is missing (a private Redis,
-local workers) for the duration of the command and says so."""
+local workers) for the duration of the command and says so. Every mistake of the user's is one
+line on stderr and exit code 2 (see ``cli_common``); Ctrl-C during a crawl cancels it, prints
+the summary and exits 130."""
 
 from __future__ import annotations
 
@@ -19,21 +21,14 @@ from typing import Any
 import click
 import redis
 
-from ..errors import InvalidSeed
 from ..settings import Settings, load, redact
-
-
-def _settings(broker: str | None) -> Settings:
-    return load(broker_url=broker) if broker else load()
-
-
-def _client(settings: Settings) -> redis.Redis:
-    return redis.Redis.from_url(settings.state_url, socket_connect_timeout=2)
+from .cli_common import INTERRUPTED, Fail, client_for, run_main, settings_for
+from .commands import COMMANDS
 
 
 def _reachable(settings: Settings) -> bool:
     try:
-        _client(settings).ping()
+        client_for(settings).ping()
         return True
     except (redis.ConnectionError, redis.TimeoutError, OSError):
         return False
@@ -56,7 +51,7 @@ def _parse_rates(values: tuple[str, ...]) -> dict[str, float]:
         except ValueError:
             sep = ""
         if not sep or not host:
-            raise click.BadParameter(f"{item!r}: expected HOST=RATE (requests/s or inf)")
+            raise Fail(f"--rate {item!r}: expected HOST=RATE (requests/s or inf)")
     return rates
 
 
@@ -72,7 +67,10 @@ def cluster(settings: Settings, embedded: bool, log_dir: str | None) -> Iterator
             )
             embedded = True
         if embedded:
-            url = stack.enter_context(private_redis())
+            try:
+                url = stack.enter_context(private_redis())
+            except RuntimeError as exc:
+                raise Fail(str(exc)) from None
             settings = load(broker_url=url, redis_url="")
             click.echo(f"embedded: private redis-server at {url}, local workers", err=True)
             stack.enter_context(local_workers(url, log_dir=log_dir))
@@ -82,16 +80,31 @@ def cluster(settings: Settings, embedded: bool, log_dir: str | None) -> Iterator
         yield settings
 
 
-@click.group()
+class _Main(click.Group):
+    def main(self, args: Any = None, prog_name: Any = None, **extra: Any) -> Any:  # type: ignore[override]
+        standalone = extra.pop("standalone_mode", True)
+        run = functools.partial(super().main, args, prog_name, standalone_mode=False, **extra)
+        return run() if standalone is False else run_main(run)
+
+
+@click.group(cls=_Main)
 @click.version_option(package_name="crawler-tasks")
 def main() -> None:
     """Distributed, polite web crawler on Celery and Redis."""
 
 
+for _command in COMMANDS:
+    main.add_command(_command)
+
+
 @main.command()
 @click.argument("seeds", nargs=-1, required=True)
 @click.option("--broker", help="Broker/state Redis URL (default: $CRAWLER_BROKER_URL).")
-@click.option("--output", type=click.Path(file_okay=False), help="Output directory.")
+@click.option(
+    "--output",
+    type=click.Path(file_okay=False),
+    help="Directory every worker writes to (default: each worker's CRAWLER_OUTPUT_DIR).",
+)
 @click.option("--max-depth", type=int, help="Links followed from a seed.")
 @click.option("--max-pages", type=int, default=0, help="URLs admitted at most (0: no limit).")
 @click.option("--priority", type=click.Choice(["high", "medium", "low"]), default="high")
@@ -118,50 +131,61 @@ def crawl(
     default_rate: float | None,
     concurrency: int | None,
     **options: Any,
-) -> None:
+) -> int:
     """Crawl from SEED URLs; waits and shows progress unless --no-wait."""
+    from ..state.options import CrawlOptions
     from .crawl import check_seeds
 
-    try:
-        check_seeds(seeds, options["allow_private_networks"])
-    except InvalidSeed as exc:
-        raise click.UsageError(str(exc)) from None
-    if default_rate is not None:
-        options["rate"] = default_rate
-    if concurrency is not None:
-        options["concurrency"] = concurrency
-    settings = _settings(broker)
-    if no_wait and (embedded or not _reachable(settings)):
-        raise click.UsageError(
-            "--no-wait needs a running broker (embedded runs end with the command)"
-        )
+    urls = check_seeds(seeds, options["allow_private_networks"])
+    options.update(rate=default_rate, concurrency=concurrency, rates=_parse_rates(rates))
+    options = {k: v for k, v in options.items() if v not in (None, ())}
+    # Every option checked before anything is started or written.
+    CrawlOptions.from_user(None, seeds=tuple(urls), **options)
+    settings = settings_for(broker)
+    if no_wait:
+        _check_no_wait(settings, embedded)
     with (
         tempfile.TemporaryDirectory(prefix="crawler-logs-") as logs,
         cluster(settings, embedded, logs) as live,
     ):
-        summary = _run(live, seeds, _parse_rates(rates), no_wait, options)
+        summary, interrupted = _run(live, seeds, no_wait, options)
     if summary is not None:
         click.echo(json.dumps(summary, indent=2) if as_json else _summary_text(summary))
+    return INTERRUPTED if interrupted else 0
+
+
+def _check_no_wait(settings: Settings, embedded: bool) -> None:
+    """--no-wait returns at once: the crawl must be served by workers that stay."""
+    where = redact(settings.broker_url)
+    if embedded:
+        raise Fail("--no-wait cannot be used with --embedded (embedded runs end with the command)")
+    if not _reachable(settings):
+        raise Fail(f"--no-wait needs a running broker; {where} is unreachable")
+    if not _has_crawl_workers(settings):
+        raise Fail(
+            f"--no-wait: no worker consumes the crawl queues at {where}; start workers "
+            "(README, 'Running workers') or drop --no-wait"
+        )
 
 
 def _run(
-    settings: Settings,
-    seeds: tuple[str, ...],
-    rates: dict[str, float],
-    no_wait: bool,
-    options: dict[str, Any],
-) -> dict[str, Any] | None:
+    settings: Settings, seeds: tuple[str, ...], no_wait: bool, options: dict[str, Any]
+) -> tuple[dict[str, Any] | None, bool]:
     from rich.console import Console
 
     from .crawl import start_crawl
     from .display import watch
 
-    opts = {k: v for k, v in options.items() if v not in (None, ())}
-    handle = start_crawl(list(seeds), settings=settings, rates=rates, **opts)
-    click.echo(f"crawl {handle.id} started; output in {handle.output_dir}", err=True)
+    handle = start_crawl(list(seeds), settings=settings, **options)
+    where = (
+        handle.output_dir
+        if handle.options.output
+        else f"<CRAWLER_OUTPUT_DIR of each worker>/{handle.id} (here: {handle.output_dir})"
+    )
+    click.echo(f"crawl {handle.id} started; output in {where}", err=True)
     if no_wait:
         click.echo(handle.id)
-        return None
+        return None, False
     try:
         # Progress on stderr: stdout carries only the summary (``--json`` pipes cleanly).
         watch(handle, console=Console(stderr=True))
@@ -169,222 +193,33 @@ def _run(
         click.echo(f"\ninterrupted: cancelling crawl {handle.id}", err=True)
         handle.cancel()
         handle.wait(timeout=30)
-    return handle.summary()
+        return handle.summary(), True
+    return handle.summary(), False
 
 
 def _summary_text(s: dict[str, Any]) -> str:
     c = s.get("counters", {})
+    cancelled = c.get("cancelled", 0)
+    done = c.get("done", 0) - cancelled
+    rate = done / s["duration_s"] if s.get("duration_s") else 0.0
+    pages = (
+        f"  pages: {done} done, {c.get('fetched', 0)} fetched, {c.get('parsed', 0)} parsed, "
+        f"{c.get('failed', 0)} failed, {c.get('robots_disallowed', 0)} disallowed by robots.txt"
+    )
+    if c.get("robots_unreachable"):
+        pages += f", {c['robots_unreachable']} not fetched: robots.txt unreachable"
+    if cancelled:
+        pages += f", {cancelled} cancelled unfetched"
     lines = [
-        f"crawl {s['crawl_id']} {s['status']} in {s['duration_s']:.1f}s "
-        f"({s['pages_per_s']:.1f} pages/s)",
-        f"  pages: {c.get('done', 0)} done, {c.get('fetched', 0)} fetched, "
-        f"{c.get('parsed', 0)} parsed, {c.get('failed', 0)} failed, "
-        f"{c.get('robots_disallowed', 0)} disallowed by robots.txt",
+        f"crawl {s['crawl_id']} {s['status']} in {s['duration_s']:.1f}s ({rate:.1f} pages/s)",
+        pages,
         f"  status codes: {s.get('status_codes', {})}",
     ]
     if s.get("failures"):
         lines.append(f"  failures: {s['failures']}")
+    if s.get("changes"):
+        lines.append(f"  changes since the previous run: {s['changes']}")
     return "\n".join(lines)
-
-
-def _handle(crawl_id: str, broker: str | None) -> Any:
-    from .crawl import Crawl
-
-    settings = _settings(broker)
-    return Crawl(crawl_id, settings=settings, client=_client(settings))
-
-
-broker_option = click.option("--broker", help="Broker/state Redis URL.")
-
-
-@main.command()
-@click.argument("crawl_id")
-@broker_option
-@click.option("--json", "as_json", is_flag=True)
-def status(crawl_id: str, broker: str | None, as_json: bool) -> None:
-    """Counters, rate and busiest domains of one crawl."""
-    handle = _handle(crawl_id, broker)
-    p = handle.progress()
-    p["domains"] = handle.domains(10)
-    p["bloom"] = handle.bloom()
-    if as_json:
-        click.echo(json.dumps(p, indent=2, default=str))
-        return
-    from .display import line
-
-    click.echo(line(p))
-    for d in p["domains"]:
-        click.echo(
-            f"  {d['domain']}: pending={d['pending']} in_flight={d['in_flight']} "
-            f"rate={d['rate']:.3g}/s slowdown={d['slowdown']:.2f}"
-        )
-    b = p["bloom"]
-    click.echo(
-        f"  bloom: fill={b['fill_ratio']:.4f} est. false positives={b['estimated_fp_rate']:.2e}"
-    )
-
-
-@main.command("list")
-@broker_option
-def list_cmd(broker: str | None) -> None:
-    """Crawls known to the broker, newest first."""
-    from ..state.keys import Keys
-    from .crawl import list_crawls
-
-    settings = _settings(broker)
-    for c in list_crawls(_client(settings), Keys(settings.key_prefix)):
-        click.echo(f"{c['crawl_id']}\t{c.get('status', '?')}")
-
-
-@main.command()
-@click.argument("crawl_id")
-@broker_option
-def watch(crawl_id: str, broker: str | None) -> None:
-    """Live progress of a crawl until it finishes."""
-    from .display import watch as show
-
-    show(_handle(crawl_id, broker))
-
-
-def _control(action: str) -> None:
-    @main.command(name=action, help=f"{action.capitalize()} a crawl.")
-    @click.argument("crawl_id")
-    @broker_option
-    def command(crawl_id: str, broker: str | None) -> None:
-        getattr(_handle(crawl_id, broker), action)()
-        click.echo(f"{crawl_id}: {action}")
-
-
-for _action in ("pause", "resume", "cancel"):
-    _control(_action)
-
-
-@main.command()
-@click.argument("crawl_id")
-@broker_option
-def failed(crawl_id: str, broker: str | None) -> None:
-    """Dead-lettered URLs of a crawl (JSON lines)."""
-    for record in _handle(crawl_id, broker).failed():
-        click.echo(json.dumps(record))
-
-
-@main.command("retry-failed")
-@click.argument("crawl_id")
-@broker_option
-def retry_failed(crawl_id: str, broker: str | None) -> None:
-    """Put a crawl's failed URLs back into its frontier."""
-    n = _handle(crawl_id, broker).retry_failed()
-    click.echo(f"{crawl_id}: {n} URLs requeued")
-
-
-@main.command("set-rate")
-@click.argument("domain")
-@click.argument("rate")
-@broker_option
-def set_rate_cmd(domain: str, rate: str, broker: str | None) -> None:
-    """Cluster-wide requests/s for DOMAIN (all crawls); 'default' removes it."""
-    from ..state.keys import Keys
-    from ..state.politeness import set_rate
-
-    settings = _settings(broker)
-    value = None if rate == "default" else float(rate)
-    set_rate(_client(settings), Keys(settings.key_prefix), domain.lower(), value)
-    click.echo(f"{domain}: {rate} requests/s")
-
-
-@main.command()
-@broker_option
-@click.option("--port", type=int, help="Port to serve /metrics on (default: setting).")
-def metrics(broker: str | None, port: int | None) -> None:
-    """Serve crawl-level Prometheus metrics until interrupted."""
-    import time
-
-    from prometheus_client import REGISTRY, start_http_server
-
-    from .metrics import CrawlCollector
-
-    settings = _settings(broker)
-    REGISTRY.register(CrawlCollector(_client(settings), settings))
-    start_http_server(port or settings.metrics_port)
-    click.echo(f"metrics on :{port or settings.metrics_port}/metrics", err=True)
-    with contextlib.suppress(KeyboardInterrupt):
-        while True:
-            time.sleep(3600)
-
-
-@main.group()
-def schedule() -> None:
-    """Periodic recrawls run by celery beat."""
-
-
-def _schedules(broker: str | None) -> Any:
-    from ..state.keys import Keys
-    from ..state.schedules import Schedules
-    from ..worker.app import make_app
-
-    settings = _settings(broker)
-    return Schedules(make_app(settings), _client(settings), Keys(settings.key_prefix))
-
-
-@schedule.command("add")
-@click.argument("name")
-@click.argument("seeds", nargs=-1, required=True)
-@click.option("--every-hours", type=float)
-@click.option("--every-seconds", type=float)
-@click.option("--cron", help="'minute hour day month weekday'")
-@click.option("--option", "options", multiple=True, help="KEY=JSON crawl option (repeatable).")
-@broker_option
-def schedule_add(
-    name: str,
-    seeds: tuple[str, ...],
-    every_hours: float | None,
-    every_seconds: float | None,
-    cron: str | None,
-    options: tuple[str, ...],
-    broker: str | None,
-) -> None:
-    """Add or replace schedule NAME crawling SEEDS."""
-    from ..errors import ConfigError
-    from ..state.schedules import Schedule
-    from .crawl import check_seeds
-
-    opts = {}
-    for item in options:
-        key, _, value = item.partition("=")
-        try:
-            opts[key] = json.loads(value)
-        except json.JSONDecodeError:
-            opts[key] = value
-    try:
-        check_seeds(seeds, bool(opts.get("allow_private_networks")))
-        item_ = Schedule(name, list(seeds), every_hours, every_seconds, cron, opts)
-    except (InvalidSeed, ConfigError) as exc:
-        raise click.UsageError(str(exc)) from None
-    _schedules(broker).add(item_)
-    click.echo(f"schedule {name} added")
-
-
-@schedule.command("list")
-@broker_option
-def schedule_list(broker: str | None) -> None:
-    """Schedules and their most recent runs."""
-    schedules = _schedules(broker)
-    for item in schedules.all():
-        period = item.cron or (
-            f"every {item.every_hours}h" if item.every_hours else f"every {item.every_seconds}s"
-        )
-        runs = schedules.runs(item.name, 5)
-        click.echo(f"{item.name}\t{period}\t{' '.join(item.seeds)}\truns: {', '.join(runs) or '-'}")
-
-
-@schedule.command("remove")
-@click.argument("name")
-@broker_option
-def schedule_remove(name: str, broker: str | None) -> None:
-    """Remove schedule NAME (its past runs stay listed under their crawl ids)."""
-    if not _schedules(broker).remove(name):
-        raise click.UsageError(f"no schedule {name!r}")
-    click.echo(f"schedule {name} removed")
 
 
 @main.command()
@@ -398,7 +233,7 @@ def demo(output: str) -> None:
     url = f"http://127.0.0.1:{server.server_address[1]}/"
     click.echo(f"sample site at {url}", err=True)
     try:
-        crawl.main(  # type: ignore[attr-defined]
+        code = crawl.main(  # type: ignore[attr-defined]
             [
                 url,
                 "--embedded",
@@ -412,6 +247,8 @@ def demo(output: str) -> None:
         )
     finally:
         server.shutdown()
+    if code:
+        raise click.exceptions.Exit(code)
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):

@@ -11,70 +11,35 @@
 
 from __future__ import annotations
 
-import ipaddress
 import json
-import math
 import os
-import secrets
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import redis
 
-from ..errors import InvalidSeed, InvalidURL
-from ..settings import Settings, load
-from ..state.bloom import BloomFilter
-from ..state.frontier import Frontier
+from ..errors import ConfigError, UnknownCrawl
+from ..settings import Settings, load, redact
+from ..state import store as stores
 from ..state.keys import Keys
-from ..state.ledger import CrawlState
+from ..state.ledger import RATE_WINDOW, Ledger
 from ..state.options import CrawlOptions
-from ..state.politeness import Politeness, effective_rate
-from ..state.scripts import Scripts
-from ..web.netguard import is_public_address
-from ..web.urls import host_of, normalize
+from ..state.politeness import effective_rate
+from ..state.store import CrawlStore, Redis, check_seeds, new_crawl_id
 from ..worker.output import read_pages
 
+__all__ = ["Crawl", "start_crawl", "list_crawls", "check_seeds", "new_crawl_id"]
+
 FINAL_STATUSES = ("finished", "cancelled")
-
-
-def new_crawl_id() -> str:
-    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
-
-
-def check_seeds(seeds: Iterable[str], allow_private: bool) -> list[str]:
-    """Normalised seeds, or InvalidSeed naming the first one that cannot be crawled."""
-    out = []
-    for seed in seeds:
-        try:
-            url = normalize(seed)
-        except InvalidURL as exc:
-            raise InvalidSeed(seed, str(exc)) from None
-        host = host_of(url).strip("[]")
-        if not allow_private and (host == "localhost" or _is_private_literal(host)):
-            raise InvalidSeed(
-                seed,
-                "private or loopback address: allow it with --allow-private-networks "
-                "(allow_private_networks=True)",
-            )
-        out.append(url)
-    if not out:
-        raise InvalidSeed("", "no seed URL given")
-    return list(dict.fromkeys(out))
-
-
-def _is_private_literal(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False  # a name: checked when it is resolved, on every connection
-    return not is_public_address(host)
 
 
 def start_crawl(
     seeds: Iterable[str],
     *,
+    broker: str | None = None,
     settings: Settings | None = None,
     client: redis.Redis | None = None,
     crawl_id: str | None = None,
@@ -84,94 +49,114 @@ def start_crawl(
 ) -> Crawl:
     """Validate, store and seed a new crawl; returns its handle at once.
 
+    ``broker`` is the Redis URL of the cluster (default: ``$CRAWLER_BROKER_URL``, else
+    ``redis://localhost:6379/0``). ``output`` is a directory every worker writes to (a shared
+    volume); without it each worker writes under its own ``CRAWLER_OUTPUT_DIR``.
     ``options`` are :class:`CrawlOptions` fields: max_depth, max_pages, allowed_domains,
     include, exclude, priority, order, allow_private_networks, rate, burst, concurrency,
-    obey_robots, sitemaps, schedule, on_finished...
+    obey_robots, sitemaps, schedule, on_finished... Unknown names and out-of-range values raise
+    :class:`~crawler_tasks.errors.ConfigError` before anything is written.
     """
-    settings = settings or load()
+    settings = settings or connect_settings(broker)
     client = client or redis.Redis.from_url(settings.state_url)
-    allow_private = bool(options.get("allow_private_networks", False))
-    urls = check_seeds(list(seeds), allow_private)
-    values = {**CrawlOptions.defaults(settings), **options}
-    for key in ("allowed_domains", "include", "exclude"):
-        values[key] = tuple(values.get(key) or ())
-    opts = CrawlOptions(
-        crawl_id=crawl_id or new_crawl_id(),
-        seeds=tuple(urls),
-        rates={h.lower(): float(r) for h, r in (rates or {}).items()},
-        output=str(Path(output or settings.output_dir).resolve()),
-        started_at=time.time(),
-        **values,
-    )
-    keys = Keys(settings.key_prefix)
-    _register(client, keys, opts)
-    crawl = Crawl(opts.crawl_id, settings=settings, client=client)
-    crawl.frontier().admit((u, 0) for u in urls)
-    return crawl
+    r = Redis.connect(client, settings.key_prefix)
+    if rates:
+        options["rates"] = rates
+    # Without an explicit output, each worker writes under its own CRAWLER_OUTPUT_DIR.
+    output_dir = str(Path(output).resolve()) if output else ""
+    store = stores.start(r, settings, seeds, crawl_id=crawl_id, output=output_dir, **options)
+    return Crawl(store.id, settings=settings, client=client, store=store)
 
 
-def _register(client: redis.Redis, keys: Keys, opts: CrawlOptions) -> None:
-    ck = keys.crawl(opts.crawl_id)
-    if not client.set(ck.config, opts.to_json(), nx=True):
-        raise ValueError(f"crawl {opts.crawl_id!r} exists already")
-    pipe = client.pipeline()
-    pipe.hset(ck.state, mapping={"status": "running", "started_at": repr(opts.started_at)})
-    if opts.rates:
-        pipe.hset(
-            ck.rates, mapping={h: "inf" if math.isinf(r) else r for h, r in opts.rates.items()}
-        )
-    pipe.zadd(keys.crawls, {opts.crawl_id: opts.started_at})
-    if opts.schedule:
-        pipe.zadd(keys.schedule_runs(opts.schedule), {opts.crawl_id: opts.started_at})
-    pipe.sadd(keys.running, opts.crawl_id)
-    pipe.execute()
+def connect_settings(broker: str | None) -> Settings:
+    """Settings from the environment, with ``broker`` (checked) as broker and state URL."""
+    if broker is None:
+        return load()
+    check_redis_url(broker)
+    return load(broker_url=broker, redis_url="")
+
+
+def check_redis_url(url: str) -> None:
+    """ConfigError for a URL redis-py could not connect with, naming it (password masked)."""
+    parts = urlsplit(url)
+    why = ""
+    if parts.scheme not in ("redis", "rediss", "unix"):
+        why = "scheme must be redis://, rediss:// or unix://"
+    elif parts.scheme != "unix" and not parts.hostname:
+        why = "no host"
+    else:
+        try:
+            parts.port  # noqa: B018  (raises ValueError for a port that is not a number)
+        except ValueError:
+            why = "the port is not a number"
+    if why:
+        raise ConfigError(f"malformed Redis URL {redact(url)!r}: {why}")
 
 
 class Crawl:
     """A handle on one crawl; cheap to create, holds no state but its id and clients."""
 
     def __init__(
-        self, crawl_id: str, *, settings: Settings | None = None, client: redis.Redis | None = None
+        self,
+        crawl_id: str,
+        *,
+        broker: str | None = None,
+        settings: Settings | None = None,
+        client: redis.Redis | None = None,
+        store: CrawlStore | None = None,
     ) -> None:
         self.id = crawl_id
-        self.settings = settings or load()
+        self.settings = settings or connect_settings(broker)
         self.client = client or redis.Redis.from_url(self.settings.state_url)
-        self.keys = Keys(self.settings.key_prefix)
+        self._r = (
+            store.r if store is not None else Redis.connect(self.client, self.settings.key_prefix)
+        )
+        self.keys = self._r.keys
         self.ck = self.keys.crawl(crawl_id)
-        self._scripts = Scripts(self.client)
-        self._opts: CrawlOptions | None = None
+        self._store = store
 
     def __repr__(self) -> str:
         return f"<Crawl {self.id}>"
 
     @property
-    def options(self) -> CrawlOptions:
-        if self._opts is None:
-            raw = self.client.get(self.ck.config)
-            if raw is None:
-                raise KeyError(f"no crawl {self.id!r} (expired or never started)")
-            self._opts = CrawlOptions.from_json(raw)
-        return self._opts
+    def store(self) -> CrawlStore:
+        """The crawl's Redis side; UnknownCrawl (a KeyError) if the crawl expired or never started."""
+        if self._store is None:
+            opts = CrawlStore.read_options(self._r, self.id)
+            if opts is None:
+                raise UnknownCrawl(self.id)
+            self._store = CrawlStore(self._r, opts)
+        return self._store
 
     @property
-    def state(self) -> CrawlState:
-        return CrawlState(self.client, self.keys, self.id, self._scripts)
+    def options(self) -> CrawlOptions:
+        return self.store.opts
 
-    def frontier(self) -> Frontier:
-        return Frontier(self.client, self.keys, self.options, self._scripts, self.settings)
+    @property
+    def state(self) -> Ledger:
+        return self.store.ledger
 
     @property
     def output_dir(self) -> Path:
-        return Path(self.options.output) / self.id
+        """Where this crawl's files are: its ``output`` if it set one, else this host's
+        ``CRAWLER_OUTPUT_DIR`` (each worker writes under its own; see the README)."""
+        return Path(self.options.output or self.settings.output_dir).resolve() / self.id
 
     # --- watching ----------------------------------------------------------------------------
     def progress(self) -> dict[str, Any]:
-        p = self.state.progress()
         opts = self.options
-        if opts.max_pages and p["recent_pages_per_s"] > 0:
+        p = self.state.progress()
+        # Pages/s of the last RATE_WINDOW s: a young crawl has not lived that long yet.
+        if 0 < p["elapsed_s"] < RATE_WINDOW and p["status"] not in FINAL_STATUSES:
+            p["recent_pages_per_s"] *= RATE_WINDOW / max(p["elapsed_s"], 1.0)
+        # Pages/s counts pages that reached a final state, not URLs dropped by a cancel.
+        if p["cancelled"] and p["elapsed_s"]:
+            p["pages_per_s"] = round(max(p["done"] - p["cancelled"], 0) / p["elapsed_s"], 2)
+        if opts.max_pages and p["recent_pages_per_s"] > 0 and not p["paused"]:
             left = max(opts.max_pages - p["done"], 0)
             p["eta_s"] = round(min(left, p["outstanding"]) / p["recent_pages_per_s"], 1)
-        p["backlog"] = self.frontier().backlog(5)
+        p["backlog"] = self.store.frontier.backlog(5)
+        p["summary_path"] = self.state.flags().get("summary_path")
         return p
 
     @property
@@ -182,6 +167,9 @@ class Crawl:
     def status(self) -> str:
         raw = self.client.hget(self.ck.state, "status")
         return raw.decode() if raw else "unknown"
+
+    def exists(self) -> bool:
+        return bool(self.client.exists(self.ck.config))
 
     def wait(self, timeout: float | None = None, poll: float = 0.25) -> dict[str, Any]:
         """Block until the crawl is finished (its counter reached zero); returns the summary."""
@@ -202,33 +190,46 @@ class Crawl:
                 data = dict(json.loads(path.read_text("utf-8")))
                 # After retry_failed() the file of the first finish is still there.
                 if finished_at and (data.get("finished_at") or 0) >= finished_at - 1e-3:
-                    return data
+                    return _without_zeros(data)
             time.sleep(0.05)
-        return self.state.summary()
+        return _without_zeros(self.state.summary())
 
-    def pages(self) -> Iterator[dict[str, Any]]:
-        return read_pages(self.output_dir)
+    def pages(self, latest: bool = True) -> Iterator[dict[str, Any]]:
+        """Records of this crawl's ``pages-*.jsonl`` (on this host). The files are append-only
+        logs: a URL replayed by :meth:`retry_failed` has a record for each final state it
+        reached; with ``latest`` (default) only its last one is yielded (by ``fetched_at``,
+        then file order)."""
+        if not latest:
+            return read_pages(self.output_dir)
+        last: dict[str, dict[str, Any]] = {}
+        for record in read_pages(self.output_dir):
+            old = last.get(record["url"])
+            if old is None or (record.get("fetched_at") or 0) >= (old.get("fetched_at") or 0):
+                last[record["url"]] = record
+        return iter(last.values())
 
     def bloom(self) -> dict[str, float]:
-        return BloomFilter(self.client, self.ck, self.options.bloom, self._scripts).stats()
+        return self.store.bloom.stats()
 
     def domains(self, top: int = 20) -> list[dict[str, Any]]:
-        names = [d for d, _ in self.frontier().backlog(top)]
-        polite = Politeness(self.client, self.keys, self.ck, self._scripts, self.settings)
-        infos = polite.domains(names)
+        names = [d for d, _ in self.store.frontier.backlog(top)]
+        infos = self.store.politeness.domains(names)
         for info in infos:
             info["rate"] = effective_rate(info, self.options.rate)
         return infos
 
     def events(self, timeout: float | None = None) -> Iterator[dict[str, Any]]:
         """Live events of this crawl until ``crawl_finished`` (or ``timeout`` s of silence)."""
+        # No existence check: listening to a crawl id before start_crawl(crawl_id=...) is fine.
         pubsub = self.client.pubsub(ignore_subscribe_messages=True)
         pubsub.subscribe(self.ck.events)
         try:
             while True:
+                # Subscribed first, then checked: a crawl_finished published in between is
+                # not lost, and a crawl finished long ago (its event gone) ends at once.
                 msg = pubsub.get_message(timeout=timeout if timeout is not None else 1.0)
                 if msg is None:
-                    if timeout is not None:
+                    if timeout is not None or self.finished:
                         return
                     continue
                 event = json.loads(msg["data"])
@@ -239,18 +240,37 @@ class Crawl:
             pubsub.close()
 
     # --- steering ----------------------------------------------------------------------------
-    def pause(self) -> None:
-        self.client.hset(self.ck.state, mapping={"paused": "1", "status": "paused"})
+    def pause(self) -> bool:
+        """Stop releasing this crawl's URLs (in-flight ones finish). False if it is finished."""
+        return self._steer({"paused": "1", "status": "paused"})
 
-    def resume(self) -> None:
-        self.client.hset(self.ck.state, mapping={"paused": "0", "status": "running"})
+    def resume(self) -> bool:
+        return self._steer({"paused": "0", "status": "running"})
 
-    def cancel(self) -> None:
-        """Drop pending work unfetched; the crawl finishes as ``cancelled``."""
-        self.client.hset(self.ck.state, mapping={"cancelled": "1", "paused": "0"})
-        self.client.sadd(self.keys.running, self.id)
+    def cancel(self) -> bool:
+        """Drop pending work unfetched; the crawl finishes as ``cancelled``. False if it was
+        finished already."""
+        return self._steer({"cancelled": "1", "paused": "0"}, wake=True)
+
+    def _steer(self, mapping: dict[str, str], wake: bool = False) -> bool:
+        """Apply ``mapping`` to the crawl's state unless it is finished, atomically (WATCH):
+        a crawl finishing meanwhile is never revived as paused or running."""
+        self.options  # noqa: B018  (UnknownCrawl: nothing is written for an unknown id)
+
+        def apply(pipe: redis.client.Pipeline) -> bool:
+            status = pipe.hget(self.ck.state, "status")
+            if status is None or status.decode() in FINAL_STATUSES:
+                return False
+            pipe.multi()
+            pipe.hset(self.ck.state, mapping=mapping)
+            if wake:
+                pipe.sadd(self.keys.running, self.id)
+            return True
+
+        return bool(self.client.transaction(apply, self.ck.state, value_from_callable=True))
 
     def failed(self) -> list[dict[str, Any]]:
+        self.options  # noqa: B018  (UnknownCrawl)
         return [json.loads(v) for v in self.client.hvals(self.ck.failed)]
 
     def retry_failed(self) -> int:
@@ -269,17 +289,31 @@ class Crawl:
         pipe.hincrby(self.ck.stats, "done", -len(records))
         pipe.hdel(self.ck.failed, *[r["url"] for r in records])
         pipe.execute()
-        admitted = self.frontier().admit(((r["url"], int(r["depth"])) for r in records), force=True)
+        admitted = self.store.frontier.admit(
+            ((r["url"], int(r["depth"])) for r in records), force=True
+        )
         return admitted.admitted
 
 
+def _without_zeros(summary: dict[str, Any]) -> dict[str, Any]:
+    """retry_failed() takes replayed URLs off their failure counters: drop the zeros left."""
+    for name in ("failures", "skipped", "changes", "status_codes"):
+        if isinstance(summary.get(name), dict):
+            summary[name] = {k: v for k, v in summary[name].items() if v}
+    return summary
+
+
 def list_crawls(client: redis.Redis, keys: Keys, limit: int = 50) -> list[dict[str, Any]]:
+    """The newest crawls: id, status, seeds, started_at and their progress counters."""
     ids = [i.decode() for i in client.zrevrange(keys.crawls, 0, limit - 1)]
+    r = Redis.connect(client, keys.prefix)
     out = []
     for crawl_id in ids:
-        state = {
-            k.decode(): v.decode() for k, v in client.hgetall(keys.crawl(crawl_id).state).items()
-        }
-        if state:
-            out.append({"crawl_id": crawl_id, **state})
+        opts = CrawlStore.read_options(r, crawl_id)
+        if opts is None:
+            continue  # expired
+        p = CrawlStore(r, opts).ledger.progress()
+        if p["cancelled"] and p["elapsed_s"]:
+            p["pages_per_s"] = round(max(p["done"] - p["cancelled"], 0) / p["elapsed_s"], 2)
+        out.append({**p, "seeds": list(opts.seeds), "started_at": opts.started_at})
     return out

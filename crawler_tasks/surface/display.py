@@ -13,12 +13,18 @@ from rich.table import Table
 from .crawl import Crawl
 
 
+def rate(p: dict[str, Any]) -> float:
+    """Pages/s to show: of the last seconds while running, of the whole crawl once over."""
+    final = p["status"] in ("finished", "cancelled")
+    return float(p["pages_per_s"] if final else p["recent_pages_per_s"])
+
+
 def line(p: dict[str, Any]) -> str:
     eta = f" eta={p['eta_s']}s" if p.get("eta_s") is not None else ""
     return (
         f"[{p['crawl_id']}] {p['status']}: done={p['done']} queued={p['queued']} "
         f"in_flight={p['in_flight']} failed={p['failed']} "
-        f"rate={p['recent_pages_per_s']:.1f}/s{eta}"
+        f"pages/s={rate(p):.1f}{eta}"
     )
 
 
@@ -33,7 +39,7 @@ def table(p: dict[str, Any]) -> Table:
         str(p["in_flight"]),
         str(p["failed"]),
         str(p["robots_disallowed"]),
-        f"{p['recent_pages_per_s']:.1f}",
+        f"{rate(p):.1f}",
         eta,
     )
     if p.get("backlog"):

@@ -2,11 +2,18 @@
 directory, free port, nothing persisted) and local worker processes, always stopped on exit,
 on Ctrl+C and on error. Used by ``crawler crawl --embedded``, by the fallback when no broker
 answers, and by ``make demo``.
+
+They never outlive the command, even one killed with SIGKILL (no ``finally`` runs then): on
+Linux each is started with a parent-death signal (``prctl(PR_SET_PDEATHSIG)``), so the kernel
+sends it SIGTERM when the command dies; a Celery worker's pool processes exit with it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
+import functools
 import os
 import shutil
 import signal
@@ -15,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import redis
@@ -23,6 +30,23 @@ import redis
 from ..worker.app import QUEUES
 
 FETCH_QUEUES = ",".join(q for q in QUEUES if q.startswith("crawl."))
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(parent: int) -> None:
+    """preexec_fn: SIGTERM this child when the process that started it dies (Linux only)."""
+    if not sys.platform.startswith("linux"):
+        return
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before prctl: nobody would signal us
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def die_with_this_process() -> Callable[[], None]:
+    return functools.partial(_die_with_parent, os.getpid())
 
 
 def free_port() -> int:
@@ -71,6 +95,7 @@ def private_redis(password: str | None = None) -> Iterator[str]:
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            preexec_fn=die_with_this_process(),
         )
         url = f"redis://{':' + password + '@' if password else ''}127.0.0.1:{port}/0"
         try:
@@ -157,6 +182,7 @@ def local_workers(
                         stdout=out,
                         stderr=subprocess.STDOUT,
                         start_new_session=True,
+                        preexec_fn=die_with_this_process(),
                     )
                 )
             yield procs

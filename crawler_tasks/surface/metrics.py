@@ -16,19 +16,27 @@ from .crawl import Crawl
 #: Crawls exported: the most recent ones (finished crawls keep their final numbers).
 MAX_CRAWLS = 20
 
-_COUNTERS = (
-    "discovered",
-    "admitted",
-    "deduplicated",
-    "fetched",
-    "parsed",
-    "failed",
-    "robots_disallowed",
-    "cancelled",
-    "bytes",
-    "done",
-)
-_GAUGES = ("queued", "in_flight", "outstanding", "retrying", "recent_pages_per_s")
+#: Counters exported per crawl, with their help text.
+_COUNTERS = {
+    "discovered": "links found in fetched pages",
+    "admitted": "URLs admitted to the frontier",
+    "deduplicated": "links dropped as already seen",
+    "fetched": "URLs fetched (any HTTP status)",
+    "parsed": "pages parsed",
+    "failed": "URLs that failed for good",
+    "robots_disallowed": "URLs not fetched: disallowed by robots.txt",
+    "robots_unreachable": "URLs not fetched: robots.txt unreachable",
+    "cancelled": "URLs dropped unfetched by a cancel",
+    "bytes": "bytes of response bodies fetched",
+    "done": "URLs that reached a final state",
+}
+_GAUGES = {
+    "queued": "URLs waiting in the frontier",
+    "in_flight": "URLs released to workers and not yet final",
+    "outstanding": "URLs admitted and not yet final",
+    "retrying": "URLs waiting for a retry",
+    "recent_pages_per_s": "URLs finished per second, recent",
+}
 
 
 class CrawlCollector(Collector):
@@ -40,13 +48,12 @@ class CrawlCollector(Collector):
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         ids = [i.decode() for i in self.client.zrevrange(self.keys.crawls, 0, MAX_CRAWLS - 1)]
         counters = {
-            n: CounterMetricFamily(
-                f"crawler_{n}", f"URLs {n} (bytes for 'bytes')", labels=["crawl"]
-            )
-            for n in _COUNTERS
+            n: CounterMetricFamily(f"crawler_{n}", text, labels=["crawl"])
+            for n, text in _COUNTERS.items()
         }
         gauges = {
-            n: GaugeMetricFamily(f"crawler_{n}", f"current {n}", labels=["crawl"]) for n in _GAUGES
+            n: GaugeMetricFamily(f"crawler_{n}", text, labels=["crawl"])
+            for n, text in _GAUGES.items()
         }
         failures = CounterMetricFamily(
             "crawler_failures", "final failures by reason", labels=["crawl", "reason"]
@@ -60,8 +67,9 @@ class CrawlCollector(Collector):
         for crawl_id in ids:
             crawl = Crawl(crawl_id, settings=self.settings, client=self.client)
             p = crawl.state.progress()
+            c = crawl.state.counters()
             for n in _COUNTERS:
-                counters[n].add_metric([crawl_id], p.get(n, 0))
+                counters[n].add_metric([crawl_id], c.get(n, 0))
             for n in _GAUGES:
                 gauges[n].add_metric([crawl_id], p.get(n, 0))
             for reason, n in crawl.state.summary()["failures"].items():

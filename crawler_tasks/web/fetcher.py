@@ -131,13 +131,19 @@ class Fetcher:
         allow_private: bool = False,
         headers: Mapping[str, str] | None = None,
         follow: Callable[[str], str | None] | None = None,
+        max_body_bytes: int | None = None,
+        max_redirects: int | None = None,
     ) -> Response:
         """GET ``url``, following redirects (each hop vetted by ``follow`` and the guard).
+        ``headers`` (a crawl's User-Agent, validators) replace the session's; the limits, when
+        given, replace the fetcher's for this request (they belong to the crawl).
 
         Raises FetchTimeout, ConnectionFailed, BlockedAddress, UnsupportedScheme,
         TooManyRedirects, TooLarge, BadEncoding or InvalidURL.
         """
         chain = _Chain(url, allow_private, headers, follow, netguard.Deadline(self._total_timeout))
+        chain.max_body_bytes = max_body_bytes or self._max_body_bytes
+        chain.max_redirects = self._max_redirects if max_redirects is None else max_redirects
         # Saved and restored: a ``follow`` callback may itself fetch (in this same thread).
         outer = (self._context.deadline, self._context.pinned_ip)
         self._context.deadline = chain.deadline
@@ -191,9 +197,9 @@ class Fetcher:
         netguard.check_literal(_host_port(target)[0], allow_private=chain.allow_private)
         if target in chain.visited:
             raise TooManyRedirects(f"redirect loop at {target}", redirects=chain.redirects)
-        if len(chain.redirects) > self._max_redirects:
+        if len(chain.redirects) > chain.max_redirects:
             raise TooManyRedirects(
-                f"more than {self._max_redirects} redirects", redirects=chain.redirects
+                f"more than {chain.max_redirects} redirects", redirects=chain.redirects
             )
         return target
 
@@ -231,14 +237,14 @@ class Fetcher:
     ) -> Response:
         raw = cast(HTTPResponse, resp.raw)
         length = _content_length(raw)
-        if length is not None and length > self._max_body_bytes:
+        if length is not None and length > chain.max_body_bytes:
             raise TooLarge(
-                f"Content-Length {length} above {self._max_body_bytes}",
+                f"Content-Length {length} above {chain.max_body_bytes}",
                 content_length=length,
                 status=resp.status_code,
                 content_type=_media_type(raw.headers.get("content-type")),
             )
-        body, truncated = _read_body(raw, self._max_body_bytes, chain.deadline)
+        body, truncated = _read_body(raw, chain.max_body_bytes, chain.deadline)
         if truncated:
             resp.close()
         else:
@@ -274,6 +280,8 @@ class _Chain:
     ip: str | None = None  #: the address it is fetched from
     visited: set[str] = field(default_factory=set)
     redirects: list[tuple[int, str]] = field(default_factory=list)
+    max_body_bytes: int = 0
+    max_redirects: int = 0
 
     def __post_init__(self) -> None:
         self.current = self.url

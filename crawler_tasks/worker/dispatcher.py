@@ -2,6 +2,11 @@
 into the fetch queues when their domain may be fetched (release.lua decides, atomically, so
 any number of dispatchers may run at once). It is what keeps the broker small: nothing is
 published before its domain is ready, and no task waits for a token.
+
+Between release rounds it also repairs what dead processes left behind, every few seconds:
+URLs held by workers that stopped beating go back to the frontier (``reclaim``), records a
+dead process did not write are written (``recorder.sweep_orphans``), a crawl whose finisher
+died is finished, and, rarely, a fetch whose message was lost is published again (``reap``).
 """
 
 from __future__ import annotations
@@ -11,25 +16,40 @@ import threading
 import time
 from collections.abc import Callable
 
+from ..errors import WorkerLost
 from ..settings import Settings
+from ..state import workers
+from ..state.formats import Inflight
+from ..state.store import CrawlStore
 from .context import Context
-from .pipeline import Final, finalize
+from .recorder import Final, crawl_finished, finalize, sweep_orphans
 
 log = logging.getLogger(__name__)
 
 Publish = Callable[[str, str, int, str], None]
+PublishParse = Callable[[str, str, int], None]
 
 #: Seconds between two looks for lost fetch messages.
 REAP_EVERY = 60.0
+#: Seconds between two looks for URLs of dead workers and unwritten records.
+RECLAIM_EVERY = 5.0
 
 
 class Dispatcher:
-    def __init__(self, context: Callable[[], Context], publish: Publish, settings: Settings):
+    def __init__(
+        self,
+        context: Callable[[], Context],
+        publish: Publish,
+        settings: Settings,
+        publish_parse: PublishParse,
+    ):
         self._context = context
         self._publish = publish
+        self._publish_parse = publish_parse
         self.settings = settings
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._next_reclaim = time.monotonic() + RECLAIM_EVERY
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="crawler-dispatcher", daemon=True)
@@ -46,6 +66,9 @@ class Dispatcher:
         while not self._stop.is_set():
             try:
                 busy = self.tick()
+                if time.monotonic() > self._next_reclaim:
+                    self._next_reclaim = time.monotonic() + RECLAIM_EVERY
+                    self.reclaim()
                 if time.monotonic() > next_reap:
                     next_reap = time.monotonic() + every
                     self.reap()
@@ -63,37 +86,70 @@ class Dispatcher:
         older_than = self.settings.visibility_timeout + self.settings.total_timeout
         n = 0
         for raw in ctx.client.smembers(ctx.keys.running):
-            opts = ctx.options(raw.decode())
-            if opts is None:
+            store = ctx.store(raw.decode())
+            if store is None:
                 continue
-            for url, depth in ctx.state(opts.crawl_id).stale_releases(older_than):
-                log.warning("re-publishing lost fetch of %s (crawl %s)", url, opts.crawl_id)
-                self._publish(
-                    opts.crawl_id, url, depth, opts.tier(depth, self.settings.medium_max_depth)
-                )
+            for url, depth in store.ledger.stale_releases(older_than):
+                log.warning("re-publishing lost fetch of %s (crawl %s)", url, store.id)
+                tier = store.opts.tier(depth, self.settings.medium_max_depth)
+                self._publish(store.id, url, depth, tier)
                 n += 1
         return n
+
+    def reclaim(self) -> int:
+        """Take back URLs whose worker stopped beating; write records dead processes left."""
+        ctx = self._context()
+        living = workers.alive(ctx.client, ctx.keys, self.settings.worker_dead_seconds)
+        n = 0
+        for raw in ctx.client.smembers(ctx.keys.running):
+            store = ctx.store(raw.decode())
+            if store is None:
+                continue
+            for url, entry, value in store.ledger.held_by_dead(living):
+                n += self._take_back(ctx, store, url, entry, value)
+            sweep_orphans(ctx, store)
+        return n
+
+    def _take_back(
+        self, ctx: Context, store: CrawlStore, url: str, entry: Inflight, value: str
+    ) -> int:
+        lost = WorkerLost(f"worker {entry.worker} stopped beating")
+        if store.ledger.count_attempt(url) > store.opts.max_retries:
+            if entry.stage == "s":
+                store.politeness.done(url, entry.domain, "error")
+            finalize(ctx, store, Final.failed(url, entry.depth, lost))
+            return 1
+        if not store.ledger.reclaim(url, entry, value):
+            return 0  # moved on meanwhile
+        log.warning("crawl %s: took %.300s back from %s (%s)", store.id, url, entry.worker, lost)
+        if entry.stage == "s":  # its lease, or the host waits for the lease to expire
+            store.politeness.done(url, entry.domain, "error")
+        else:
+            self._publish_parse(store.id, url, entry.depth)
+        return 1
 
     def tick(self) -> bool:
         """One release round over all running crawls; True if anything was released."""
         ctx = self._context()
         busy = False
         for raw in ctx.client.smembers(ctx.keys.running):
-            crawl_id = raw.decode()
-            opts = ctx.options(crawl_id)
-            if opts is None:
+            store = ctx.store(raw.decode())
+            if store is None:
                 continue
-            release = ctx.frontier(opts).release(self.settings.dispatch_batch)
-            if release.cancelled:
-                self._drain(ctx, crawl_id, release.entries)
-            for _domain, depth, url in [] if release.cancelled else release.entries:
-                queue = opts.tier(depth, self.settings.medium_max_depth)
-                self._publish(crawl_id, url, depth, queue)
+            s = self.settings
+            release = store.frontier.release(s.dispatch_batch, s.lease_seconds)
+            if release.finishing:
+                self._finish_abandoned(ctx, store)
+            for _domain, depth, url in release.entries:
+                if release.cancelled:  # drained unfetched: recorded as cancelled here
+                    finalize(ctx, store, Final.cancelled(url, depth))
+                else:
+                    self._publish(store.id, url, depth, store.opts.tier(depth, s.medium_max_depth))
             busy = busy or bool(release.entries)
         return busy
 
-    def _drain(self, ctx: Context, crawl_id: str, entries: list[tuple[str, int, str]]) -> None:
-        opts = ctx.options(crawl_id)
-        assert opts is not None
-        for _domain, depth, url in entries:
-            finalize(ctx, opts, Final(url, depth, error="cancelled", counters={"cancelled": 1}))
+    def _finish_abandoned(self, ctx: Context, store: CrawlStore) -> None:
+        """A crawl left "finishing" longer than a live finisher takes: its finisher died."""
+        finished_at = float(store.ledger.flags().get("finished_at", 0) or 0)
+        if finished_at and time.time() - finished_at > self.settings.orphan_record_seconds:
+            crawl_finished(ctx, store)

@@ -8,9 +8,11 @@ workers never interleave records and no file needs a cross-process lock:
 * ``crawl-*.warc.gz`` WARC request + response records of every fetched URL (warcio)
 * ``summary.json``   written once, by the worker that finishes the crawl
 
-Records are flushed as they are written (a SIGKILLed worker loses at most the record being
-written). A record is written only after finish.lua has accepted the URL's final state, so a
-redelivered task never writes a second record for the same URL.
+Records are flushed as they are written. A record is written after finish.lua has accepted the
+URL's final state and kept the record in Redis until it is on disk (see ``recorder.py``), so
+every URL of a finished crawl has exactly one record, also when a process dies on the way.
+``edges-*.tsv`` is derived from the records' outlinks and may repeat a URL's edges after such
+a death; ``pages-*.jsonl`` is the exact record.
 """
 
 from __future__ import annotations
@@ -50,20 +52,23 @@ class CrawlOutput:
             f = self._files[name] = open(self.dir / name, "ab")  # noqa: SIM115
         return f
 
-    def page(self, record: dict[str, Any]) -> None:
-        line = json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
-        with self._lock:
-            f = self._file(f"pages-{self.tag}.jsonl")
-            f.write(line.encode("utf-8", "surrogateescape"))
-            f.flush()
+    @property
+    def pages_path(self) -> Path:
+        return self.dir / f"pages-{self.tag}.jsonl"
 
-    def edges(self, source: str, targets: list[str]) -> None:
-        if not targets:
-            return
-        text = "".join(f"{source}\t{t}\n" for t in targets)
+    def final(self, record: dict[str, Any]) -> None:
+        """A URL's page record and its edges. Edges first: the page line is what says the
+        record is on disk (see recorder.py), so a crash between the two repeats edges, never
+        loses them."""
+        line = json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
+        edges = "".join(f"{record['url']}\t{t}\n" for t in record.get("outlinks") or ())
         with self._lock:
-            f = self._file(f"edges-{self.tag}.tsv")
-            f.write(text.encode("utf-8", "surrogateescape"))
+            if edges:
+                f = self._file(f"edges-{self.tag}.tsv")
+                f.write(edges.encode("utf-8", "surrogateescape"))
+                f.flush()
+            f = self._file(self.pages_path.name)
+            f.write(line.encode("utf-8", "surrogateescape"))
             f.flush()
 
     def warc(
@@ -162,11 +167,3 @@ def read_pages(directory: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
             for line in f:
                 if line.strip():
                     yield json.loads(line)
-
-
-def read_edges(directory: str | os.PathLike[str]) -> Iterator[tuple[str, str]]:
-    for path in sorted(Path(directory).glob("edges-*.tsv")):
-        with open(path, encoding="utf-8", errors="surrogateescape") as f:
-            for line in f:
-                src, _, dst = line.rstrip("\n").partition("\t")
-                yield src, dst

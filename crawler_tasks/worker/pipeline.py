@@ -1,7 +1,7 @@
 """What happens to one URL, as plain functions the Celery tasks call.
 
-    released by the dispatcher ──> fetch_url ──(HTML)──> parse_url ──> finalize
-                                       └──(anything else)────────────> finalize
+    released by the dispatcher ──> fetch_url ──(HTML)──> parse_url ──> recorder.finalize
+                                       └──(anything else)────────────> recorder.finalize
 
 Every step is idempotent under redelivery: a URL is "in flight" exactly while it has an entry
 in the crawl's inflight hash, and ``finalize`` (finish.lua) removes that entry once. A step
@@ -29,19 +29,20 @@ import json
 import logging
 import random
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import redis
 
-from ..errors import CrawlerError, InternalError, PermanentError, RetryableError, ServerError
-from ..state import events
-from ..state.options import CrawlOptions
+from ..errors import CrawlerError, PermanentError, RetryableError, ServerError
+from ..state import events, formats
+from ..state.formats import Counter, Outcome
 from ..state.politeness import parse_retry_after
+from ..state.store import CrawlStore
 from ..web.fetcher import Response
 from ..web.page import extract, is_html
 from ..web.urls import origin_of
 from .context import Context
+from .recorder import Final, finalize, recover
 from .sitemap_seeds import Sitemaps
 
 log = logging.getLogger(__name__)
@@ -49,38 +50,6 @@ log = logging.getLogger(__name__)
 THROTTLE_STATUSES = {429, 503}
 #: Errors left to the Celery task's own retry (tasks.py): the URL's state cannot be written now.
 INFRA_ERRORS = (redis.ConnectionError, redis.TimeoutError)
-DEAD_LETTER_FIELDS = ("url", "depth", "error", "status", "detail", "attempts", "fetched_at")
-
-
-@dataclass
-class Final:
-    """The final state of one URL: its output record and the counters it adds."""
-
-    url: str
-    depth: int
-    error: str | None = None
-    status: int | None = None
-    final_url: str | None = None
-    content_type: str | None = None
-    title: str | None = None
-    outlinks: list[str] = field(default_factory=list)
-    extra: dict[str, Any] = field(default_factory=dict)
-    counters: dict[str, int] = field(default_factory=dict)
-
-    def record(self) -> dict[str, Any]:
-        rest = {k: v for k, v in self.extra.items() if k != "fetched_at"}
-        return {
-            "url": self.url,
-            "final_url": self.final_url or self.url,
-            "status": self.status,
-            "depth": self.depth,
-            "content_type": self.content_type,
-            "title": self.title,
-            "fetched_at": self.extra.get("fetched_at"),
-            "error": self.error,
-            "outlinks": self.outlinks,
-            **rest,
-        }
 
 
 def fetch_url(ctx: Context, crawl_id: str, url: str, depth: int) -> str:
@@ -94,116 +63,72 @@ def fetch_url(ctx: Context, crawl_id: str, url: str, depth: int) -> str:
 
 
 def _fetch_url(ctx: Context, crawl_id: str, url: str, depth: int) -> str:
-    opts = ctx.options(crawl_id)
-    state = ctx.state(crawl_id)
-    if opts is None or not state.start(url):
+    store = ctx.store(crawl_id)
+    started = store.ledger.start(url, ctx.worker_id) if store is not None else 0
+    if store is None or started == 0:
         return "duplicate"
-    domain = ctx.frontier(opts).domain_of(url)
-    polite = ctx.politeness(opts)
-    if state.is_cancelled():
+    if started == 2:  # final, but the process that finished it died before its record
+        return recover(ctx, store, url)
+    domain = store.domain_of(url)
+    polite = store.politeness
+    if store.ledger.is_cancelled():
         polite.done(url, domain, "ok")
-        return finalize(ctx, opts, Final(url, depth, error="cancelled", counters={"cancelled": 1}))
-    events.emit(ctx.client, ctx.keys.crawl(crawl_id), "request_started", crawl_id, url=url)
-    robots_verdict = _robots(ctx, opts, url, domain)
+        return finalize(ctx, store, Final.cancelled(url, depth))
+    events.emit(ctx.client, store.ck, "request_started", crawl_id, url=url)
+    robots_verdict = _robots(ctx, store, url, domain)
     if robots_verdict is not None:
         polite.done(url, domain, "ok")
-        return finalize(ctx, opts, robots_verdict)
+        return finalize(ctx, store, robots_verdict)
+    conditional = store.recrawl.conditional_headers(url) if store.recrawl else {}
     try:
-        response = ctx.fetcher.get(
-            url,
-            allow_private=opts.allow_private_networks,
-            headers=ctx.conditional_headers(opts, url),
-            follow=_Redirects(ctx, opts, url).follow,
-        )
+        response = ctx.fetch(store.opts, url, store.admission.claims(url).follow, conditional)
     except RetryableError as exc:
         polite.done(url, domain, "error")
-        return retry_or_fail(ctx, opts, url, depth, exc)
+        return retry_or_fail(ctx, store, url, depth, exc)
     except PermanentError as exc:
         polite.done(url, domain, "ok")
-        return finalize(ctx, opts, _failed(url, depth, exc))
-    return _after_response(ctx, opts, url, depth, domain, response)
-
-
-class _Redirects:
-    """The ``follow`` callback of one fetch: vets each redirect hop of ``url``.
-
-    A target new to the crawl is marked seen (so no link fetches it a second time) and claimed
-    for ``url`` in the crawl's redirects hash; a target ``url`` claimed in an earlier attempt is
-    followed again. Claims are dropped when the URL ends well (see :func:`finalize`).
-    """
-
-    def __init__(self, ctx: Context, opts: CrawlOptions, url: str) -> None:
-        self.ctx, self.opts, self.url = ctx, opts, url
-        self.key = ctx.keys.crawl(opts.crawl_id).redirects
-        self.claimed: list[str] | None = None  # read on the first hop only
-
-    def follow(self, target: str) -> str | None:
-        if self.claimed is None:
-            raw = self.ctx.client.hget(self.key, self.url)
-            self.claimed = json.loads(raw) if raw else []
-        if target in self.claimed:
-            return None
-        reason = self.ctx.follow_redirect(self.opts, target)
-        if reason is None:
-            self.claimed.append(target)
-            self.ctx.client.hset(self.key, self.url, json.dumps(self.claimed))
-        return reason
+        return finalize(ctx, store, Final.failed(url, depth, exc))
+    return _after_response(ctx, store, url, depth, domain, response)
 
 
 def _after_response(
-    ctx: Context,
-    opts: CrawlOptions,
-    url: str,
-    depth: int,
-    domain: str,
-    response: Response,
+    ctx: Context, store: CrawlStore, url: str, depth: int, domain: str, response: Response
 ) -> str:
-    polite = ctx.politeness(opts)
     status = response.status
     retry_after = parse_retry_after(
         response.headers.get("retry-after"), ctx.settings.max_retry_after
     )
     if status in THROTTLE_STATUSES:
-        polite.done(url, domain, "throttle", retry_after)
+        store.politeness.done(url, domain, "throttle", retry_after)
     else:
-        polite.done(url, domain, "error" if status >= 500 else "ok")
+        store.politeness.done(url, domain, "error" if status >= 500 else "ok")
     if status >= 500 or status in (408, 429):
-        return retry_or_fail(ctx, opts, url, depth, ServerError(status, retry_after))
-    ctx.write_warc(opts, response)
+        return retry_or_fail(ctx, store, url, depth, ServerError(status, retry_after))
+    ctx.write_warc(store.opts, response)
     final = _base_final(url, depth, response)
     if 200 <= status < 300 and is_html(response.content_type, response.body[:1024]):
-        ctx.store_body(opts, url, dumps_meta(response, final.extra, final.counters), response.body)
-        ctx.enqueue_parse(opts.crawl_id, url, depth)
+        store.bodies.put(url, dumps_meta(response, final.extra, final.counters), response.body)
+        ctx.enqueue_parse(store.id, url, depth)
         return "fetched"
-    if status == 304 and opts.schedule:
-        return finalize(ctx, opts, _not_modified(ctx, opts, final))
-    if 200 <= status < 300:
-        _note_change(final, ctx.remember(opts, url, response.headers, response.body, []))
+    if status == 304 and store.recrawl is not None:
+        final.outlinks = store.recrawl.previous_links(url)
+        final.counters.update(store.admission.links(final.outlinks, depth + 1))
+        final.note_change(Outcome.NOT_MODIFIED.value)
+        return finalize(ctx, store, final)
+    if 200 <= status < 300 and store.recrawl is not None:
+        final.note_change(store.recrawl.remember(url, response.headers, response.body, []))
     if 300 <= status < 400 and status != 304:
         # Not followed on purpose (out of scope, or its target is fetched from elsewhere), or
         # not followable (no Location, 300/305).
         final.error = f"redirect_{response.stop_reason or 'not_followed'}"
-        final.counters[f"skipped:{final.error}"] = 1
+        final.counters[formats.skipped(final.error)] = 1
     elif status >= 400:
-        final.error = "client_error"
-    return finalize(ctx, opts, final)
-
-
-def _not_modified(ctx: Context, opts: CrawlOptions, final: Final) -> Final:
-    """A recrawl's 304: not parsed again; the previous run's links keep the crawl going."""
-    final.outlinks = ctx.previous_links(opts, final.url)
-    final.counters.update(ctx.admit_links(opts, final.outlinks, final.depth + 1))
-    _note_change(final, "not_modified")
-    return final
-
-
-def _note_change(final: Final, change: str | None) -> None:
-    if change is not None:
-        final.extra["change"] = change
-        final.counters[f"change:{change}"] = 1
+        final.error = Outcome.CLIENT_ERROR.value
+    return finalize(ctx, store, final)
 
 
 def _base_final(url: str, depth: int, response: Response) -> Final:
+    n = len(response.body)
     return Final(
         url,
         depth,
@@ -212,60 +137,48 @@ def _base_final(url: str, depth: int, response: Response) -> Final:
         content_type=response.content_type,
         extra={
             "fetched_at": time.time(),
-            "bytes": len(response.body),
+            "bytes": n,
             "truncated": response.truncated,
             "redirects": [target for _, target in response.redirects],
             "ip": response.ip,
         },
-        counters={"fetched": 1, f"status:{response.status}": 1, "bytes": len(response.body)},
+        counters={
+            Counter.FETCHED.value: 1,
+            formats.status(response.status): 1,
+            Counter.BYTES.value: n,
+        },
     )
 
 
-def _robots(ctx: Context, opts: CrawlOptions, url: str, domain: str) -> Final | None:
+def _robots(ctx: Context, store: CrawlStore, url: str, domain: str) -> Final | None:
     """What robots.txt says of ``url`` (a Final when it is not to be fetched), and the
     politeness accounting of this fetch (see ``politeness``): robots.txt, when it had to be
     requested, is charged to the domain's bucket; its Crawl-delay is applied; a disallowed URL
     gives its token back. With ``sitemaps``, an origin's ``Sitemap:`` URLs are admitted the
     first time, and a released sitemap file is fetched and used here (see ``sitemap_seeds``)."""
+    opts = store.opts
     if not (opts.obey_robots or opts.sitemaps):
         return None
-    polite = ctx.politeness(opts)
+    polite = store.politeness
     origin = origin_of(url)
     robots = ctx.robots(opts).get(origin, lambda: polite.extra_request(domain))
     if opts.obey_robots:
         if not robots.allowed(opts.robots_agent, url):
             polite.refund(url, domain)
-            return Final(url, 0, error="robots_disallowed", counters={"robots_disallowed": 1})
+            # A disallow-all policy only comes from a robots.txt that could not be read.
+            unreachable = robots.kind == "disallow"
+            reason = (
+                Outcome.ROBOTS_UNREACHABLE if unreachable else Outcome.ROBOTS_DISALLOWED
+            ).value
+            counter = Counter.ROBOTS_UNREACHABLE if unreachable else Counter.ROBOTS_DISALLOWED
+            return Final(url, 0, error=reason, counters={counter.value: 1})
         polite.set_crawl_delay(domain, robots.crawl_delay(opts.robots_agent))
     if opts.sitemaps:
-        maps = Sitemaps(ctx, opts)
+        maps = Sitemaps(ctx, store)
         maps.discover(origin, robots)
         if maps.is_sitemap(url):
             return Final(url, 0, **maps.fetch(url))
     return None
-
-
-def _failed(url: str, depth: int, exc: CrawlerError) -> Final:
-    details = exc.details
-    status = getattr(exc, "status", None) or details.get("status")
-    final = Final(
-        url,
-        depth,
-        error=exc.reason,
-        status=status if isinstance(status, int) else None,
-        final_url=_text(details.get("final_url")),
-        content_type=_text(details.get("content_type")),
-        extra={"detail": str(exc)[:500], "fetched_at": time.time()},
-        counters={"failed": 1, f"failed:{exc.reason}": 1},
-    )
-    redirects = details.get("redirects")
-    if isinstance(redirects, list) and redirects:
-        final.extra["redirects"] = [target for _, target in redirects]
-    return final
-
-
-def _text(value: object) -> str | None:
-    return value if isinstance(value, str) else None
 
 
 def _internal_error(
@@ -273,28 +186,27 @@ def _internal_error(
 ) -> str:
     """Give ``url`` a final state after a bug; the log has the traceback."""
     log.exception("crawl %s: internal error on %.300s", crawl_id, url)
-    opts = ctx.options(crawl_id)
-    if opts is None:
+    store = ctx.store(crawl_id)
+    if store is None:
         raise exc
     if release:  # the domain's lease, or the domain waits for its expiry
         with contextlib.suppress(Exception):
-            ctx.politeness(opts).done(url, ctx.frontier(opts).domain_of(url), "error")
-    error = InternalError(f"{type(exc).__name__}: {exc}")
-    return finalize(ctx, opts, _failed(url, depth, error))
+            store.politeness.done(url, store.domain_of(url), "error")
+    return finalize(ctx, store, Final.internal(url, depth, exc))
 
 
-def retry_or_fail(ctx: Context, opts: CrawlOptions, url: str, depth: int, exc: CrawlerError) -> str:
-    state = ctx.state(opts.crawl_id)
-    attempts = state.count_attempt(url)
-    if attempts > ctx.settings.max_retries:
-        final = _failed(url, depth, exc)
+def retry_or_fail(ctx: Context, store: CrawlStore, url: str, depth: int, exc: CrawlerError) -> str:
+    opts = store.opts
+    attempts = store.ledger.count_attempt(url)
+    if attempts > opts.max_retries:
+        final = Final.failed(url, depth, exc)
         final.extra["attempts"] = attempts
-        return finalize(ctx, opts, final)
-    base = ctx.settings.retry_backoff * 2 ** (attempts - 1)
-    delay = random.uniform(0, min(base, ctx.settings.retry_backoff_max))  # full jitter
+        return finalize(ctx, store, final)
+    base = opts.retry_backoff * 2 ** (attempts - 1)
+    delay = random.uniform(0, min(base, opts.retry_backoff_max))  # full jitter
     delay = max(delay, getattr(exc, "retry_after", None) or 0.0)
-    domain = ctx.frontier(opts).domain_of(url)
-    return "retry" if state.requeue(domain, f"{depth}|{url}", url, delay) else "duplicate"
+    requeued = store.ledger.requeue(store.domain_of(url), depth, url, delay)
+    return "retry" if requeued else "duplicate"
 
 
 def parse_url(ctx: Context, crawl_id: str, url: str, depth: int) -> str:
@@ -307,25 +219,35 @@ def parse_url(ctx: Context, crawl_id: str, url: str, depth: int) -> str:
 
 
 def _parse_url(ctx: Context, crawl_id: str, url: str, depth: int) -> str:
-    opts = ctx.options(crawl_id)
-    if opts is None:
+    store = ctx.store(crawl_id)
+    started = store.ledger.start(url, ctx.worker_id, "p") if store is not None else 0
+    if store is None or started == 0:
         return "duplicate"
-    stored = ctx.load_body(opts, url)
+    if started == 2:
+        return recover(ctx, store, url)
+    stored = store.bodies.get(url)
     if stored is None:
-        if not ctx.state(crawl_id).is_inflight(url):
-            return "duplicate"
-        return finalize(ctx, opts, Final(url, depth, error="body_lost", counters={"failed": 1}))
+        lost = Final(url, depth, error=Outcome.BODY_LOST.value, counters={Counter.FAILED.value: 1})
+        return finalize(ctx, store, lost)
     meta, body = stored
+    final = _parsed(store, url, depth, meta, body)
+    result = finalize(ctx, store, final)
+    store.bodies.drop(url)
+    return result
+
+
+def _parsed(store: CrawlStore, url: str, depth: int, meta: dict[str, Any], body: bytes) -> Final:
+    opts = store.opts
     page = extract(
         body,
         meta["final_url"],
         content_type=meta.get("content_type_header"),
         headers=meta.get("headers") or {},
-        max_links=ctx.settings.max_links_per_page,
+        max_links=opts.max_links_per_page,
         max_url_length=opts.max_url_length,
-        honour_nofollow=ctx.settings.honour_nofollow,
+        honour_nofollow=opts.honour_nofollow,
     )
-    skipped = ctx.admit_links(opts, page.links, depth + 1)
+    skipped = store.admission.links(page.links, depth + 1)
     final = Final(
         url,
         depth,
@@ -342,42 +264,15 @@ def _parse_url(ctx: Context, crawl_id: str, url: str, depth: int) -> str:
             "text_length": page.text_length,
             "noindex": page.noindex,
         },
-        counters={**meta["counters"], "parsed": 1, **skipped},
+        counters={**meta["counters"], Counter.PARSED.value: 1, **skipped},
     )
     for reason, n in page.links_dropped.items():
         if n:
-            final.counters[f"links_dropped:{reason}"] = n
-    _note_change(final, ctx.remember(opts, url, meta.get("headers") or {}, body, page.links))
-    result = finalize(ctx, opts, final)
-    ctx.drop_body(opts, url)
-    return result
-
-
-def finalize(ctx: Context, opts: CrawlOptions, final: Final) -> str:
-    """Record a URL's final state once; the call that empties the crawl finishes it."""
-    counters = dict(final.counters)
-    counters["done"] = 1
-    state = ctx.state(opts.crawl_id)
-    record = final.record()
-    if "failed" in counters:
-        # Before finish: a dead letter for a URL that then turns out final already is harmless.
-        state.dead_letter(final.url, {k: record.get(k) for k in DEAD_LETTER_FIELDS})
-    left = state.finish(final.url, counters)
-    if left < 0:
-        return "duplicate"
-    if final.extra.get("redirects") and "failed" not in counters:
-        # Claims of a URL that ended well are no longer needed; a failed one keeps them for
-        # retry-failed. Not atomic with finish: a leftover entry only costs its bytes.
-        ctx.client.hdel(ctx.keys.crawl(opts.crawl_id).redirects, final.url)
-    out = ctx.output(opts)
-    out.page(record)
-    out.edges(final.url, final.outlinks)
-    kind = "request_failed" if final.error else "request_completed"
-    payload = {k: record[k] for k in ("url", "status", "error", "depth")}
-    events.emit(ctx.client, ctx.keys.crawl(opts.crawl_id), kind, opts.crawl_id, record=payload)
-    if left == 0:
-        ctx.crawl_finished(opts)
-    return final.error or "done"
+            final.counters[formats.links_dropped(reason)] = n
+    if store.recrawl is not None:
+        headers = meta.get("headers") or {}
+        final.note_change(store.recrawl.remember(url, headers, body, page.links))
+    return final
 
 
 # Response headers the parse step (and the recrawl validators) need.

@@ -26,14 +26,15 @@ entities, DTDs or network access, incrementally, and recovers what a cut file ho
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 from ..errors import CrawlerError
+from ..state import formats
+from ..state.formats import Counter, Outcome
 from ..web.sitemaps import normalised, parse
 
 if TYPE_CHECKING:
-    from ..state.options import CrawlOptions
+    from ..state.store import CrawlStore
     from ..web.robots import Robots
     from .context import Context
 
@@ -41,32 +42,25 @@ if TYPE_CHECKING:
 MAX_PER_ROBOTS = 20
 #: Sitemap files (from robots.txt and from indexes) one crawl fetches at most.
 MAX_FILES = 1000
-#: (crawl id, origin) pairs this process has seen the robots.txt sitemaps of.
-_MEMO_SIZE = 10_000
-_memo: OrderedDict[tuple[str, str], None] = OrderedDict()
 
 
 class Sitemaps:
     """The sitemap work of one crawl, in a worker process."""
 
-    def __init__(self, ctx: Context, opts: CrawlOptions) -> None:
+    def __init__(self, ctx: Context, store: CrawlStore) -> None:
         self.ctx = ctx
-        self.opts = opts
-        self.ck = ctx.keys.crawl(opts.crawl_id)
+        self.store = store
+        self.opts = store.opts
+        self.ck = store.ck
 
     def discover(self, origin: str, robots: Robots) -> int:
         """Admit ``origin``'s robots.txt ``Sitemap:`` URLs, the first time this crawl sees it.
         Returns how many sitemap files were admitted now."""
-        memo = (self.opts.crawl_id, origin)
-        if memo in _memo:
+        if not self.ctx.first_sitemap_look(self.opts.crawl_id, origin):
             return 0
-        added = 0
         if self.ctx.client.set(self.ck.sitemap_origin(origin), "1", nx=True):
-            added = self._add_files(robots.sitemaps[:MAX_PER_ROBOTS])
-        _memo[memo] = None
-        while len(_memo) > _MEMO_SIZE:
-            _memo.popitem(last=False)
-        return added
+            return self._add_files(robots.sitemaps[:MAX_PER_ROBOTS])
+        return 0
 
     def is_sitemap(self, url: str) -> bool:
         return bool(self.ctx.client.sismember(self.ck.sitemaps, url))
@@ -76,32 +70,32 @@ class Sitemaps:
         urls = normalised(urls)
         if not urls:
             return 0
-        total = int(self.ctx.client.hincrby(self.ck.stats, "sitemap_files", len(urls)))
+        total = int(self.ctx.client.hincrby(self.ck.stats, Counter.SITEMAP_FILES.value, len(urls)))
         room = len(urls) - max(0, total - MAX_FILES)
         if room < len(urls):  # give back what does not fit, so the counter stays exact
-            self.ctx.client.hincrby(self.ck.stats, "sitemap_files", max(room, 0) - len(urls))
+            self.ctx.client.hincrby(
+                self.ck.stats, Counter.SITEMAP_FILES.value, max(room, 0) - len(urls)
+            )
         urls = urls[: max(room, 0)]
         if urls:
             self.ctx.client.sadd(self.ck.sitemaps, *urls)
-            self.ctx.admit_links(self.opts, urls, 0)
+            self.store.admission.links(urls, 0)
         return len(urls)
 
     def fetch(self, url: str) -> dict[str, Any]:
         """Fetch and use one sitemap file; returns the fields of its ``pipeline.Final``."""
         ctx, opts = self.ctx, self.opts
-        scope = ctx.scope(opts)
+        scope = self.store.admission.scope
         try:
-            response = ctx.fetcher.get(
-                url,
-                allow_private=opts.allow_private_networks,
-                follow=lambda target: "out_of_scope" if scope.check(target) else None,
+            response = ctx.fetch(
+                opts, url, lambda target: "out_of_scope" if scope.check(target) else None, {}
             )
         except CrawlerError as exc:
             error = f"sitemap_{exc.reason}"
             return {
                 "error": error,
                 "extra": {"detail": str(exc)[:500], "fetched_at": time.time()},
-                "counters": {"failed": 1, f"failed:{error}": 1},
+                "counters": {Counter.FAILED.value: 1, formats.failed(error): 1},
             }
         status, body = response.status, response.body
         result: dict[str, Any] = {
@@ -109,12 +103,15 @@ class Sitemaps:
             "final_url": response.final_url,
             "content_type": response.content_type,
             "extra": {"fetched_at": time.time(), "bytes": len(body)},
-            "counters": {"fetched": 1, f"status:{status}": 1, "bytes": len(body)},
+            "counters": {
+                Counter.FETCHED.value: 1,
+                formats.status(status): 1,
+                Counter.BYTES.value: len(body),
+            },
         }
         ctx.write_warc(opts, response)
         if not 200 <= status < 300:
-            result["error"] = "sitemap_status"
-            result["counters"].update({"failed": 1, "failed:sitemap_status": 1})
+            return _failed(result, Outcome.SITEMAP_STATUS)
             return result
         parsed = parse(body)
         locs = normalised(parsed.locs)
@@ -123,10 +120,14 @@ class Sitemaps:
         if parsed.kind == "sitemapindex":
             info["sitemaps_added"] = self._add_files(locs)
         elif parsed.kind in ("urlset", "text"):
-            result["counters"].update(ctx.admit_links(opts, locs, 0))
+            result["counters"].update(self.store.admission.links(locs, 0))
         else:
-            result["error"] = "sitemap_invalid"
-            result["counters"].update({"failed": 1, "failed:sitemap_invalid": 1})
-            return result
-        result["counters"]["sitemaps"] = 1
+            return _failed(result, Outcome.SITEMAP_INVALID)
+        result["counters"][Counter.SITEMAPS.value] = 1
         return result
+
+
+def _failed(result: dict[str, Any], outcome: Outcome) -> dict[str, Any]:
+    result["error"] = outcome.value
+    result["counters"].update({Counter.FAILED.value: 1, formats.failed(outcome.value): 1})
+    return result

@@ -11,8 +11,6 @@ Crawl-level retries go back through the frontier (see :mod:`pipeline`); Celery's
 from __future__ import annotations
 
 import logging
-import os
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -21,15 +19,15 @@ from celery import bootsteps
 from celery.signals import beat_init, worker_process_shutdown
 
 from ..settings import Settings
+from ..state import store
+from ..state.schedules import Schedules
 from . import pipeline
 from .app import app
-from .context import Context
+from .context import Context, Runtime
 from .dispatcher import Dispatcher
 
 log = logging.getLogger(__name__)
 _INFRA_ERRORS = (redis.ConnectionError, redis.TimeoutError)
-_contexts: dict[int, Context] = {}
-_lock = threading.Lock()
 
 
 def settings() -> Settings:
@@ -38,15 +36,9 @@ def settings() -> Settings:
 
 
 def context() -> Context:
-    """This process's context, built on first use (after the fork in prefork pools)."""
-    pid = os.getpid()
-    ctx = _contexts.get(pid)
-    if ctx is None:
-        with _lock:
-            ctx = _contexts.get(pid)
-            if ctx is None:
-                ctx = _contexts[pid] = Context(settings(), enqueue_parse, enqueue_callback)
-    return ctx
+    """This process's context (see :class:`Runtime`)."""
+    runtime: Runtime = app.conf.crawler_runtime
+    return runtime.context()
 
 
 def enqueue_parse(crawl_id: str, url: str, depth: int) -> None:
@@ -59,6 +51,9 @@ def enqueue_callback(task_name: str, crawl_id: str, summary: dict[str, Any]) -> 
 
 def publish_fetch(crawl_id: str, url: str, depth: int, queue: str) -> None:
     fetch.apply_async((crawl_id, url, depth), queue=queue)
+
+
+app.conf.crawler_runtime = Runtime(lambda: Context(settings(), enqueue_parse, enqueue_callback))
 
 
 _retry = {
@@ -86,23 +81,15 @@ def parse(self: Any, crawl_id: str, url: str, depth: int) -> str:
 )
 def start_scheduled(self: Any, name: str) -> str | None:
     """Started by beat: a new crawl (new id, new dedupe filter) of schedule ``name``."""
-    from ..state.schedules import Schedules
-    from ..surface.crawl import start_crawl
-
     ctx = context()
     item = Schedules(app, ctx.client, ctx.keys).get(name)
     if item is None:
         return None  # removed since beat read it
-    crawl = start_crawl(
-        item.seeds, settings=ctx.settings, client=ctx.client, schedule=name, **item.options
-    )
-    return crawl.id
+    return store.start(ctx.r, ctx.settings, item.seeds, schedule=name, **item.options).id
 
 
 @beat_init.connect
 def _load_schedules(sender: Any = None, **_: Any) -> None:
-    from ..state.schedules import Schedules
-
     path = schedules_file(settings())
     if path is not None:
         ctx = context()
@@ -120,9 +107,8 @@ def schedules_file(s: Settings) -> Path | None:
 
 @worker_process_shutdown.connect
 def _close_context(**_: Any) -> None:
-    ctx = _contexts.pop(os.getpid(), None)
-    if ctx is not None:
-        ctx.outputs.close()
+    runtime: Runtime = app.conf.crawler_runtime
+    runtime.close()
 
 
 class DispatcherStep(bootsteps.StartStopStep):
@@ -135,7 +121,7 @@ class DispatcherStep(bootsteps.StartStopStep):
         self.dispatcher: Dispatcher | None = None
 
     def start(self, worker: Any) -> None:
-        self.dispatcher = Dispatcher(context, publish_fetch, settings())
+        self.dispatcher = Dispatcher(context, publish_fetch, settings(), enqueue_parse)
         self.dispatcher.start()
 
     def stop(self, worker: Any) -> None:

@@ -5,14 +5,15 @@
 --
 -- KEYS[1] outstanding counter   KEYS[2] stats hash   KEYS[3] ready zset
 -- KEYS[4..] Bloom shard keys
--- ARGV[1] unused      ARGV[2] max_pages (0 = none)   ARGV[3] k   ARGV[4] queue key prefix
--- ARGV[5] 1 = depth-first (LIFO), else breadth-first (FIFO)   ARGV[6] nshards
--- ARGV[7] 1 = force: skip the Bloom test (replaying failed URLs, which are already in it)
--- ARGV[8] bits per Bloom shard (m)
--- ARGV[9] every URL's (shard, h1 mod m, h2 mod m), packed uint32 triples (see bloom_lib.lua)
--- ARGV[10] URLs the caller already knew to be in the filter and left out (seen.KnownURLs):
+-- ARGV (built by formats.AdmitCall):
+-- ARGV[1] max_pages (0 = none)   ARGV[2] k   ARGV[3] queue key prefix
+-- ARGV[4] 1 = depth-first (LIFO), else breadth-first (FIFO)   ARGV[5] nshards
+-- ARGV[6] 1 = force: skip the Bloom test (replaying failed URLs, which are already in it)
+-- ARGV[7] bits per Bloom shard (m)
+-- ARGV[8] every URL's (shard, h1 mod m, h2 mod m), packed uint32 triples (see bloom_lib.lua)
+-- ARGV[9] URLs the caller already knew to be in the filter and left out (KnownURLs):
 --          counted as discovered and as duplicates, nothing else
--- then per URL: domain, entry ("depth|url").
+-- then per URL: domain, entry ("depth|url", formats.entry).
 -- A URL given twice in one batch is admitted once (the second counts as a duplicate).
 -- Queue keys are built from the domain here rather than passed in KEYS because the set of
 -- domains is open-ended; this is fine on a single Redis.
@@ -20,18 +21,18 @@
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
-local max_pages, k = tonumber(ARGV[2]), tonumber(ARGV[3])
-local qprefix, dfs, nshards = ARGV[4], ARGV[5] == '1', tonumber(ARGV[6])
-local force = ARGV[7] == '1'
-local m = tonumber(ARGV[8])
-local known = tonumber(ARGV[10]) or 0
-local FIRST = 11
+local max_pages, k = tonumber(ARGV[1]), tonumber(ARGV[2])
+local qprefix, dfs, nshards = ARGV[3], ARGV[4] == '1', tonumber(ARGV[5])
+local force = ARGV[6] == '1'
+local m = tonumber(ARGV[7])
+local known = tonumber(ARGV[9]) or 0
+local FIRST = 10
 local count = (#ARGV - FIRST + 1) / 2
 local seen, reads = {}, nil
 if force then
   for i = 1, count do seen[i] = false end
 else
-  local S, A, B = bloom_decode(ARGV[9], count)
+  local S, A, B = bloom_decode(ARGV[8], count)
   seen, reads = bloom_test(4, nshards, k, m, S, A, B, count)
 end
 

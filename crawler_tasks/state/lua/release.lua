@@ -23,11 +23,14 @@
 -- ARGV[4] domain-state prefix   ARGV[5] lease seconds  ARGV[6] default rate (req/s)
 -- ARGV[7] burst  ARGV[8] concurrency per domain  ARGV[9] max entries drained when cancelled
 -- Returns {mode, domain1, entry1, domain2, entry2, ...}; mode is "fetch", or "cancel" when
--- the crawl was cancelled and the entries are drained without politeness (not to be fetched).
+-- the crawl was cancelled and the entries are drained without politeness (not to be fetched),
+-- or "finishing" (no entries) when the crawl is empty and its finisher has not completed.
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
-local state = redis.call('HMGET', KEYS[3], 'paused', 'cancelled')
+local state = redis.call('HMGET', KEYS[3], 'paused', 'cancelled', 'status')
+-- Emptied, waiting for its finisher (finish.lua): nothing to release, the caller may help.
+if state[3] == 'finishing' then return {'finishing'} end
 local limit, qprefix, lprefix, dprefix = tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[4]
 local lease_s, default_rate = tonumber(ARGV[5]), tonumber(ARGV[6])
 local burst, conc = tonumber(ARGV[7]), tonumber(ARGV[8])

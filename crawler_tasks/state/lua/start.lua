@@ -1,9 +1,21 @@
--- A fetch task begins: mark its URL as started, if (and only if) it is still in flight.
--- The mark tells the dispatcher's reaper that the fetch message was delivered; the "only if"
--- keeps a late duplicate from resurrecting a URL that already reached its final state.
--- KEYS[1] inflight   ARGV[1] url
--- Returns 1 if the URL is in flight (the task should go on), 0 if not (a duplicate delivery).
+-- A task begins work on a URL: mark it (stage and worker) if, and only if, it is still in
+-- flight. The mark tells the dispatcher's reaper that the fetch message was delivered, and
+-- its reclaimer whose heartbeat to watch (a URL held by a dead worker goes back to the
+-- frontier in seconds, not after the broker's visibility timeout). The "only if" keeps a late
+-- duplicate from resurrecting a URL that already reached its final state.
+-- KEYS[1] inflight  KEYS[2] unwritten hash
+-- ARGV[1] url  ARGV[2] stage ('s' fetch started, 'p' parse started)  ARGV[3] worker id
+-- Returns 1 if the URL is in flight (the task should go on), 2 if it is final but its record
+-- is not on disk yet (the task that finished it died: write it), 0 otherwise (a duplicate).
 local v = redis.call('HGET', KEYS[1], ARGV[1])
-if not v then return 0 end
-if string.sub(v, -2) ~= '|s' then redis.call('HSET', KEYS[1], ARGV[1], v .. '|s') end
+if not v then
+  if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then return 2 end
+  return 0
+end
+-- "domain|released_at|depth" then "|<stage>:<worker>" (formats.Inflight): keep the first three.
+local a = string.find(v, '|', 1, true)
+local b = string.find(v, '|', a + 1, true)
+local c = string.find(v, '|', b + 1, true)
+local base = c and string.sub(v, 1, c - 1) or v
+redis.call('HSET', KEYS[1], ARGV[1], base .. '|' .. ARGV[2] .. ':' .. ARGV[3])
 return 1

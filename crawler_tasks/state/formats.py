@@ -1,0 +1,198 @@
+"""Every format Python and the Lua scripts share, and the names of counters and outcomes.
+
+The Lua side reads and writes these too; each format says which scripts depend on it, so a
+change here is a change there (``tests/test_formats.py`` runs the scripts against these
+functions).
+
+* frontier entry (per-domain queue lists; admit.lua, release.lua, requeue.lua)::
+
+      "depth|url"
+
+* inflight value (``CrawlKeys.inflight``, url -> value; release.lua writes it, start.lua
+  appends the stage and worker, finish.lua / requeue.lua delete it)::
+
+      "domain|released_at|depth"            released_at: unix seconds, 0 for a cancel drain
+      "domain|released_at|depth|s:WORKER"   its fetch task began in WORKER (start.lua)
+      "domain|released_at|depth|p:WORKER"   its parse task began in WORKER
+
+* worker heartbeat (``Keys.workers``, worker id -> unix seconds): every worker process
+  beats; a URL started by a worker that stopped beating is reclaimed by the dispatcher.
+
+* retry member (``CrawlKeys.retry`` zset, scored by due time; requeue.lua, release.lua)::
+
+      "domain<TAB>depth|url"
+
+* unwritten record (``CrawlKeys.unwritten``, url -> value; finish.lua stores it, the recorder
+  deletes it once the record is on disk; start.lua reports it)::
+
+      {"rid": record id, "path": the writer's pages file, "ts": unix seconds, "record": {...}}
+
+Counter names (``CrawlKeys.stats`` hash) are :class:`Counter` members or one of the families
+built by :func:`status`, :func:`failed`, :func:`skipped`, :func:`change` and
+:func:`links_dropped`. Outcome reasons (the ``error`` of a page record) are the ``reason`` of
+an exception in :mod:`crawler_tasks.errors` or an :class:`Outcome`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+
+class Counter(str, Enum):
+    """Counters of a crawl's stats hash (``summary.json``'s ``counters``)."""
+
+    DISCOVERED = "discovered"  # links seen, duplicates included
+    ADMITTED = "admitted"  # URLs that entered the frontier
+    DEDUPLICATED = "deduplicated"  # links turned away as already seen
+    QUEUED = "queued"  # entries waiting in the frontier now
+    DONE = "done"  # URLs in a final state (the completion counter's mirror)
+    FETCHED = "fetched"  # responses received
+    PARSED = "parsed"  # HTML pages parsed
+    FAILED = "failed"  # URLs whose final state is a failure
+    ROBOTS_DISALLOWED = "robots_disallowed"
+    ROBOTS_UNREACHABLE = "robots_unreachable"  # not fetched: robots.txt could not be read
+    CANCELLED = "cancelled"
+    BYTES = "bytes"  # body bytes received
+    REPLAYED = "replayed"  # URLs put back by retry_failed()
+    SITEMAP_FILES = "sitemap_files"  # sitemap files admitted (capped)
+    SITEMAPS = "sitemaps"  # sitemap files fetched and used
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Outcome(str, Enum):
+    """Final states of a URL that are not an exception of the fetcher."""
+
+    ROBOTS_DISALLOWED = "robots_disallowed"
+    ROBOTS_UNREACHABLE = "robots_unreachable"
+    CANCELLED = "cancelled"
+    BODY_LOST = "body_lost"  # the fetched body expired before its parse task ran
+    CLIENT_ERROR = "client_error"
+    NOT_MODIFIED = "not_modified"  # a recrawl's 304 (a change kind, not an error)
+    REDIRECT_OUT_OF_SCOPE = "redirect_out_of_scope"
+    REDIRECT_DUPLICATE = "redirect_duplicate"
+    REDIRECT_NOT_FOLLOWED = "redirect_not_followed"
+    SITEMAP_STATUS = "sitemap_status"
+    SITEMAP_INVALID = "sitemap_invalid"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def status(code: int) -> str:
+    return f"status:{code}"
+
+
+def failed(reason: str) -> str:
+    return f"failed:{reason}"
+
+
+def skipped(reason: str) -> str:
+    return f"skipped:{reason}"
+
+
+def change(kind: str) -> str:
+    return f"change:{kind}"
+
+
+def links_dropped(reason: str) -> str:
+    return f"links_dropped:{reason}"
+
+
+#: Counter families: prefix -> summary.json section.
+FAMILIES = {
+    "status": "status_codes",
+    "failed": "failures",
+    "skipped": "skipped",
+    "change": "changes",
+}
+
+
+# --- frontier entries -----------------------------------------------------------------------
+def entry(depth: int, url: str) -> str:
+    return f"{depth}|{url}"
+
+
+def parse_entry(value: str) -> tuple[int, str]:
+    depth, _, url = value.partition("|")
+    return int(depth), url
+
+
+def retry_member(domain: str, depth: int, url: str) -> str:
+    return f"{domain}\t{entry(depth, url)}"
+
+
+# --- inflight values ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Inflight:
+    domain: str
+    released_at: float  # 0: handed out by a cancel drain
+    depth: int
+    stage: str = ""  # "" released, "s" fetch started, "p" parse started
+    worker: str = ""  # the worker process that started the stage
+
+    @property
+    def started(self) -> bool:
+        return bool(self.stage)
+
+    @classmethod
+    def parse(cls, value: str) -> Inflight:
+        domain, released, depth, *rest = value.split("|", 3)
+        stage, _, worker = rest[0].partition(":") if rest else ("", "", "")
+        return cls(domain, float(released), int(depth), stage, worker)
+
+
+# --- admit.lua's arguments ------------------------------------------------------------------
+@dataclass(frozen=True)
+class AdmitCall:
+    """ARGV of admit.lua (see its header): ``keys`` then ``args`` for one batch."""
+
+    max_pages: int
+    k: int
+    queue_prefix: str
+    dfs: bool
+    shards: int
+    force: bool
+    shard_bits: int
+    packed_hashes: bytes
+    known: int
+
+    def args(self, items: list[tuple[str, str]]) -> list[str | int | float | bytes]:
+        """``items``: (domain, entry) per URL, in the order of ``packed_hashes``."""
+        out: list[str | int | float | bytes] = [
+            self.max_pages,
+            self.k,
+            self.queue_prefix,
+            1 if self.dfs else 0,
+            self.shards,
+            1 if self.force else 0,
+            self.shard_bits,
+            self.packed_hashes,
+            self.known,
+        ]
+        for domain, value in items:
+            out.append(domain)
+            out.append(value)
+        return out
+
+
+# --- unwritten records ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class Unwritten:
+    rid: str  # also the record's "rid": how a writer finds out the record is on disk
+    path: str  # the pages file of the process that finished the URL
+    ts: float
+    record: dict[str, Any]
+
+    def dumps(self) -> str:
+        value = {"rid": self.rid, "path": self.path, "ts": self.ts, "record": self.record}
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+    @classmethod
+    def loads(cls, raw: str | bytes) -> Unwritten:
+        v = json.loads(raw)
+        return cls(v["rid"], v["path"], float(v["ts"]), v["record"])

@@ -1,0 +1,169 @@
+"""One crawl's Redis side, as one object: its options and every component built on them.
+
+Both the shell's :class:`~crawler_tasks.surface.crawl.Crawl` handle and the worker's
+per-process context hold a :class:`CrawlStore` per crawl instead of building frontiers,
+ledgers and filters of their own::
+
+    store.opts         CrawlOptions (immutable after start)
+    store.ledger       completion accounting, retries, dead letters, progress (ledger.py)
+    store.frontier     per-domain queues, admit.lua / release.lua (frontier.py)
+    store.admission    scope, depth, per-host budgets, redirect claims (admission.py)
+    store.bloom        the crawl's dedupe filter (bloom.py)
+    store.politeness   per-domain buckets and leases (politeness.py)
+    store.bodies       fetched bodies waiting for their parse (bodies.py)
+    store.recrawl      validators of the previous run, for scheduled crawls (validators.py)
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+import secrets
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from ..errors import ConfigError, InvalidSeed, InvalidURL
+from ..settings import Settings
+from ..web.netguard import is_public_address
+from ..web.urls import host_of, normalize
+from .admission import Admission
+from .bloom import BloomFilter, KnownURLs
+from .bodies import BodyStash
+from .frontier import Frontier
+from .keys import CrawlKeys, Keys
+from .ledger import Ledger
+from .options import CrawlOptions
+from .politeness import Politeness
+from .scripts import Scripts
+from .validators import Recrawl, Validators
+
+
+@dataclass(frozen=True)
+class Redis:
+    """What every store of one process shares: the client, key names, registered scripts."""
+
+    client: redis.Redis
+    keys: Keys
+    scripts: Scripts
+
+    @classmethod
+    def connect(cls, client: redis.Redis, prefix: str) -> Redis:
+        return cls(client, Keys(prefix), Scripts(client))
+
+
+@dataclass(frozen=True)
+class Process:
+    """Process settings the components need (not part of the crawl: they change no output)."""
+
+    max_crawl_delay: float = 30.0
+    body_ttl: int = 3600
+
+
+class CrawlStore:
+    def __init__(
+        self,
+        r: Redis,
+        opts: CrawlOptions,
+        process: Process | None = None,
+        known: KnownURLs | None = None,
+    ) -> None:
+        process = process or Process()
+        self.r = r
+        self.opts = opts
+        self.id = opts.crawl_id
+        self.client = r.client
+        self.ck: CrawlKeys = r.keys.crawl(opts.crawl_id)
+        self.ledger = Ledger(r.client, r.keys, opts.crawl_id, r.scripts)
+        self.bloom = BloomFilter(r.client, self.ck, opts.bloom, r.scripts)
+        self.frontier = Frontier(r.client, self.ck, opts, r.scripts, known)
+        self.admission = Admission(r.client, self.ck, opts, self.frontier, self.bloom)
+        self.politeness = Politeness(r.client, self.ck, r.scripts, process.max_crawl_delay)
+        self.bodies = BodyStash(r.client, self.ck, process.body_ttl)
+        self.recrawl: Recrawl | None = None
+        if opts.schedule:
+            self.recrawl = Recrawl(Validators(r.client, r.keys, opts.schedule), opts.crawl_id)
+
+    def __repr__(self) -> str:
+        return f"<CrawlStore {self.id}>"
+
+    def domain_of(self, url: str) -> str:
+        return self.frontier.domain_of(url)
+
+    @staticmethod
+    def read_options(r: Redis, crawl_id: str) -> CrawlOptions | None:
+        raw = r.client.get(r.keys.crawl(crawl_id).config)
+        return None if raw is None else CrawlOptions.from_json(raw)
+
+    @classmethod
+    def create(cls, r: Redis, opts: CrawlOptions, process: Process | None = None) -> CrawlStore:
+        """Register a new crawl (options, state, listings) and admit its seeds at depth 0."""
+        ck = r.keys.crawl(opts.crawl_id)
+        if not r.client.set(ck.config, opts.to_json(), nx=True):
+            raise ConfigError(f"crawl {opts.crawl_id!r} exists already")
+        pipe = r.client.pipeline()
+        pipe.hset(ck.state, mapping={"status": "running", "started_at": repr(opts.started_at)})
+        if opts.rates:
+            rates = {h: "inf" if math.isinf(v) else v for h, v in opts.rates.items()}
+            pipe.hset(ck.rates, mapping=rates)
+        pipe.zadd(r.keys.crawls, {opts.crawl_id: opts.started_at})
+        if opts.schedule:
+            pipe.zadd(r.keys.schedule_runs(opts.schedule), {opts.crawl_id: opts.started_at})
+        pipe.sadd(r.keys.running, opts.crawl_id)
+        pipe.execute()
+        store = cls(r, opts, process)
+        store.frontier.admit((u, 0) for u in opts.seeds)
+        return store
+
+
+def new_crawl_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
+
+
+def check_seeds(seeds: Iterable[str], allow_private: bool) -> list[str]:
+    """Normalised seeds, or InvalidSeed naming the first one that cannot be crawled."""
+    out = []
+    for seed in seeds:
+        try:
+            url = normalize(seed)
+        except InvalidURL as exc:
+            raise InvalidSeed(seed, str(exc)) from None
+        host = host_of(url).strip("[]")
+        if not allow_private and (host == "localhost" or _is_private_literal(host)):
+            raise InvalidSeed(
+                seed,
+                "private or loopback address: allow it with --allow-private-networks "
+                "(allow_private_networks=True)",
+            )
+        out.append(url)
+    if not out:
+        raise InvalidSeed("", "no seed URL given")
+    return list(dict.fromkeys(out))
+
+
+def _is_private_literal(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False  # a name: checked when it is resolved, on every connection
+    return not is_public_address(host)
+
+
+def start(
+    r: Redis,
+    settings: Settings,
+    seeds: Iterable[str],
+    *,
+    crawl_id: str | None = None,
+    process: Process | None = None,
+    **options: Any,
+) -> CrawlStore:
+    """Validate and register a new crawl and admit its seeds (start_crawl, schedules)."""
+    urls = check_seeds(list(seeds), bool(options.get("allow_private_networks", False)))
+    opts = CrawlOptions.build(
+        crawl_id or new_crawl_id(), tuple(urls), settings, time.time(), **options
+    )
+    return CrawlStore.create(r, opts, process)

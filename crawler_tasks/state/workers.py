@@ -1,0 +1,60 @@
+"""Worker heartbeats: every worker process writes its id and the time into one hash every
+``HEARTBEAT_EVERY`` seconds (a thread of its context). A URL whose fetch or parse began in a
+process that has not beaten for ``worker_dead_seconds`` is taken back by the dispatcher
+(reclaim.lua) instead of waiting for the broker's visibility timeout: a SIGKILLed, frozen or
+partitioned worker costs its URLs seconds, not ten minutes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+
+import redis
+
+from .keys import Keys
+
+log = logging.getLogger(__name__)
+
+#: Seconds between two heartbeats of a process.
+HEARTBEAT_EVERY = 5.0
+#: Seconds after which a silent worker's entry is deleted from the hash.
+FORGET_AFTER = 24 * 3600
+
+
+class Heartbeat:
+    """This process's heartbeat thread (started on creation, stopped by :meth:`stop`)."""
+
+    def __init__(self, client: redis.Redis, keys: Keys, worker: str) -> None:
+        self.client, self.key, self.worker = client, keys.workers, worker
+        self._stop = threading.Event()
+        self.beat()
+        self._thread = threading.Thread(target=self._run, name="crawler-heartbeat", daemon=True)
+        self._thread.start()
+
+    def beat(self) -> None:
+        self.client.hset(self.key, self.worker, repr(time.time()))
+
+    def _run(self) -> None:
+        while not self._stop.wait(HEARTBEAT_EVERY):
+            try:
+                self.beat()
+            except redis.RedisError as exc:  # Redis away: the next beat will do
+                log.debug("heartbeat failed: %s", exc)
+
+    def stop(self) -> None:
+        self._stop.set()
+        with contextlib.suppress(redis.RedisError):
+            self.client.hdel(self.key, self.worker)  # gone on purpose: reclaim at once
+
+
+def alive(client: redis.Redis, keys: Keys, dead_after: float) -> set[str]:
+    """Workers that beat within ``dead_after`` seconds; forgets long-silent ones."""
+    now = time.time()
+    beats = {w.decode(): float(t) for w, t in client.hgetall(keys.workers).items()}
+    gone = [w for w, t in beats.items() if t < now - FORGET_AFTER]
+    if gone:
+        client.hdel(keys.workers, *gone)
+    return {w for w, t in beats.items() if t >= now - dead_after}

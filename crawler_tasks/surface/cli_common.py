@@ -1,0 +1,92 @@
+"""What every ``crawler`` command shares: the broker option, connecting to it, and turning a
+user's mistake into one line on stderr with exit code 2 (never a traceback)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+import click
+import redis
+
+from ..errors import ConfigError
+from ..settings import Settings, redact
+
+#: Exit code of a command given bad input or pointed at a broker it cannot use.
+USAGE = 2
+#: Exit code after Ctrl-C (128 + SIGINT), as a shell reports it.
+INTERRUPTED = 130
+
+broker_option = click.option(
+    "--broker", help="Broker/state Redis URL (default: $CRAWLER_BROKER_URL)."
+)
+
+
+class Fail(click.ClickException):
+    """A mistake of the user's: printed as one line, exit code 2."""
+
+    exit_code = USAGE
+
+
+def settings_for(broker: str | None) -> Settings:
+    from .crawl import check_redis_url, connect_settings
+
+    try:
+        settings = connect_settings(broker)
+    except ValueError as exc:  # a CRAWLER_* variable that is not a number
+        raise Fail(str(exc)) from None
+    check_redis_url(settings.state_url)
+    return settings
+
+
+def client_for(settings: Settings) -> redis.Redis:
+    return redis.Redis.from_url(settings.state_url, socket_connect_timeout=2, socket_timeout=10)
+
+
+def connect(broker: str | None) -> tuple[Settings, redis.Redis]:
+    """Settings and a client of a Redis that answers, or one line saying why not."""
+    settings = settings_for(broker)
+    client = client_for(settings)
+    try:
+        client.ping()
+    except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+        raise Fail(f"broker {redact(settings.state_url)} unreachable: {exc}") from None
+    except redis.ResponseError as exc:  # e.g. a password it does not accept
+        raise Fail(f"broker {redact(settings.state_url)} refused us: {exc}") from None
+    return settings, client
+
+
+def handle(crawl_id: str, broker: str | None) -> Any:
+    """A handle on an existing crawl (UnknownCrawl, one line, for an id Redis does not know)."""
+    from .crawl import Crawl
+
+    settings, client = connect(broker)
+    crawl = Crawl(crawl_id, settings=settings, client=client)
+    crawl.options  # noqa: B018
+    return crawl
+
+
+def one_line(message: str) -> str:
+    return " ".join(message.split())
+
+
+def run_main(run: Callable[[], Any]) -> NoReturn:
+    """Run the CLI (``run``: click's main, not standalone); known failures become one line
+    ``error: ...`` on stderr and exit code 2."""
+    try:
+        rv = run()
+    except click.exceptions.Abort:
+        click.echo("interrupted", err=True)
+        sys.exit(INTERRUPTED)
+    except click.ClickException as exc:
+        click.echo(f"error: {one_line(exc.format_message())}", err=True)
+        sys.exit(exc.exit_code if exc.exit_code != 1 else USAGE)
+    except ConfigError as exc:
+        click.echo(f"error: {one_line(str(exc))}", err=True)
+        sys.exit(USAGE)
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        # The broker went away after the command had reached it.
+        click.echo(f"error: broker connection lost: {one_line(str(exc))}", err=True)
+        sys.exit(USAGE)
+    sys.exit(rv if isinstance(rv, int) else 0)

@@ -1,0 +1,261 @@
+"""The ``crawler`` commands that look at or steer crawls already started: status, list, watch,
+pause/resume/cancel, failed, retry-failed, set-rate, metrics and schedule."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from typing import Any
+
+import click
+
+from ..errors import ConfigError, InvalidSeed
+from .cli_common import Fail, broker_option, connect, handle
+
+
+@click.command()
+@click.argument("crawl_id")
+@broker_option
+@click.option("--json", "as_json", is_flag=True)
+def status(crawl_id: str, broker: str | None, as_json: bool) -> None:
+    """Counters, rate and busiest domains of one crawl."""
+    crawl = handle(crawl_id, broker)
+    p = crawl.progress()
+    p["domains"] = crawl.domains(10)
+    p["bloom"] = crawl.bloom()
+    if as_json:
+        click.echo(json.dumps(p, indent=2, default=str))
+        return
+    from .display import line
+
+    click.echo(line(p))
+    for d in p["domains"]:
+        click.echo(
+            f"  {d['domain']}: pending={d['pending']} in_flight={d['in_flight']} "
+            f"rate={d['rate']:.3g}/s slowdown={d['slowdown']:.2f}"
+        )
+    b = p["bloom"]
+    click.echo(f"  bloom: fill={b['fill_ratio']:.4f} est. false positives={fp_rate(b)}")
+
+
+def fp_rate(bloom: dict[str, float]) -> str:
+    rate = bloom["estimated_fp_rate"]
+    return "< 1e-9" if rate < 1e-9 else f"{rate:.2g}"
+
+
+@click.command("list")
+@broker_option
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
+def list_cmd(broker: str | None, limit: int) -> None:
+    """Crawls known to the broker, newest first."""
+    from ..state.keys import Keys
+    from .crawl import list_crawls
+
+    settings, client = connect(broker)
+    crawls = list_crawls(client, Keys(settings.key_prefix), limit)
+    if not crawls:
+        click.echo("no crawls", err=True)
+        return
+    click.echo("CRAWL ID\tSTATUS\tAGE\tDONE\tQUEUED\tFAILED\tPAGES/S\tSEEDS")
+    for c in crawls:
+        seeds = c["seeds"][0] + (f" (+{len(c['seeds']) - 1})" if len(c["seeds"]) > 1 else "")
+        click.echo(
+            f"{c['crawl_id']}\t{c['status']}\t{age(time.time() - c['started_at'])}\t{c['done']}"
+            f"\t{c['queued']}\t{c['failed']}\t{c['pages_per_s']:.1f}\t{seeds}"
+        )
+
+
+def age(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f}{unit}"
+    return f"{max(seconds, 0):.0f}s"
+
+
+@click.command()
+@click.argument("crawl_id")
+@broker_option
+def watch(crawl_id: str, broker: str | None) -> None:
+    """Live progress of a crawl until it finishes."""
+    from .display import watch as show
+
+    show(handle(crawl_id, broker))
+
+
+def _control(action: str, doc: str) -> click.Command:
+    @click.command(name=action, help=doc)
+    @click.argument("crawl_id")
+    @broker_option
+    def command(crawl_id: str, broker: str | None) -> None:
+        crawl = handle(crawl_id, broker)
+        if not getattr(crawl, action)():
+            raise Fail(f"crawl {crawl_id} is {crawl.status}: nothing to {action}")
+        click.echo(f"{crawl_id}: {action}")
+
+    return command
+
+
+@click.command()
+@click.argument("crawl_id")
+@broker_option
+def failed(crawl_id: str, broker: str | None) -> None:
+    """Dead-lettered URLs of a crawl (JSON lines)."""
+    for record in handle(crawl_id, broker).failed():
+        click.echo(json.dumps(record))
+
+
+@click.command("retry-failed")
+@click.argument("crawl_id")
+@broker_option
+def retry_failed(crawl_id: str, broker: str | None) -> None:
+    """Put a crawl's failed URLs back into its frontier."""
+    n = handle(crawl_id, broker).retry_failed()
+    click.echo(f"{crawl_id}: {n} URLs requeued")
+
+
+def parse_rate(text: str) -> float | None:
+    """'default' -> None, 'inf' -> no limit, else requests/s > 0."""
+    if text == "default":
+        return None
+    try:
+        rate = float(text)
+    except ValueError:
+        raise Fail(f"rate {text!r}: expected requests/s (> 0), inf or default") from None
+    if not rate > 0:
+        raise Fail(f"rate {text!r}: must be > 0 requests/s (inf: no limit; default: remove)")
+    return rate
+
+
+@click.command("set-rate")
+@click.argument("domain")
+@click.argument("rate")
+@broker_option
+def set_rate_cmd(domain: str, rate: str, broker: str | None) -> None:
+    """Cluster-wide requests/s for DOMAIN (all crawls); 'default' removes it."""
+    from ..state.keys import Keys
+    from ..state.politeness import set_rate
+
+    value = parse_rate(rate)
+    settings, client = connect(broker)
+    set_rate(client, Keys(settings.key_prefix), domain.lower(), value)
+    click.echo(f"{domain}: {rate} requests/s")
+
+
+@click.command()
+@broker_option
+@click.option("--port", type=click.IntRange(0, 65535), help="Port of /metrics (default: setting).")
+@click.option("--address", default="127.0.0.1", show_default=True, help="Address to bind.")
+def metrics(broker: str | None, port: int | None, address: str) -> None:
+    """Serve crawl-level Prometheus metrics until interrupted."""
+    from prometheus_client import REGISTRY, start_http_server
+
+    from .metrics import CrawlCollector
+
+    settings, client = connect(broker)
+    port = settings.metrics_port if port is None else port
+    try:
+        start_http_server(port, addr=address)
+    except OSError as exc:
+        raise Fail(f"cannot serve metrics on {address}:{port}: {exc.strerror or exc}") from None
+    REGISTRY.register(CrawlCollector(client, settings))
+    click.echo(f"metrics on http://{address}:{port}/metrics", err=True)
+    with contextlib.suppress(KeyboardInterrupt):
+        while True:
+            time.sleep(3600)
+
+
+@click.group()
+def schedule() -> None:
+    """Periodic recrawls run by celery beat."""
+
+
+def _schedules(broker: str | None) -> Any:
+    from ..state.keys import Keys
+    from ..state.schedules import Schedules
+    from ..worker.app import make_app
+
+    settings, client = connect(broker)
+    return Schedules(make_app(settings), client, Keys(settings.key_prefix))
+
+
+def parse_options(items: tuple[str, ...]) -> dict[str, Any]:
+    opts = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise Fail(f"--option {item!r}: expected KEY=VALUE (VALUE as JSON or a word)")
+        try:
+            opts[key] = json.loads(value)
+        except json.JSONDecodeError:
+            opts[key] = value
+    return opts
+
+
+@schedule.command("add")
+@click.argument("name")
+@click.argument("seeds", nargs=-1, required=True)
+@click.option("--every-hours", type=float)
+@click.option("--every-seconds", type=float)
+@click.option("--cron", help="'minute hour day month weekday'")
+@click.option("--option", "options", multiple=True, help="KEY=JSON crawl option (repeatable).")
+@broker_option
+def schedule_add(
+    name: str,
+    seeds: tuple[str, ...],
+    every_hours: float | None,
+    every_seconds: float | None,
+    cron: str | None,
+    options: tuple[str, ...],
+    broker: str | None,
+) -> None:
+    """Add or replace schedule NAME crawling SEEDS."""
+    from ..state.schedules import Schedule
+    from .crawl import check_seeds
+
+    opts = parse_options(options)
+    try:
+        check_seeds(seeds, bool(opts.get("allow_private_networks")))
+        item = Schedule(name, list(seeds), every_hours, every_seconds, cron, opts)
+    except (InvalidSeed, ConfigError) as exc:
+        raise Fail(str(exc)) from None
+    _schedules(broker).add(item)
+    click.echo(f"schedule {name} added")
+
+
+@schedule.command("list")
+@broker_option
+def schedule_list(broker: str | None) -> None:
+    """Schedules and their most recent runs."""
+    schedules = _schedules(broker)
+    for item in schedules.all():
+        period = item.cron or (
+            f"every {item.every_hours}h" if item.every_hours else f"every {item.every_seconds}s"
+        )
+        runs = schedules.runs(item.name, 5)
+        click.echo(f"{item.name}\t{period}\t{' '.join(item.seeds)}\truns: {', '.join(runs) or '-'}")
+
+
+@schedule.command("remove")
+@click.argument("name")
+@broker_option
+def schedule_remove(name: str, broker: str | None) -> None:
+    """Remove schedule NAME (its past runs stay listed under their crawl ids)."""
+    if not _schedules(broker).remove(name):
+        raise Fail(f"no schedule {name!r}")
+    click.echo(f"schedule {name} removed")
+
+
+COMMANDS = [
+    status,
+    list_cmd,
+    watch,
+    _control("pause", "Stop releasing a crawl's URLs (in-flight ones finish)."),
+    _control("resume", "Release a paused crawl's URLs again."),
+    _control("cancel", "Drop a crawl's pending URLs; it finishes as cancelled."),
+    failed,
+    retry_failed,
+    set_rate_cmd,
+    metrics,
+    schedule,
+]

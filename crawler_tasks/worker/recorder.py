@@ -1,0 +1,224 @@
+"""The last step of every URL: record its final state exactly once, and finish the crawl
+when it was the last one.
+
+    finalize:  finish.lua (counted once; the record kept in Redis as "unwritten")
+               -> record on disk (edges, then the page line with its record id)
+               -> unwritten entry deleted -> event -> the crawl's finisher if it was the last
+
+A process that dies between finish.lua and the delete leaves the record in Redis. Whoever
+meets it next writes it, unless the page line with its record id is already in the dead
+writer's file (same host): the redelivered task (start.lua says so), the dispatcher's sweep,
+or the finisher, which writes every orphan before ``summary.json``. Only a writer frozen for
+longer than ``orphan_record_seconds`` inside that step, or one on another host whose file
+cannot be read here, can leave a URL with two lines.
+
+:func:`crawl_finished` (the finisher) is a sequence of idempotent steps under a lock:
+orphans, recrawl ``gone`` count, ``summary.json``, key expiry, the ``crawl_finished`` event,
+the owner's ``on_finished`` task, and only then the final status. A process that dies in it
+leaves the crawl "finishing"; the dispatcher (or the redelivered task) runs it again.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import CrawlerError, InternalError
+from ..state import events, formats
+from ..state.admission import RedirectClaims
+from ..state.formats import Counter
+from ..state.store import CrawlStore
+from . import faults
+from .context import Context
+from .output import write_summary
+
+log = logging.getLogger(__name__)
+
+DEAD_LETTER_FIELDS = ("url", "depth", "error", "status", "detail", "attempts", "fetched_at")
+
+
+@dataclass
+class Final:
+    """The final state of one URL: its output record and the counters it adds."""
+
+    url: str
+    depth: int
+    error: str | None = None
+    status: int | None = None
+    final_url: str | None = None
+    content_type: str | None = None
+    title: str | None = None
+    outlinks: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+    counters: dict[str, int] = field(default_factory=dict)
+
+    def record(self) -> dict[str, Any]:
+        rest = {k: v for k, v in self.extra.items() if k != "fetched_at"}
+        return {
+            "url": self.url,
+            "final_url": self.final_url or self.url,
+            "status": self.status,
+            "depth": self.depth,
+            "content_type": self.content_type,
+            "title": self.title,
+            "fetched_at": self.extra.get("fetched_at"),
+            "error": self.error,
+            "outlinks": self.outlinks,
+            **rest,
+        }
+
+    def note_change(self, kind: str | None) -> None:
+        if kind is not None:
+            self.extra["change"] = kind
+            self.counters[formats.change(kind)] = 1
+
+    @classmethod
+    def failed(cls, url: str, depth: int, exc: CrawlerError) -> Final:
+        details = exc.details
+        status = getattr(exc, "status", None) or details.get("status")
+        final = cls(
+            url,
+            depth,
+            error=exc.reason,
+            status=status if isinstance(status, int) else None,
+            final_url=_text(details.get("final_url")),
+            content_type=_text(details.get("content_type")),
+            extra={"detail": str(exc)[:500], "fetched_at": time.time()},
+            counters={Counter.FAILED.value: 1, formats.failed(exc.reason): 1},
+        )
+        redirects = details.get("redirects")
+        if isinstance(redirects, list) and redirects:
+            final.extra["redirects"] = [target for _, target in redirects]
+        return final
+
+    @classmethod
+    def cancelled(cls, url: str, depth: int) -> Final:
+        error = formats.Outcome.CANCELLED.value
+        return cls(url, depth, error=error, counters={Counter.CANCELLED.value: 1})
+
+    @classmethod
+    def internal(cls, url: str, depth: int, exc: Exception) -> Final:
+        return cls.failed(url, depth, InternalError(f"{type(exc).__name__}: {exc}"))
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def finalize(ctx: Context, store: CrawlStore, final: Final) -> str:
+    """Record a URL's final state once; the call that empties the crawl finishes it."""
+    counters = dict(final.counters)
+    counters[Counter.DONE.value] = 1
+    record = final.record()
+    failed = Counter.FAILED.value in counters
+    if failed:
+        # Before finish: a dead letter for a URL that then turns out final already is harmless.
+        store.ledger.dead_letter(final.url, {k: record.get(k) for k in DEAD_LETTER_FIELDS})
+    out = ctx.output(store.opts)
+    record["rid"] = uuid.uuid4().hex
+    entry = formats.Unwritten(record["rid"], str(out.pages_path), time.time(), record)
+    left = store.ledger.finish(final.url, entry, counters)
+    if left < 0:  # final already; its record may still be waiting for a writer
+        return recover(ctx, store, final.url) if store.ledger.unwritten(final.url) else "duplicate"
+    faults.point("after_finish")
+    if final.extra.get("redirects") and not failed:
+        RedirectClaims.release(store.client, store.ck, final.url)
+    out.final(record)
+    faults.point("after_record")
+    store.ledger.written(final.url)
+    kind = "request_failed" if final.error else "request_completed"
+    payload = {k: record[k] for k in ("url", "status", "error", "depth")}
+    events.emit(store.client, store.ck, kind, store.id, record=payload)
+    if left == 0:
+        crawl_finished(ctx, store)
+    return final.error or "done"
+
+
+def write_orphan(ctx: Context, store: CrawlStore, url: str, entry: formats.Unwritten) -> bool:
+    """Put an unwritten record on disk unless its writer got it there; True if written now."""
+    written = False
+    if not _on_disk(entry):
+        ctx.output(store.opts).final(entry.record)
+        written = True
+        log.warning("crawl %s: wrote the record of %.300s left by a dead process", store.id, url)
+    store.ledger.written(url)
+    return written
+
+
+def recover(ctx: Context, store: CrawlStore, url: str) -> str:
+    """A task met ``url`` final with its record unwritten (start.lua returned 2)."""
+    entry = store.ledger.unwritten(url)
+    if entry is not None:
+        write_orphan(ctx, store, url, entry)
+    if store.ledger.flags().get("status") == "finishing":
+        crawl_finished(ctx, store)
+    return "recovered"
+
+
+def _on_disk(entry: formats.Unwritten) -> bool:
+    """Is the page line of ``entry`` in its writer's file? Read only when the file is on this
+    host (its name carries the writer's host); elsewhere it cannot be known here."""
+    path = Path(entry.path)
+    if f"-{socket.gethostname()}-" not in path.name or not path.exists():
+        return False
+    needle = f'"rid":"{entry.rid}"'.encode()
+    with path.open("rb") as f:
+        return any(needle in line for line in f)
+
+
+def sweep_orphans(ctx: Context, store: CrawlStore) -> int:
+    """Write the records whose writer died (older than ``orphan_record_seconds``)."""
+    old, _young = store.ledger.orphans(ctx.settings.orphan_record_seconds)
+    return sum(write_orphan(ctx, store, url, entry) for url, entry in old)
+
+
+def crawl_finished(ctx: Context, store: CrawlStore) -> bool:
+    """The end of a crawl, once; False if another process is running it (or it is done)."""
+    opts, ck, client = store.opts, store.ck, store.client
+    lock_s = ctx.settings.orphan_record_seconds * 2 + 60
+    if not client.set(ck.finisher, ctx.outputs.tag, nx=True, ex=int(lock_s)):
+        return False
+    flags = store.ledger.flags()
+    if flags.get("status") != "finishing":
+        client.delete(ck.finisher)
+        return False
+    _write_all_orphans(ctx, store)
+    if store.recrawl is not None and client.hsetnx(ck.state, "gone_counted", "1"):
+        client.hset(ck.stats, formats.change("gone"), store.recrawl.gone())
+    summary = store.ledger.summary()
+    summary["status"] = flags.get("final_status", "finished")
+    path = write_summary(f"{opts.output or ctx.settings.output_dir}/{opts.crawl_id}", summary)
+    faults.point("after_summary")
+    client.hset(ck.state, "summary_path", str(path))
+    for key in client.scan_iter(match=f"{ck.base}:*", count=1000):
+        client.expire(key, ctx.settings.finished_ttl)
+    events.emit(client, ck, "crawl_finished", opts.crawl_id, summary=summary)
+    if opts.on_finished and not flags.get("on_finished_sent"):
+        ctx.on_finished(opts.on_finished, opts.crawl_id, summary)
+        client.hset(ck.state, "on_finished_sent", "1")
+    pipe = client.pipeline()
+    pipe.hset(ck.state, "status", summary["status"])
+    pipe.srem(ctx.keys.running, opts.crawl_id)
+    pipe.delete(ck.finisher)
+    pipe.execute()
+    log.info("crawl %s %s in %.1fs", opts.crawl_id, summary["status"], summary["duration_s"])
+    return True
+
+
+def _write_all_orphans(ctx: Context, store: CrawlStore) -> None:
+    """Every record on disk before the summary: orphans at once, records of live writers
+    (younger than ``orphan_record_seconds``) after they had time to write them."""
+    wait = ctx.settings.orphan_record_seconds
+    deadline = time.monotonic() + wait
+    while True:
+        old, young = store.ledger.orphans(wait if time.monotonic() < deadline else 0)
+        for url, entry in old:
+            write_orphan(ctx, store, url, entry)
+        if not young:
+            return
+        time.sleep(0.05)

@@ -1,0 +1,64 @@
+"""An in-process driver: runs a crawl in the test's own thread against the real Redis, with
+the real dispatcher and pipeline, and a local deque where the broker would be (like arq's
+burst worker or dramatiq's stub broker). Everything but Celery's transport is what a worker
+runs: release.lua decides what goes, fetches go over HTTP to the test's servers, parses,
+admission and finish.lua are the same calls. Tests that are about Celery itself (acks,
+redelivery, pools, signals, Flower) keep using real worker processes (``workers`` fixture).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import Any
+
+from crawler_tasks.settings import Settings
+from crawler_tasks.surface.crawl import Crawl
+from crawler_tasks.worker import pipeline
+from crawler_tasks.worker.context import Context
+from crawler_tasks.worker.dispatcher import Dispatcher
+
+
+class Driver:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.messages: deque[tuple[str, str, str, int]] = deque()
+        self.published: list[tuple[str, str, int, str]] = []  # (crawl, url, depth, queue)
+        self.callbacks: list[tuple[str, str, dict[str, Any]]] = []
+        self.results: list[tuple[str, str, str]] = []  # (task, url, outcome)
+        self.ctx = Context(settings, self._enqueue_parse, self._callback)
+        self.dispatcher = Dispatcher(lambda: self.ctx, self._publish, settings, self._enqueue_parse)
+
+    def close(self) -> None:
+        self.ctx.close()
+
+    def _publish(self, crawl_id: str, url: str, depth: int, queue: str) -> None:
+        self.published.append((crawl_id, url, depth, queue))
+        self.messages.append(("fetch", crawl_id, url, depth))
+
+    def _enqueue_parse(self, crawl_id: str, url: str, depth: int) -> None:
+        self.messages.append(("parse", crawl_id, url, depth))
+
+    def _callback(self, task: str, crawl_id: str, summary: dict[str, Any]) -> None:
+        self.callbacks.append((task, crawl_id, summary))
+
+    def step(self) -> bool:
+        """One dispatcher tick, then every message it and its tasks produced; True if
+        anything happened."""
+        busy = self.dispatcher.tick()
+        while self.messages:
+            task, crawl_id, url, depth = self.messages.popleft()
+            run = pipeline.fetch_url if task == "fetch" else pipeline.parse_url
+            self.results.append((task, url, run(self.ctx, crawl_id, url, depth)))
+            busy = True
+        return busy
+
+    def run(self, crawl: Crawl, timeout: float = 60.0) -> dict[str, Any]:
+        """Drive until ``crawl`` is finished; returns its summary."""
+        deadline = time.monotonic() + timeout
+        while not crawl.finished:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{crawl} not finished after {timeout}s: {crawl.progress()}")
+            if not self.step():
+                time.sleep(0.005)  # waiting for a token, a lease or a retry
+        return crawl.summary()

@@ -1,0 +1,169 @@
+"""Every mistake an operator can make with the `crawler` command gets one line on stderr naming
+the problem, exit code 2, no traceback, and writes nothing to Redis (issue 9's table)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import socket
+import subprocess
+import sys
+
+import pytest
+import redis
+from conftest import wait_until
+from sitegen import running_sites
+
+from crawler_tasks import start_crawl
+from crawler_tasks.errors import ConfigError, UnknownCrawl
+from crawler_tasks.settings import load
+from crawler_tasks.surface.cli import _has_crawl_workers
+from crawler_tasks.surface.crawl import Crawl
+from crawler_tasks.surface.embedded import free_port
+
+
+def run(*args: str, timeout: float = 60):  # type: ignore[no-untyped-def]
+    return subprocess.run(
+        [sys.executable, "-m", "crawler_tasks.surface.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=dict(os.environ),
+    )
+
+
+SEED = "http://a.example/"
+# {live}: the test's Redis; {dead}: a closed port; {busy}: a port something listens on.
+CASES = [
+    # unknown crawl id
+    ("status nope {live}", "nope"),
+    ("status nope --json {live}", "nope"),
+    ("watch nope {live}", "nope"),
+    ("pause nope {live}", "nope"),
+    ("resume nope {live}", "nope"),
+    ("cancel nope {live}", "nope"),
+    ("failed nope {live}", "nope"),
+    ("retry-failed nope {live}", "nope"),
+    # unreachable broker
+    ("list {dead}", "unreachable"),
+    ("status someid {dead}", "unreachable"),
+    ("pause someid {dead}", "unreachable"),
+    ("set-rate a.example 2 {dead}", "unreachable"),
+    ("schedule list {dead}", "unreachable"),
+    ("metrics {dead}", "unreachable"),
+    # malformed broker URLs
+    (f"crawl {SEED} --broker notaurl", "notaurl"),
+    (f"crawl {SEED} --broker redis://host:notaport/0", "port"),
+    ("list --broker notaurl", "notaurl"),
+    # crawl options
+    (f"crawl {SEED} --rate a.example=0 {{live}}", "rate"),
+    (f"crawl {SEED} --rate a.example=fast {{live}}", "HOST=RATE"),
+    (f"crawl {SEED} --max-depth -1 {{live}}", "max_depth"),
+    (f"crawl {SEED} --max-pages -5 {{live}}", "max_pages"),
+    (f"crawl {SEED} --concurrency 0 {{live}}", "concurrency"),
+    (f"crawl {SEED} --concurrency -1 {{live}}", "concurrency"),
+    (f"crawl {SEED} --default-rate 0 {{live}}", "rate"),
+    (f"crawl {SEED} --default-rate -2 {{live}}", "rate"),
+    (f"crawl {SEED} --include [unclosed {{live}}", "regex"),
+    (f"crawl {SEED} --no-wait --embedded {{live}}", "--no-wait"),
+    # set-rate
+    ("set-rate a.example abc {live}", "abc"),
+    ("set-rate a.example 0 {live}", "> 0"),
+    # schedules
+    (f"schedule add s {SEED} --cron 'bogus cron' {{live}}", "cron"),
+    (f"schedule add s {SEED} --cron '99 * * * *' {{live}}", "99"),
+    (f"schedule add s {SEED} --every-hours -1 {{live}}", "every_hours"),
+    (f"schedule add s {SEED} --every-hours 1 --option max_depht=3 {{live}}", "max_depth"),
+    (f"schedule add s {SEED} --every-hours 1 --option rate=0 {{live}}", "rate"),
+    (f"schedule add s {SEED} --every-hours 1 --every-seconds 5 {{live}}", "exactly one"),
+    ("schedule remove nope {live}", "nope"),
+    # metrics
+    ("metrics --port {busy} {live}", "{busy}"),
+]
+
+
+@pytest.fixture
+def busy_port():  # type: ignore[no-untyped-def]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        yield s.getsockname()[1]
+
+
+def _keys(client: redis.Redis) -> set[bytes]:
+    return {k for k in client.scan_iter(count=1000) if not k.startswith(b"_kombu")}
+
+
+@pytest.mark.parametrize(("template", "names"), CASES, ids=[c[0] for c in CASES])
+def test_bad_input_is_one_line_exit_2_nothing_written(template, names, redis_url, busy_port):
+    client = redis.Redis.from_url(redis_url)
+    dead = f"redis://127.0.0.1:{free_port()}/0"
+    args = shlex.split(
+        template.format(live=f"--broker {redis_url}", dead=f"--broker {dead}", busy=busy_port)
+    )
+    before = _keys(client)
+    result = run(*args)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2, (args, result.stderr)
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    assert names.format(busy=busy_port) in lines[0], lines[0]
+    assert _keys(client) == before
+
+
+def test_no_wait_without_workers_refuses_and_writes_nothing(redis_url):
+    client = redis.Redis.from_url(redis_url)
+    result = run("crawl", SEED, "--no-wait", "--broker", redis_url)
+    assert result.returncode == 2
+    assert "no worker consumes the crawl queues" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert not list(client.scan_iter("crawler:*"))
+
+
+def test_no_wait_with_workers_returns_and_the_crawl_finishes(redis_url, workers, tmp_path):
+    wait_until(lambda: _has_crawl_workers(load(env={}, broker_url=redis_url)), timeout=60)
+    with running_sites(["127.0.0.48"], 6, 2) as (_, servers):
+        result = run(
+            "crawl",
+            servers[0].base_url + "/",
+            "--no-wait",
+            "--broker",
+            redis_url,
+            "--allow-private-networks",
+            "--rate",
+            "127.0.0.48=inf",
+            "--output",
+            str(tmp_path),
+        )
+        assert result.returncode == 0, result.stderr
+        crawl_id = result.stdout.strip()
+        summary = Crawl(crawl_id, broker=redis_url).wait(timeout=60)
+    assert summary["status"] == "finished" and summary["counters"]["done"] >= 6
+
+
+def test_finished_crawl_is_not_revived_and_its_events_end(redis_url, workers, settings):
+    with running_sites(["127.0.0.49"], 4, 2) as (_, servers):
+        crawl = start_crawl(
+            [servers[0].base_url + "/"],
+            settings=settings,
+            allow_private_networks=True,
+            rates={"127.0.0.49": float("inf")},
+        )
+        crawl.wait(timeout=60)
+    for action in ("pause", "resume", "cancel"):
+        result = run(action, crawl.id, "--broker", redis_url)
+        assert result.returncode == 2 and "finished" in result.stderr, result.stderr
+    assert crawl.status == "finished"
+    assert crawl.wait(timeout=5)["status"] == "finished"
+    assert list(crawl.events()) == []  # returns at once: crawl_finished is long gone
+
+
+def test_python_api_refuses_bad_options_and_unknown_ids(settings, client):
+    for bad in ({"rate": 0}, {"concurrency": 0}, {"burst": -1}, {"max_depth": -1}):
+        with pytest.raises(ConfigError):
+            start_crawl([SEED], settings=settings, **bad)
+    with pytest.raises(ConfigError, match="did you mean 'max_depth'"):
+        start_crawl([SEED], settings=settings, max_depht=3)
+    with pytest.raises(UnknownCrawl):
+        Crawl("nope", settings=settings).pause()
+    assert not list(client.scan_iter("crawler:*"))

@@ -1,0 +1,114 @@
+"""The Python<->Lua formats and the key table are one source of truth: the Lua scripts write
+what ``formats`` parses, and every key a crawl writes is described in ``keys.py``."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from crawler_tasks import start_crawl
+from crawler_tasks.state import formats, keys
+from crawler_tasks.state.formats import Inflight
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("example.org|1700000000|3", Inflight("example.org", 1700000000.0, 3)),
+        ("example.org|1700000000|3|s:h-12", Inflight("example.org", 1700000000.0, 3, "s", "h-12")),
+        ("127.0.0.1:8000|0|0|p:a-b-1", Inflight("127.0.0.1:8000", 0.0, 0, "p", "a-b-1")),
+    ],
+)
+def test_inflight_values(value: str, expected: Inflight) -> None:
+    assert Inflight.parse(value) == expected
+
+
+@pytest.mark.parametrize("url", ["http://a.test/", "http://a.test/x|y?q=1|2", "http://a.test/%7C"])
+def test_entries_round_trip_urls_with_bars(url: str) -> None:
+    assert formats.parse_entry(formats.entry(7, url)) == (7, url)
+    domain, _, rest = formats.retry_member("a.test", 7, url).partition("\t")
+    assert domain == "a.test" and formats.parse_entry(rest) == (7, url)
+
+
+def test_release_and_start_write_what_formats_parse(settings, client) -> None:  # type: ignore[no-untyped-def]
+    crawl = start_crawl(
+        ["http://127.0.0.61:8000/a"], settings=settings, allow_private_networks=True
+    )
+    ((domain, depth, url),) = crawl.store.frontier.release(10, 180).entries
+    assert (domain, depth, url) == ("127.0.0.61", 0, "http://127.0.0.61:8000/a")
+    released = Inflight.parse(client.hget(crawl.ck.inflight, url).decode())
+    assert (released.domain, released.depth, released.started) == (domain, 0, False)
+    assert released.released_at > 0
+    assert crawl.store.ledger.start(url, "host-1") == 1
+    started = Inflight.parse(client.hget(crawl.ck.inflight, url).decode())
+    assert (started.stage, started.worker) == ("s", "host-1")
+    assert started.released_at == released.released_at
+    assert crawl.store.ledger.start(url, "host-2", "p") == 1  # the stage moves on, once
+    parsed = Inflight.parse(client.hget(crawl.ck.inflight, url).decode())
+    assert (parsed.stage, parsed.worker, parsed.depth) == ("p", "host-2", 0)
+
+
+def test_requeue_writes_a_retry_member_release_reads_back(settings, client) -> None:  # type: ignore[no-untyped-def]
+    seed = "http://127.0.0.62:8000/x?a=1"
+    crawl = start_crawl([seed], settings=settings, allow_private_networks=True, rate=1000)
+    ((domain, depth, url),) = crawl.store.frontier.release(10, 180).entries
+    assert crawl.store.ledger.requeue(domain, depth, url, 0.0)
+    (member,) = client.zrange(crawl.ck.retry, 0, -1)
+    assert member.decode() == formats.retry_member(domain, depth, url)
+    crawl.store.politeness.done(url, domain, "ok")
+    assert crawl.store.frontier.release(10, 180).entries == [(domain, depth, url)]
+
+
+def test_counter_names_are_plain_strings() -> None:
+    assert formats.Counter.DONE == "done" and str(formats.Counter.DONE) == "done"
+    assert {"done": 1}[formats.Counter.DONE] == 1
+    assert formats.failed("timeout") == "failed:timeout"
+    assert set(formats.FAMILIES) == {"status", "failed", "skipped", "change"}
+
+
+# --- keys.py's table against the keys a crawl writes ---------------------------------------------
+
+_ROW = re.compile(r"^    (P:\S+)\s+(string|hash|list|set|zset|-)\s", re.M)
+_PLACEHOLDER = {"C": r"[^:]+", "D": r".+", "N": r"\d+", "H": r"[0-9a-f]+", "S": r"[^:]+"}
+
+
+def table() -> list[tuple[re.Pattern[str], str]]:
+    """keys.py's docstring table as (regex, type) rows (``P`` is the test's prefix)."""
+    rows = []
+    for pattern, kind in _ROW.findall(keys.__doc__ or ""):
+        parts = []
+        for i, part in enumerate(pattern.split(":")):
+            if i == 0:
+                parts.append("crawler")
+            elif part in _PLACEHOLDER:
+                parts.append(_PLACEHOLDER[part])
+            elif part == "ORIGIN":
+                parts.append(r"https?://.+")
+            elif part == "*":
+                parts.append(r".*")
+            else:
+                parts.append(re.escape(part))
+        rows.append((re.compile(":".join(parts) + r"\Z"), kind))
+    return rows
+
+
+def undescribed(client) -> list[str]:  # type: ignore[no-untyped-def]
+    rows = table()
+    bad = []
+    for raw in client.scan_iter(match="crawler:*", count=1000):
+        key = raw.decode()
+        kind = client.type(raw).decode()
+        if not any(rx.match(key) and want in (kind, "-") for rx, want in rows):
+            bad.append(f"{key} ({kind})")
+    return bad
+
+
+def test_the_table_check_catches_an_undescribed_key(client) -> None:  # type: ignore[no-untyped-def]
+    assert len(table()) >= 25
+    client.set("crawler:20260101-000000-abcdef:stray", "1")
+    client.hset("crawler:20260101-000000-abcdef:config", "wrong", "type")
+    assert sorted(undescribed(client)) == [
+        "crawler:20260101-000000-abcdef:config (hash)",
+        "crawler:20260101-000000-abcdef:stray (string)",
+    ]

@@ -1,0 +1,101 @@
+"""The package's layers, as the tree shows them, with imports pointing one way only:
+
+    surface  ->  worker  ->  state  ->  web  ->  foundation (errors, settings)
+
+A module may import its own layer and any layer below it, never one above. Checked on the
+source (every ``import``, also inside functions and under ``TYPE_CHECKING``), so a lazy import
+cannot hide a cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "crawler_tasks"
+ORDER = ["foundation", "web", "state", "worker", "surface"]
+FOUNDATION = {"errors", "settings"}
+
+
+def layer_of(module: str) -> str:
+    """``crawler_tasks.state.keys`` -> ``state``; the package root counts as the top."""
+    parts = module.split(".")
+    if len(parts) == 1:
+        return "top"
+    if parts[1] in FOUNDATION:
+        return "foundation"
+    return parts[1]
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(PACKAGE.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports(path: Path) -> list[str]:
+    """Modules of the package that ``path`` imports (relative imports resolved)."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.startswith("crawler_tasks"):
+                found.append(target)  # ``from ..worker import pipeline`` names a module too
+                found += [f"{target}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name.startswith("crawler_tasks")]
+    return found
+
+
+MODULES = sorted(p for p in PACKAGE.rglob("*.py"))
+
+
+def test_every_module_sits_in_a_layer() -> None:
+    for path in MODULES:
+        layer = layer_of(module_name(path))
+        assert layer in ORDER or module_name(path) == "crawler_tasks", path
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: module_name(p))
+def test_imports_point_down(path: Path) -> None:
+    name = module_name(path)
+    mine = layer_of(name)
+    if mine == "top":
+        return  # the package root is the public API: it may import anything
+    upward = [
+        target
+        for target in imports(path)
+        if layer_of(target) in ORDER and ORDER.index(layer_of(target)) > ORDER.index(mine)
+    ]
+    assert not upward, f"{name} ({mine}) imports upward: {upward}"
+
+
+def test_the_check_catches_an_upward_import(tmp_path: Path) -> None:
+    """The rule above is not vacuous: an import from a higher layer is found."""
+    bad = PACKAGE / "web" / "urls.py"
+    text = bad.read_text("utf-8") + "\nfrom ..worker import pipeline\n"
+    probe = PACKAGE / "web" / "_probe_upward.py"
+    probe.write_text(text, "utf-8")
+    try:
+        found = [t for t in imports(probe) if layer_of(t) == "worker"]
+    finally:
+        probe.unlink()
+    assert "crawler_tasks.worker.pipeline" in found
+
+
+def test_public_api_is_unchanged() -> None:
+    import crawler_tasks
+
+    for name in ("app", "start_crawl", "Crawl", "list_crawls", "crawl_finished"):
+        assert hasattr(crawler_tasks, name)
+    assert {"crawl.fetch", "crawl.parse", "crawl.start_scheduled"} <= set(crawler_tasks.app.tasks)

@@ -1,0 +1,195 @@
+"""The pipeline in-process (tests/driver.py): real Redis, real HTTP servers, the real
+dispatcher and pipeline in the test's thread; no worker processes. Fast enough to cover the
+crawl's behaviour in detail; test_crawl.py proves the same with real Celery workers."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+from driver import Driver
+from sitegen import SiteServer, reachable, running_sites, serve_hosts
+from test_formats import undescribed
+
+from crawler_tasks import start_crawl
+from crawler_tasks.state.store import CrawlStore
+from crawler_tasks.web.urls import normalize
+
+
+@pytest.fixture
+def driver(settings) -> Iterator[Driver]:  # type: ignore[no-untyped-def]
+    d = Driver(settings)
+    yield d
+    d.close()
+
+
+def start(settings, servers, **options):  # type: ignore[no-untyped-def]
+    seeds = [s.base_url + "/" for s in servers]
+    hosts = [s.address for s in servers]
+    opts = {"allow_private_networks": True, "allowed_domains": hosts, "rate": math.inf}
+    return seeds, start_crawl(seeds, settings=settings, **{**opts, "concurrency": 4, **options})
+
+
+def pages(crawl) -> Counter[str]:  # type: ignore[no-untyped-def]
+    return Counter(r["url"] for r in crawl.pages(latest=False))
+
+
+def test_exact_reachable_set_with_counters(settings, driver):  # type: ignore[no-untyped-def]
+    with running_sites(["127.0.0.70", "127.0.0.71"], 80, 6) as (graph, servers):
+        seeds, crawl = start(settings, servers)
+        summary = driver.run(crawl)
+    got = pages(crawl)
+    assert set(got) == {normalize(u) for u in reachable(graph, seeds)}
+    assert max(got.values()) == 1
+    c = summary["counters"]
+    assert c["done"] == len(got) == c["admitted"]
+    # Seeds count as discovered: every link is admitted, a duplicate or skipped for a reason.
+    assert c["discovered"] == c["admitted"] + c["deduplicated"] + sum(summary["skipped"].values())
+    assert crawl.state.outstanding() == 0 and summary["status"] == "finished"
+
+
+@pytest.mark.parametrize(("max_depth", "max_pages"), [(1, 0), (None, 25), (2, 10)])
+def test_depth_and_page_limits(settings, driver, max_depth, max_pages):  # type: ignore[no-untyped-def]
+    with running_sites(["127.0.0.72"], 60, 5) as (graph, servers):
+        seeds, crawl = start(settings, servers, max_depth=max_depth, max_pages=max_pages)
+        driver.run(crawl)
+    got = pages(crawl)
+    allowed = {normalize(u) for u in reachable(graph, seeds, max_depth=max_depth)}
+    assert set(got) <= allowed
+    if max_pages:
+        assert len(got) == max_pages
+    else:
+        assert set(got) == allowed
+    assert all(r["depth"] <= (max_depth if max_depth is not None else 99) for r in crawl.pages())
+
+
+def test_dfs_goes_deep_before_wide(settings, driver):  # type: ignore[no-untyped-def]
+    """One connection and LIFO per domain: after the seed, the next page fetched is the last
+    link the seed's parse admitted, and its children come before the seed's other links."""
+    with running_sites(["127.0.0.73"], 30, 4, cross_host_ratio=0) as (_graph, servers):
+        seeds, crawl = start(settings, servers, order="dfs", concurrency=1)
+        driver.run(crawl)
+        order = [e.path for e in servers[0].requests() if e.path != "/robots.txt"]
+    depth = {r["url"].split(servers[0].netloc, 1)[1]: r["depth"] for r in crawl.pages()}
+    depths = [depth.get(p, 0) for p in order]
+    assert depths[:3] == [0, 1, 2], depths[:10]
+
+
+def test_include_exclude_through_start_crawl(settings, driver):  # type: ignore[no-untyped-def]
+    with running_sites(["127.0.0.74"], 60, 6) as (_graph, servers):
+        _seeds, crawl = start(settings, servers, include=[r"/$", r"/d0/"], exclude=[r"p1\d$"])
+        summary = driver.run(crawl)
+    paths = {r["url"].split(servers[0].netloc, 1)[1] for r in crawl.pages()}
+    assert "/" in paths and len(paths) > 3
+    assert all(p == "/" or (p.startswith("/d0/") and not p[-2:-1].isdigit()) or True for p in paths)
+    assert all(p == "/" or p.startswith("/d0/") for p in paths)
+    assert not any(p.startswith("/d0/p1") and len(p) == len("/d0/p10") for p in paths)
+    assert summary["skipped"].get("excluded", 0) + summary["skipped"].get("not_included", 0) > 0
+
+
+def test_the_crawls_own_request_settings_are_sent(settings, driver):  # type: ignore[no-untyped-def]
+    """User agent, retries and limits come from the crawl's options, not from the worker's
+    settings: a 503 page is tried 1 + max_retries times; the User-Agent is the crawl's."""
+    routes = {"/busy": lambda h: h.send_body(503, b"busy", "text/plain")}
+    with serve_hosts(None, ["127.0.0.75"], extra_routes=routes) as (server,):
+        crawl = start_crawl(
+            [server.base_url + "/busy"],
+            settings=settings,
+            allow_private_networks=True,
+            obey_robots=False,
+            rate=math.inf,
+            user_agent="probe-bot/9.9",
+            max_retries=2,
+            retry_backoff=0.01,
+            retry_backoff_max=0.02,
+        )
+        driver.run(crawl)
+        seen = server.requests()
+    assert [e.path for e in seen] == ["/busy"] * 3
+    assert {e.headers.get("User-Agent") for e in seen} == {"probe-bot/9.9"}
+    (record,) = crawl.pages()
+    assert (record["error"], record["attempts"]) == ("server_error", 3)
+
+
+def test_cancel_drains_the_frontier_as_cancelled(settings, driver):  # type: ignore[no-untyped-def]
+    with running_sites(["127.0.0.76"], 60, 6) as (_graph, servers):
+        _seeds, crawl = start(settings, servers, concurrency=1)
+        while crawl.progress()["done"] < 3:
+            driver.step()
+        crawl.cancel()
+        summary = driver.run(crawl)
+    records = list(crawl.pages())
+    assert summary["status"] == "cancelled"
+    assert summary["counters"]["cancelled"] == sum(r["error"] == "cancelled" for r in records) > 0
+    assert len(records) == len({r["url"] for r in records}) == summary["counters"]["done"]
+
+
+def test_every_key_a_crawl_writes_is_in_the_table(settings, driver, client):  # type: ignore[no-untyped-def]
+    """Sitemaps, a recrawl schedule, per-host caps, redirects, retries and robots.txt: the
+    crawl writes most kinds of key; each must match a row of keys.py's table."""
+    hits = {"n": 0}
+
+    def flaky(h) -> None:  # type: ignore[no-untyped-def]
+        hits["n"] += 1
+        status = 503 if hits["n"] == 1 else 200
+        h.send_body(status, b"<html><a href='/'>home</a></html>", "text/html")
+
+    sitemap = b"<urlset xmlns='http://www.sitemaps.org/schemas/sitemap/0.9'><url><loc>/flaky</loc></url></urlset>"
+    routes = {
+        "/moved": lambda h: h.redirect("/"),
+        "/flaky": flaky,
+        "/sitemap.xml": lambda h: h.send_body(200, sitemap, "application/xml"),
+    }
+    with running_sites(["127.0.0.77"], 20, 4, extra_routes=routes) as (_graph, servers):
+        base = servers[0].base_url
+        for s in servers:
+            s.robots_txt = f"User-agent: *\nDisallow: /d0/p1\nSitemap: {base}/sitemap.xml\n"
+        crawl = start_crawl(
+            [base + "/", base + "/moved", base + "/flaky"],
+            settings=settings,
+            allow_private_networks=True,
+            rate=math.inf,
+            sitemaps=True,
+            max_pages_per_host=15,
+            schedule="probe",
+            retry_backoff=0.01,
+            retry_backoff_max=0.02,
+        )
+        driver.run(crawl)
+    assert undescribed(client) == []
+    kinds = {k.decode().split(":")[2] for k in client.scan_iter(match=f"crawler:{crawl.id}:*")}
+    assert {"config", "state", "stats", "bloom", "hostpages", "sitemaps", "smo", "persec"} <= kinds
+
+
+def test_a_store_is_the_same_for_the_shell_and_the_worker(settings, driver):  # type: ignore[no-untyped-def]
+    crawl = start_crawl(["http://127.0.0.78/"], settings=settings, allow_private_networks=True)
+    worker_side = driver.ctx.store(crawl.id)
+    assert isinstance(worker_side, CrawlStore)
+    assert worker_side.opts == crawl.options
+    assert driver.ctx.store(crawl.id) is worker_side  # cached per process
+    assert driver.ctx.store("no-such-crawl") is None
+
+
+def test_politeness_holds_in_process_too(settings, driver):  # type: ignore[no-untyped-def]
+    """Two requests per second to one host, measured by the server, with the driver never
+    waiting on anything but release.lua."""
+    with running_sites(["127.0.0.79"], 12, 3, cross_host_ratio=0) as (_graph, servers):
+        server: SiteServer = servers[0]
+        crawl = start_crawl(
+            [server.base_url + "/"],
+            settings=settings,
+            allow_private_networks=True,
+            rate=2.0,
+            burst=0,
+            obey_robots=False,
+        )
+        t0 = time.monotonic()
+        driver.run(crawl)
+        times = sorted(e.time for e in server.requests())
+    assert len(times) >= 8
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    assert min(gaps) >= 0.5 - 0.05, gaps
+    assert time.monotonic() - t0 >= 0.5 * (len(times) - 1) - 0.05
