@@ -1,14 +1,20 @@
 """Real parts only: a private redis-server for the session (flushed between tests), real Celery
-worker processes, real HTTP servers on loopback (see sitegen.py)."""
+worker processes, real HTTP servers on loopback (see sitegen.py).
+
+Worker processes write their logs under the test's ``worker_logs`` directory; a traceback in
+any of them fails the test unless the test allows it with
+``@pytest.mark.allow_worker_errors("regex", ...)`` (matched against each traceback)."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import hypothesis
 import pytest
 import redis
 
@@ -17,6 +23,22 @@ from crawler_tasks.surface.embedded import (
     local_workers,
     private_redis,
 )
+
+# CI replays the same examples on every run (a failure there reproduces); locally each run
+# explores new ones. Either way a failure prints the blob that replays it (@reproduce_failure).
+hypothesis.settings.register_profile("ci", derandomize=True, print_blob=True, database=None)
+hypothesis.settings.register_profile("local", print_blob=True)
+hypothesis.settings.load_profile(
+    os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") == "true" else "local")
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "allow_worker_errors(*patterns): tracebacks in worker logs matching one of these "
+        "regular expressions do not fail the test",
+    )
 
 
 @pytest.fixture(scope="session")
@@ -57,27 +79,59 @@ def worker_env() -> dict[str, str]:
     return {}
 
 
+_TRACEBACK = re.compile(r"^Traceback \(most recent call last\):$", re.M)
+
+
+def tracebacks(text: str) -> list[str]:
+    """Each traceback in a log, with the log line before it (Celery names the task there) and
+    up to the exception line (the first unindented line after the frames)."""
+    found = []
+    for match in _TRACEBACK.finditer(text):
+        before = text[: match.start()].rstrip("\n").rpartition("\n")[2]
+        lines = text[match.end() :].lstrip("\n").splitlines()
+        end = next((i for i, line in enumerate(lines) if line and not line[0].isspace()), None)
+        body = lines if end is None else lines[: end + 1]
+        found.append("\n".join([before, match.group(0), *body]))
+    return found
+
+
+def unexpected_tracebacks(log_dir: Path, allowed: list[str]) -> list[str]:
+    out = []
+    for log in sorted(log_dir.glob("*.log")):
+        for tb in tracebacks(log.read_text(errors="replace")):
+            if not any(re.search(pattern, tb) for pattern in allowed):
+                out.append(f"--- {log.name}\n{tb}")
+    return out
+
+
 @pytest.fixture
-def workers(redis_url: str, tmp_path: Path, worker_env: dict[str, str]) -> Iterator[list]:
-    """The recommended layout as real processes: a threads-pool fetch worker and a prefork
-    parse worker. Their logs are printed if the test fails."""
+def worker_logs(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Path]:
+    """Where the test's worker processes log (pass ``log_dir=str(worker_logs)`` to
+    ``local_workers``). After the test, any traceback not allowed by the test's
+    ``allow_worker_errors`` marker fails it."""
     log_dir = tmp_path / "worker-logs"
-    log_dir.mkdir()
-    env = {"CRAWLER_DISPATCH_INTERVAL": "0.02", **worker_env}
+    log_dir.mkdir(exist_ok=True)
+    yield log_dir
+    allowed = [p for m in request.node.iter_markers("allow_worker_errors") for p in m.args]
+    found = unexpected_tracebacks(log_dir, allowed)
+    if found:
+        pytest.fail("traceback in a worker log:\n" + "\n".join(found)[-8000:], pytrace=False)
+
+
+@pytest.fixture
+def workers(redis_url: str, worker_logs: Path, worker_env: dict[str, str]) -> Iterator[list]:
+    """The recommended layout as real processes, at the default settings (``worker_env`` adds
+    to them): a threads-pool fetch worker and a prefork parse worker."""
     with local_workers(
         redis_url,
         fetch_threads=8,
         parsers=1,
         fetchers=1,
-        log_dir=str(log_dir),
+        log_dir=str(worker_logs),
         events=True,
-        extra_env=env,
+        extra_env=worker_env,
     ) as procs:
         yield procs
-    for log in sorted(log_dir.glob("*.log")):
-        text = log.read_text(errors="replace")
-        if "Traceback" in text:
-            print(f"--- {log.name}\n{text[-4000:]}")
 
 
 def wait_until(predicate, timeout: float = 30.0, interval: float = 0.1):  # type: ignore[no-untyped-def]

@@ -1098,8 +1098,9 @@ _HOSTILE_ENTRY_POINTS = (
 )
 
 
-def hostile_routes() -> dict[str, RouteHandler]:
+def hostile_routes(loopback: str = "http://127.0.0.1:1/") -> dict[str, RouteHandler]:
     """Route handlers for robustness tests, for ``SiteServer(extra_routes=...)``.
+    ``/redirect-to-loopback`` redirects to ``loopback``.
 
     Keys also match sub-paths (``/calendar`` serves ``/calendar/2024/05``). ``/hostile`` is an
     index page linking to one entry point of each, for seeding a crawl. Trickling routes accept
@@ -1110,7 +1111,7 @@ def hostile_routes() -> dict[str, RouteHandler]:
         "/redirect-loop": _redirect_loop,
         "/redirect-chain": _redirect_chain,
         "/redirect-to-metadata": lambda h: h.redirect("http://169.254.169.254/latest/meta-data/"),
-        "/redirect-to-loopback": lambda h: h.redirect("http://127.0.0.1:1/"),
+        "/redirect-to-loopback": lambda h: h.redirect(loopback),
         "/slow-trickle": _slow_trickle,
         "/slow-headers": _slow_headers,
         "/endless": _endless,

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from sitegen import running_sites
 
 from crawler_tasks.surface.embedded import free_port
@@ -54,8 +55,9 @@ def test_crawl_starts_local_workers_when_none_consume_the_queues(redis_url, tmp_
     assert (tmp_path / summary["crawl_id"] / "summary.json").exists()
 
 
-def test_unreachable_broker_falls_back_to_embedded(tmp_path):
-    dead = f"redis://:s3cret@127.0.0.1:{free_port()}/0"
+@pytest.mark.parametrize("scheme", ["redis", "rediss"])
+def test_unreachable_broker_falls_back_to_embedded(tmp_path, scheme):
+    dead = f"{scheme}://:s3cret@127.0.0.1:{free_port()}/0"
     with running_sites(["127.0.0.17"], 8, 2) as (_, servers):
         result = run(
             "crawl",
@@ -72,4 +74,5 @@ def test_unreachable_broker_falls_back_to_embedded(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "unreachable: running embedded" in result.stderr
     assert "s3cret" not in result.stderr + result.stdout  # the password is masked
+    assert f"broker {scheme}://:***@127.0.0.1:" in result.stderr
     assert json.loads(result.stdout)["status"] == "finished"

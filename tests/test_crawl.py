@@ -7,11 +7,11 @@ import math
 import os
 import signal
 from collections import Counter
-from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import wait_until
-from sitegen import reachable, running_sites
+from sitegen import has_skipped_extension, reachable, running_sites
 from warcio.archiveiterator import ArchiveIterator
 
 from crawler_tasks import start_crawl
@@ -59,16 +59,41 @@ def test_crawl_reaches_exactly_the_reachable_set(settings, workers):
     assert summary["status_codes"]["404"] >= 1
     summary_file = json.loads((crawl.output_dir / "summary.json").read_text())
     assert summary_file["counters"]["done"] == len(got)
-    responses = []
+    # WARC: one request record per response, concurrent to it, with the request line sent.
+    records: dict[str, dict[str, Any]] = {}
     for path in crawl.output_dir.glob("*.warc.gz"):
         with open(path, "rb") as f:
-            responses += [
-                r.rec_headers.get_header("WARC-Target-URI")
-                for r in ArchiveIterator(f)
-                if r.rec_type == "response"
-            ]
-    assert len(responses) == summary["counters"]["fetched"]
-    assert list(crawl.output_dir.glob("edges-*.tsv"))
+            for r in ArchiveIterator(f):
+                if r.rec_type == "response":
+                    records.setdefault(r.rec_headers.get_header("WARC-Record-ID"), {})["resp"] = (
+                        r.rec_headers.get_header("WARC-Target-URI")
+                    )
+                elif r.rec_type == "request":
+                    to = r.rec_headers.get_header("WARC-Concurrent-To")
+                    records.setdefault(to, {})["req"] = (
+                        r.rec_headers.get_header("WARC-Target-URI"),
+                        r.http_headers.protocol,
+                        r.http_headers.get_header("User-Agent"),
+                    )
+    assert len(records) == summary["counters"]["fetched"]
+    for pair in records.values():
+        uri, request_line, agent = pair["req"]
+        assert uri == pair["resp"]
+        assert request_line == "GET" and agent.startswith("crawler-tasks/")
+    # Edges: exactly the links of every fetched HTML page, as the site has them (but files
+    # with a non-HTML extension, which the crawler does not take for pages).
+    edges = {
+        tuple(line.split("\t"))
+        for path in crawl.output_dir.glob("edges-*.tsv")
+        for line in path.read_text().splitlines()
+    }
+    html_pages = {u for u in got if u in graph.pages and graph.pages[u].is_html}
+    assert {src for src, _ in edges} <= html_pages
+    for url in html_pages:
+        links = {
+            normalize(link) for link in graph.pages[url].links if not has_skipped_extension(link)
+        }
+        assert {dst for src, dst in edges if src == url} == links, url
     page = next(r for r in crawl.pages() if r["url"] == seeds[0])
     assert page["title"] == "Page /" and page["status"] == 200 and page["outlinks"]
 
@@ -97,13 +122,13 @@ def test_two_crawls_at_once_do_not_interfere(settings, workers):
     assert c1.output_dir != c2.output_dir
 
 
-@pytest.fixture
-def worker_env() -> dict[str, str]:
-    # Redelivery of a dead worker's messages after 4 s instead of 10 minutes.
-    return {"CRAWLER_VISIBILITY_TIMEOUT": "4", "CRAWLER_LEASE_SECONDS": "4"}
+# Redelivery of a dead worker's messages after 4 s instead of 10 minutes (this test only: the
+# others run at the defaults).
+FAST_REDELIVERY = {"CRAWLER_VISIBILITY_TIMEOUT": "4", "CRAWLER_LEASE_SECONDS": "4"}
 
 
-def test_sigkilled_worker_loses_nothing(settings, redis_url, workers, tmp_path: Path):
+@pytest.mark.parametrize("worker_env", [FAST_REDELIVERY])
+def test_sigkilled_worker_loses_nothing(settings, redis_url, workers, worker_logs):
     with running_sites(["127.0.0.6"], 150, 5, delay=0.05) as (graph, servers):
         seeds, crawl = start(settings, servers, rate=20.0, concurrency=2)
         wait_until(lambda: crawl.progress()["done"] >= 20, timeout=60)
@@ -111,8 +136,13 @@ def test_sigkilled_worker_loses_nothing(settings, redis_url, workers, tmp_path: 
         os.killpg(fetch_worker.pid, signal.SIGKILL)
         fetch_worker.wait(10)
         assert not crawl.finished
-        env = {"CRAWLER_VISIBILITY_TIMEOUT": "4", "CRAWLER_LEASE_SECONDS": "4"}
-        with local_workers(redis_url, fetch_threads=4, parsers=1, extra_env=env) as more:
+        with local_workers(
+            redis_url,
+            fetch_threads=4,
+            parsers=1,
+            extra_env=FAST_REDELIVERY,
+            log_dir=str(worker_logs),
+        ) as more:
             crawl.wait(timeout=120)
             for proc in more:
                 stop_process(proc)
@@ -122,13 +152,15 @@ def test_sigkilled_worker_loses_nothing(settings, redis_url, workers, tmp_path: 
     assert crawl.progress()["outstanding"] == 0
 
 
-def test_fetch_lost_between_release_and_publish_is_reaped(settings, redis_url, tmp_path):
+def test_fetch_lost_between_release_and_publish_is_reaped(settings, redis_url, worker_logs):
     with running_sites(["127.0.0.15"], 20, 3) as (graph, servers):
         seeds, crawl = start(settings, servers)
         # A dispatcher that died right after release.lua: URLs in flight, no message anywhere.
         released = crawl.store.frontier.release(100, 180)
         assert [url for _, _, url in released.entries] == seeds
         env = {"CRAWLER_VISIBILITY_TIMEOUT": "2", "CRAWLER_TOTAL_TIMEOUT": "1"}
-        with local_workers(redis_url, fetch_threads=4, parsers=1, extra_env=env):
+        with local_workers(
+            redis_url, fetch_threads=4, parsers=1, extra_env=env, log_dir=str(worker_logs)
+        ):
             crawl.wait(timeout=60)
     assert set(crawled(crawl)) == expected(graph, seeds)

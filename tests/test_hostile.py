@@ -144,26 +144,30 @@ def path_of(url: str) -> str:
 
 
 @contextlib.contextmanager
-def listening(address: str, port: int) -> Iterator[socket.socket | None]:
-    """A bare listening socket (a canary: nothing may connect); None if it cannot bind."""
+def listening(address: str, port: int) -> Iterator[socket.socket]:
+    """A bare listening socket (a canary: nothing may connect). Fails the test if it cannot
+    bind: without it, "nothing connected" would check nothing."""
     sock = socket.socket()
     try:
         sock.bind((address, port))
         sock.listen(8)
         sock.setblocking(False)
-    except OSError:
+    except OSError as exc:
         sock.close()
-        yield None
-        return
+        pytest.fail(f"cannot listen on {address}:{port} ({exc})", pytrace=False)
     try:
         yield sock
     finally:
         sock.close()
 
 
-def accepted(sock: socket.socket | None) -> bool:
-    if sock is None:
-        return False
+def url_of(sock: socket.socket) -> str:
+    address, port = sock.getsockname()[:2]
+    return f"http://{address}:{port}/"
+
+
+def accepted(sock: socket.socket) -> bool:
+    """Did anything connect (a closed connection stays in the accept queue too)?"""
     try:
         conn, _ = sock.accept()
     except BlockingIOError:
@@ -249,11 +253,16 @@ def extra_routes(canary: str) -> dict[str, Callable[[Handler], None]]:
 def test_hostile_web(settings, workers, client):  # type: ignore[no-untyped-def]
     parse_worker = workers[1]
     children_before = wait_for_children(parse_worker.pid)
-    a = SiteServer(address="127.0.0.41", extra_routes=hostile_routes())
     canary = SiteServer(address="127.0.0.43")
     c = SiteServer(address="127.0.0.42", extra_routes=extra_routes(canary.base_url))
-    # The redirect-to-loopback target is 127.0.0.1:1: listen there to see it is never reached.
-    with a, c, canary, listening("127.0.0.1", 1) as port1:
+    # The redirect-to-loopback target is a port of 127.0.0.1 this test listens on (a free one:
+    # other test runs may share the machine), to see it is never reached.
+    with (
+        listening("127.0.0.1", 0) as port1,
+        SiteServer(address="127.0.0.41", extra_routes=hostile_routes(url_of(port1))) as a,
+        c,
+        canary,
+    ):
         started = time.monotonic()
         crawl = start_crawl(
             [
@@ -400,7 +409,7 @@ def test_hostile_web(settings, workers, client):  # type: ignore[no-untyped-def]
     assert skipped["max_pages_per_host"] > 0
     assert skipped["trap"] == 1  # /r/x/r/x/r/x
     assert skipped["out_of_domain"] == 1  # the canary link
-    assert skipped["redirect_out_of_scope"] == 2  # to the canary, to 127.0.0.1:1
+    assert skipped["redirect_out_of_scope"] == 2  # to the canary, to the loopback listener
     assert skipped["redirect_duplicate"] == 1
     counters = crawl.state.counters()
     assert counters["links_dropped:too_many"] == 100_000 - 5000
@@ -411,7 +420,7 @@ def test_hostile_web(settings, workers, client):  # type: ignore[no-untyped-def]
 
     # --- the servers' logs: nothing out of scope, nothing twice, retries as configured -----------
     assert canary_log == [], [r.path for r in canary_log]
-    assert not port1_hit  # the redirect to 127.0.0.1:1 was never followed
+    assert not port1_hit  # the redirect to the loopback listener was never followed
     c_paths = Counter(r.path for r in c_log if r.path != "/robots.txt")
     assert not set(c_paths) & {*NEVER_REQUESTED, LONG_PATH}
     tried = ("/always-500", "/always-408", "/redirect-to-flaky", "/flaky-target")
@@ -529,20 +538,20 @@ def test_private_seeds_need_the_explicit_permission(settings):  # type: ignore[n
             start_crawl([seed], settings=settings)
 
 
-def _name_for_loopback() -> str:
-    """A host name (not "localhost") that resolves to loopback only, or skip."""
-    name = socket.gethostname()
-    try:
-        addresses = {info[4][0] for info in socket.getaddrinfo(name, 80, type=socket.SOCK_STREAM)}
-    except OSError:
-        pytest.skip(f"host name {name!r} does not resolve")
-    if name == "localhost" or addresses != {"127.0.0.1"}:
-        pytest.skip(f"host name {name!r} resolves to {addresses}, not only 127.0.0.1")
-    return name
+LOOPBACK_NAME = "intranet.loopback.test"  # resolves to 127.0.0.1 in the workers, nowhere else
 
 
+@pytest.mark.parametrize(
+    "worker_env",
+    [
+        {
+            "PYTHONPATH": str(Path(__file__).parent / "resolver"),
+            "TEST_RESOLVER_HOSTS": f"{LOOPBACK_NAME}=127.0.0.1",
+        }
+    ],
+)
 def test_name_resolving_to_loopback_is_blocked(settings, workers):  # type: ignore[no-untyped-def]
-    name = _name_for_loopback()
+    name = LOOPBACK_NAME
     routes = {"/": lambda h: h.send_body(200, html("Private"))}
     with SiteServer(address="127.0.0.1", extra_routes=routes) as site:
         seed = f"http://{name}:{site.port}/"
@@ -555,6 +564,7 @@ def test_name_resolving_to_loopback_is_blocked(settings, workers):  # type: igno
     (blocked,) = public.pages()
     assert (blocked["error"], blocked["status"]) == ("blocked_address", None)
     assert "127.0.0.1" in blocked["detail"]
+    # The same name, allowed: the workers did resolve it to the test server.
     (allowed,) = private.pages()
     assert (allowed["status"], allowed["title"]) == (200, "Private")
 
@@ -660,13 +670,12 @@ def decoded_payloads(text: str) -> list[str]:
     return out
 
 
-def test_broker_password_never_leaks(password_redis, tmp_path: Path) -> None:
+def test_broker_password_never_leaks(password_redis, tmp_path: Path, worker_logs: Path) -> None:
     url, password = password_redis
     settings = load(env={}, broker_url=url, output_dir=str(tmp_path / "out"))
     monitor = Monitor(int(url.rsplit(":", 1)[1].split("/")[0]), password)
     monitor.start()
-    log_dir = tmp_path / "logs"
-    log_dir.mkdir()
+    log_dir = worker_logs
     with (
         running_sites(["127.0.0.46"], 12, 3) as (_, servers),
         local_workers(
@@ -674,7 +683,6 @@ def test_broker_password_never_leaks(password_redis, tmp_path: Path) -> None:
             fetch_threads=2,
             parsers=1,
             log_dir=str(log_dir),
-            extra_env={"CRAWLER_DISPATCH_INTERVAL": "0.02"},
         ) as procs,
     ):
         crawl = start_crawl(

@@ -82,22 +82,21 @@ def test_events_arrive_in_order_with_crawl_finished_last(settings, workers):
     crawl_id = "events-test"
     handle = Crawl(crawl_id, settings=settings)
     seen: list[dict] = []
-    ready = threading.Event()
 
     def listen() -> None:
-        stream = handle.events(timeout=None)
-        ready.set()
-        seen.extend(stream)
+        seen.extend(handle.events(timeout=None))
 
-    # Subscribe first: pub/sub delivers only to listeners already connected.
+    # Subscribe first: pub/sub delivers only to listeners already connected. The generator
+    # subscribes on its first step: wait until Redis counts the subscriber.
     pubsub_thread = threading.Thread(target=listen, daemon=True)
     pubsub_thread.start()
-    ready.wait(5)
-    time.sleep(0.5)
+    channel = handle.ck.events
+    wait_until(lambda: handle.client.pubsub_numsub(channel)[0][1] >= 1, timeout=10, interval=0.01)
     with running_sites(["127.0.0.8"], 20, 3) as (_, servers):
         crawl, _ = _start(settings, servers[0], crawl_id=crawl_id)
         crawl.wait(timeout=60)
         pubsub_thread.join(10)
+    assert not pubsub_thread.is_alive(), "crawl_finished never arrived"
     kinds = [e["event"] for e in seen]
     assert kinds[-1] == "crawl_finished" and kinds.count("crawl_finished") == 1
     finals = [e for e in seen if e["event"] in ("request_completed", "request_failed")]
@@ -114,11 +113,13 @@ def test_pause_resume_and_cancel(settings, workers):
         running_sites(["127.0.0.10"], 15, 3) as (g2, other),
     ):
         site = servers[0]
-        crawl, _ = _start(settings, site, rate=8.0, concurrency=1)
+        crawl, host = _start(settings, site, rate=8.0, concurrency=1)
         bystander, _ = _start(settings, other[0], rate=8.0)
         wait_until(lambda: crawl.progress()["done"] >= 5, timeout=30)
         crawl.pause()
-        time.sleep(1.0)  # what was released before the pause may still complete
+        # What was released before the pause may still complete: wait until nothing of this
+        # host is in flight, then 2 s (16 intervals at 8 req/s) without a request.
+        wait_until(lambda: crawl.client.zcard(crawl.ck.lease(host)) == 0, timeout=30)
         frozen = len(site.requests())
         time.sleep(2.0)
         assert len(site.requests()) == frozen, "requests continued while paused"
@@ -141,7 +142,7 @@ def test_pause_resume_and_cancel(settings, workers):
     assert {r["url"] for r in bystander.pages()} == expected
 
 
-def test_sigterm_is_a_graceful_shutdown(settings, redis_url, workers):
+def test_sigterm_is_a_graceful_shutdown(settings, redis_url, workers, worker_logs):
     with running_sites(["127.0.0.11"], 120, 4, delay=0.02) as (graph, servers):
         crawl, _ = _start(settings, servers[0], rate=30.0)
         wait_until(lambda: crawl.progress()["done"] >= 15, timeout=60)
@@ -150,7 +151,7 @@ def test_sigterm_is_a_graceful_shutdown(settings, redis_url, workers):
         for proc in workers:
             assert proc.wait(30) == 0
         assert not crawl.finished
-        with local_workers(redis_url, fetch_threads=4, parsers=1) as _procs:
+        with local_workers(redis_url, fetch_threads=4, parsers=1, log_dir=str(worker_logs)):
             crawl.wait(timeout=120)
     got = Counter(r["url"] for r in crawl.pages(latest=False))
     assert set(got) == {normalize(u) for u in reachable(graph, [servers[0].base_url + "/"])}

@@ -50,7 +50,8 @@ if state[2] == '1' then
     if redis.call('LLEN', qprefix .. d) == 0 then redis.call('ZREM', KEYS[1], d) end
     if budget <= 0 then break end
   end
-  redis.call('HINCRBY', KEYS[6], 'queued', -(#out - 1) / 2)
+  -- Not when nothing was drained: -0 / 2 is "-0", which HINCRBY rejects as no integer.
+  if #out > 1 then redis.call('HINCRBY', KEYS[6], 'queued', -(#out - 1) / 2) end
   return out
 end
 if state[1] == '1' then return {'fetch'} end
