@@ -138,10 +138,10 @@ def _role(proc: Any) -> str:
     except Exception:
         return proc.name()
     text = " ".join(cmd)
-    for tag in ("fetch-", "parse-"):
-        if tag in text:
-            kind = tag.rstrip("-")
+    for tag in ("fetch", "parse"):
+        if f"--hostname {tag}" in text:
+            kind = tag
             parent = proc.parent()
-            is_child = parent is not None and tag in " ".join(parent.cmdline())
+            is_child = parent is not None and f"--hostname {tag}" in " ".join(parent.cmdline())
             return f"{kind}-{'child' if is_child else 'main'}"
     return proc.name()

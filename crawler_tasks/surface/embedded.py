@@ -156,6 +156,7 @@ def local_workers(
     extra_env: dict[str, str] | None = None,
     events: bool = False,
     fetchers: int = 2,
+    pool: str = "threads",
 ) -> Iterator[list[subprocess.Popen[bytes]]]:
     """The recommended single-host layout (bench/crawl.py): fetch in a threads pool, parse in
     prefork. ``events`` makes the workers send task events (for Flower)."""
@@ -164,7 +165,7 @@ def local_workers(
     env.update({"CRAWLER_BROKER_URL": broker_url, **(extra_env or {})})
     tag = f"{os.getpid()}-{free_port()}"
     # One threads-pool process tops out near one core (the GIL): ``fetchers`` runs several.
-    specs = [(FETCH_QUEUES, "threads", fetch_threads, f"fetch{i}-{tag}") for i in range(fetchers)]
+    specs = [(FETCH_QUEUES, pool, fetch_threads, f"fetch{i}-{tag}") for i in range(fetchers)]
     specs.append(("parse", "prefork", parsers, f"parse-{tag}"))
     procs = []
     with contextlib.ExitStack() as logs:

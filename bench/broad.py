@@ -1,0 +1,360 @@
+"""Broad-crawl benchmark: many slow hosts, our crawler vs Scrapy side by side, in one run.
+
+    .venv/bin/python bench/broad.py                          # 1,000 hosts x 21 pages, both modes
+    .venv/bin/python bench/broad.py --hosts 200 --pages 20   # quick: ~2-3 minutes
+    .venv/bin/python bench/broad.py --modes polite --layouts threads:16x2:2,threads:256x2:2
+
+(Scrapy must be installed: ``.venv/bin/pip install -e '.[bench]'``; ``--skip-scrapy`` without.)
+
+The web: ``bench/_broad_server.py`` in its own process (so its CPU is not ours), ``--hosts``
+hosts on 127.10.x.y (Linux routes 127/8 to lo), ``--pages`` HTML pages each, 50-350 ms per
+response, robots.txt per host disallowing ``/private/`` (every page links there), each page
+linking to 2 pages of its host and 3 of other hosts. Seeds: every host's root.
+
+Modes: ``polite`` (1 request/s and 1 connection per host, burst 1) and ``fast`` (no delay,
+``--fast-conn`` connections per host). Each crawler gets the same politeness: ours through
+``start_crawl(rate=, concurrency=)``, Scrapy through its broad-crawl settings
+(``_scrapy_broad.py``: CONCURRENT_REQUESTS=256, CONCURRENT_REQUESTS_PER_DOMAIN, DOWNLOAD_DELAY,
+DownloaderAwarePriorityQueue).
+
+Judged from the server's own log, the same way for every crawler: pages/s = distinct pages
+fetched / (last - first request); end-to-end pages/s = distinct pages / wall time from the
+start of the crawl (Scrapy: its process start; ours: ``start_crawl``, workers already up,
+their start-up apart in ``startup_s``; ``e2e_cold`` counts it in);
+``bound``: requests/s (robots.txt included) as a fraction of the politeness bound, hosts x rate
+(polite mode only); ``max_1s``: most requests any host got in any 1-s window (the rules allow
+rate + 1); in flight: requests the server was serving, mean and peak of 0.1-s samples over the
+fetch span; missing / duplicate pages. For ours also: peak RSS and CPU seconds of every worker
+process, CPU ms per page, and Redis commands per page (``INFO commandstats`` reset before the
+crawl, so broker traffic is included), the busiest commands listed.
+
+A layout is ``POOL:CONCURRENCYxFETCH_PROCESSES:PARSE_PROCESSES``, e.g. ``threads:256x2:2``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import _util
+import psutil
+import redis
+from _broad_server import address
+from crawl import cpu_seconds, redis_cpu, tree, wait_for_workers
+
+from crawler_tasks import start_crawl
+from crawler_tasks.settings import load
+from crawler_tasks.surface.embedded import free_port, local_workers, private_redis
+
+HERE = Path(__file__).resolve().parent
+MODES = {"polite": (1.0, 1), "fast": (math.inf, None)}
+
+
+class Web:
+    """The server subprocess and its log."""
+
+    def __init__(self, args: Any, tmp: str) -> None:
+        self.hosts, self.pages, self.port = args.hosts, args.pages, free_port()
+        self.log = Path(tmp) / "server.log"
+        self.log.touch()
+        self.proc = subprocess.Popen(
+            [sys.executable, str(HERE / "_broad_server.py"), "--hosts", str(self.hosts)]
+            + ["--pages", str(self.pages), "--port", str(self.port), "--log", str(self.log)],
+            stdout=subprocess.PIPE,
+        )
+        assert self.proc.stdout is not None
+        if self.proc.stdout.readline().strip() != b"ready":
+            raise RuntimeError("the broad-crawl server did not start")
+
+    def seeds(self) -> list[str]:
+        return [f"http://{address(i)}:{self.port}/" for i in range(self.hosts)]
+
+    def mark(self) -> int:
+        time.sleep(0.3)  # the server flushes every 0.2 s
+        return self.log.stat().st_size
+
+    def cpu(self) -> float:
+        t = psutil.Process(self.proc.pid).cpu_times()
+        return t.user + t.system
+
+    def judge(self, start: int, rate: float) -> dict[str, Any]:
+        time.sleep(0.3)
+        with self.log.open("rb") as f:
+            f.seek(start)
+            lines = f.read().decode().splitlines()
+        per_host: dict[int, list[float]] = defaultdict(list)
+        kinds: Counter[str] = Counter()
+        pages: Counter[tuple[int, str]] = Counter()
+        inflight: list[tuple[float, int]] = []
+        for line in lines:
+            t, host, kind, path = line.split("\t")
+            if kind == "inflight":
+                inflight.append((float(t), int(path)))
+                continue
+            kinds[kind] += 1
+            per_host[int(host)].append(float(t))
+            if kind == "page":
+                pages[(int(host), "/" if path == "/" else path)] += 1
+        times = sorted(t for ts in per_host.values() for t in ts)
+        if not times:
+            return {"requests": 0}
+        first, last = times[0], times[-1]
+        span = max(last - first, 1e-9)
+        busy = [n for t, n in inflight if first <= t <= last] or [0]
+        requests = len(times)
+        max_1s = max(_max_in_window(sorted(ts), 1.0) for ts in per_host.values())
+        out: dict[str, Any] = {
+            "pages": kinds["page"],
+            "distinct": len(pages),
+            "expected": self.hosts * self.pages,
+            "missing": self.hosts * self.pages - len(pages),
+            "duplicates": sum(pages.values()) - len(pages),
+            "robots": kinds["robots"],
+            "private": kinds["private"],
+            "requests": requests,
+            "span_s": span,
+            "pages_per_s": len(pages) / span,
+            "inflight_mean": sum(busy) / len(busy),
+            "inflight_peak": max(busy),
+            "max_1s": max_1s,
+        }
+        if math.isfinite(rate):
+            out["bound"] = requests / span / (self.hosts * rate)
+            out["hosts_over"] = sum(
+                _max_in_window(sorted(ts), 1.0) > rate + 1 for ts in per_host.values()
+            )
+        return out
+
+    def close(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def _max_in_window(times: list[float], width: float) -> int:
+    best = 0
+    for i, t in enumerate(times):
+        best = max(best, bisect.bisect_left(times, t + width) - i)
+    return best
+
+
+def parse_layout(item: str) -> tuple[str, int, int, int]:
+    pool, _, rest = item.partition(":")
+    fetch, _, parsers = rest.partition(":")
+    conc, _, procs = fetch.partition("x")
+    return pool, int(conc), int(procs or 1), int(parsers or 2)
+
+
+def run_ours(args: Any, web: Web, mode: str, layout: str) -> dict[str, Any]:
+    pool, conc, fetchers, parsers = parse_layout(layout)
+    rate, per_host = MODES[mode]
+    per_host = per_host or args.fast_conn
+    with private_redis() as url, tempfile.TemporaryDirectory(prefix="bench-broad-") as tmp:
+        settings = load(env={}, broker_url=url, output_dir=tmp)
+        client = redis.Redis.from_url(url)
+        t0 = time.monotonic()
+        with local_workers(
+            url,
+            fetch_threads=conc,
+            parsers=parsers,
+            fetchers=fetchers,
+            pool=pool,
+            log_dir=tmp,
+            extra_env=args.worker_env,
+        ) as procs:
+            wait_for_workers(client)
+            roots = [p.pid for p in procs]
+            start = web.mark()
+            cpu0, wcpu0, rcpu0 = web.cpu(), cpu_seconds(tree(roots)), redis_cpu(client)
+            client.config_resetstat()
+            t1 = time.monotonic()
+            with _util.RssSampler(roots, interval=0.5) as rss:
+                crawl = start_crawl(
+                    web.seeds(),
+                    settings=settings,
+                    client=client,
+                    output=tmp,
+                    allow_private_networks=True,
+                    allowed_domains=[address(i) for i in range(web.hosts)],
+                    rate=rate,
+                    concurrency=per_host,
+                )
+                try:
+                    summary = crawl.wait(timeout=args.timeout)
+                except TimeoutError:
+                    summary = {"status": f"not finished after {args.timeout:.0f}s"}
+                    crawl.cancel()
+            wall = time.monotonic() - t1
+            cmdstats = client.info("commandstats")
+            rcpu = redis_cpu(client) - rcpu0
+            wcpu1 = cpu_seconds(tree(roots))
+            server_cpu = web.cpu() - cpu0
+            tracebacks = [
+                f.name
+                for f in Path(tmp).glob("*.log")
+                if "Traceback" in f.read_text(errors="replace")
+            ]
+        client.close()
+    figures = web.judge(start, rate)
+    n = max(figures.get("pages", 0), 1)
+    calls = {k.removeprefix("cmdstat_"): v["calls"] for k, v in cmdstats.items()}
+    return {
+        "crawler": f"ours {layout}",
+        "mode": mode,
+        **figures,
+        "wall_s": wall,
+        "startup_s": t1 - t0,
+        "e2e_pages_per_s": figures.get("distinct", 0) / wall,
+        "e2e_cold": figures.get("distinct", 0) / (wall + t1 - t0),
+        "status": summary.get("status"),
+        "inflight_per_fetch_process": figures.get("inflight_mean", 0) / fetchers,
+        "peak_rss_mb": {k: round(v / 2**20, 1) for k, v in sorted(rss.peak.items())},
+        "cpu_ms_per_page": sum(wcpu1.get(p, 0) - wcpu0.get(p, 0) for p in wcpu1) / n * 1000,
+        "redis_cpu_ms_per_page": rcpu / n * 1000,
+        "server_cpu_ms_per_page": server_cpu / n * 1000,
+        "redis_cmds_per_page": sum(calls.values()) / n,
+        "redis_calls_per_page": {
+            k: round(v / n, 2) for k, v in sorted(calls.items(), key=lambda kv: -kv[1])[:12]
+        },
+        "worker_log_tracebacks": tracebacks,
+    }
+
+
+def run_scrapy(args: Any, web: Web, mode: str) -> dict[str, Any]:
+    rate, per_host = MODES[mode]
+    per_host = per_host or args.fast_conn
+    delay = 0.0 if math.isinf(rate) else 1 / rate
+    with tempfile.TemporaryDirectory(prefix="bench-scrapy-") as tmp:
+        seeds = Path(tmp) / "seeds.txt"
+        seeds.write_text("\n".join(web.seeds()) + "\n")
+        cmd = [sys.executable, str(HERE / "_scrapy_broad.py"), str(seeds), f"{tmp}/out.jsonl"]
+        cmd += [str(per_host), str(delay), str(args.scrapy_concurrency)]
+        start, cpu0 = web.mark(), web.cpu()
+        t0 = time.monotonic()
+        with tempfile.TemporaryFile() as out:
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+            peak, cpu = 0, 0.0
+            ps = psutil.Process(proc.pid)
+            while proc.poll() is None:
+                with contextlib.suppress(psutil.Error):
+                    peak = max(peak, ps.memory_info().rss)
+                    t = ps.cpu_times()
+                    cpu = t.user + t.system
+                if time.monotonic() - t0 > args.timeout:
+                    proc.kill()
+                time.sleep(0.5)
+            out.seek(0)
+            tail = out.read().decode(errors="replace")[-600:]
+        wall = time.monotonic() - t0
+    figures = web.judge(start, rate)
+    n = max(figures.get("pages", 0), 1)
+    row = {
+        "crawler": f"scrapy {args.scrapy_concurrency}",
+        "mode": mode,
+        **figures,
+        "wall_s": wall,
+        "e2e_pages_per_s": figures.get("distinct", 0) / wall,
+        "e2e_cold": figures.get("distinct", 0) / wall,
+        "status": f"exit {proc.returncode}",
+        "peak_rss_mb": {"scrapy": round(peak / 2**20, 1)},
+        "cpu_ms_per_page": cpu / n * 1000,
+        "server_cpu_ms_per_page": (web.cpu() - cpu0) / n * 1000,
+    }
+    if proc.returncode:
+        row["output_tail"] = tail
+    return row
+
+
+COLUMNS = [
+    "mode",
+    "crawler",
+    "pages_per_s",
+    "x_scrapy",
+    "e2e_pages_per_s",
+    "x_scrapy_e2e",
+    "e2e_cold",
+    "bound",
+    "max_1s",
+    "hosts_over",
+    "inflight_mean",
+    "inflight_peak",
+    "pages",
+    "missing",
+    "duplicates",
+    "private",
+    "wall_s",
+    "cpu_ms_per_page",
+    "redis_cmds_per_page",
+]
+
+
+def main() -> int:
+    p = _util.parser(__doc__)
+    p.add_argument("--hosts", type=int, default=1000)
+    p.add_argument("--pages", type=int, default=21, help="HTML pages per host")
+    p.add_argument("--modes", default="polite,fast")
+    p.add_argument("--layouts", default="threads:256x2:2", help="POOL:CONCxFETCHERS:PARSERS,...")
+    p.add_argument("--fast-conn", type=int, default=4, help="connections per host, fast mode")
+    p.add_argument("--scrapy-concurrency", type=int, default=256)
+    p.add_argument("--timeout", type=float, default=600.0, help="per crawler, seconds")
+    p.add_argument("--skip-scrapy", action="store_true")
+    p.add_argument("--worker-env", action="append", default=[], metavar="NAME=VALUE")
+    args = p.parse_args()
+    args.worker_env = dict(kv.split("=", 1) for kv in args.worker_env)
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="bench-web-") as tmp:
+        web = Web(args, tmp)
+        try:
+            for mode in args.modes.split(","):
+                for layout in [x for x in args.layouts.split(",") if x]:
+                    _util.log(args, f"{mode}: ours {layout}")
+                    rows.append(run_ours(args, web, mode, layout))
+                if not args.skip_scrapy:
+                    _util.log(args, f"{mode}: scrapy")
+                    rows.append(run_scrapy(args, web, mode))
+        finally:
+            web.close()
+    for r in rows:
+        ref = next((s for s in rows if s["mode"] == r["mode"] and "scrapy" in s["crawler"]), None)
+        if ref and ref.get("pages_per_s"):
+            r["x_scrapy"] = r.get("pages_per_s", 0) / ref["pages_per_s"]
+            r["x_scrapy_e2e"] = r.get("e2e_pages_per_s", 0) / ref["e2e_pages_per_s"]
+    web_info = {"hosts": args.hosts, "pages": args.hosts * args.pages, "cpus": os.cpu_count()}
+    tables = [
+        _util.table("Web", [web_info]),
+        _util.table("Pages/s from the server's log", rows, COLUMNS),
+        _util.table(
+            "Peak RSS per process (MB)",
+            [
+                {"mode": r["mode"], "crawler": r["crawler"], "process": k, "peak_rss_mb": v}
+                for r in rows
+                for k, v in r["peak_rss_mb"].items()
+            ],
+        ),
+        _util.table(
+            "Ours: Redis commands per page (busiest)",
+            [
+                {"mode": r["mode"], "crawler": r["crawler"], **r["redis_calls_per_page"]}
+                for r in rows
+                if "redis_calls_per_page" in r
+            ],
+        ),
+    ]
+    _util.emit(args, {"web": web_info, "runs": rows}, tables)
+    ok = all(r.get("missing") == 0 and not r.get("hosts_over") for r in rows)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
