@@ -117,11 +117,19 @@ class Settings:
     dispatch_interval: float = 0.05
     #: Domains examined per crawl per release round.
     dispatch_batch: int = 500
+    #: Messages, fetch tasks that may wait in the broker's queues for a free pool slot; the
+    #: dispatcher releases nothing more while they do (0 = no cap), so a released host does
+    #: not wait behind other hosts. About what all fetch pools start in one release round.
+    dispatch_queue_max: int = 64
     #: Depth up to which fetches go to ``crawl.medium``; deeper ones to ``crawl.low``; seeds
     #: (depth 0) to ``crawl.high``.
     medium_max_depth: int = 2
     #: Seconds a fetched body waits in Redis for its parse task.
     body_ttl: int = 3600
+    #: Bytes: an HTML body up to this size is parsed in the fetch task that got it (no parse
+    #: task, no body through Redis: ~20 fewer Redis commands and one Celery task less per
+    #: page); larger ones go to the ``parse`` queue. 0 = every page goes to ``parse``.
+    inline_parse_bytes: int = 0
 
     # --- output --------------------------------------------------------------------------------
     #: Directory under which each crawl writes ``<crawl_id>/``.

@@ -6,7 +6,10 @@
 * as JSON messages on the crawl's Redis pub/sub channel, which ``Crawl.events()`` iterates.
 
 Pub/sub delivers only to listeners connected at the time: it is a live feed, not a log; the
-exact record of a crawl is its output files and its counters.
+exact record of a crawl is its output files and its counters. So per-URL events are published
+only while the channel has a listener (``PUBSUB NUMSUB``, asked at most once per
+``LISTENERS_TTL`` seconds per channel and process): a listener that subscribes mid-crawl may
+miss up to that much of the feed. ``crawl_finished`` is always published.
 """
 
 from __future__ import annotations
@@ -19,6 +22,11 @@ import redis
 from celery.utils.dispatch import Signal
 
 from .keys import CrawlKeys
+
+#: Seconds a process trusts its last count of a channel's listeners.
+LISTENERS_TTL = 1.0
+#: channel -> (monotonic time the count expires, listeners)
+_listeners: dict[str, tuple[float, int]] = {}
 
 request_started = Signal(name="request_started", providing_args={"crawl_id", "url"})
 request_completed = Signal(name="request_completed", providing_args={"crawl_id", "url", "record"})
@@ -36,5 +44,18 @@ _SIGNALS = {
 def emit(client: redis.Redis, ck: CrawlKeys, event: str, crawl_id: str, **data: Any) -> None:
     """Send the signal in this process, then publish the event on the crawl's channel."""
     _SIGNALS[event].send(sender=event, crawl_id=crawl_id, **data)
+    if event != "crawl_finished" and not _has_listeners(client, ck.events):
+        return
     payload = {"event": event, "crawl_id": crawl_id, "ts": time.time(), **data}
     client.publish(ck.events, json.dumps(payload, default=str))
+
+
+def _has_listeners(client: redis.Redis, channel: str) -> bool:
+    now = time.monotonic()
+    expires, n = _listeners.get(channel, (0.0, 0))
+    if now >= expires:
+        n = int(client.pubsub_numsub(channel)[0][1])
+        if len(_listeners) > 1000:
+            _listeners.clear()
+        _listeners[channel] = (now + LISTENERS_TTL, n)
+    return n > 0

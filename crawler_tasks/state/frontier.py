@@ -112,7 +112,10 @@ class Frontier:
             known.remember(hashes)  # each one admitted or a duplicate: its bits are set
         return result
 
-    def release(self, limit: int, lease_seconds: float, drain: int = 1000) -> Release:
+    def release(
+        self, limit: int, lease_seconds: float, drain: int = 1000, budget: int | None = None
+    ) -> Release:
+        """Up to ``budget`` due entries (None: no cap) from at most ``limit`` domains."""
         ck = self.ck
         opts = self.opts
         out = self.scripts.release(
@@ -127,6 +130,7 @@ class Frontier:
                 opts.burst,
                 opts.concurrency,
                 drain,
+                "inf" if budget is None else budget,
             ],
             client=self.client,
         )

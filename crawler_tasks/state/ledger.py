@@ -43,9 +43,13 @@ class Ledger:
 
     def start(self, url: str, worker: str, stage: str = "s") -> int:
         """Mark a fetch (``s``) or parse (``p``) as begun by ``worker`` (start.lua): 1 in
-        flight, go on; 2 final but its record is not on disk (write it); 0 a duplicate."""
-        keys = [self.ck.inflight, self.ck.unwritten]
-        return int(self.scripts.start(keys=keys, args=[url, stage, worker], client=self.client))
+        flight, go on; 2 final but its record is not on disk (write it); 0 a duplicate; for a
+        fetch also 3 (in flight, the crawl is cancelled) and 4 (in flight, its host is dead)."""
+        keys, args = [self.ck.inflight, self.ck.unwritten], [url, stage, worker]
+        if stage == "s":  # and: 3 the crawl is cancelled, 4 the URL's host is dead
+            keys.append(self.ck.state)
+            args.append(self.ck.domain_prefix)
+        return int(self.scripts.start(keys=keys, args=args, client=self.client))
 
     def reclaim(self, url: str, entry: formats.Inflight, value: str) -> bool:
         """reclaim.lua: take ``url`` back from a dead worker if ``value`` is still current."""

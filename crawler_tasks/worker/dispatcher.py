@@ -16,6 +16,8 @@ import threading
 import time
 from collections.abc import Callable
 
+import redis
+
 from ..errors import WorkerLost
 from ..settings import Settings
 from ..state import workers
@@ -31,6 +33,8 @@ log = logging.getLogger(__name__)
 Publish = Callable[[str, str, int, str], None]
 PublishParse = Callable[[str, str, int], None]
 
+#: The broker's fetch queues (app.QUEUES without parse).
+FETCH_QUEUES = ("crawl.high", "crawl.medium", "crawl.low")
 #: Seconds between two looks for lost fetch messages.
 REAP_EVERY = 60.0
 #: Seconds between two looks for URLs of dead workers and unwritten records.
@@ -52,6 +56,7 @@ class Dispatcher:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._next_reclaim = time.monotonic() + RECLAIM_EVERY
+        self._broker: redis.Redis | None = None
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="crawler-dispatcher", daemon=True)
@@ -141,12 +146,15 @@ class Dispatcher:
         """One release round over all running crawls; True if anything was released."""
         ctx = self._context()
         busy = False
+        budget = self._budget(ctx)
         for raw in ctx.client.smembers(ctx.keys.running):
             store = ctx.store(raw.decode())
-            if store is None:
+            if store is None or budget == 0:
                 continue
             s = self.settings
-            release = store.frontier.release(s.dispatch_batch, s.lease_seconds)
+            release = store.frontier.release(s.dispatch_batch, s.lease_seconds, budget=budget)
+            if budget is not None and not release.cancelled:
+                budget = max(0, budget - len(release.entries))
             if release.finishing:
                 self._finish_abandoned(ctx, store)
             for _domain, depth, url in release.entries:
@@ -156,6 +164,28 @@ class Dispatcher:
                     self._publish(store.id, url, depth, store.opts.tier(depth, s.medium_max_depth))
             busy = busy or bool(release.entries)
         return busy
+
+    def _budget(self, ctx: Context) -> int | None:
+        """Fetches to release now: while the broker's fetch queues hold messages, every pool
+        slot is taken (a free slot takes a message at once), and a host released now would
+        wait behind them; so release only up to ``dispatch_queue_max`` waiting messages.
+        None (no cap) when the broker is not a Redis this process can read."""
+        limit = self.settings.dispatch_queue_max
+        broker = self._broker_client(ctx)
+        if limit <= 0 or broker is None:
+            return None
+        pipe = broker.pipeline(transaction=False)
+        for queue in FETCH_QUEUES:
+            pipe.llen(queue)
+        return max(0, limit - sum(pipe.execute()))
+
+    def _broker_client(self, ctx: Context) -> redis.Redis | None:
+        url = self.settings.broker_url
+        if url == self.settings.state_url:
+            return ctx.client
+        if self._broker is None and url.split("://", 1)[0] in ("redis", "rediss"):
+            self._broker = redis.Redis.from_url(url)
+        return self._broker
 
     def _finish_abandoned(self, ctx: Context, store: CrawlStore) -> None:
         """A crawl left "finishing" longer than a live finisher takes: its finisher died."""

@@ -78,10 +78,10 @@ def _fetch_url(ctx: Context, crawl_id: str, url: str, depth: int) -> str:
         return recover(ctx, store, url)
     domain = store.domain_of(url)
     polite = store.politeness
-    if store.ledger.is_cancelled():
+    if started == 3:  # the crawl was cancelled
         polite.done(url, domain, "ok")
         return finalize(ctx, store, Final.cancelled(url, depth))
-    if polite.is_dead(domain):  # declared dead in this crawl: no request
+    if started == 4:  # its host was declared dead in this crawl: no request
         polite.refund(url, domain)
         return finalize(ctx, store, Final.failed(url, depth, HostDown(f"{domain} is down")))
     events.emit(ctx.client, store.ck, "request_started", crawl_id, url=url)
@@ -132,7 +132,11 @@ def _after_response(
     ctx.write_warc(store.opts, response)
     final = _base_final(url, depth, response)
     if 200 <= status < 300 and is_html(response.content_type, response.body[:1024]):
-        store.bodies.put(url, dumps_meta(response, final.extra, final.counters), response.body)
+        meta = response_meta(response, final.extra, final.counters)
+        if len(response.body) <= ctx.settings.inline_parse_bytes:
+            # Parsed here: no parse task, no body through Redis (see Settings).
+            return finalize(ctx, store, _parsed(store, url, depth, meta, response.body))
+        store.bodies.put(url, json.dumps(meta), response.body)
         ctx.enqueue_parse(store.id, url, depth)
         return "fetched"
     if status == 304 and store.recrawl is not None:
@@ -317,15 +321,15 @@ def _parsed(store: CrawlStore, url: str, depth: int, meta: dict[str, Any], body:
 _KEPT_HEADERS = ("content-type", "x-robots-tag", "content-language", "etag", "last-modified")
 
 
-def dumps_meta(response: Response, extra: dict[str, Any], counters: dict[str, int]) -> str:
-    return json.dumps(
-        {
-            "status": response.status,
-            "final_url": response.final_url,
-            "content_type": response.content_type,
-            "content_type_header": response.headers.get("content-type"),
-            "headers": {k: v for k, v in response.headers.items() if k.lower() in _KEPT_HEADERS},
-            "extra": extra,
-            "counters": counters,
-        }
-    )
+def response_meta(
+    response: Response, extra: dict[str, Any], counters: dict[str, int]
+) -> dict[str, Any]:
+    return {
+        "status": response.status,
+        "final_url": response.final_url,
+        "content_type": response.content_type,
+        "content_type_header": response.headers.get("content-type"),
+        "headers": {k: v for k, v in response.headers.items() if k.lower() in _KEPT_HEADERS},
+        "extra": extra,
+        "counters": counters,
+    }

@@ -22,6 +22,7 @@
 -- ARGV[1] max domains per call  ARGV[2] queue prefix  ARGV[3] lease prefix
 -- ARGV[4] domain-state prefix   ARGV[5] lease seconds  ARGV[6] default rate (req/s)
 -- ARGV[7] burst  ARGV[8] concurrency per domain  ARGV[9] max entries drained when cancelled
+-- ARGV[10] max entries released (what the fetch pools can start now; the dispatcher's budget)
 -- Returns {mode, domain1, entry1, domain2, entry2, ...}; mode is "fetch", or "cancel" when
 -- the crawl was cancelled and the entries are drained without politeness (not to be fetched),
 -- or "finishing" (no entries) when the crawl is empty and its finisher has not completed.
@@ -34,6 +35,7 @@ if state[3] == 'finishing' then return {'finishing'} end
 local limit, qprefix, lprefix, dprefix = tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[4]
 local lease_s, default_rate = tonumber(ARGV[5]), tonumber(ARGV[6])
 local burst, conc = tonumber(ARGV[7]), tonumber(ARGV[8])
+local budget = tonumber(ARGV[10]) or math.huge
 
 if state[2] == '1' then
   -- Cancelled: hand pending entries back as in flight so they reach a final state.
@@ -88,6 +90,8 @@ end
 local out = {'fetch'}
 local released = 0
 for _, d in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, limit)) do
+  -- Domains not reached keep their score: the earliest-ready go first next round.
+  if released >= budget then break end
   local q, lease, dom = qprefix .. d, lprefix .. d, dprefix .. d
   local pending = redis.call('LLEN', q)
   if pending == 0 then
@@ -102,7 +106,7 @@ for _, d in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0,
     -- The bucket does not refill during a Retry-After: one request at not_before, then the pace.
     if nb > 0 then tat = math.max(tat, nb + slack) end
     if now >= nb then
-      while inuse < conc and pending > 0 and now >= tat - slack do
+      while inuse < conc and pending > 0 and now >= tat - slack and released < budget do
         local e = redis.call('LPOP', q)
         local url = string.sub(e, string.find(e, '|', 1, true) + 1)
         redis.call('ZADD', lease, now + lease_s, url)

@@ -3,10 +3,14 @@
 -- its reclaimer whose heartbeat to watch (a URL held by a dead worker goes back to the
 -- frontier in seconds, not after the broker's visibility timeout). The "only if" keeps a late
 -- duplicate from resurrecting a URL that already reached its final state.
--- KEYS[1] inflight  KEYS[2] unwritten hash
+-- A fetch also learns here, in the same round trip, whether the crawl was cancelled and
+-- whether its host was declared dead (done.lua).
+-- KEYS[1] inflight  KEYS[2] unwritten hash  KEYS[3] crawl state hash (fetch only)
 -- ARGV[1] url  ARGV[2] stage ('s' fetch started, 'p' parse started)  ARGV[3] worker id
+-- ARGV[4] domain-state key prefix (fetch only)
 -- Returns 1 if the URL is in flight (the task should go on), 2 if it is final but its record
--- is not on disk yet (the task that finished it died: write it), 0 otherwise (a duplicate).
+-- is not on disk yet (the task that finished it died: write it), 0 otherwise (a duplicate);
+-- for a fetch in flight, 3 if the crawl is cancelled, 4 if the URL's host is dead.
 local v = redis.call('HGET', KEYS[1], ARGV[1])
 if not v then
   if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then return 2 end
@@ -18,4 +22,8 @@ local b = string.find(v, '|', a + 1, true)
 local c = string.find(v, '|', b + 1, true)
 local base = c and string.sub(v, 1, c - 1) or v
 redis.call('HSET', KEYS[1], ARGV[1], base .. '|' .. ARGV[2] .. ':' .. ARGV[3])
+if KEYS[3] then
+  if redis.call('HGET', KEYS[3], 'cancelled') == '1' then return 3 end
+  if redis.call('HGET', ARGV[4] .. string.sub(v, 1, a - 1), 'dead') == '1' then return 4 end
+end
 return 1
