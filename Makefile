@@ -52,7 +52,8 @@ bench: $(STAMP)
 	$(BIN)/pip install -q -e '.[bench]'
 	$(BIN)/python bench/bloom.py
 	$(BIN)/python bench/frontier.py
-	$(BIN)/python bench/crawl.py --layouts 8x2:2,16:2
+	$(BIN)/python bench/crawl.py --layouts 256x2:1,8x2:2
+	$(BIN)/python bench/broad.py
 	$(BIN)/python bench/bodies.py
 	$(BIN)/python bench/politeness.py
 

@@ -64,7 +64,7 @@ class Web:
 
     def __init__(self, args: Any, tmp: str) -> None:
         self.hosts, self.pages, self.port = args.hosts, args.pages, free_port()
-        self.log = Path(tmp) / "server.log"
+        self.log = Path(args.keep or tmp) / "server.log"
         self.log.touch()
         self.proc = subprocess.Popen(
             [sys.executable, str(HERE / "_broad_server.py"), "--hosts", str(self.hosts)]
@@ -170,7 +170,7 @@ def run_ours(args: Any, web: Web, mode: str, layout: str) -> dict[str, Any]:
             parsers=parsers,
             fetchers=fetchers,
             pool=pool,
-            log_dir=tmp,
+            log_dir=args.keep or tmp,
             extra_env=args.worker_env,
         ) as procs:
             wait_for_workers(client)
@@ -200,11 +200,18 @@ def run_ours(args: Any, web: Web, mode: str, layout: str) -> dict[str, Any]:
             rcpu = redis_cpu(client) - rcpu0
             wcpu1 = cpu_seconds(tree(roots))
             server_cpu = web.cpu() - cpu0
-            tracebacks = [
-                f.name
-                for f in Path(tmp).glob("*.log")
-                if "Traceback" in f.read_text(errors="replace")
+            logs = [
+                f.read_text(errors="replace")
+                for f in Path(args.keep or tmp).glob("*.log")
+                if f.name != "server.log"
             ]
+            tracebacks = sum(text.count("Traceback") for text in logs)
+            warnings = Counter(
+                line.split("] ", 1)[-1][:70]
+                for text in logs
+                for line in text.splitlines()
+                if "WARNING" in line or "ERROR" in line
+            ).most_common(6)
         client.close()
     figures = web.judge(start, rate)
     n = max(figures.get("pages", 0), 1)
@@ -218,6 +225,11 @@ def run_ours(args: Any, web: Web, mode: str, layout: str) -> dict[str, Any]:
         "e2e_pages_per_s": figures.get("distinct", 0) / wall,
         "e2e_cold": figures.get("distinct", 0) / (wall + t1 - t0),
         "status": summary.get("status"),
+        "counters": {
+            k: v
+            for k, v in (summary.get("counters") or {}).items()
+            if k.startswith(("failed", "retr", "status:5", "attempt")) or k == "done"
+        },
         "inflight_per_fetch_process": figures.get("inflight_mean", 0) / fetchers,
         "peak_rss_mb": {k: round(v / 2**20, 1) for k, v in sorted(rss.peak.items())},
         "cpu_ms_per_page": sum(wcpu1.get(p, 0) - wcpu0.get(p, 0) for p in wcpu1) / n * 1000,
@@ -228,6 +240,7 @@ def run_ours(args: Any, web: Web, mode: str, layout: str) -> dict[str, Any]:
             k: round(v / n, 2) for k, v in sorted(calls.items(), key=lambda kv: -kv[1])[:12]
         },
         "worker_log_tracebacks": tracebacks,
+        "worker_log_warnings": warnings,
     }
 
 
@@ -310,6 +323,7 @@ def main() -> int:
     p.add_argument("--timeout", type=float, default=600.0, help="per crawler, seconds")
     p.add_argument("--skip-scrapy", action="store_true")
     p.add_argument("--worker-env", action="append", default=[], metavar="NAME=VALUE")
+    p.add_argument("--keep", help="existing directory for the server's and workers' logs")
     args = p.parse_args()
     args.worker_env = dict(kv.split("=", 1) for kv in args.worker_env)
     rows: list[dict[str, Any]] = []

@@ -30,6 +30,11 @@ import redis
 from ..worker.app import QUEUES
 
 FETCH_QUEUES = ",".join(q for q in QUEUES if q.startswith("crawl."))
+#: Threads per fetch process: enough requests in flight to hide the latency of hundreds of
+#: slow hosts (bench/broad.py); idle threads cost ~0.1 MB each.
+FETCH_THREADS = 256
+#: Environment of the recommended layout: small pages parsed in the fetch task.
+LAYOUT_ENV = {"CRAWLER_INLINE_PARSE_BYTES": "262144"}
 
 
 _PR_SET_PDEATHSIG = 1
@@ -150,19 +155,21 @@ def worker_command(
 @contextlib.contextmanager
 def local_workers(
     broker_url: str,
-    fetch_threads: int = 8,
-    parsers: int = 2,
+    fetch_threads: int = FETCH_THREADS,
+    parsers: int = 1,
     log_dir: str | None = None,
     extra_env: dict[str, str] | None = None,
     events: bool = False,
     fetchers: int = 2,
     pool: str = "threads",
 ) -> Iterator[list[subprocess.Popen[bytes]]]:
-    """The recommended single-host layout (bench/crawl.py): fetch in a threads pool, parse in
-    prefork. ``events`` makes the workers send task events (for Flower)."""
+    """The recommended single-host layout (bench/broad.py, bench/crawl.py): one fetch process
+    per core, each a threads pool of ``FETCH_THREADS`` that also parses pages up to 256 KiB
+    (``inline_parse_bytes``), and a prefork pool for larger pages. ``events`` makes the
+    workers send task events (for Flower)."""
     # The workers keep crawl state where the broker is, unless told otherwise.
     env = {k: v for k, v in os.environ.items() if k != "CRAWLER_REDIS_URL"}
-    env.update({"CRAWLER_BROKER_URL": broker_url, **(extra_env or {})})
+    env.update({**LAYOUT_ENV, "CRAWLER_BROKER_URL": broker_url, **(extra_env or {})})
     tag = f"{os.getpid()}-{free_port()}"
     # One threads-pool process tops out near one core (the GIL): ``fetchers`` runs several.
     specs = [(FETCH_QUEUES, pool, fetch_threads, f"fetch{i}-{tag}") for i in range(fetchers)]

@@ -1,0 +1,35 @@
+"""Pages parsed in the fetch task (``inline_parse_bytes``): the same exact page set and
+counters as with a parse task, no parse task, and no body through Redis; larger pages still
+go to the parse queue. In-process (tests/driver.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+
+import pytest
+from driver import Driver
+from sitegen import reachable, running_sites
+from test_pipeline import start
+
+from crawler_tasks.web.urls import normalize
+
+
+@pytest.mark.parametrize("limit", [1 << 20, 1])
+def test_inline_parse_keeps_the_crawl_exact(settings, client, limit):  # type: ignore[no-untyped-def]
+    settings = dataclasses.replace(settings, inline_parse_bytes=limit)
+    driver = Driver(settings)
+    try:
+        with running_sites(["127.0.0.73", "127.0.0.74"], 60, 6) as (graph, servers):
+            seeds, crawl = start(settings, servers)
+            summary = driver.run(crawl)
+    finally:
+        driver.close()
+    got = Counter(r["url"] for r in crawl.pages(latest=False))
+    assert set(got) == {normalize(u) for u in reachable(graph, seeds)}
+    assert max(got.values()) == 1
+    c = summary["counters"]
+    assert c["done"] == len(got) == c["admitted"] and c["parsed"] > 0
+    parses = [r for r in driver.results if r[0] == "parse"]
+    assert (parses == []) == (limit > 1)  # only pages over the limit are parse tasks
+    assert not list(client.scan_iter(match="*:body:*"))
