@@ -35,8 +35,20 @@ KNOWN_MAX = 50_000
 SITEMAP_MEMO = 10_000
 
 
+#: Redis connections per process at most: threads beyond wait for a free one. (redis-py 8's
+#: default pool raises MaxConnectionsError past 100, which a 256-thread pool reached.)
+REDIS_CONNECTIONS = 64
+
+
 def redis_client(settings: Settings) -> redis.Redis:
-    return redis.Redis.from_url(settings.state_url, health_check_interval=30, socket_keepalive=True)
+    pool = redis.BlockingConnectionPool.from_url(
+        settings.state_url,
+        max_connections=REDIS_CONNECTIONS,
+        timeout=20,
+        health_check_interval=30,
+        socket_keepalive=True,
+    )
+    return redis.Redis(connection_pool=pool)
 
 
 class Context:
@@ -63,6 +75,7 @@ class Context:
         self.outputs.close()
         self.fetcher.close()
         self.client.close()
+        self.client.connection_pool.disconnect()  # its own pool: close() leaves it open
 
     def store(self, crawl_id: str) -> CrawlStore | None:
         """The crawl's store, or None for a crawl whose options are gone (expired)."""
