@@ -133,6 +133,7 @@ def _after_response(
     final = _base_final(url, depth, response)
     if 200 <= status < 300 and is_html(response.content_type, response.body[:1024]):
         store.bodies.put(url, dumps_meta(response, final.extra, final.counters), response.body)
+        store.ledger.mark_parse_queued(url)  # before the publish: the parse may start at once
         ctx.enqueue_parse(store.id, url, depth)
         return "fetched"
     if status == 304 and store.recrawl is not None:
