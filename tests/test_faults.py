@@ -10,8 +10,10 @@ Deterministic kills use the named fault points of crawler_tasks.worker.faults
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -237,15 +239,38 @@ def test_site_down_for_30_seconds_loses_nothing(settings, redis_url, tmp_path): 
     assert summary["failures"] == {}
 
 
+@contextmanager
+def rabbitmq_vhost() -> Iterator[str]:
+    """A private vhost on the machine's RabbitMQ (127.0.0.1:5672, guest), deleted after."""
+    if shutil.which("rabbitmqctl") is None:
+        pytest.skip("rabbitmqctl not found: RabbitMQ is not installed on this machine")
+    vhost = f"crawler-test-{os.getpid()}-{time.monotonic_ns()}"
+    subprocess.run(["rabbitmqctl", "add_vhost", vhost], check=True, capture_output=True)
+    perms = ["rabbitmqctl", "set_permissions", "-p", vhost, "guest", ".*", ".*", ".*"]
+    subprocess.run(perms, check=True, capture_output=True)
+    try:
+        yield f"amqp://guest:guest@127.0.0.1:5672/{vhost}"
+    finally:
+        subprocess.run(["rabbitmqctl", "delete_vhost", vhost], capture_output=True)
+
+
+@pytest.mark.parametrize("broker", ["redis", "rabbitmq"])
 @pytest.mark.allow_worker_errors(".*")
-def test_recovery_at_default_settings(settings, redis_url, tmp_path):  # type: ignore[no-untyped-def]
+def test_recovery_at_default_settings(settings, redis_url, tmp_path, broker):  # type: ignore[no-untyped-def]
     """With the defaults (no QUICK), a SIGKILLed fetch worker's URL is fetched again within
-    60 s and the crawl does not wait for the broker's 600 s visibility timeout."""
+    60 s: on Redis through the heartbeat reclaim (not kombu's 600 s visibility timeout), on
+    RabbitMQ as soon as the dead worker's connection drops. State stays in Redis."""
     slow = {"/slow": lambda h: (time.sleep(2.0), h.send_body(200, b"<html>late</html>"))}
-    with running_sites(["127.0.0.92"], 30, 3, extra_routes=slow) as (_graph, servers):
+    with contextlib.ExitStack() as stack:
+        env = {name: "" for name in QUICK}
+        if broker == "rabbitmq":
+            amqp = stack.enter_context(rabbitmq_vhost())
+            env.update({"CRAWLER_BROKER_URL": amqp, "CRAWLER_REDIS_URL": redis_url})
+        _graph, servers = stack.enter_context(
+            running_sites(["127.0.0.92"], 30, 3, extra_routes=slow)
+        )
         server = servers[0]
-        defaults = {name: "" for name in QUICK}
-        with cluster(redis_url, tmp_path, **defaults) as c:
+        with cluster(redis_url, tmp_path, **env) as c:
             c.start("fetch1", "fetch")
             c.start("parse", "parse")
             crawl = start_crawl(
@@ -262,6 +287,6 @@ def test_recovery_at_default_settings(settings, redis_url, tmp_path):  # type: i
             wait_until(lambda: sum(e.path == "/slow" for e in server.requests()) >= 2, timeout=75)
             recovered = time.monotonic() - killed_at
             summary = crawl.wait(timeout=30)
-    print(f"recovery (kill -> fetched again) at defaults: {recovered:.1f}s")
+    print(f"recovery (kill -> fetched again) at defaults, {broker} broker: {recovered:.1f}s")
     assert recovered < 60
     assert summary["counters"]["done"] == 1 and summary["status"] == "finished"
