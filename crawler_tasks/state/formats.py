@@ -59,6 +59,8 @@ class Counter(str, Enum):
     REPLAYED = "replayed"  # URLs put back by retry_failed()
     SITEMAP_FILES = "sitemap_files"  # sitemap files admitted (capped)
     SITEMAPS = "sitemaps"  # sitemap files fetched and used
+    ITEMS = "items"  # items the crawl's extraction hook returned (items-*.jsonl lines)
+    EXTRACT_ERRORS = "extract_errors"  # pages whose hook or on_item send failed
 
     def __str__(self) -> str:
         return self.value

@@ -76,6 +76,12 @@ class CrawlOptions:
     warc_non_html: bool = True
     schedule: str | None = None
     on_finished: str | None = None
+    #: The user's extraction hook, "package.module:function" (see worker/hooks.py), run on
+    #: every parsed page; ``extract_timeout`` seconds per page before it is cut off.
+    extract: str | None = None
+    extract_timeout: float = 30.0
+    #: The user's Celery task (by name) that receives each page's items.
+    on_item: str | None = None
     started_at: float = 0.0
 
     def __post_init__(self) -> None:
@@ -89,6 +95,7 @@ class CrawlOptions:
         for host, r in self.rates.items():
             if not r > 0:
                 raise ConfigError(f"rate for {host!r} must be > 0 (use inf for no limit)")
+        _check_hooks(self)
 
     @classmethod
     def from_user(cls, settings: Settings | None, **values: Any) -> CrawlOptions:
@@ -224,6 +231,21 @@ def _number(what: str, value: Any) -> float:
         return float(value)
     except ValueError:
         raise ConfigError(f"{what} must be a number, not {value!r}") from None
+
+
+_DOTTED = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
+
+
+def _check_hooks(o: CrawlOptions) -> None:
+    """Hooks travel as names (never pickles) and are imported by the workers: only the form
+    is checked here, the starting process need not be able to import them."""
+    if o.extract is not None and not (isinstance(o.extract, str) and _DOTTED.match(o.extract)):
+        raise ConfigError(f"extract must be 'package.module:function', not {o.extract!r}")
+    if o.on_item is not None and not (isinstance(o.on_item, str) and o.on_item.strip()):
+        raise ConfigError(f"on_item must be a Celery task name, not {o.on_item!r}")
+    t = o.extract_timeout
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t <= 3600:
+        raise ConfigError(f"extract_timeout must be seconds in (0, 3600], not {t!r}")
 
 
 def _check_values(o: CrawlOptions) -> None:

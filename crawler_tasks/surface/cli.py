@@ -118,6 +118,9 @@ for _command in COMMANDS:
 @click.option("--concurrency", type=int, help="Requests in flight per domain.")
 @click.option("--allow-private-networks", is_flag=True, help="Allow loopback/private hosts.")
 @click.option("--sitemaps", is_flag=True, help="Enqueue robots.txt Sitemap: URLs as seeds.")
+@click.option("--extract", help="Extraction hook run on every page: package.module:function.")
+@click.option("--extract-timeout", type=float, help="Seconds a hook may take per page (30).")
+@click.option("--on-item", help="Celery task (by name) that receives each page's items.")
 @click.option("--embedded", is_flag=True, help="Private Redis + local workers for this run.")
 @click.option("--no-wait", is_flag=True, help="Return once the crawl is started.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
@@ -210,6 +213,8 @@ def _summary_text(s: dict[str, Any]) -> str:
         pages += f", {c['robots_unreachable']} not fetched: robots.txt unreachable"
     if cancelled:
         pages += f", {cancelled} cancelled unfetched"
+    if c.get("items") or c.get("extract_errors"):
+        pages += f"; {c.get('items', 0)} items, {c.get('extract_errors', 0)} extract errors"
     lines = [
         f"crawl {s['crawl_id']} {s['status']} in {s['duration_s']:.1f}s ({rate:.1f} pages/s)",
         pages,

@@ -29,6 +29,7 @@ Not handled: ``Link: rel=canonical`` headers, meta refresh, SVG ``xlink:href``.
 
 from __future__ import annotations
 
+import copy
 import functools
 import logging
 import re
@@ -95,6 +96,9 @@ class Page:
     noindex: bool = False
     encoding: str = "utf-8"  # Python codec name the body was decoded with
     links_dropped: dict[str, int] = field(default_factory=lambda: dict.fromkeys(DROP_REASONS, 0))
+    #: With ``keep_tree``: the decoded text and the whole parsed tree (head, scripts and all).
+    html: str | None = None
+    tree: etree._Element | None = None
 
 
 def is_html(content_type: str | None, body_start: bytes) -> bool:
@@ -124,8 +128,13 @@ def extract(
     max_links: int = 5000,
     max_url_length: int = 2048,
     honour_nofollow: bool = True,
+    keep_tree: bool = False,
 ) -> Page:
-    """Metadata and outlinks of HTML ``body`` fetched from ``url`` (post-redirect). Never raises."""
+    """Metadata and outlinks of HTML ``body`` fetched from ``url`` (post-redirect). Never raises.
+
+    ``keep_tree`` keeps the decoded text and the parsed tree in the Page (for a user's
+    extraction hook): the visible-text walk works on a copy, so the tree is whole; copying a
+    tree costs a fraction of parsing it again."""
     try:
         headers = headers or {}
         if content_type is None:
@@ -134,6 +143,10 @@ def extract(
         page = Page(noindex=noindex, nofollow=nofollow, language=_language(headers))
         page.encoding, text = _decode(bytes(body), content_type)
         doc = _parse(text)
+        if keep_tree:
+            page.html = text
+            page.tree = doc
+            doc = copy.deepcopy(doc) if doc is not None else None
         if doc is not None:
             _fill(page, doc, url, _Limits(honour_nofollow, max_links, max_url_length))
         return page

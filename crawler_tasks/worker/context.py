@@ -22,6 +22,7 @@ from ..state.robots_cache import RobotsCache
 from ..state.store import CrawlStore, Process, Redis
 from ..state.workers import Heartbeat
 from ..web.fetcher import Fetcher, Response
+from .hooks import Hooks
 from .output import CrawlOutput, Outputs
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,13 @@ def redis_client(settings: Settings) -> redis.Redis:
 
 
 class Context:
-    def __init__(self, settings: Settings, enqueue_parse: Enqueue, on_finished: Enqueue) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        enqueue_parse: Enqueue,
+        on_finished: Enqueue,
+        send_items: Enqueue | None = None,
+    ) -> None:
         self.settings = settings
         self.client = redis_client(settings)
         self.r = Redis.connect(self.client, settings.key_prefix)
@@ -52,6 +59,10 @@ class Context:
         self.heartbeat = Heartbeat(self.client, self.keys, self.worker_id)
         self.enqueue_parse = enqueue_parse
         self.on_finished = on_finished
+        #: (task name, crawl id, page URL, items): a page's items to the user's on_item task.
+        self.send_items = send_items or (lambda *_: None)
+        #: The users' extraction hooks this process imported (worker/hooks.py).
+        self.hooks = Hooks()
         self._process = Process(settings.max_crawl_delay, settings.body_ttl)
         self._stores: OrderedDict[str, CrawlStore] = OrderedDict()
         self._robots: dict[tuple[bool, str], RobotsCache] = {}

@@ -64,6 +64,15 @@ def enqueue_callback(task_name: str, crawl_id: str, summary: dict[str, Any]) -> 
     app.send_task(task_name, args=(crawl_id, summary))
 
 
+def send_items(
+    task_name: str, crawl_id: str, url: str, depth: int, items: list[dict[str, Any]]
+) -> None:
+    """A page's items to the user's ``on_item`` task: ``task(crawl_id, url, items)``. If that
+    task raises (in the user's worker), ``crawl.item_failed`` dead-letters the page."""
+    failed = app.signature("crawl.item_failed", args=(crawl_id, url, depth), queue="parse")
+    app.send_task(task_name, args=(crawl_id, url, items), link_error=failed)
+
+
 def publish_fetch(crawl_id: str, url: str, depth: int, queue: str) -> None:
     # The dispatcher has released this URL: a publish that failed would leave it to the reaper
     # (minutes), so wait for Redis here; the dispatcher thread is held, which is the back-off.
@@ -74,7 +83,9 @@ def publish_fetch(crawl_id: str, url: str, depth: int, queue: str) -> None:
     )
 
 
-app.conf.crawler_runtime = Runtime(lambda: Context(settings(), enqueue_parse, enqueue_callback))
+app.conf.crawler_runtime = Runtime(
+    lambda: Context(settings(), enqueue_parse, enqueue_callback, send_items)
+)
 
 
 _retry = {
@@ -95,6 +106,13 @@ def fetch(self: Any, crawl_id: str, url: str, depth: int) -> str:
 @app.task(name="crawl.parse", **_retry)
 def parse(self: Any, crawl_id: str, url: str, depth: int) -> str:
     return patiently(lambda: pipeline.parse_url(context(), crawl_id, url, depth))
+
+
+@app.task(name="crawl.item_failed", **_retry)
+def item_failed(self: Any, task_id: str, crawl_id: str, url: str, depth: int) -> None:
+    """Errback of an on_item task that raised: the page's dead letter says so (its record is
+    on disk already; the exception is in the log of the worker that ran the task)."""
+    patiently(lambda: pipeline.item_task_failed(context(), crawl_id, url, depth, task_id))
 
 
 @app.task(
