@@ -45,7 +45,9 @@ class Driver:
     def _callback(self, task: str, crawl_id: str, summary: dict[str, Any]) -> None:
         self.callbacks.append((task, crawl_id, summary))
 
-    def _send_items(self, task: str, crawl_id: str, url: str, depth: int, items: list) -> None:  # type: ignore[type-arg]
+    def _send_items(
+        self, task: str, queue: str, crawl_id: str, url: str, depth: int, items: list
+    ) -> None:  # type: ignore[type-arg]
         if self.fail_items is not None:
             raise self.fail_items
         self.items_sent.append((task, crawl_id, url, depth, items))

@@ -80,8 +80,9 @@ class CrawlOptions:
     #: every parsed page; ``extract_timeout`` seconds per page before it is cut off.
     extract: str | None = None
     extract_timeout: float = 30.0
-    #: The user's Celery task (by name) that receives each page's items.
+    #: The user's Celery task (by name) that receives each page's items, and its queue.
     on_item: str | None = None
+    on_item_queue: str = "items"
     started_at: float = 0.0
 
     def __post_init__(self) -> None:

@@ -121,6 +121,7 @@ for _command in COMMANDS:
 @click.option("--extract", help="Extraction hook run on every page: package.module:function.")
 @click.option("--extract-timeout", type=float, help="Seconds a hook may take per page (30).")
 @click.option("--on-item", help="Celery task (by name) that receives each page's items.")
+@click.option("--on-item-queue", help="The queue of the --on-item task (default: items).")
 @click.option("--embedded", is_flag=True, help="Private Redis + local workers for this run.")
 @click.option("--no-wait", is_flag=True, help="Return once the crawl is started.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")

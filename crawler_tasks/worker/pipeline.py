@@ -349,7 +349,7 @@ def _hook(
         try:
             for i in range(0, len(outcome.items), ITEM_BATCH):
                 batch = outcome.items[i : i + ITEM_BATCH]
-                ctx.send_items(opts.on_item, store.id, url, depth, batch)
+                ctx.send_items(opts.on_item, opts.on_item_queue, store.id, url, depth, batch)
         except Exception as exc:  # the broker refused it: the page keeps its items on disk
             outcome.error = f"on_item: {type(exc).__name__}: {exc}"[:500]
     if outcome.error is not None:
@@ -357,12 +357,11 @@ def _hook(
     return outcome
 
 
-def item_task_failed(ctx: Context, crawl_id: str, url: str, depth: int, task_id: str) -> None:
+def item_task_failed(ctx: Context, crawl_id: str, url: str, depth: int, error: str) -> None:
     """The user's on_item task raised on ``url``'s items (the page's record is written)."""
     store = ctx.store(crawl_id)
     if store is None:  # the crawl expired: nothing to note it in
         return
-    error = f"on_item task {task_id} failed (its worker's log has the exception)"
     record = {"url": url, "depth": depth, "error": None, "extract_error": error}
     store.ledger.dead_letter(url, record)
     store.client.hincrby(store.ck.stats, Counter.EXTRACT_ERRORS.value, 1)
