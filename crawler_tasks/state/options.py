@@ -83,6 +83,13 @@ class CrawlOptions:
     cookies: dict[str, dict[str, str]] = field(default_factory=dict)
     auth: dict[str, str] = field(default_factory=dict)
     proxy: str | None = None
+    #: A page whose <link rel=canonical> names another URL: follow that URL (at the page's
+    #: depth) instead of the page's links (worker/pipeline.py ``_canonical``).
+    canonical: bool = False
+    #: SimHash fingerprints of pages' text; a near-duplicate (<= 3 bits) of an earlier page
+    #: gets ``duplicate_of``; with ``skip_near_duplicates`` its links are not followed.
+    near_duplicates: bool = False
+    skip_near_duplicates: bool = False
     #: The user's extraction hook, "package.module:function" (see worker/hooks.py), run on
     #: every parsed page; ``extract_timeout`` seconds per page before it is cut off.
     extract: str | None = None

@@ -33,7 +33,7 @@ import copy
 import functools
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -46,6 +46,7 @@ from w3lib.encoding import (
     to_unicode,
 )
 
+from .simhash import simhash
 from .urls import looks_non_html, origin_of, resolve
 
 log = logging.getLogger(__name__)
@@ -99,6 +100,8 @@ class Page:
     #: With ``keep_tree``: the decoded text and the whole parsed tree (head, scripts and all).
     html: str | None = None
     tree: etree._Element | None = None
+    #: With ``fingerprint``: the visible text's 64-bit SimHash (web/simhash.py).
+    simhash: int | None = None
 
 
 def is_html(content_type: str | None, body_start: bytes) -> bool:
@@ -129,6 +132,7 @@ def extract(
     max_url_length: int = 2048,
     honour_nofollow: bool = True,
     keep_tree: bool = False,
+    fingerprint: bool = False,
 ) -> Page:
     """Metadata and outlinks of HTML ``body`` fetched from ``url`` (post-redirect). Never raises.
 
@@ -149,6 +153,8 @@ def extract(
             doc = copy.deepcopy(doc) if doc is not None else None
         if doc is not None:
             _fill(page, doc, url, _Limits(honour_nofollow, max_links, max_url_length))
+            if fingerprint:
+                page.simhash = simhash(_words(doc))
         return page
     except Exception:  # a bug must not kill the fetch task over one page; the log shows it
         log.warning("parse of %.300s failed", url, exc_info=True)
@@ -270,6 +276,12 @@ def _fill(page: Page, doc: etree._Element, url: str, limits: _Limits) -> None:
     etree.strip_elements(doc, "head", *_INVISIBLE, with_tail=False)
     page.text_length = _text_length(doc)
     page.links, page.links_dropped = _select(hrefs, base, page, limits)
+
+
+def _words(doc: etree._Element) -> Iterator[str]:
+    """Visible words of a stripped tree, piece by piece."""
+    for piece in doc.itertext():
+        yield from piece.split()
 
 
 def _text_length(doc: etree._Element) -> int:

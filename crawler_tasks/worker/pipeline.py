@@ -42,6 +42,7 @@ from ..errors import (
 )
 from ..state import events, formats
 from ..state.formats import Counter, Outcome
+from ..state.neardup import NearDuplicates
 from ..state.politeness import parse_retry_after
 from ..state.store import CrawlStore
 from ..web.fetcher import Response
@@ -292,10 +293,8 @@ def _parsed(
         max_url_length=opts.max_url_length,
         honour_nofollow=opts.honour_nofollow,
         keep_tree=bool(opts.extract),
+        fingerprint=opts.near_duplicates or opts.skip_near_duplicates,
     )
-    hooked = _hook(ctx, store, url, depth, meta, page) if opts.extract else None
-    links = hooked.links if hooked is not None else page.links
-    skipped = store.admission.links(links, depth + 1)
     final = Final(
         url,
         depth,
@@ -303,7 +302,6 @@ def _parsed(
         final_url=meta["final_url"],
         content_type=meta.get("content_type"),
         title=page.title,
-        outlinks=links,
         extra={
             **meta["extra"],
             "description": page.description,
@@ -312,10 +310,9 @@ def _parsed(
             "text_length": page.text_length,
             "noindex": page.noindex,
         },
-        counters={**meta["counters"], Counter.PARSED.value: 1, **skipped},
+        counters={**meta["counters"], Counter.PARSED.value: 1},
     )
-    if hooked is not None:
-        final.add_items(hooked.items, hooked.error)
+    _follow(ctx, store, final, meta, page)
     for reason, n in page.links_dropped.items():
         if n:
             final.counters[formats.links_dropped(reason)] = n
@@ -323,6 +320,41 @@ def _parsed(
         headers = meta.get("headers") or {}
         final.note_change(store.recrawl.remember(url, headers, body, page.links))
     return final
+
+
+def _follow(
+    ctx: Context, store: CrawlStore, final: Final, meta: dict[str, Any], page: ParsedPage
+) -> None:
+    """What the page leads to: its canonical URL instead of its links (``canonical``), or
+    its links (as the hook changed them, none for a skipped near-duplicate), admitted."""
+    opts, url, depth = store.opts, final.url, final.depth
+    alias = _canonical(opts.canonical, page.canonical, final.final_url or url)
+    if alias is not None:
+        final.extra["canonical_followed"] = True
+        final.outlinks = [alias]
+        final.counters.update(store.admission.links([alias], depth))
+        return
+    links = page.links
+    if opts.extract:
+        hooked = _hook(ctx, store, url, depth, meta, page)
+        final.add_items(hooked.items, hooked.error)
+        links = hooked.links
+    if page.simhash is not None:
+        original = NearDuplicates(store.client, store.ck).check(url, page.simhash)
+        final.extra["duplicate_of"] = original
+        if original is not None:
+            final.counters[Counter.NEAR_DUPLICATES.value] = 1
+            if opts.skip_near_duplicates:
+                links = []
+    final.outlinks = links
+    final.counters.update(store.admission.links(links, depth + 1))
+
+
+def _canonical(enabled: bool, canonical: str | None, final_url: str) -> str | None:
+    """The canonical URL to follow instead of this page, if it names another URL."""
+    if not enabled or canonical is None or canonical == final_url:
+        return None
+    return canonical
 
 
 def _hook(
