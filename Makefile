@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint format bench install clean
+.PHONY: demo example test test-fast lint format bench install clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -19,6 +19,10 @@ install: $(STAMP)
 ## demo: install, serve the bundled sample site on loopback, crawl it embedded, print the summary
 demo: $(STAMP)
 	$(BIN)/crawler demo --output ./data
+
+## example: examples/products: a hook extracts items, an on_item task stores them in SQLite
+example: $(STAMP)
+	$(BIN)/python examples/products/run.py
 
 ## test: install, then run the whole suite (tests start their own redis-server and workers)
 test: $(STAMP)

@@ -20,14 +20,14 @@ MAX_WORDS = 20_000
 _MASK = (1 << 64) - 1
 
 
-def simhash(words: Iterable[str]) -> int | None:
+def simhash(words: Iterable[str], shingle: int = SHINGLE) -> int | None:
     """The fingerprint of a text given as words; None for fewer than SHINGLE words."""
     ws = [w.lower() for w, _ in zip(words, range(MAX_WORDS), strict=False)]
-    if len(ws) < SHINGLE:
+    if len(ws) < shingle:
         return None
     hashes = {
-        mmh3.hash64(" ".join(ws[i : i + SHINGLE]), signed=False)[0]
-        for i in range(len(ws) - SHINGLE + 1)
+        mmh3.hash64(" ".join(ws[i : i + shingle]), signed=False)[0]
+        for i in range(len(ws) - shingle + 1)
     }
     half = len(hashes) / 2
     out = 0
