@@ -16,7 +16,7 @@ from sitegen import _simple_page, running_sites, serve_hosts
 from test_claims import fetch_worker
 
 from crawler_tasks import start_crawl
-from crawler_tasks.surface.embedded import local_workers, stop_process
+from crawler_tasks.surface.embedded import FETCH_QUEUES, local_workers, stop_process
 
 HOOKS = str(Path(__file__).parent / "hooks")
 
@@ -105,3 +105,34 @@ def test_items_exactly_once_when_the_parse_process_is_killed(settings, redis_url
     assert summary["counters"]["items"] == 2 * len(html)
     kills = sum(log.read_text().count("signal 9") for log in (tmp_path / "logs").glob("*.log"))
     assert kills > 0, "no parse process was killed: the test proved nothing"
+
+
+def test_secrets_stay_out_of_redis_worker_logs_and_output(settings, redis_url, worker_logs):  # type: ignore[no-untyped-def]
+    """Basic auth and a cookie from the workers' environment reach the site; Redis (MONITOR),
+    the workers' logs (the fetch worker's at DEBUG) and the output files never see them."""
+    from test_request_settings import Monitor, output_text
+
+    auth, cookie = "site-user:worker-secret-pw", "worker-cookie-secret"
+    env = {"SITE_AUTH": auth, "SITE_COOKIE": cookie}
+    with (
+        serve_hosts(None, ["127.0.0.153"], extra_routes=SITE) as (server,),
+        local_workers(redis_url, parsers=1, fetchers=0, log_dir=str(worker_logs), extra_env=env),
+    ):
+        fetcher = fetch_worker(redis_url, worker_logs, FETCH_QUEUES, "--loglevel", "DEBUG", **env)
+        monitor = Monitor(redis_url)
+        crawl = crawl_site(
+            settings,
+            server,
+            auth={"127.0.0.153": "env:SITE_AUTH"},
+            cookies={"127.0.0.153": {"s": "env:SITE_COOKIE"}},
+        )
+        crawl.wait(timeout=60)
+        redis_text = monitor.stop()
+        seen = server.requests()
+        stop_process(fetcher)
+    assert len(seen) == 4 and all(r.headers["Cookie"] == f"s={cookie}" for r in seen)
+    logs = "\n".join(p.read_text(errors="replace") for p in worker_logs.glob("*.log"))
+    assert '"GET /a HTTP/1.1" 200' in logs  # the fetch worker's DEBUG log has every request
+    assert "env:SITE_AUTH" in redis_text
+    for text in (redis_text, logs, output_text(crawl.output_dir)):
+        assert "worker-secret-pw" not in text and cookie not in text
