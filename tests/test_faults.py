@@ -30,7 +30,11 @@ from crawler_tasks.web.urls import normalize
 
 #: Faster failure detection than the defaults (30 s each), so each test stays short; one test
 #: below measures recovery at the defaults.
-QUICK = {"CRAWLER_WORKER_DEAD_SECONDS": "4", "CRAWLER_ORPHAN_RECORD_SECONDS": "3"}
+QUICK = {
+    "CRAWLER_WORKER_DEAD_SECONDS": "4",
+    "CRAWLER_ORPHAN_RECORD_SECONDS": "3",
+    "CRAWLER_LOST_MESSAGE_SECONDS": "5",
+}
 
 
 class Cluster:
@@ -147,8 +151,9 @@ def test_killed_while_finishing_the_crawl(settings, redis_url, tmp_path):  # typ
     """The process running the end of the crawl dies after summary.json: the crawl stays
     "finishing" (never "finished" without its steps) and another process completes it."""
     with site() as (graph, servers), cluster(redis_url, tmp_path) as c:
-        for name in ("fetch1", "fetch2"):
-            c.start(name, "fetch", {"CRAWLER_FAULT_POINT": "after_summary"})
+        # Whichever of these runs the end of the crawl dies there; fetch2 is left to finish it.
+        c.start("fetch1", "fetch", {"CRAWLER_FAULT_POINT": "after_summary"})
+        c.start("fetch2", "fetch")
         c.start("parse", "parse", {"CRAWLER_FAULT_POINT": "after_summary"})
         seeds, crawl = start(settings, servers)
         wait_until(lambda: crawl.status == "finishing", timeout=90, interval=0.02)
@@ -239,9 +244,10 @@ def test_recovery_at_default_settings(settings, redis_url, tmp_path):  # type: i
     slow = {"/slow": lambda h: (time.sleep(2.0), h.send_body(200, b"<html>late</html>"))}
     with running_sites(["127.0.0.92"], 30, 3, extra_routes=slow) as (_graph, servers):
         server = servers[0]
-        defaults = {"CRAWLER_WORKER_DEAD_SECONDS": "", "CRAWLER_ORPHAN_RECORD_SECONDS": ""}
+        defaults = {name: "" for name in QUICK}
         with cluster(redis_url, tmp_path, **defaults) as c:
             c.start("fetch1", "fetch")
+            c.start("parse", "parse")
             crawl = start_crawl(
                 [server.base_url + "/slow"],
                 settings=settings,

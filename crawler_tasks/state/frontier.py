@@ -112,7 +112,9 @@ class Frontier:
             known.remember(hashes)  # each one admitted or a duplicate: its bits are set
         return result
 
-    def release(self, limit: int, lease_seconds: float, drain: int = 1000) -> Release:
+    def release(
+        self, limit: int, lease_seconds: float, worker: str = "", drain: int = 1000
+    ) -> Release:
         ck = self.ck
         opts = self.opts
         out = self.scripts.release(
@@ -127,6 +129,7 @@ class Frontier:
                 opts.burst,
                 opts.concurrency,
                 drain,
+                worker,
             ],
             client=self.client,
         )

@@ -139,6 +139,7 @@ def _after_response(
     if 200 <= status < 300 and is_html(response.content_type, response.body[:1024]):
         meta = dumps_meta(response, final.extra, final.counters, bool(store.opts.extract))
         store.bodies.put(url, meta, response.body)
+        store.ledger.mark_parse_queued(url)  # before the publish: the parse may start at once
         ctx.enqueue_parse(store.id, url, depth)
         return "fetched"
     if status == 304 and store.recrawl is not None:

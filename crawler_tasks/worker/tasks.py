@@ -23,7 +23,7 @@ from ..settings import Settings
 from ..state import store
 from ..state.schedules import Schedules
 from . import pipeline
-from .app import app
+from .app import QUEUES, app
 from .context import Context, Runtime
 from .dispatcher import Dispatcher
 from .logs import OncePerInterval, Throttled
@@ -158,6 +158,28 @@ def _close_context(**_: Any) -> None:
     runtime.close()
 
 
+def idle_queues() -> set[str]:
+    """Which stages' broker queues are empty: "r" (every fetch queue), "q" (parse). A URL
+    waiting unstarted while its queue is empty has lost its message (dispatcher.reclaim).
+    Any doubt (broker away, queue not declared yet) counts as not empty."""
+    idle: set[str] = set()
+    try:
+        with app.connection_for_read() as conn:
+            channel = conn.default_channel
+
+            def empty(queue: str) -> bool:
+                return int(channel.queue_declare(queue=queue, passive=True).message_count) == 0
+
+            if all(empty(q) for q in QUEUES if q.startswith("crawl.")):
+                idle.add("r")
+            if empty("parse"):
+                idle.add("q")
+    except Exception as exc:  # noqa: BLE001 - a doubt is "not idle"
+        log.debug("queue depths unknown: %s", exc)
+        return set()
+    return idle
+
+
 class DispatcherStep(bootsteps.StartStopStep):
     """Runs the frontier dispatcher in every worker's main process."""
 
@@ -168,7 +190,7 @@ class DispatcherStep(bootsteps.StartStopStep):
         self.dispatcher: Dispatcher | None = None
 
     def start(self, worker: Any) -> None:
-        self.dispatcher = Dispatcher(context, publish_fetch, settings(), enqueue_parse)
+        self.dispatcher = Dispatcher(context, publish_fetch, settings(), enqueue_parse, idle_queues)
         self.dispatcher.start()
 
     def stop(self, worker: Any) -> None:

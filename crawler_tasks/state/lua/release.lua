@@ -22,6 +22,7 @@
 -- ARGV[1] max domains per call  ARGV[2] queue prefix  ARGV[3] lease prefix
 -- ARGV[4] domain-state prefix   ARGV[5] lease seconds  ARGV[6] default rate (req/s)
 -- ARGV[7] burst  ARGV[8] concurrency per domain  ARGV[9] max entries drained when cancelled
+-- ARGV[10] id of the releasing worker process (formats.Inflight stage "r")
 -- Returns {mode, domain1, entry1, domain2, entry2, ...}; mode is "fetch", or "cancel" when
 -- the crawl was cancelled and the entries are drained without politeness (not to be fetched),
 -- or "finishing" (no entries) when the crawl is empty and its finisher has not completed.
@@ -106,8 +107,8 @@ for _, d in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0,
         local e = redis.call('LPOP', q)
         local url = string.sub(e, string.find(e, '|', 1, true) + 1)
         redis.call('ZADD', lease, now + lease_s, url)
-        -- "domain|released at|depth": enough for the dispatcher's reaper to publish it again.
-        redis.call('HSET', KEYS[2], url, d .. '|' .. t[1] .. '|' .. string.sub(e, 1, string.find(e, '|', 1, true) - 1))
+        -- "domain|released at|depth|r:worker" (formats.Inflight): enough to publish it again.
+        redis.call('HSET', KEYS[2], url, d .. '|' .. t[1] .. '|' .. string.sub(e, 1, string.find(e, '|', 1, true) - 1) .. '|r:' .. ARGV[10])
         tat = math.max(tat, now) + interval
         inuse, pending, released = inuse + 1, pending - 1, released + 1
         out[#out + 1] = d; out[#out + 1] = e
