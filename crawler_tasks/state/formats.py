@@ -61,6 +61,9 @@ class Counter(str, Enum):
     REPLAYED = "replayed"  # URLs put back by retry_failed()
     SITEMAP_FILES = "sitemap_files"  # sitemap files admitted (capped)
     SITEMAPS = "sitemaps"  # sitemap files fetched and used
+    ITEMS = "items"  # items the crawl's extraction hook returned (items-*.jsonl lines)
+    EXTRACT_ERRORS = "extract_errors"  # pages whose hook or on_item send failed
+    NEAR_DUPLICATES = "near_duplicates"  # pages with a duplicate_of (near_duplicates crawls)
 
     def __str__(self) -> str:
         return self.value

@@ -26,6 +26,8 @@ _LATE = (
     Counter.ROBOTS_DISALLOWED,
     Counter.CANCELLED,
     Counter.BYTES,
+    Counter.ITEMS,
+    Counter.EXTRACT_ERRORS,
 )
 
 

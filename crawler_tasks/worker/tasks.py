@@ -64,6 +64,15 @@ def enqueue_callback(task_name: str, crawl_id: str, summary: dict[str, Any]) -> 
     app.send_task(task_name, args=(crawl_id, summary))
 
 
+def send_items(
+    task_name: str, queue: str, crawl_id: str, url: str, depth: int, items: list[dict[str, Any]]
+) -> None:
+    """A page's items to the user's ``on_item`` task: ``task(crawl_id, url, items)``. If that
+    task raises (in the user's worker), ``crawl.item_failed`` dead-letters the page."""
+    failed = app.signature("crawl.item_failed", args=(crawl_id, url, depth), queue="parse")
+    app.send_task(task_name, args=(crawl_id, url, items), queue=queue, link_error=failed)
+
+
 def publish_fetch(crawl_id: str, url: str, depth: int, queue: str) -> None:
     # The dispatcher has released this URL: a publish that failed would leave it to the reaper
     # (minutes), so wait for Redis here; the dispatcher thread is held, which is the back-off.
@@ -74,7 +83,9 @@ def publish_fetch(crawl_id: str, url: str, depth: int, queue: str) -> None:
     )
 
 
-app.conf.crawler_runtime = Runtime(lambda: Context(settings(), enqueue_parse, enqueue_callback))
+app.conf.crawler_runtime = Runtime(
+    lambda: Context(settings(), enqueue_parse, enqueue_callback, send_items)
+)
 
 
 _retry = {
@@ -95,6 +106,21 @@ def fetch(self: Any, crawl_id: str, url: str, depth: int) -> str:
 @app.task(name="crawl.parse", **_retry)
 def parse(self: Any, crawl_id: str, url: str, depth: int) -> str:
     return patiently(lambda: pipeline.parse_url(context(), crawl_id, url, depth))
+
+
+@app.task(name="crawl.item_failed")
+def item_failed(*args: Any) -> None:
+    """Errback of an on_item task that raised: the page's dead letter says so (its record is
+    on disk already). Celery calls it in two shapes: in the worker that ran the task, when
+    that worker has this task, with (request, exc, traceback, *ours); else as a message,
+    with (task id, *ours)."""
+    if len(args) == 6:
+        _request, exc, _tb, crawl_id, url, depth = args
+        error = f"on_item: {type(exc).__name__}: {exc}"[:500]
+    else:
+        task_id, crawl_id, url, depth = args
+        error = f"on_item task {task_id} failed (its worker's log has the exception)"
+    patiently(lambda: pipeline.item_task_failed(context(), crawl_id, url, depth, error))
 
 
 @app.task(
