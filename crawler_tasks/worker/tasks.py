@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import redis
 from celery import bootsteps
 from celery.signals import beat_init, worker_process_shutdown
+from kombu.exceptions import ChannelError
 
 from ..settings import Settings
 from ..state import store
@@ -160,24 +161,29 @@ def _close_context(**_: Any) -> None:
 
 def idle_queues() -> set[str]:
     """Which stages' broker queues are empty: "r" (every fetch queue), "q" (parse). A URL
-    waiting unstarted while its queue is empty has lost its message (dispatcher.reclaim).
-    Any doubt (broker away, queue not declared yet) counts as not empty."""
+    waiting unstarted while its queue is empty has lost its message (dispatcher.reclaim):
+    a frozen worker's pending BRPOP can take a message where no visibility timeout sees it.
+    Any doubt (broker away) counts as not empty."""
     idle: set[str] = set()
     try:
         with app.connection_for_read() as conn:
-            channel = conn.default_channel
-
-            def empty(queue: str) -> bool:
-                return int(channel.queue_declare(queue=queue, passive=True).message_count) == 0
-
-            if all(empty(q) for q in QUEUES if q.startswith("crawl.")):
+            if all(_empty(conn, q) for q in QUEUES if q.startswith("crawl.")):
                 idle.add("r")
-            if empty("parse"):
+            if _empty(conn, "parse"):
                 idle.add("q")
     except Exception as exc:  # noqa: BLE001 - a doubt is "not idle"
         log.debug("queue depths unknown: %s", exc)
         return set()
     return idle
+
+
+def _empty(conn: Any, queue: str) -> bool:
+    # A channel per question: after a passive declare fails, an AMQP channel is closed.
+    with conn.channel() as channel:
+        try:
+            return int(channel.queue_declare(queue=queue, passive=True).message_count) == 0
+        except ChannelError:  # Redis: an empty list does not exist; AMQP: not declared yet
+            return True
 
 
 class DispatcherStep(bootsteps.StartStopStep):
