@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint format bench install clean
+.PHONY: demo example test test-fast lint format bench install clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -20,6 +20,10 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/crawler demo --output ./data
 
+## example: examples/products: a hook extracts items, an on_item task stores them in SQLite
+example: $(STAMP)
+	$(BIN)/python examples/products/run.py
+
 ## test: install, then run the whole suite (tests start their own redis-server and workers)
 test: $(STAMP)
 	$(BIN)/pytest -q
@@ -28,7 +32,7 @@ test: $(STAMP)
 # no worker processes. `make test` runs these too.
 FAST_TESTS := tests/test_urls.py tests/test_parse.py tests/test_robots.py tests/test_seen.py \
 	tests/test_fetch.py tests/test_sitegen.py tests/test_layers.py tests/test_formats.py \
-	tests/test_pipeline.py
+	tests/test_pipeline.py tests/test_hooks.py tests/test_request_settings.py
 
 ## test-fast: the tests that need no worker process (under a minute)
 test-fast: $(STAMP)

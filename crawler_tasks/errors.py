@@ -108,6 +108,12 @@ class BlockedAddress(PermanentError):
     reason = "blocked_address"
 
 
+class MissingSecret(PermanentError):
+    """A crawl names an environment variable (``env:NAME``) this worker does not have."""
+
+    reason = "missing_secret"
+
+
 class UnsupportedScheme(PermanentError):
     reason = "unsupported_scheme"
 

@@ -26,7 +26,10 @@ class Driver:
         self.published: list[tuple[str, str, int, str]] = []  # (crawl, url, depth, queue)
         self.callbacks: list[tuple[str, str, dict[str, Any]]] = []
         self.results: list[tuple[str, str, str]] = []  # (task, url, outcome)
-        self.ctx = Context(settings, self._enqueue_parse, self._callback)
+        #: on_item messages: (task, crawl, url, depth, items); ``fail_items`` makes sending raise.
+        self.items_sent: list[tuple[str, str, str, int, list[dict[str, Any]]]] = []
+        self.fail_items: Exception | None = None
+        self.ctx = Context(settings, self._enqueue_parse, self._callback, self._send_items)
         self.dispatcher = Dispatcher(lambda: self.ctx, self._publish, settings, self._enqueue_parse)
 
     def close(self) -> None:
@@ -41,6 +44,13 @@ class Driver:
 
     def _callback(self, task: str, crawl_id: str, summary: dict[str, Any]) -> None:
         self.callbacks.append((task, crawl_id, summary))
+
+    def _send_items(
+        self, task: str, queue: str, crawl_id: str, url: str, depth: int, items: list
+    ) -> None:  # type: ignore[type-arg]
+        if self.fail_items is not None:
+            raise self.fail_items
+        self.items_sent.append((task, crawl_id, url, depth, items))
 
     def step(self) -> bool:
         """One dispatcher tick, then every message it and its tasks produced; True if

@@ -11,8 +11,10 @@ functions).
 * inflight value (``CrawlKeys.inflight``, url -> value; release.lua writes it, start.lua
   appends the stage and worker, finish.lua / requeue.lua delete it)::
 
-      "domain|released_at|depth"            released_at: unix seconds, 0 for a cancel drain
+      "domain|released_at|depth"            released_at: unix seconds, 0 for a drain
+      "domain|released_at|depth|r:WORKER"   released by the dispatcher of WORKER (release.lua)
       "domain|released_at|depth|s:WORKER"   its fetch task began in WORKER (start.lua)
+      "domain|released_at|depth|q:SECONDS"  fetched; its parse task published at unix SECONDS
       "domain|released_at|depth|p:WORKER"   its parse task began in WORKER
 
 * worker heartbeat (``Keys.workers``, worker id -> unix seconds): every worker process
@@ -59,6 +61,9 @@ class Counter(str, Enum):
     REPLAYED = "replayed"  # URLs put back by retry_failed()
     SITEMAP_FILES = "sitemap_files"  # sitemap files admitted (capped)
     SITEMAPS = "sitemaps"  # sitemap files fetched and used
+    ITEMS = "items"  # items the crawl's extraction hook returned (items-*.jsonl lines)
+    EXTRACT_ERRORS = "extract_errors"  # pages whose hook or on_item send failed
+    NEAR_DUPLICATES = "near_duplicates"  # pages with a duplicate_of (near_duplicates crawls)
 
     def __str__(self) -> str:
         return self.value
@@ -132,12 +137,13 @@ class Inflight:
     domain: str
     released_at: float  # 0: handed out by a cancel drain
     depth: int
-    stage: str = ""  # "" released, "s" fetch started, "p" parse started
-    worker: str = ""  # the worker process that started the stage
+    stage: str = ""  # "r" released, "s" fetch started, "q" parse queued, "p" parse started
+    worker: str = ""  # the worker process of the stage (for "q": unix seconds)
 
     @property
     def started(self) -> bool:
-        return bool(self.stage)
+        """A task began work on it (fetch or parse)."""
+        return self.stage in ("s", "q", "p")
 
     @classmethod
     def parse(cls, value: str) -> Inflight:

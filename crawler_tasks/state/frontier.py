@@ -113,7 +113,12 @@ class Frontier:
         return result
 
     def release(
-        self, limit: int, lease_seconds: float, drain: int = 1000, budget: int | None = None
+        self,
+        limit: int,
+        lease_seconds: float,
+        worker: str = "",
+        drain: int = 1000,
+        budget: int | None = None,
     ) -> Release:
         """Up to ``budget`` due entries (None: no cap) from at most ``limit`` domains."""
         ck = self.ck
@@ -130,6 +135,7 @@ class Frontier:
                 opts.burst,
                 opts.concurrency,
                 drain,
+                worker,
                 "inf" if budget is None else budget,
             ],
             client=self.client,

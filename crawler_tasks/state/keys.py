@@ -40,6 +40,8 @@ this table does not describe, or whose type differs::
     P:C:persec               hash   unix second -> URLs finished (recent pages/s)
     P:C:sitemaps             set    URLs admitted as sitemap files (``sitemaps=True`` crawls)
     P:C:smo:ORIGIN           string set (NX) once this crawl admitted ORIGIN's robots.txt sitemaps
+    P:C:simhash              zset   page fingerprints by band, "band:hex16:fp:url" at score 0
+                                    (near_duplicates crawls; state/neardup.py)
     P:C:events               -      pub/sub channel of crawl events (not a key)
 """
 
@@ -97,6 +99,7 @@ class CrawlKeys:
         self.queue_prefix = f"{base}:q:"
         self.lease_prefix = f"{base}:lease:"
         self.sitemaps = f"{base}:sitemaps"
+        self.simhash = f"{base}:simhash"
 
     def bloom(self, shard: int) -> str:
         return f"{self.base}:bloom:{shard}"

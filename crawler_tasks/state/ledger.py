@@ -26,6 +26,8 @@ _LATE = (
     Counter.ROBOTS_DISALLOWED,
     Counter.CANCELLED,
     Counter.BYTES,
+    Counter.ITEMS,
+    Counter.EXTRACT_ERRORS,
 )
 
 
@@ -53,25 +55,40 @@ class Ledger:
 
     def reclaim(self, url: str, entry: formats.Inflight, value: str) -> bool:
         """reclaim.lua: take ``url`` back from a dead worker if ``value`` is still current."""
-        if entry.stage == "s":
+        if entry.stage in ("r", "s"):
             how, arg = "fetch", formats.retry_member(entry.domain, entry.depth, url)
-        else:
+        else:  # its parse task is published again: the stage becomes "q" (mark_parse_queued)
             how, arg = "parse", value.rsplit("|", 1)[0]
         keys = [self.ck.inflight, self.ck.retry]
         return bool(
             self.scripts.reclaim(keys=keys, args=[url, value, how, arg], client=self.client)
         )
 
-    def held_by_dead(self, alive: set[str]) -> list[tuple[str, formats.Inflight, str]]:
-        """(url, entry, raw value) of URLs whose fetch or parse began in a worker not in
-        ``alive`` (entries of workers that never said who they are are left alone)."""
+    def stuck(
+        self, alive: set[str], lost_after: float, idle: set[str], now: float | None = None
+    ) -> list[tuple[str, formats.Inflight, str]]:
+        """(url, entry, raw value) of in-flight URLs nobody will move: released, fetched or
+        parsed by a worker not in ``alive``; or released ("r") / queued for parse ("q") more
+        than ``lost_after`` seconds ago and still not started although the broker holds no
+        message of that kind (``idle`` names the stages whose queues are empty): their
+        message went down with a worker. Entries that do not say who holds them (older
+        versions) are left alone."""
+        now = time.time() if now is None else now
         out = []
         for url, raw in self.client.hscan_iter(self.ck.inflight, count=1000):
             value = raw.decode()
-            entry = formats.Inflight.parse(value)
-            if entry.started and entry.worker and entry.worker not in alive:
-                out.append((url.decode("utf-8", "surrogateescape"), entry, value))
+            e = formats.Inflight.parse(value)
+            since = float(e.worker or now) if e.stage == "q" else e.released_at
+            late = e.stage in idle and 0 < since < now - lost_after
+            dead = e.stage in ("r", "s", "p") and bool(e.worker) and e.worker not in alive
+            lost = late or dead
+            if lost:
+                out.append((url.decode("utf-8", "surrogateescape"), e, value))
         return out
+
+    def mark_parse_queued(self, url: str) -> None:
+        """Fetched: its parse task is about to be published (stage "q")."""
+        self.start(url, f"{time.time():.0f}", "q")
 
     def unwritten(self, url: str) -> formats.Unwritten | None:
         raw = self.client.hget(self.ck.unwritten, url)

@@ -76,6 +76,27 @@ class CrawlOptions:
     warc_non_html: bool = True
     schedule: str | None = None
     on_finished: str | None = None
+    #: Request settings (worker/requestopts.py): headers for every request; cookies
+    #: (host -> {name: value}) and basic auth (host -> "env:NAME" of "user:pass") per host; an
+    #: http(s) proxy. Secrets only as "env:NAME", read by the workers when they request.
+    headers: dict[str, str] = field(default_factory=dict)
+    cookies: dict[str, dict[str, str]] = field(default_factory=dict)
+    auth: dict[str, str] = field(default_factory=dict)
+    proxy: str | None = None
+    #: A page whose <link rel=canonical> names another URL: follow that URL (at the page's
+    #: depth) instead of the page's links (worker/pipeline.py ``_canonical``).
+    canonical: bool = False
+    #: SimHash fingerprints of pages' text; a near-duplicate (<= 3 bits) of an earlier page
+    #: gets ``duplicate_of``; with ``skip_near_duplicates`` its links are not followed.
+    near_duplicates: bool = False
+    skip_near_duplicates: bool = False
+    #: The user's extraction hook, "package.module:function" (see worker/hooks.py), run on
+    #: every parsed page; ``extract_timeout`` seconds per page before it is cut off.
+    extract: str | None = None
+    extract_timeout: float = 30.0
+    #: The user's Celery task (by name) that receives each page's items, and its queue.
+    on_item: str | None = None
+    on_item_queue: str = "items"
     started_at: float = 0.0
 
     def __post_init__(self) -> None:
@@ -89,6 +110,8 @@ class CrawlOptions:
         for host, r in self.rates.items():
             if not r > 0:
                 raise ConfigError(f"rate for {host!r} must be > 0 (use inf for no limit)")
+        _check_hooks(self)
+        _check_requests(self)
 
     @classmethod
     def from_user(cls, settings: Settings | None, **values: Any) -> CrawlOptions:
@@ -102,6 +125,9 @@ class CrawlOptions:
             raw = data.get(key) or ()
             data[key] = (raw,) if isinstance(raw, str) else tuple(raw)
         data["rates"] = _rates(data.get("rates") or {})
+        for key in ("auth", "cookies"):  # per host: host names as URLs have them
+            if isinstance(data.get(key), dict):
+                data[key] = {str(h).lower(): v for h, v in data[key].items()}
         if "rate" in data:
             data["rate"] = _number("rate", data["rate"])
         data.setdefault("crawl_id", "-")
@@ -224,6 +250,55 @@ def _number(what: str, value: Any) -> float:
         return float(value)
     except ValueError:
         raise ConfigError(f"{what} must be a number, not {value!r}") from None
+
+
+_DOTTED = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
+
+
+def _check_hooks(o: CrawlOptions) -> None:
+    """Hooks travel as names (never pickles) and are imported by the workers: only the form
+    is checked here, the starting process need not be able to import them."""
+    if o.extract is not None and not (isinstance(o.extract, str) and _DOTTED.match(o.extract)):
+        raise ConfigError(f"extract must be 'package.module:function', not {o.extract!r}")
+    if o.on_item is not None and not (isinstance(o.on_item, str) and o.on_item.strip()):
+        raise ConfigError(f"on_item must be a Celery task name, not {o.on_item!r}")
+    t = o.extract_timeout
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t <= 3600:
+        raise ConfigError(f"extract_timeout must be seconds in (0, 3600], not {t!r}")
+
+
+_ENV_REF = re.compile(r"^env:[A-Za-z_][A-Za-z0-9_]*$")
+_SECRET_HEADERS = ("authorization", "proxy-authorization", "cookie")
+_OWN_HEADERS = ("host", "content-length", "transfer-encoding", "user-agent", "connection")
+
+
+def _check_requests(o: CrawlOptions) -> None:
+    """Request settings: strings, secrets only as env:NAME (never their values)."""
+    if not _str_map(o.headers):
+        raise ConfigError("headers must map header names to strings")
+    for name, value in o.headers.items():
+        if name.lower() in _OWN_HEADERS:
+            raise ConfigError(f"header {name!r} is the crawler's own (user_agent is an option)")
+        if name.lower() in _SECRET_HEADERS and not _ENV_REF.match(value):
+            raise ConfigError(f"header {name!r} carries a secret: give it as 'env:NAME'")
+    if not isinstance(o.cookies, dict) or not all(_str_map(j) for j in o.cookies.values()):
+        raise ConfigError("cookies must map hosts to {name: value} (values may be 'env:NAME')")
+    if not _str_map(o.auth) or not all(_ENV_REF.match(v) for v in o.auth.values()):
+        raise ConfigError("auth must map hosts to 'env:NAME' (NAME holding user:password)")
+    p = o.proxy
+    if p is not None and not (isinstance(p, str) and (_ENV_REF.match(p) or _plain_proxy(p))):
+        raise ConfigError("proxy must be http(s)://host:port, or 'env:NAME' if it has a password")
+
+
+def _str_map(value: Any) -> bool:
+    return isinstance(value, dict) and all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    )
+
+
+def _plain_proxy(url: str) -> bool:
+    scheme, sep, rest = url.partition("://")
+    return scheme in ("http", "https") and bool(sep) and "@" not in rest and bool(rest)
 
 
 def _check_values(o: CrawlOptions) -> None:

@@ -55,6 +55,30 @@ def _parse_rates(values: tuple[str, ...]) -> dict[str, float]:
     return rates
 
 
+def _request_settings(options: dict[str, Any]) -> dict[str, Any]:
+    """--header, --cookie and --auth as the crawl options headers, cookies and auth."""
+    headers: dict[str, str] = {}
+    cookies: dict[str, dict[str, str]] = {}
+    auth: dict[str, str] = {}
+    for item in options.pop("headers", ()):
+        name, sep, value = item.partition(":")
+        if not sep or not name.strip():
+            raise Fail(f"--header {item!r}: expected 'Name: value'")
+        headers[name.strip()] = value.strip()
+    for item in options.pop("cookies", ()):
+        host, sep, pair = item.partition(":")
+        name, eq, value = pair.partition("=")
+        if not (sep and eq and host and name):
+            raise Fail(f"--cookie {item!r}: expected HOST:NAME=VALUE")
+        cookies.setdefault(host.lower(), {})[name] = value
+    for item in options.pop("auth", ()):
+        host, sep, ref = item.partition("=")
+        if not (sep and host):
+            raise Fail(f"--auth {item!r}: expected HOST=env:NAME")
+        auth[host.lower()] = ref
+    return {"headers": headers or None, "cookies": cookies or None, "auth": auth or None}
+
+
 @contextlib.contextmanager
 def cluster(settings: Settings, embedded: bool, log_dir: str | None) -> Iterator[Settings]:
     """Yield settings pointing at a broker with crawl workers, starting what is missing."""
@@ -118,6 +142,14 @@ for _command in COMMANDS:
 @click.option("--concurrency", type=int, help="Requests in flight per domain.")
 @click.option("--allow-private-networks", is_flag=True, help="Allow loopback/private hosts.")
 @click.option("--sitemaps", is_flag=True, help="Enqueue robots.txt Sitemap: URLs as seeds.")
+@click.option("--header", "headers", multiple=True, help="'Name: value' on every request.")
+@click.option("--cookie", "cookies", multiple=True, help="HOST:NAME=VALUE (repeatable).")
+@click.option("--auth", multiple=True, help="HOST=env:NAME, NAME holding user:password.")
+@click.option("--proxy", help="http://host:port, or env:NAME when it has credentials.")
+@click.option("--extract", help="Extraction hook run on every page: package.module:function.")
+@click.option("--extract-timeout", type=float, help="Seconds a hook may take per page (30).")
+@click.option("--on-item", help="Celery task (by name) that receives each page's items.")
+@click.option("--on-item-queue", help="The queue of the --on-item task (default: items).")
 @click.option("--embedded", is_flag=True, help="Private Redis + local workers for this run.")
 @click.option("--no-wait", is_flag=True, help="Return once the crawl is started.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
@@ -138,6 +170,7 @@ def crawl(
 
     urls = check_seeds(seeds, options["allow_private_networks"])
     options.update(rate=default_rate, concurrency=concurrency, rates=_parse_rates(rates))
+    options.update(_request_settings(options))
     options = {k: v for k, v in options.items() if v not in (None, ())}
     # Every option checked before anything is started or written.
     CrawlOptions.from_user(None, seeds=tuple(urls), **options)
@@ -210,6 +243,8 @@ def _summary_text(s: dict[str, Any]) -> str:
         pages += f", {c['robots_unreachable']} not fetched: robots.txt unreachable"
     if cancelled:
         pages += f", {cancelled} cancelled unfetched"
+    if c.get("items") or c.get("extract_errors"):
+        pages += f"; {c.get('items', 0)} items, {c.get('extract_errors', 0)} extract errors"
     lines = [
         f"crawl {s['crawl_id']} {s['status']} in {s['duration_s']:.1f}s ({rate:.1f} pages/s)",
         pages,

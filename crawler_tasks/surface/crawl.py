@@ -262,6 +262,16 @@ class Crawl:
                 last[record["url"]] = record
         return iter(last.values())
 
+    def items(self, latest: bool = True) -> Iterator[dict[str, Any]]:
+        """Lines of this crawl's ``items-*.jsonl`` (on this host): ``{"url", "item", "rid"}``.
+        With ``latest`` (default), only the items of each URL's last record (a page replayed
+        by :meth:`retry_failed` has the items of each of its records)."""
+        lines = read_pages(self.output_dir, kind="items")
+        if not latest:
+            return lines
+        rids = {r.get("rid") for r in self.pages()}
+        return (line for line in lines if line.get("rid") in rids)
+
     def bloom(self) -> dict[str, float]:
         return self.store.bloom.stats()
 
@@ -338,9 +348,12 @@ class Crawl:
         self.client.sadd(self.keys.running, self.id)
         # The replayed URLs will be counted again when they reach their new final state.
         pipe = self.client.pipeline()
-        for r in records:
+        failed = [r for r in records if r.get("error")]
+        for r in failed:
             pipe.hincrby(self.ck.stats, f"failed:{r['error']}", -1)
-        pipe.hincrby(self.ck.stats, "failed", -len(records))
+        pipe.hincrby(self.ck.stats, "failed", -len(failed))
+        # The others were recorded but their extraction (or on_item task) failed.
+        pipe.hincrby(self.ck.stats, "extract_errors", -(len(records) - len(failed)))
         pipe.hincrby(self.ck.stats, "done", -len(records))
         pipe.hdel(self.ck.failed, *[r["url"] for r in records])
         pipe.execute()

@@ -23,6 +23,8 @@ def rate(p: dict[str, Any]) -> float:
 def line(p: dict[str, Any]) -> str:
     eta = f" eta={p['eta_s']}s" if p.get("eta_s") is not None else ""
     eta += f" — {REFUSES_WRITES}, waiting" if p.get("redis_oom") else ""
+    if p.get("items") or p.get("extract_errors"):
+        eta = f" items={p.get('items', 0)} extract_errors={p.get('extract_errors', 0)}" + eta
     return (
         f"[{p['crawl_id']}] {p['status']}: done={p['done']} queued={p['queued']} "
         f"in_flight={p['in_flight']} failed={p['failed']} "

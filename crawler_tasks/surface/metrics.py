@@ -30,6 +30,8 @@ _COUNTERS = {
     "cancelled": "URLs dropped unfetched by a cancel",
     "bytes": "bytes of response bodies fetched",
     "done": "URLs that reached a final state",
+    "items": "items returned by the crawl's extraction hook",
+    "extract_errors": "pages whose extraction hook (or on_item send) failed",
 }
 _GAUGES = {
     "queued": "URLs waiting in the frontier",

@@ -133,10 +133,16 @@ class Fetcher:
         follow: Callable[[str], str | None] | None = None,
         max_body_bytes: int | None = None,
         max_redirects: int | None = None,
+        host_headers: Callable[[str], Mapping[str, str]] | None = None,
+        proxy: str | None = None,
     ) -> Response:
         """GET ``url``, following redirects (each hop vetted by ``follow`` and the guard).
         ``headers`` (a crawl's User-Agent, validators) replace the session's; the limits, when
         given, replace the fetcher's for this request (they belong to the crawl).
+        ``host_headers(host)`` adds headers for one hop's host only (a crawl's basic auth and
+        cookies: never sent to another host a redirect leads to). Through ``proxy``
+        (``http://[user:pass@]host:port``), the connection goes to the proxy's address, vetted
+        like any host; the target's address is vetted as resolved here.
 
         Raises FetchTimeout, ConnectionFailed, BlockedAddress, UnsupportedScheme,
         TooManyRedirects, TooLarge, BadEncoding or InvalidURL.
@@ -144,6 +150,7 @@ class Fetcher:
         chain = _Chain(url, allow_private, headers, follow, netguard.Deadline(self._total_timeout))
         chain.max_body_bytes = max_body_bytes or self._max_body_bytes
         chain.max_redirects = self._max_redirects if max_redirects is None else max_redirects
+        chain.host_headers, chain.proxy = host_headers, proxy
         # Saved and restored: a ``follow`` callback may itself fetch (in this same thread).
         outer = (self._context.deadline, self._context.pinned_ip)
         self._context.deadline = chain.deadline
@@ -206,12 +213,17 @@ class Fetcher:
     def _request(self, chain: _Chain) -> requests.Response:
         """Send one GET for ``chain.current`` to a vetted address of its host."""
         try:
-            request = requests.Request("GET", chain.current, headers=dict(chain.headers or {}))
+            headers = dict(chain.headers or {})
+            if chain.host_headers is not None:
+                headers.update(chain.host_headers(_host_port(chain.current)[0]))
+            request = requests.Request("GET", chain.current, headers=headers)
             prepared = self._session.prepare_request(request)
         except (requests.RequestException, ValueError) as exc:
             raise InvalidURL(f"cannot request {chain.current!r}: {exc}") from None
         host, port = _host_port(prepared.url or chain.current)
         addresses = netguard.check_host(host, port, allow_private=chain.allow_private)
+        if chain.proxy is not None:
+            return self._send(chain, prepared, addresses[0], _pinned_proxy(chain))
         for ip in addresses[:-1]:
             try:
                 return self._send(chain, prepared, ip)
@@ -221,7 +233,7 @@ class Fetcher:
         return self._send(chain, prepared, addresses[-1])
 
     def _send(
-        self, chain: _Chain, prepared: requests.PreparedRequest, ip: str
+        self, chain: _Chain, prepared: requests.PreparedRequest, ip: str, proxy: str = ""
     ) -> requests.Response:
         chain.deadline.check()
         remaining = chain.deadline.remaining()
@@ -230,7 +242,10 @@ class Fetcher:
         # The adapter, not Session.send: with allow_redirects=False the session still builds
         # the next hop and reads the whole redirect body (unbounded) to do so.
         adapter = self._session.get_adapter(prepared.url or "")
-        return adapter.send(prepared, stream=True, timeout=timeout, verify=self._verify, proxies={})
+        proxies = {"http": proxy, "https": proxy} if proxy else {}
+        return adapter.send(
+            prepared, stream=True, timeout=timeout, verify=self._verify, proxies=proxies
+        )
 
     def _read(
         self, chain: _Chain, resp: requests.Response, stop_reason: str | None = None
@@ -282,10 +297,24 @@ class _Chain:
     redirects: list[tuple[int, str]] = field(default_factory=list)
     max_body_bytes: int = 0
     max_redirects: int = 0
+    host_headers: Callable[[str], Mapping[str, str]] | None = None
+    proxy: str | None = None
 
     def __post_init__(self) -> None:
         self.current = self.url
         self.visited.add(self.url)
+
+
+def _pinned_proxy(chain: _Chain) -> str:
+    """The chain's proxy URL with its host replaced by the address the guard vetted."""
+    parts = urlsplit(chain.proxy or "")
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InvalidURL("the crawl's proxy is not an http(s)://host:port URL")
+    port = parts.port or _DEFAULT_PORTS[parts.scheme]
+    ip = netguard.check_host(parts.hostname, port, allow_private=chain.allow_private)[0]
+    userinfo = parts.netloc.rpartition("@")[0]
+    host = f"[{ip}]" if ":" in ip else ip
+    return f"{parts.scheme}://{userinfo + '@' if userinfo else ''}{host}:{port}"
 
 
 def _read_body(raw: HTTPResponse, limit: int, deadline: netguard.Deadline) -> tuple[bytes, bool]:

@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 from requests import PreparedRequest
 from requests.adapters import HTTPAdapter
-from urllib3 import HTTPConnectionPool, HTTPSConnectionPool, PoolManager
+from requests.utils import select_proxy
+from urllib3 import HTTPConnectionPool, HTTPSConnectionPool, PoolManager, ProxyManager
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import ConnectionPool
 from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
@@ -330,6 +331,26 @@ class _PinningPoolManager(PoolManager):
         return self.connection_from_pool_key(pool_key, request_context=request_context)
 
 
+class _PinnedProxyManager(ProxyManager):
+    """A proxy manager whose connections (plain, or CONNECT tunnels) go to the proxy's vetted
+    address only, with the request's deadline attached like any other connection."""
+
+    def __init__(self, proxy_url: str, context: ConnectionContext, **kw: Any) -> None:
+        super().__init__(proxy_url, **kw)
+        self.pool_classes_by_scheme = {"http": _PinnedHTTPPool, "https": _PinnedHTTPSPool}
+        host = self.proxy.host if self.proxy is not None else None
+        if host is None or _parse(host.strip("[]")) is None:
+            raise RuntimeError("refusing a proxy whose address check_host did not vet")
+        self._pin = {"pinned_ip": host.strip("[]"), "context": context}
+
+    def connection_from_context(self, request_context: dict[str, Any]) -> HTTPConnectionPool:
+        scheme = request_context["scheme"].lower()
+        pool_key = self.key_fn_by_scheme[scheme](request_context)
+        return self.connection_from_pool_key(
+            pool_key, request_context={**request_context, **self._pin}
+        )
+
+
 class PinnedAdapter(HTTPAdapter):
     """A requests adapter that only connects to ``context.pinned_ip`` (refuses when unset)."""
 
@@ -351,6 +372,20 @@ class PinnedAdapter(HTTPAdapter):
             **pool_kwargs,
         )
 
+    def proxy_manager_for(self, proxy: str, **proxy_kwargs: Any) -> ProxyManager:
+        if proxy not in self.proxy_manager:
+            self.proxy_manager[proxy] = _PinnedProxyManager(
+                proxy,
+                self._context,
+                proxy_headers=self.proxy_headers(proxy),
+                num_pools=self._pool_connections,
+                maxsize=self._pool_maxsize,
+                block=self._pool_block,
+                **proxy_kwargs,
+            )
+        manager: ProxyManager = self.proxy_manager[proxy]
+        return manager
+
     def get_connection_with_tls_context(
         self,
         request: PreparedRequest,
@@ -358,7 +393,10 @@ class PinnedAdapter(HTTPAdapter):
         proxies: Mapping[str, str] | None = None,
         cert: tuple[str, str] | str | None = None,
     ) -> ConnectionPool:
-        # Proxies are ignored on purpose: through a proxy, pinning and the guard mean nothing.
+        if proxies and select_proxy(request.url or "", proxies):
+            # Through a proxy (its address already vetted and written into its URL): the
+            # connection goes to that address (_PinnedProxyManager).
+            return super().get_connection_with_tls_context(request, verify, proxies, cert)
         host_params, tls_kwargs = self.build_connection_pool_key_attributes(
             request, True if verify is None else verify, cert
         )

@@ -29,10 +29,11 @@ Not handled: ``Link: rel=canonical`` headers, meta refresh, SVG ``xlink:href``.
 
 from __future__ import annotations
 
+import copy
 import functools
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -45,6 +46,7 @@ from w3lib.encoding import (
     to_unicode,
 )
 
+from .simhash import simhash
 from .urls import looks_non_html, origin_of, resolve
 
 log = logging.getLogger(__name__)
@@ -95,6 +97,11 @@ class Page:
     noindex: bool = False
     encoding: str = "utf-8"  # Python codec name the body was decoded with
     links_dropped: dict[str, int] = field(default_factory=lambda: dict.fromkeys(DROP_REASONS, 0))
+    #: With ``keep_tree``: the decoded text and the whole parsed tree (head, scripts and all).
+    html: str | None = None
+    tree: etree._Element | None = None
+    #: With ``fingerprint``: the visible text's 64-bit SimHash (web/simhash.py).
+    simhash: int | None = None
 
 
 def is_html(content_type: str | None, body_start: bytes) -> bool:
@@ -124,8 +131,14 @@ def extract(
     max_links: int = 5000,
     max_url_length: int = 2048,
     honour_nofollow: bool = True,
+    keep_tree: bool = False,
+    fingerprint: bool = False,
 ) -> Page:
-    """Metadata and outlinks of HTML ``body`` fetched from ``url`` (post-redirect). Never raises."""
+    """Metadata and outlinks of HTML ``body`` fetched from ``url`` (post-redirect). Never raises.
+
+    ``keep_tree`` keeps the decoded text and the parsed tree in the Page (for a user's
+    extraction hook): the visible-text walk works on a copy, so the tree is whole; copying a
+    tree costs a fraction of parsing it again."""
     try:
         headers = headers or {}
         if content_type is None:
@@ -134,8 +147,14 @@ def extract(
         page = Page(noindex=noindex, nofollow=nofollow, language=_language(headers))
         page.encoding, text = _decode(bytes(body), content_type)
         doc = _parse(text)
+        if keep_tree:
+            page.html = text
+            page.tree = doc
+            doc = copy.deepcopy(doc) if doc is not None else None
         if doc is not None:
             _fill(page, doc, url, _Limits(honour_nofollow, max_links, max_url_length))
+            if fingerprint:
+                page.simhash = simhash(_words(doc))
         return page
     except Exception:  # a bug must not kill the fetch task over one page; the log shows it
         log.warning("parse of %.300s failed", url, exc_info=True)
@@ -257,6 +276,12 @@ def _fill(page: Page, doc: etree._Element, url: str, limits: _Limits) -> None:
     etree.strip_elements(doc, "head", *_INVISIBLE, with_tail=False)
     page.text_length = _text_length(doc)
     page.links, page.links_dropped = _select(hrefs, base, page, limits)
+
+
+def _words(doc: etree._Element) -> Iterator[str]:
+    """Visible words of a stripped tree, piece by piece."""
+    for piece in doc.itertext():
+        yield from piece.split()
 
 
 def _text_length(doc: etree._Element) -> int:

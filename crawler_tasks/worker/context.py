@@ -7,6 +7,7 @@ nothing here is global. Everything about one crawl lives in its store.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -22,6 +23,8 @@ from ..state.robots_cache import RobotsCache
 from ..state.store import CrawlStore, Process, Redis
 from ..state.workers import Heartbeat
 from ..web.fetcher import Fetcher, Response
+from . import requestopts
+from .hooks import Hooks
 from .output import CrawlOutput, Outputs
 
 log = logging.getLogger(__name__)
@@ -52,7 +55,13 @@ def redis_client(settings: Settings) -> redis.Redis:
 
 
 class Context:
-    def __init__(self, settings: Settings, enqueue_parse: Enqueue, on_finished: Enqueue) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        enqueue_parse: Enqueue,
+        on_finished: Enqueue,
+        send_items: Enqueue | None = None,
+    ) -> None:
         self.settings = settings
         self.client = redis_client(settings)
         self.r = Redis.connect(self.client, settings.key_prefix)
@@ -64,9 +73,13 @@ class Context:
         self.heartbeat = Heartbeat(self.client, self.keys, self.worker_id)
         self.enqueue_parse = enqueue_parse
         self.on_finished = on_finished
+        #: (task name, crawl id, page URL, items): a page's items to the user's on_item task.
+        self.send_items = send_items or (lambda *_: None)
+        #: The users' extraction hooks this process imported (worker/hooks.py).
+        self.hooks = Hooks()
         self._process = Process(settings.max_crawl_delay, settings.body_ttl)
         self._stores: OrderedDict[str, CrawlStore] = OrderedDict()
-        self._robots: dict[tuple[bool, str], RobotsCache] = {}
+        self._robots: dict[tuple[bool, str, str], RobotsCache] = {}
         self._lock = threading.Lock()  # threads pools share the caches
         self.sitemap_origins: OrderedDict[tuple[str, str], None] = OrderedDict()
 
@@ -109,7 +122,9 @@ class Context:
 
     def robots(self, opts: CrawlOptions) -> RobotsCache:
         """robots.txt as the crawl asks for it: with its address policy and user agent."""
-        key = (opts.allow_private_networks, opts.user_agent or self.settings.user_agent)
+        # The crawl's request settings (env references, no secrets) decide how it is fetched.
+        how = (opts.headers, opts.cookies, opts.auth, opts.proxy)
+        key = (opts.allow_private_networks, opts.user_agent, json.dumps(how, sort_keys=True))
         with self._lock:
             cache = self._robots.get(key)
             if cache is None:
@@ -118,19 +133,19 @@ class Context:
                     self.keys,
                     ttl=self.settings.robots_ttl,
                     error_ttl=self.settings.robots_error_ttl,
-                    http_get=lambda url: self._robots_get(url, *key),
+                    http_get=lambda url: self._robots_get(url, opts),
                 )
         return cache
 
-    def _robots_get(
-        self, url: str, private: bool, agent: str
-    ) -> tuple[int | None, str | None, bytes]:
+    def _robots_get(self, url: str, opts: CrawlOptions) -> tuple[int | None, str | None, bytes]:
         try:
             resp = self.fetcher.get(
                 url,
-                allow_private=private,
-                headers={"User-Agent": agent},
+                allow_private=opts.allow_private_networks,
+                headers=self._headers(opts, {}),
                 follow=lambda _t: "manual",
+                host_headers=requestopts.host_headers(opts),
+                proxy=requestopts.proxy(opts),
             )
         except Exception as exc:  # any failure to get robots.txt means "unreachable"
             log.info("robots.txt %s unreachable: %s", url, exc)
@@ -141,15 +156,22 @@ class Context:
     def fetch(
         self, opts: CrawlOptions, url: str, follow: Callable[[str], str | None], extra: dict
     ) -> Response:
-        """GET ``url`` as the crawl asks: its user agent, limits and address policy."""
+        """GET ``url`` as the crawl asks: its user agent, request settings, limits and
+        address policy."""
         return self.fetcher.get(
             url,
             allow_private=opts.allow_private_networks,
-            headers={"User-Agent": opts.user_agent or self.settings.user_agent, **extra},
+            headers=self._headers(opts, extra),
             follow=follow,
             max_body_bytes=opts.max_body_bytes,
             max_redirects=opts.max_redirects,
+            host_headers=requestopts.host_headers(opts),
+            proxy=requestopts.proxy(opts),
         )
+
+    def _headers(self, opts: CrawlOptions, extra: dict[str, str]) -> dict[str, str]:
+        agent = opts.user_agent or self.settings.user_agent
+        return {**requestopts.headers(opts), "User-Agent": agent, **extra}
 
     def output(self, opts: CrawlOptions) -> CrawlOutput:
         return self.outputs.get(opts.crawl_id, opts.output or self.settings.output_dir)
@@ -166,7 +188,7 @@ class Context:
             "",
             response.raw_headers,
             response.body,
-            [("User-Agent", opts.user_agent or self.settings.user_agent)],
+            requestopts.recorded_headers(opts, opts.user_agent or self.settings.user_agent),
             http_version=response.http_version,
             ip=response.ip,
         )

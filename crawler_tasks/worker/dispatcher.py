@@ -32,6 +32,8 @@ log = logging.getLogger(__name__)
 
 Publish = Callable[[str, str, int, str], None]
 PublishParse = Callable[[str, str, int], None]
+#: Stages ("r" fetch, "q" parse) whose broker queues hold no message right now.
+IdleQueues = Callable[[], set[str]]
 
 #: The broker's fetch queues (app.QUEUES without parse).
 FETCH_QUEUES = ("crawl.high", "crawl.medium", "crawl.low")
@@ -48,10 +50,12 @@ class Dispatcher:
         publish: Publish,
         settings: Settings,
         publish_parse: PublishParse,
+        idle_queues: IdleQueues = lambda: {"r", "q"},
     ):
         self._context = context
         self._publish = publish
         self._publish_parse = publish_parse
+        self._idle_queues = idle_queues
         self.settings = settings
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -111,15 +115,18 @@ class Dispatcher:
         return n
 
     def reclaim(self) -> int:
-        """Take back URLs whose worker stopped beating; write records dead processes left."""
+        """Take back URLs held by workers that stopped beating or whose message was lost;
+        write records dead processes left."""
         ctx = self._context()
-        living = workers.alive(ctx.client, ctx.keys, self.settings.worker_dead_seconds)
+        s = self.settings
+        living = workers.alive(ctx.client, ctx.keys, s.worker_dead_seconds)
+        idle = self._idle_queues()
         n = 0
         for raw in ctx.client.smembers(ctx.keys.running):
             store = ctx.store(raw.decode())
             if store is None:
                 continue
-            for url, entry, value in store.ledger.held_by_dead(living):
+            for url, entry, value in store.ledger.stuck(living, s.lost_message_seconds, idle):
                 n += self._take_back(ctx, store, url, entry, value)
             sweep_orphans(ctx, store)
         return n
@@ -127,18 +134,20 @@ class Dispatcher:
     def _take_back(
         self, ctx: Context, store: CrawlStore, url: str, entry: Inflight, value: str
     ) -> int:
-        lost = WorkerLost(f"worker {entry.worker} stopped beating")
+        fetching = entry.stage in ("r", "s")
+        lost = WorkerLost(f"{entry.stage}:{entry.worker}: its worker or message was lost")
         if store.ledger.count_attempt(url) > store.opts.max_retries:
-            if entry.stage == "s":
+            if fetching:
                 store.politeness.done(url, entry.domain, "error")
             finalize(ctx, store, Final.failed(url, entry.depth, lost))
             return 1
         if not store.ledger.reclaim(url, entry, value):
             return 0  # moved on meanwhile
-        log.warning("crawl %s: took %.300s back from %s (%s)", store.id, url, entry.worker, lost)
-        if entry.stage == "s":  # its lease, or the host waits for the lease to expire
+        log.warning("crawl %s: took %.300s back (%s)", store.id, url, lost)
+        if fetching:  # its lease, or the host waits for the lease to expire
             store.politeness.done(url, entry.domain, "error")
         else:
+            store.ledger.mark_parse_queued(url)
             self._publish_parse(store.id, url, entry.depth)
         return 1
 
@@ -152,7 +161,9 @@ class Dispatcher:
             if store is None or budget == 0:
                 continue
             s = self.settings
-            release = store.frontier.release(s.dispatch_batch, s.lease_seconds, budget=budget)
+            release = store.frontier.release(
+                s.dispatch_batch, s.lease_seconds, ctx.worker_id, budget=budget
+            )
             if budget is not None and not release.cancelled:
                 budget = max(0, budget - len(release.entries))
             if release.finishing:

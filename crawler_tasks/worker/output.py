@@ -4,6 +4,8 @@ Every worker process writes its own files, named ``<kind>-<host>-<pid>.*``, so c
 workers never interleave records and no file needs a cross-process lock:
 
 * ``pages-*.jsonl``  one JSON object per URL that reached a final state
+* ``items-*.jsonl``  the crawl's extraction hook's items, one per line:
+  ``{"url": page URL, "item": {...}, "rid": the page record's rid}``
 * ``edges-*.tsv``    one ``from<TAB>to`` line per outlink
 * ``crawl-*.warc.gz`` WARC request + response records of every fetched URL (warcio)
 * ``summary.json``   written once, by the worker that finishes the crawl
@@ -32,6 +34,12 @@ from warcio.recordloader import ArcWarcRecord
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
+from . import faults
+
+#: Key of a record's items while it waits to be written (recorder.py); not in the page line,
+#: which has their number as ``items``.
+ITEMS = "_items"
+
 # Headers that describe the bytes on the wire, not the decoded body kept in the WARC record.
 _WIRE_HEADERS = {"content-encoding", "transfer-encoding", "content-length"}
 
@@ -56,13 +64,24 @@ class CrawlOutput:
     def pages_path(self) -> Path:
         return self.dir / f"pages-{self.tag}.jsonl"
 
-    def final(self, record: dict[str, Any]) -> None:
-        """A URL's page record and its edges. Edges first: the page line is what says the
-        record is on disk (see recorder.py), so a crash between the two repeats edges, never
-        loses them."""
+    def final(self, record: dict[str, Any], with_items: bool = True) -> None:
+        """A URL's page record, its items and its edges. Items and edges first: the page line
+        is what says the record is on disk (see recorder.py), so a crash between them repeats
+        edges, never loses them; items carry the record's rid, so the writer of an orphan
+        sees they are there and leaves them (``with_items=False``)."""
+        record = dict(record)
+        items = record.pop(ITEMS, None) or ()
         line = json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
         edges = "".join(f"{record['url']}\t{t}\n" for t in record.get("outlinks") or ())
         with self._lock:
+            if items and with_items:
+                # One write: a page's item lines are there together or not at all (save a
+                # write cut by the death of the process, which the reader skips: read_items).
+                lines = "".join(_item_line(record, item) for item in items)
+                f = self._file(items_path(self.pages_path).name)
+                f.write(lines.encode("utf-8", "surrogateescape"))
+                f.flush()
+                faults.point("after_items")
             if edges:
                 f = self._file(f"edges-{self.tag}.tsv")
                 f.write(edges.encode("utf-8", "surrogateescape"))
@@ -110,6 +129,16 @@ class CrawlOutput:
             for f in self._files.values():
                 f.close()
             self._files.clear()
+
+
+def items_path(pages_path: Path) -> Path:
+    """The items file beside a pages file (same writer)."""
+    return pages_path.with_name("items-" + pages_path.name.removeprefix("pages-"))
+
+
+def _item_line(record: dict[str, Any], item: dict[str, Any]) -> str:
+    value = {"url": record["url"], "item": item, "rid": record["rid"]}
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")) + "\n"
 
 
 def _record_bytes(record: ArcWarcRecord) -> bytes:
@@ -160,10 +189,11 @@ def write_summary(directory: str | os.PathLike[str], summary: dict[str, Any]) ->
     return path / "summary.json"
 
 
-def read_pages(directory: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
-    """Every record of every ``pages-*.jsonl`` of one crawl's directory."""
-    for path in sorted(Path(directory).glob("pages-*.jsonl")):
+def read_pages(directory: str | os.PathLike[str], kind: str = "pages") -> Iterator[dict[str, Any]]:
+    """Every record of every ``pages-*.jsonl`` (or ``items-*.jsonl``) of one crawl's
+    directory. A line cut short by the death of its writer is skipped."""
+    for path in sorted(Path(directory).glob(f"{kind}-*.jsonl")):
         with open(path, encoding="utf-8", errors="surrogateescape") as f:
             for line in f:
-                if line.strip():
+                if line.endswith("\n") and line.strip():
                     yield json.loads(line)

@@ -42,11 +42,14 @@ from ..errors import (
 )
 from ..state import events, formats
 from ..state.formats import Counter, Outcome
+from ..state.neardup import NearDuplicates
 from ..state.politeness import parse_retry_after
 from ..state.store import CrawlStore
 from ..web.fetcher import Response
+from ..web.page import Page as ParsedPage
 from ..web.page import extract, is_html
 from ..web.urls import origin_of
+from . import hooks
 from .context import Context
 from .outage import REDIS_UNAVAILABLE
 from .recorder import Final, finalize, recover
@@ -57,6 +60,8 @@ log = logging.getLogger(__name__)
 THROTTLE_STATUSES = {429, 503}
 #: Errors left to the Celery task's own retry (tasks.py): the URL's state cannot be written now.
 INFRA_ERRORS = REDIS_UNAVAILABLE  # never a URL's fault: the task waits (tasks.patiently)
+#: Items per on_item task message.
+ITEM_BATCH = 100
 
 
 def fetch_url(ctx: Context, crawl_id: str, url: str, depth: int) -> str:
@@ -132,11 +137,12 @@ def _after_response(
     ctx.write_warc(store.opts, response)
     final = _base_final(url, depth, response)
     if 200 <= status < 300 and is_html(response.content_type, response.body[:1024]):
-        meta = response_meta(response, final.extra, final.counters)
+        meta = response_meta(response, final.extra, final.counters, bool(store.opts.extract))
         if len(response.body) <= ctx.settings.inline_parse_bytes:
             # Parsed here: no parse task, no body through Redis (see Settings).
-            return finalize(ctx, store, _parsed(store, url, depth, meta, response.body))
+            return finalize(ctx, store, _parsed(ctx, store, url, depth, meta, response.body))
         store.bodies.put(url, json.dumps(meta), response.body)
+        store.ledger.mark_parse_queued(url)  # before the publish: the parse may start at once
         ctx.enqueue_parse(store.id, url, depth)
         return "fetched"
     if status == 304 and store.recrawl is not None:
@@ -272,13 +278,15 @@ def _parse_url(ctx: Context, crawl_id: str, url: str, depth: int) -> str:
         lost = Final(url, depth, error=Outcome.BODY_LOST.value, counters={Counter.FAILED.value: 1})
         return finalize(ctx, store, lost)
     meta, body = stored
-    final = _parsed(store, url, depth, meta, body)
+    final = _parsed(ctx, store, url, depth, meta, body)
     result = finalize(ctx, store, final)
     store.bodies.drop(url)
     return result
 
 
-def _parsed(store: CrawlStore, url: str, depth: int, meta: dict[str, Any], body: bytes) -> Final:
+def _parsed(
+    ctx: Context, store: CrawlStore, url: str, depth: int, meta: dict[str, Any], body: bytes
+) -> Final:
     opts = store.opts
     page = extract(
         body,
@@ -288,8 +296,9 @@ def _parsed(store: CrawlStore, url: str, depth: int, meta: dict[str, Any], body:
         max_links=opts.max_links_per_page,
         max_url_length=opts.max_url_length,
         honour_nofollow=opts.honour_nofollow,
+        keep_tree=bool(opts.extract),
+        fingerprint=opts.near_duplicates or opts.skip_near_duplicates,
     )
-    skipped = store.admission.links(page.links, depth + 1)
     final = Final(
         url,
         depth,
@@ -297,7 +306,6 @@ def _parsed(store: CrawlStore, url: str, depth: int, meta: dict[str, Any], body:
         final_url=meta["final_url"],
         content_type=meta.get("content_type"),
         title=page.title,
-        outlinks=page.links,
         extra={
             **meta["extra"],
             "description": page.description,
@@ -306,8 +314,9 @@ def _parsed(store: CrawlStore, url: str, depth: int, meta: dict[str, Any], body:
             "text_length": page.text_length,
             "noindex": page.noindex,
         },
-        counters={**meta["counters"], Counter.PARSED.value: 1, **skipped},
+        counters={**meta["counters"], Counter.PARSED.value: 1},
     )
+    _follow(ctx, store, final, meta, page)
     for reason, n in page.links_dropped.items():
         if n:
             final.counters[formats.links_dropped(reason)] = n
@@ -317,19 +326,100 @@ def _parsed(store: CrawlStore, url: str, depth: int, meta: dict[str, Any], body:
     return final
 
 
+def _follow(
+    ctx: Context, store: CrawlStore, final: Final, meta: dict[str, Any], page: ParsedPage
+) -> None:
+    """What the page leads to: its canonical URL instead of its links (``canonical``), or
+    its links (as the hook changed them, none for a skipped near-duplicate), admitted."""
+    opts, url, depth = store.opts, final.url, final.depth
+    alias = _canonical(opts.canonical, page.canonical, final.final_url or url)
+    if alias is not None:
+        final.extra["canonical_followed"] = True
+        final.outlinks = [alias]
+        final.counters.update(store.admission.links([alias], depth))
+        return
+    links = page.links
+    if opts.extract:
+        hooked = _hook(ctx, store, url, depth, meta, page)
+        final.add_items(hooked.items, hooked.error)
+        links = hooked.links
+    if page.simhash is not None:
+        original = NearDuplicates(store.client, store.ck).check(url, page.simhash)
+        final.extra["duplicate_of"] = original
+        if original is not None:
+            final.counters[Counter.NEAR_DUPLICATES.value] = 1
+            if opts.skip_near_duplicates:
+                links = []
+    final.outlinks = links
+    final.counters.update(store.admission.links(links, depth + 1))
+
+
+def _canonical(enabled: bool, canonical: str | None, final_url: str) -> str | None:
+    """The canonical URL to follow instead of this page, if it names another URL."""
+    if not enabled or canonical is None or canonical == final_url:
+        return None
+    return canonical
+
+
+def _hook(
+    ctx: Context, store: CrawlStore, url: str, depth: int, meta: dict[str, Any], page: ParsedPage
+) -> hooks.Outcome:
+    """The crawl's extraction hook on this page, and its items sent to ``on_item``."""
+    opts = store.opts
+    view = hooks.Page(
+        url=url,
+        final_url=meta["final_url"],
+        status=meta["status"],
+        headers={k.lower(): v for k, v in (meta.get("headers") or {}).items()},
+        depth=depth,
+        crawl_id=store.id,
+        text=page.html or "",
+        tree=page.tree,
+        links=tuple(page.links),
+        title=page.title,
+        canonical=page.canonical,
+    )
+    assert opts.extract is not None
+    outcome = ctx.hooks.run(opts.extract, view, opts.extract_timeout)
+    if outcome.error is None and outcome.items and opts.on_item:
+        try:
+            for i in range(0, len(outcome.items), ITEM_BATCH):
+                batch = outcome.items[i : i + ITEM_BATCH]
+                ctx.send_items(opts.on_item, opts.on_item_queue, store.id, url, depth, batch)
+        except Exception as exc:  # the broker refused it: the page keeps its items on disk
+            outcome.error = f"on_item: {type(exc).__name__}: {exc}"[:500]
+    if outcome.error is not None:
+        log.warning("crawl %s: extract_error on %.300s: %s", store.id, url, outcome.error)
+    return outcome
+
+
+def item_task_failed(ctx: Context, crawl_id: str, url: str, depth: int, error: str) -> None:
+    """The user's on_item task raised on ``url``'s items (the page's record is written)."""
+    store = ctx.store(crawl_id)
+    if store is None:  # the crawl expired: nothing to note it in
+        return
+    record = {"url": url, "depth": depth, "error": None, "extract_error": error}
+    store.ledger.dead_letter(url, record)
+    store.client.hincrby(store.ck.stats, Counter.EXTRACT_ERRORS.value, 1)
+    log.warning("crawl %s: %s on %.300s", crawl_id, error, url)
+
+
 # Response headers the parse step (and the recrawl validators) need.
 _KEPT_HEADERS = ("content-type", "x-robots-tag", "content-language", "etag", "last-modified")
 
 
 def response_meta(
-    response: Response, extra: dict[str, Any], counters: dict[str, int]
+    response: Response, extra: dict[str, Any], counters: dict[str, int], all_headers: bool = False
 ) -> dict[str, Any]:
+    """The response as its parse step needs it; ``all_headers`` (a crawl with an extraction
+    hook) keeps every header but Set-Cookie, which may carry a session."""
+    kept = (lambda k: k != "set-cookie") if all_headers else (lambda k: k in _KEPT_HEADERS)
     return {
         "status": response.status,
         "final_url": response.final_url,
         "content_type": response.content_type,
         "content_type_header": response.headers.get("content-type"),
-        "headers": {k: v for k, v in response.headers.items() if k.lower() in _KEPT_HEADERS},
+        "headers": {k: v for k, v in response.headers.items() if kept(k.lower())},
         "extra": extra,
         "counters": counters,
     }

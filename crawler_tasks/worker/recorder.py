@@ -36,11 +36,13 @@ from ..state.store import CrawlStore
 from ..state.workers import alive
 from . import faults
 from .context import Context
-from .output import write_summary
+from .output import ITEMS, items_path, write_summary
 
 log = logging.getLogger(__name__)
 
-DEAD_LETTER_FIELDS = ("url", "depth", "error", "status", "detail", "attempts", "fetched_at")
+DEAD_LETTER_FIELDS = (
+    "url", "depth", "error", "status", "detail", "attempts", "fetched_at", "extract_error"
+)  # fmt: skip
 
 
 @dataclass
@@ -72,6 +74,15 @@ class Final:
             "outlinks": self.outlinks,
             **rest,
         }
+
+    def add_items(self, items: list[dict[str, Any]], error: str | None) -> None:
+        """The extraction hook's items (written with the record: output.py) or its error."""
+        self.extra["items"] = len(items)
+        self.extra[ITEMS] = items
+        self.counters[Counter.ITEMS.value] = len(items)
+        if error is not None:
+            self.extra["extract_error"] = error
+            self.counters[Counter.EXTRACT_ERRORS.value] = 1
 
     def note_change(self, kind: str | None) -> None:
         if kind is not None:
@@ -117,7 +128,7 @@ def finalize(ctx: Context, store: CrawlStore, final: Final) -> str:
     counters[Counter.DONE.value] = 1
     record = final.record()
     failed = Counter.FAILED.value in counters
-    if failed:
+    if failed or record.get("extract_error"):
         # Before finish: a dead letter for a URL that then turns out final already is harmless.
         store.ledger.dead_letter(final.url, {k: record.get(k) for k in DEAD_LETTER_FIELDS})
     out = ctx.output(store.opts)
@@ -144,7 +155,10 @@ def write_orphan(ctx: Context, store: CrawlStore, url: str, entry: formats.Unwri
     """Put an unwritten record on disk unless its writer got it there; True if written now."""
     written = False
     if not _on_disk(entry):
-        ctx.output(store.opts).final(entry.record)
+        # Items go first: if they made it and the page line did not, they are not repeated.
+        items = bool(entry.record.get(ITEMS))
+        with_items = items and not _on_disk(entry, items_path(Path(entry.path)))
+        ctx.output(store.opts).final(entry.record, with_items=with_items)
         written = True
         log.warning("crawl %s: wrote the record of %.300s left by a dead process", store.id, url)
     store.ledger.written(url)
@@ -161,10 +175,11 @@ def recover(ctx: Context, store: CrawlStore, url: str) -> str:
     return "recovered"
 
 
-def _on_disk(entry: formats.Unwritten) -> bool:
-    """Is the page line of ``entry`` in its writer's file? Read only when the file is on this
-    host (its name carries the writer's host); elsewhere it cannot be known here."""
-    path = Path(entry.path)
+def _on_disk(entry: formats.Unwritten, path: Path | None = None) -> bool:
+    """Is the page line of ``entry`` (or its first item line) in its writer's file? Read only
+    when the file is on this host (its name carries the writer's host); elsewhere it cannot
+    be known here."""
+    path = path or Path(entry.path)
     if f"-{socket.gethostname()}-" not in path.name or not path.exists():
         return False
     needle = f'"rid":"{entry.rid}"'.encode()

@@ -18,12 +18,13 @@ from typing import Any, TypeVar
 import redis
 from celery import bootsteps
 from celery.signals import beat_init, worker_process_shutdown
+from kombu.exceptions import ChannelError
 
 from ..settings import Settings
 from ..state import store
 from ..state.schedules import Schedules
 from . import pipeline
-from .app import app
+from .app import QUEUES, app
 from .context import Context, Runtime
 from .dispatcher import Dispatcher
 from .logs import OncePerInterval, Throttled
@@ -64,6 +65,15 @@ def enqueue_callback(task_name: str, crawl_id: str, summary: dict[str, Any]) -> 
     app.send_task(task_name, args=(crawl_id, summary))
 
 
+def send_items(
+    task_name: str, queue: str, crawl_id: str, url: str, depth: int, items: list[dict[str, Any]]
+) -> None:
+    """A page's items to the user's ``on_item`` task: ``task(crawl_id, url, items)``. If that
+    task raises (in the user's worker), ``crawl.item_failed`` dead-letters the page."""
+    failed = app.signature("crawl.item_failed", args=(crawl_id, url, depth), queue="parse")
+    app.send_task(task_name, args=(crawl_id, url, items), queue=queue, link_error=failed)
+
+
 def publish_fetch(crawl_id: str, url: str, depth: int, queue: str) -> None:
     # The dispatcher has released this URL: a publish that failed would leave it to the reaper
     # (minutes), so wait for Redis here; the dispatcher thread is held, which is the back-off.
@@ -74,7 +84,9 @@ def publish_fetch(crawl_id: str, url: str, depth: int, queue: str) -> None:
     )
 
 
-app.conf.crawler_runtime = Runtime(lambda: Context(settings(), enqueue_parse, enqueue_callback))
+app.conf.crawler_runtime = Runtime(
+    lambda: Context(settings(), enqueue_parse, enqueue_callback, send_items)
+)
 
 
 _retry = {
@@ -95,6 +107,21 @@ def fetch(self: Any, crawl_id: str, url: str, depth: int) -> str:
 @app.task(name="crawl.parse", **_retry)
 def parse(self: Any, crawl_id: str, url: str, depth: int) -> str:
     return patiently(lambda: pipeline.parse_url(context(), crawl_id, url, depth))
+
+
+@app.task(name="crawl.item_failed")
+def item_failed(*args: Any) -> None:
+    """Errback of an on_item task that raised: the page's dead letter says so (its record is
+    on disk already). Celery calls it in two shapes: in the worker that ran the task, when
+    that worker has this task, with (request, exc, traceback, *ours); else as a message,
+    with (task id, *ours)."""
+    if len(args) == 6:
+        _request, exc, _tb, crawl_id, url, depth = args
+        error = f"on_item: {type(exc).__name__}: {exc}"[:500]
+    else:
+        task_id, crawl_id, url, depth = args
+        error = f"on_item task {task_id} failed (its worker's log has the exception)"
+    patiently(lambda: pipeline.item_task_failed(context(), crawl_id, url, depth, error))
 
 
 @app.task(
@@ -132,6 +159,33 @@ def _close_context(**_: Any) -> None:
     runtime.close()
 
 
+def idle_queues() -> set[str]:
+    """Which stages' broker queues are empty: "r" (every fetch queue), "q" (parse). A URL
+    waiting unstarted while its queue is empty has lost its message (dispatcher.reclaim):
+    a frozen worker's pending BRPOP can take a message where no visibility timeout sees it.
+    Any doubt (broker away) counts as not empty."""
+    idle: set[str] = set()
+    try:
+        with app.connection_for_read() as conn:
+            if all(_empty(conn, q) for q in QUEUES if q.startswith("crawl.")):
+                idle.add("r")
+            if _empty(conn, "parse"):
+                idle.add("q")
+    except Exception as exc:  # noqa: BLE001 - a doubt is "not idle"
+        log.debug("queue depths unknown: %s", exc)
+        return set()
+    return idle
+
+
+def _empty(conn: Any, queue: str) -> bool:
+    # A channel per question: after a passive declare fails, an AMQP channel is closed.
+    with conn.channel() as channel:
+        try:
+            return int(channel.queue_declare(queue=queue, passive=True).message_count) == 0
+        except ChannelError:  # Redis: an empty list does not exist; AMQP: not declared yet
+            return True
+
+
 class DispatcherStep(bootsteps.StartStopStep):
     """Runs the frontier dispatcher in every worker's main process."""
 
@@ -142,7 +196,7 @@ class DispatcherStep(bootsteps.StartStopStep):
         self.dispatcher: Dispatcher | None = None
 
     def start(self, worker: Any) -> None:
-        self.dispatcher = Dispatcher(context, publish_fetch, settings(), enqueue_parse)
+        self.dispatcher = Dispatcher(context, publish_fetch, settings(), enqueue_parse, idle_queues)
         self.dispatcher.start()
 
     def stop(self, worker: Any) -> None:

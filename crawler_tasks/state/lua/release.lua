@@ -22,7 +22,8 @@
 -- ARGV[1] max domains per call  ARGV[2] queue prefix  ARGV[3] lease prefix
 -- ARGV[4] domain-state prefix   ARGV[5] lease seconds  ARGV[6] default rate (req/s)
 -- ARGV[7] burst  ARGV[8] concurrency per domain  ARGV[9] max entries drained when cancelled
--- ARGV[10] max entries released (what the fetch pools can start now; the dispatcher's budget)
+-- ARGV[10] id of the releasing worker process (formats.Inflight stage "r")
+-- ARGV[11] max entries released (what the fetch pools can start now; the dispatcher's budget)
 -- Returns {mode, domain1, entry1, domain2, entry2, ...}; mode is "fetch", or "cancel" when
 -- the crawl was cancelled and the entries are drained without politeness (not to be fetched),
 -- or "finishing" (no entries) when the crawl is empty and its finisher has not completed.
@@ -35,7 +36,7 @@ if state[3] == 'finishing' then return {'finishing'} end
 local limit, qprefix, lprefix, dprefix = tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[4]
 local lease_s, default_rate = tonumber(ARGV[5]), tonumber(ARGV[6])
 local burst, conc = tonumber(ARGV[7]), tonumber(ARGV[8])
-local budget = tonumber(ARGV[10]) or math.huge
+local budget = tonumber(ARGV[11]) or math.huge
 
 if state[2] == '1' then
   -- Cancelled: hand pending entries back as in flight so they reach a final state.
@@ -110,8 +111,8 @@ for _, d in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0,
         local e = redis.call('LPOP', q)
         local url = string.sub(e, string.find(e, '|', 1, true) + 1)
         redis.call('ZADD', lease, now + lease_s, url)
-        -- "domain|released at|depth": enough for the dispatcher's reaper to publish it again.
-        redis.call('HSET', KEYS[2], url, d .. '|' .. t[1] .. '|' .. string.sub(e, 1, string.find(e, '|', 1, true) - 1))
+        -- "domain|released at|depth|r:worker" (formats.Inflight): enough to publish it again.
+        redis.call('HSET', KEYS[2], url, d .. '|' .. t[1] .. '|' .. string.sub(e, 1, string.find(e, '|', 1, true) - 1) .. '|r:' .. ARGV[10])
         tat = math.max(tat, now) + interval
         inuse, pending, released = inuse + 1, pending - 1, released + 1
         out[#out + 1] = d; out[#out + 1] = e

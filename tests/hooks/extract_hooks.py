@@ -1,0 +1,51 @@
+"""Users' extraction hooks and on_item task for the tests (importable with this directory on
+sys.path / PYTHONPATH; a worker registers the task with ``--include extract_hooks``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+from crawler_tasks import app
+from crawler_tasks.worker.hooks import Page, Result
+
+
+def two_items(page: Page) -> list[dict[str, Any]]:
+    """Two items per page, from the whole tree (the <head> included) and the decoded text."""
+    title = page.tree.findtext(".//head/title")
+    return [
+        {"title": title, "links": len(page.links), "html": page.text.startswith("<!DOCTYPE")},
+        {"depth": page.depth, "status": page.status, "crawl": page.crawl_id},
+    ]
+
+
+def moody(page: Page) -> dict[str, Any]:
+    """Raises on /bad, sleeps past any short deadline on /slow, else one item."""
+    if page.url.endswith("/bad"):
+        raise ValueError("no price on this page")
+    if page.url.endswith("/slow"):
+        time.sleep(3)
+    return {"url": page.url}
+
+
+def steer(page: Page) -> Result:
+    """Follows a link no page has, drops every link to /skip/..."""
+    drop = [link for link in page.links if "/skip/" in link]
+    return Result(items=[{"page": page.url}], follow=["hidden", "/also-hidden"], drop=drop)
+
+
+def not_json(page: Page) -> list[Any]:
+    return [{"when": object()}]
+
+
+@app.task(name="extract_hooks.store")
+def store(crawl_id: str, url: str, items: list[dict[str, Any]]) -> None:
+    with open(os.environ["TEST_ITEMS_FILE"], "a") as f:
+        f.write(json.dumps({"crawl_id": crawl_id, "url": url, "items": items}) + "\n")
+
+
+@app.task(name="extract_hooks.explode")
+def explode(crawl_id: str, url: str, items: list[dict[str, Any]]) -> None:
+    raise RuntimeError(f"cannot store the items of {url}")

@@ -1,0 +1,138 @@
+"""Extraction hooks and on_item tasks with real Celery workers: the user's task in a worker of
+its own queue, its failures, and items exactly once when a parse process is SIGKILLed between
+writing a page's items and its record and the page is parsed again."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import test_faults as tf
+from conftest import wait_until
+from sitegen import _simple_page, running_sites, serve_hosts
+from test_claims import fetch_worker
+
+from crawler_tasks import start_crawl
+from crawler_tasks.surface.embedded import FETCH_QUEUES, local_workers, stop_process
+
+HOOKS = str(Path(__file__).parent / "hooks")
+
+
+def page(*hrefs: str):  # type: ignore[no-untyped-def]
+    return lambda h: h.send_body(200, _simple_page(h.path_only, hrefs), "text/html")
+
+
+SITE = {"/": page("/a", "/b"), "/a": page("/b", "/c"), "/b": page("/"), "/c": page()}
+
+
+def crawl_site(settings, server, **options):  # type: ignore[no-untyped-def]
+    opts = {"allow_private_networks": True, "obey_robots": False, "rate": math.inf}
+    return start_crawl([server.base_url + "/"], settings=settings, **{**opts, **options})
+
+
+def test_on_item_task_in_its_own_queue_gets_every_item(settings, redis_url, worker_logs, tmp_path):  # type: ignore[no-untyped-def]
+    received = tmp_path / "items.jsonl"
+    env = {"PYTHONPATH": HOOKS}
+    with (
+        serve_hosts(None, ["127.0.0.150"], extra_routes=SITE) as (server,),
+        local_workers(redis_url, parsers=1, fetchers=1, log_dir=str(worker_logs), extra_env=env),
+    ):
+        user = fetch_worker(
+            redis_url, worker_logs, "items", "--include", "extract_hooks",
+            TEST_ITEMS_FILE=str(received), **env,
+        )  # fmt: skip
+        try:
+            crawl = crawl_site(
+                settings, server, extract="extract_hooks:two_items", on_item="extract_hooks.store"
+            )
+            summary = crawl.wait(timeout=60)
+            wait_until(lambda: received.exists() and len(received.read_text().splitlines()) >= 4)
+        finally:
+            stop_process(user)
+    calls = [json.loads(line) for line in received.read_text().splitlines()]
+    assert sorted(c["url"] for c in calls) == sorted(r["url"] for r in crawl.pages())
+    assert {c["crawl_id"] for c in calls} == {crawl.id}
+    got = sorted(json.dumps(i, sort_keys=True) for c in calls for i in c["items"])
+    on_disk = sorted(json.dumps(x["item"], sort_keys=True) for x in crawl.items())
+    assert got == on_disk and len(got) == summary["counters"]["items"] == 8
+
+
+@pytest.mark.allow_worker_errors("cannot store the items")
+def test_an_on_item_task_that_raises_dead_letters_its_page(settings, redis_url, worker_logs):  # type: ignore[no-untyped-def]
+    env = {"PYTHONPATH": HOOKS}
+    with (
+        serve_hosts(None, ["127.0.0.151"], extra_routes=SITE) as (server,),
+        local_workers(redis_url, parsers=1, fetchers=1, log_dir=str(worker_logs), extra_env=env),
+    ):
+        user = fetch_worker(redis_url, worker_logs, "items", "--include", "extract_hooks", **env)
+        try:
+            crawl = crawl_site(
+                settings, server, extract="extract_hooks:two_items", on_item="extract_hooks.explode"
+            )
+            crawl.wait(timeout=60)
+            dead = wait_until(lambda: len(crawl.failed()) == 4 and crawl.failed())
+        finally:
+            stop_process(user)
+    assert {d["url"] for d in dead} == {r["url"] for r in crawl.pages()}
+    assert {d["extract_error"] for d in dead} == {
+        f"on_item: RuntimeError: cannot store the items of {d['url']}" for d in dead
+    }
+    assert all(r["error"] is None and r["items"] == 2 for r in crawl.pages())
+
+
+@pytest.mark.parametrize("point", ["after_items", "after_finish"])
+@pytest.mark.allow_worker_errors(".*")
+def test_items_exactly_once_when_the_parse_process_is_killed(settings, redis_url, tmp_path, point):  # type: ignore[no-untyped-def]
+    """The parse pool's processes SIGKILL themselves the 4th time they reach ``point``: between
+    a page's items and its page line, or between finish.lua and both. Every page still has its
+    two items once, and the items counter agrees with the file."""
+    env = {"PYTHONPATH": HOOKS}
+    with (
+        running_sites(["127.0.0.152"], 40, 4, cross_host_ratio=0) as (graph, servers),
+        tf.cluster(redis_url, tmp_path, **env) as c,
+    ):
+        c.start("fetch", "fetch")
+        c.start("parse", "parse", {"CRAWLER_FAULT_POINT": f"{point}:4"})
+        seeds, crawl = tf.start(settings, servers, extract="extract_hooks:two_items")
+        summary = crawl.wait(timeout=120)
+    html = [r["url"] for r in crawl.pages(latest=False) if r.get("items") is not None]
+    assert len(html) == len(set(html)) > 20
+    per_page = Counter(x["url"] for x in crawl.items(latest=False))
+    assert per_page == dict.fromkeys(html, 2)
+    assert summary["counters"]["items"] == 2 * len(html)
+    kills = sum(log.read_text().count("signal 9") for log in (tmp_path / "logs").glob("*.log"))
+    assert kills > 0, "no parse process was killed: the test proved nothing"
+
+
+def test_secrets_stay_out_of_redis_worker_logs_and_output(settings, redis_url, worker_logs):  # type: ignore[no-untyped-def]
+    """Basic auth and a cookie from the workers' environment reach the site; Redis (MONITOR),
+    the workers' logs (the fetch worker's at DEBUG) and the output files never see them."""
+    from test_request_settings import Monitor, output_text
+
+    auth, cookie = "site-user:worker-secret-pw", "worker-cookie-secret"
+    env = {"SITE_AUTH": auth, "SITE_COOKIE": cookie}
+    with (
+        serve_hosts(None, ["127.0.0.153"], extra_routes=SITE) as (server,),
+        local_workers(redis_url, parsers=1, fetchers=0, log_dir=str(worker_logs), extra_env=env),
+    ):
+        fetcher = fetch_worker(redis_url, worker_logs, FETCH_QUEUES, "--loglevel", "DEBUG", **env)
+        monitor = Monitor(redis_url)
+        crawl = crawl_site(
+            settings,
+            server,
+            auth={"127.0.0.153": "env:SITE_AUTH"},
+            cookies={"127.0.0.153": {"s": "env:SITE_COOKIE"}},
+        )
+        crawl.wait(timeout=60)
+        redis_text = monitor.stop()
+        seen = server.requests()
+        stop_process(fetcher)
+    assert len(seen) == 4 and all(r.headers["Cookie"] == f"s={cookie}" for r in seen)
+    logs = "\n".join(p.read_text(errors="replace") for p in worker_logs.glob("*.log"))
+    assert '"GET /a HTTP/1.1" 200' in logs  # the fetch worker's DEBUG log has every request
+    assert "env:SITE_AUTH" in redis_text
+    for text in (redis_text, logs, output_text(crawl.output_dir)):
+        assert "worker-secret-pw" not in text and cookie not in text
