@@ -80,8 +80,8 @@ def test_nothing_survives_a_sigkill_of_the_command(tmp_path):
     with running_sites(["127.0.0.51"], 200, 3) as (_, servers):
         proc = _command(servers[0].base_url + "/", "127.0.0.51", "5", tmp_path, mark)
         try:
-            # The command, two fetch workers, the parse worker and its two pool processes.
-            wait_until(lambda: len(_marked(mark)) >= 6, timeout=60)
+            # The command, two fetch workers, the parse worker and its pool process.
+            wait_until(lambda: len(_marked(mark)) >= 5, timeout=60)
             redis_pids = wait_until(lambda: _redis_of(proc.pid), timeout=30)
             wait_until(lambda: "started" in _peek(tmp_path), timeout=60)
         finally:
