@@ -9,7 +9,6 @@ import math
 import signal
 import subprocess
 import tempfile
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -76,13 +75,3 @@ def first_request_after(server, when: float, exclude=frozenset()) -> float | Non
     ``exclude``; None if there was none."""
     times = [r.time for r in server.requests() if r.time >= when and r.path not in exclude]
     return min(times) - when if times else None
-
-
-def wait_for(predicate, timeout: float, interval: float = 0.1):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"condition not met within {timeout}s")

@@ -14,7 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from faults import RestartableRedis, first_request_after, records, start_site_crawl, wait_for
+from conftest import wait_until as wait_for
+from faults import RestartableRedis, first_request_after, records, start_site_crawl
 from sitegen import reachable, running_sites
 
 from crawler_tasks.errors import RedisFull

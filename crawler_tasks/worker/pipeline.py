@@ -29,6 +29,7 @@ import json
 import logging
 import random
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import (
@@ -66,12 +67,26 @@ ITEM_BATCH = 100
 
 def fetch_url(ctx: Context, crawl_id: str, url: str, depth: int) -> str:
     """Fetch one released URL; returns what happened (for logs and tests)."""
+    return _guarded(_fetch_url, ctx, crawl_id, url, depth, release=True)
+
+
+def _guarded(
+    step: Callable[[Context, str, str, int], str],
+    ctx: Context,
+    crawl_id: str,
+    url: str,
+    depth: int,
+    *,
+    release: bool,
+) -> str:
+    """Run one step of a URL. A bug gives the URL its final state (internal_error) instead of
+    leaving it in flight; Redis being away is the task's to wait out (tasks.patiently)."""
     try:
-        return _fetch_url(ctx, crawl_id, url, depth)
+        return step(ctx, crawl_id, url, depth)
     except INFRA_ERRORS:
         raise
     except Exception as exc:
-        return _internal_error(ctx, crawl_id, url, depth, exc, release=True)
+        return _internal_error(ctx, crawl_id, url, depth, exc, release=release)
 
 
 def _fetch_url(ctx: Context, crawl_id: str, url: str, depth: int) -> str:
@@ -258,12 +273,7 @@ def _requeue(store: CrawlStore, url: str, depth: int, delay: float) -> str:
 
 
 def parse_url(ctx: Context, crawl_id: str, url: str, depth: int) -> str:
-    try:
-        return _parse_url(ctx, crawl_id, url, depth)
-    except INFRA_ERRORS:
-        raise
-    except Exception as exc:
-        return _internal_error(ctx, crawl_id, url, depth, exc, release=False)
+    return _guarded(_parse_url, ctx, crawl_id, url, depth, release=False)
 
 
 def _parse_url(ctx: Context, crawl_id: str, url: str, depth: int) -> str:
