@@ -42,6 +42,7 @@ import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -156,13 +157,34 @@ def parse_layout(item: str) -> tuple[str, int, int, int]:
     return pool, int(conc), int(procs or 1), int(parsers or 2)
 
 
-def run_ours(args: Any, web: Web, mode: str, layout: str) -> dict[str, Any]:
+@contextlib.contextmanager
+def redis_for(state: str) -> Iterator[tuple[str, str, list[redis.Redis]]]:
+    """(broker URL, crawl-state URL, a client of every Redis node): ``one`` Redis for both,
+    or a standalone broker and a 3-master ``cluster`` (tests/cluster.py) for the state."""
+    with private_redis() as url:
+        if state == "one":
+            yield url, url, [redis.Redis.from_url(url)]
+            return
+        sys.path.insert(0, str(HERE.parent / "tests"))
+        from cluster import Cluster
+
+        c = Cluster(masters=3)
+        try:
+            yield url, c.url, [redis.Redis.from_url(url), *(n.client() for n in c.nodes)]
+        finally:
+            c.stop()
+
+
+def run_ours(args: Any, web: Web, mode: str, layout: str, state: str = "one") -> dict[str, Any]:
     pool, conc, fetchers, parsers = parse_layout(layout)
     rate, per_host = MODES[mode]
     per_host = per_host or args.fast_conn
-    with private_redis() as url, tempfile.TemporaryDirectory(prefix="bench-broad-") as tmp:
-        settings = load(env={}, broker_url=url, output_dir=tmp)
-        client = redis.Redis.from_url(url)
+    with (
+        redis_for(state) as (url, state_url, nodes),
+        tempfile.TemporaryDirectory(prefix="bench-broad-") as tmp,
+    ):
+        settings = load(env={}, broker_url=url, redis_url=state_url, output_dir=tmp)
+        client = nodes[0]  # the broker
         t0 = time.monotonic()
         with local_workers(
             url,
@@ -171,19 +193,20 @@ def run_ours(args: Any, web: Web, mode: str, layout: str) -> dict[str, Any]:
             fetchers=fetchers,
             pool=pool,
             log_dir=args.keep or tmp,
-            extra_env=args.worker_env,
+            extra_env={**args.worker_env, "CRAWLER_REDIS_URL": state_url},
         ) as procs:
             wait_for_workers(client)
             roots = [p.pid for p in procs]
             start = web.mark()
-            cpu0, wcpu0, rcpu0 = web.cpu(), cpu_seconds(tree(roots)), redis_cpu(client)
-            client.config_resetstat()
+            cpu0, wcpu0 = web.cpu(), cpu_seconds(tree(roots))
+            rcpu0 = [redis_cpu(n) for n in nodes]
+            for n in nodes:
+                n.config_resetstat()
             t1 = time.monotonic()
             with _util.RssSampler(roots, interval=0.5) as rss:
                 crawl = start_crawl(
                     web.seeds(),
                     settings=settings,
-                    client=client,
                     output=tmp,
                     allow_private_networks=True,
                     allowed_domains=[address(i) for i in range(web.hosts)],
@@ -196,8 +219,10 @@ def run_ours(args: Any, web: Web, mode: str, layout: str) -> dict[str, Any]:
                     summary = {"status": f"not finished after {args.timeout:.0f}s"}
                     crawl.cancel()
             wall = time.monotonic() - t1
-            cmdstats = client.info("commandstats")
-            rcpu = redis_cpu(client) - rcpu0
+            node_calls = [sum(v["calls"] for v in n.info("commandstats").values()) for n in nodes]
+            cmdstats = _merged_commandstats(nodes)
+            node_cpu = [redis_cpu(n) - c0 for n, c0 in zip(nodes, rcpu0, strict=True)]
+            rcpu = sum(node_cpu)
             wcpu1 = cpu_seconds(tree(roots))
             server_cpu = web.cpu() - cpu0
             logs = [
@@ -212,12 +237,13 @@ def run_ours(args: Any, web: Web, mode: str, layout: str) -> dict[str, Any]:
                 for line in text.splitlines()
                 if "WARNING" in line or "ERROR" in line
             ).most_common(6)
-        client.close()
+        for n in nodes:
+            n.close()
     figures = web.judge(start, rate)
     n = max(figures.get("pages", 0), 1)
     calls = {k.removeprefix("cmdstat_"): v["calls"] for k, v in cmdstats.items()}
     return {
-        "crawler": f"ours {layout}",
+        "crawler": f"ours {layout}" + ("" if state == "one" else f" state={state}"),
         "mode": mode,
         **figures,
         "wall_s": wall,
@@ -236,12 +262,23 @@ def run_ours(args: Any, web: Web, mode: str, layout: str) -> dict[str, Any]:
         "redis_cpu_ms_per_page": rcpu / n * 1000,
         "server_cpu_ms_per_page": server_cpu / n * 1000,
         "redis_cmds_per_page": sum(calls.values()) / n,
+        # Node 0 is the broker; with a cluster, the others hold the crawl state.
+        "cmds_per_s_by_node": [round(c / wall) for c in node_calls],
+        "redis_cpu_share_by_node": [round(c / wall, 3) for c in node_cpu],
         "redis_calls_per_page": {
             k: round(v / n, 2) for k, v in sorted(calls.items(), key=lambda kv: -kv[1])[:12]
         },
         "worker_log_tracebacks": tracebacks,
         "worker_log_warnings": warnings,
     }
+
+
+def _merged_commandstats(nodes: list[redis.Redis]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for n in nodes:
+        for k, v in n.info("commandstats").items():
+            out.setdefault(k, {"calls": 0})["calls"] += int(v["calls"])
+    return out
 
 
 def run_scrapy(args: Any, web: Web, mode: str) -> dict[str, Any]:

@@ -97,7 +97,7 @@ def memory_part(args: Any) -> dict[str, Any]:
         seeds = sorted({u.split("/", 3)[0] + "//" + u.split("/", 3)[2] + "/" for u in urls})
         crawl = start_crawl(seeds, settings=settings, client=client, output=tmp)
         frontier = crawl.store.frontier
-        ck = crawl.ck
+        ck = crawl.ck.parts[0]  # a standalone Redis: one partition
         shape = crawl.options.bloom
         # The Bloom filter's fixed allocation: every shard grown to full size up front.
         before_bloom = used_memory(client)
@@ -255,7 +255,7 @@ def broker_part(args: Any) -> dict[str, Any]:
             t0 = time.monotonic()
             while time.monotonic() - t0 < args.sample_seconds:
                 lengths = broker_lengths(client, list(QUEUES))
-                stats = {k.decode(): int(v) for k, v in client.hgetall(crawl.ck.stats).items()}
+                stats = crawl.state.counters()
                 samples.append(
                     {
                         "t": round(time.monotonic() - t0, 2),
@@ -263,7 +263,7 @@ def broker_part(args: Any) -> dict[str, Any]:
                         "broker_queued": sum(lengths.values()),
                         "unacked": client.hlen("unacked"),
                         "frontier_pending": stats.get("queued", 0),
-                        "inflight": client.hlen(crawl.ck.inflight),
+                        "inflight": client.hlen(crawl.ck.parts[0].inflight),
                         "done": stats.get("done", 0),
                     }
                 )

@@ -89,6 +89,10 @@ class Settings:
     #: Crawl default. Bits per Bloom shard key (2^26 bits = 8 MiB): keeps each key far below Redis's 512 MB
     #: string limit and its first allocation short.
     bloom_shard_bits: int = 1 << 26
+    #: Crawl default: partitions of a new crawl's state (the frontier, filter and counters are
+    #: split by a hash of the domain; see state/keys.py). 0 = automatic: 1 on a standalone
+    #: Redis, 4 per master on a Redis Cluster, so one crawl spreads over every master.
+    partitions: int = 0
 
     # --- politeness ----------------------------------------------------------------------------
     #: Crawl default. Requests per second per domain, cluster-wide.

@@ -232,7 +232,9 @@ def test_bloom_filter_is_sized_from_max_pages(settings, client):
     seeds = [f"/p{i}" for i in range(200)]
 
     def bloom_bytes(crawl: Crawl) -> int:
-        return sum(client.strlen(crawl.ck.bloom(i)) for i in range(crawl.options.bloom.shards))
+        return sum(
+            client.strlen(crawl.ck.parts[0].bloom(i)) for i in range(crawl.options.bloom.shards)
+        )
 
     server = SiteServer(address="127.0.0.59")  # never started: nothing is fetched
     small = crawl_of(settings, server, *seeds, max_pages=2000)

@@ -10,6 +10,8 @@ import contextlib
 import math
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -22,6 +24,7 @@ from faults import rabbitmq_vhost
 from sitegen import max_concurrency, rate_report, reachable, running_sites
 
 from crawler_tasks import start_crawl
+from crawler_tasks.errors import ConfigError
 from crawler_tasks.settings import Settings, load
 from crawler_tasks.surface.embedded import local_workers
 from crawler_tasks.web.urls import normalize
@@ -89,19 +92,49 @@ def master_of(cluster: Cluster, crawl) -> Node:  # type: ignore[no-untyped-def]
     return next(n for n in cluster.nodes if n.port == int(node.port))
 
 
-def test_crawl_on_a_cluster_is_exact(csettings, redis_url, cluster_url, worker_logs):
+def test_crawl_on_a_cluster_is_exact_and_spreads_over_the_masters(
+    csettings, redis_url, cluster_url, worker_logs
+):
+    hosts = [f"127.0.0.{i}" for i in range(20, 32)]
     with (
         workers_on(redis_url, cluster_url, worker_logs),
-        running_sites(["127.0.0.2", "127.0.0.3"], 100, 6) as (graph, servers),
+        running_sites(hosts, 15, 5, cross_host_ratio=0.3) as (graph, servers),
     ):
         seeds, crawl = start(csettings, servers, rate=math.inf, concurrency=4)
         summary = crawl.wait(timeout=180)
     assert_exact(crawl, graph, seeds, summary)
     assert summary["status_codes"]["404"] >= 1
     assert (crawl.output_dir / "summary.json").exists()
-    # Every key of the crawl is in one slot: what lets each Lua script run on a cluster.
-    slots = {crawl.client.keyslot(k) for k in crawl.client.scan_iter(match=f"{crawl.ck.base}:*")}
-    assert len(slots) == 1, slots
+    # 12 partitions, 4 on each master (their hash tags are chosen so); the keys the crawl
+    # wrote are on every master.
+    assert crawl.options.partitions == 12
+    client = crawl.client
+    placed = Counter(client.get_node_from_key(pk.flow).name for pk in crawl.ck.parts)
+    assert sorted(placed.values()) == [4, 4, 4], placed
+    keys = [k for pattern in crawl.ck.patterns for k in client.scan_iter(match=pattern)]
+    masters = {client.get_node_from_key(k).name for k in keys}
+    print(f"{len(keys)} keys of one crawl on {len(masters)} masters")
+    assert len(masters) == 3, masters
+
+
+def test_a_cluster_is_refused_as_the_broker(cluster_url, tmp_path):
+    settings = load(env={}, broker_url=cluster_url, output_dir=str(tmp_path / "out"))
+    with pytest.raises(ConfigError, match="CRAWLER_BROKER_URL"):
+        start_crawl(["http://127.0.0.2/"], settings=settings, allow_private_networks=True)
+    result = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "crawler"),
+            "crawl",
+            "--allow-private-networks",
+            "http://127.0.0.2/",
+        ],
+        env={**os.environ, "CRAWLER_BROKER_URL": cluster_url},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2, result
+    assert "Traceback" not in result.stderr and "CRAWLER_BROKER_URL" in result.stderr
 
 
 def test_two_fetch_processes_keep_every_host_within_its_bucket(

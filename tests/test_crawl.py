@@ -156,7 +156,7 @@ def test_fetch_lost_between_release_and_publish_is_reaped(settings, redis_url, w
     with running_sites(["127.0.0.15"], 20, 3) as (graph, servers):
         seeds, crawl = start(settings, servers)
         # A dispatcher that died right after release.lua: URLs in flight, no message anywhere.
-        released = crawl.store.frontier.release(100, 180)
+        released = crawl.store.frontier.release_all(100, 180)
         assert [url for _, _, url in released.entries] == seeds
         env = {"CRAWLER_VISIBILITY_TIMEOUT": "2", "CRAWLER_TOTAL_TIMEOUT": "1"}
         with local_workers(

@@ -119,7 +119,7 @@ def wait(crawl, timeout: float):  # type: ignore[no-untyped-def]
     try:
         return crawl.wait(timeout=timeout)
     except TimeoutError as exc:
-        inflight = crawl.client.hgetall(crawl.ck.inflight)
+        inflight = crawl.client.hgetall(crawl.ck.parts[0].inflight)
         beats = crawl.client.hgetall(crawl.keys.workers)
         raise TimeoutError(f"{exc}; in flight: {inflight!r}; heartbeats: {beats!r}") from None
 

@@ -35,29 +35,48 @@ def test_release_and_start_write_what_formats_parse(settings, client) -> None:  
     crawl = start_crawl(
         ["http://127.0.0.61:8000/a"], settings=settings, allow_private_networks=True
     )
-    ((domain, depth, url),) = crawl.store.frontier.release(10, 180).entries
+    ((domain, depth, url),) = crawl.store.frontier.release_all(10, 180).entries
     assert (domain, depth, url) == ("127.0.0.61", 0, "http://127.0.0.61:8000/a")
-    released = Inflight.parse(client.hget(crawl.ck.inflight, url).decode())
+    released = Inflight.parse(client.hget(crawl.ck.for_url(url).inflight, url).decode())
     assert (released.domain, released.depth, released.started) == (domain, 0, False)
     assert released.released_at > 0
     assert crawl.store.ledger.start(url, "host-1") == 1
-    started = Inflight.parse(client.hget(crawl.ck.inflight, url).decode())
+    started = Inflight.parse(client.hget(crawl.ck.for_url(url).inflight, url).decode())
     assert (started.stage, started.worker) == ("s", "host-1")
     assert started.released_at == released.released_at
     assert crawl.store.ledger.start(url, "host-2", "p") == 1  # the stage moves on, once
-    parsed = Inflight.parse(client.hget(crawl.ck.inflight, url).decode())
+    parsed = Inflight.parse(client.hget(crawl.ck.for_url(url).inflight, url).decode())
     assert (parsed.stage, parsed.worker, parsed.depth) == ("p", "host-2", 0)
 
 
 def test_requeue_writes_a_retry_member_release_reads_back(settings, client) -> None:  # type: ignore[no-untyped-def]
     seed = "http://127.0.0.62:8000/x?a=1"
     crawl = start_crawl([seed], settings=settings, allow_private_networks=True, rate=1000)
-    ((domain, depth, url),) = crawl.store.frontier.release(10, 180).entries
+    ((domain, depth, url),) = crawl.store.frontier.release_all(10, 180).entries
     assert crawl.store.ledger.requeue(domain, depth, url, 0.0)
-    (member,) = client.zrange(crawl.ck.retry, 0, -1)
+    (member,) = client.zrange(crawl.ck.for_url(url).retry, 0, -1)
     assert member.decode() == formats.retry_member(domain, depth, url)
     crawl.store.politeness.done(url, domain, "ok")
-    assert crawl.store.frontier.release(10, 180).entries == [(domain, depth, url)]
+    assert crawl.store.frontier.release_all(10, 180).entries == [(domain, depth, url)]
+
+
+def test_an_unwritten_record_is_claimed_once(settings, client) -> None:  # type: ignore[no-untyped-def]
+    """finish.lua's entry, read by two processes that find it orphaned at once: claim.lua lets
+    one of them write it; the claim names the new writer's file."""
+    crawl = start_crawl(["http://127.0.0.63:8000/"], settings=settings, allow_private_networks=True)
+    ((_domain, _depth, url),) = crawl.store.frontier.release_all(10, 180).entries
+    ledger = crawl.store.ledger
+    entry = formats.Unwritten("r1", "/out/a.jsonl", 1764140000.123456, {"url": url, "n": 1.5})
+    assert ledger.finish(url, entry, {}) == 0
+    read = ledger.unwritten(url)
+    assert read == entry
+    mine = formats.Unwritten(read.rid, "/out/b.jsonl", 1764140009.5, read.record)
+    theirs = formats.Unwritten(read.rid, "/out/c.jsonl", 1764140009.6, read.record)
+    assert ledger.claim(url, read, mine)
+    assert not ledger.claim(url, read, theirs)
+    assert ledger.unwritten(url) == mine
+    ledger.written(url)
+    assert not ledger.claim(url, mine, theirs)
 
 
 def test_counter_names_are_plain_strings() -> None:
@@ -70,7 +89,15 @@ def test_counter_names_are_plain_strings() -> None:
 # --- keys.py's table against the keys a crawl writes ---------------------------------------------
 
 _ROW = re.compile(r"^    (P:\S+)\s+(string|hash|list|set|zset|-)\s", re.M)
-_PLACEHOLDER = {"{C}": r"\{[^:{}]+\}", "C": r"[^:]+", "D": r".+", "N": r"\d+", "H": r"[0-9a-f]+", "S": r"[^:]+"}
+_PLACEHOLDER = {
+    "{C}": r"\{[^:{}/]+\}",
+    "{C/N}": r"\{[^:{}/]+/[\d.]+\}",
+    "C": r"[^:]+",
+    "D": r".+",
+    "N": r"\d+",
+    "H": r"[0-9a-f]+",
+    "S": r"[^:]+",
+}
 
 
 def table() -> list[tuple[re.Pattern[str], str]]:

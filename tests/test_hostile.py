@@ -35,7 +35,6 @@ from sitegen import (
 from crawler_tasks import start_crawl
 from crawler_tasks.errors import BadEncoding, BlockedAddress, InvalidSeed, TooLarge
 from crawler_tasks.settings import load
-from crawler_tasks.state.keys import Keys
 from crawler_tasks.surface.crawl import Crawl
 from crawler_tasks.surface.embedded import (
     local_workers,
@@ -538,7 +537,7 @@ def test_max_pages_per_host_counts_seeds_and_never_duplicates(settings, context,
     )
     store = context.store(crawl.id)
     assert store is not None and store.opts.max_pages_per_host == 5
-    counter = Keys().crawl(crawl.id).host_pages
+    counter = crawl.ck.for_domain("127.0.0.47").host_pages
     first = [f"{base}/a{i}" for i in range(2)]
     assert store.admission.links(first, 1) == {}
     assert int(client.hget(counter, "127.0.0.47")) == 3  # the seed counts
@@ -556,7 +555,7 @@ def test_a_bug_still_gives_the_url_a_final_state(settings, context, monkeypatch)
     crawl = start_crawl(
         ["http://127.0.0.47:9/"], settings=settings, allow_private_networks=True, obey_robots=False
     )
-    ((_, depth, url),) = crawl.store.frontier.release(10, 180).entries
+    ((_, depth, url),) = crawl.store.frontier.release_all(10, 180).entries
 
     def bug(*args: object, **kwargs: object) -> None:
         raise RuntimeError("a bug")

@@ -42,7 +42,6 @@ from test_hostile import (
 
 from crawler_tasks import start_crawl
 from crawler_tasks.settings import load
-from crawler_tasks.state.keys import Keys
 from crawler_tasks.surface.embedded import local_workers
 
 ATTEMPTS = 1 + RETRIES
@@ -198,7 +197,9 @@ def _crawl(settings, client, workers, logs: Path) -> Hostile:  # type: ignore[no
             counters=crawl.state.counters(),
             outstanding=crawl.state.outstanding(),
             failed={path_of(r["url"]): r for r in crawl.failed()},
-            host_pages_a=int(client.hget(Keys().crawl(crawl.id).host_pages, "127.0.0.41")),
+            host_pages_a=int(
+                client.hget(crawl.ck.for_domain("127.0.0.41").host_pages, "127.0.0.41")
+            ),
             a_log=a.requests(),
             c_log=c.requests(),
             canary_log=canary.requests(),

@@ -160,7 +160,11 @@ def test_every_key_a_crawl_writes_is_in_the_table(settings, driver, client):  # 
         )
         driver.run(crawl)
     assert undescribed(client) == []
-    kinds = {k.decode().split(":")[2] for k in client.scan_iter(match=f"{crawl.store.ck.base}:*")}
+    kinds = {
+        k.decode().split(":")[2]
+        for pattern in crawl.store.ck.patterns
+        for k in client.scan_iter(match=pattern)
+    }
     assert {"config", "state", "stats", "bloom", "hostpages", "sitemaps", "smo", "persec"} <= kinds
 
 

@@ -28,7 +28,7 @@ from sitegen import Request, max_concurrency, rate_report, reachable, running_si
 
 from crawler_tasks import start_crawl
 from crawler_tasks.state.keys import Keys
-from crawler_tasks.state.politeness import MAX_SLOWDOWN, set_rate
+from crawler_tasks.state.politeness import MAX_SLOWDOWN, cluster_rates, set_rate
 from crawler_tasks.surface.cli import main as cli
 from crawler_tasks.surface.embedded import local_workers
 from crawler_tasks.web.sitemaps import inflate, parse
@@ -244,7 +244,14 @@ def start_idle(settings, urls, **options):  # type: ignore[no-untyped-def]
 
 
 def released(crawl) -> list[str]:  # type: ignore[no-untyped-def]
-    return [url for _d, _depth, url in crawl.store.frontier.release(100, 180).entries]
+    """What a dispatcher would release now (with the `crawler set-rate` overrides it reads)."""
+    rates = cluster_rates(crawl.client, crawl.keys)
+    return [
+        url
+        for _d, _depth, url in crawl.store.frontier.release_all(
+            100, 180, cluster_rates=rates
+        ).entries
+    ]
 
 
 def redis_now(client) -> float:  # type: ignore[no-untyped-def]
@@ -290,7 +297,7 @@ def test_owner_override_beats_crawl_delay_and_cluster_rate(settings, client):
     crawl = start_idle(settings, urls, rates={"127.0.0.42": math.inf}, concurrency=5)
     client.hset(crawl.ck.domain("127.0.0.42"), "delay", "30")
     assert len(released(crawl)) == 5
-    assert crawl.store.frontier.release(1, 180).entries == []
+    assert crawl.store.frontier.release_all(1, 180).entries == []
 
 
 def test_set_rate_command_is_cluster_wide(settings, client, redis_url):

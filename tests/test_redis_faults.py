@@ -83,7 +83,7 @@ def restart_under_crawl(own_redis, settings, procs, how: str, outage: float) -> 
         server = servers[0]
         crawl = start_site_crawl(settings, server, concurrency=4)
         wait_for(lambda: crawl.progress()["done"] >= 30, timeout=60)
-        busy = own_redis.client().hkeys(crawl.ck.inflight)
+        busy = own_redis.client().hkeys(crawl.ck.parts[0].inflight)
         assert busy, "no fetch running when the fault hit"
         getattr(own_redis, how)()
         stopped = time.monotonic()
@@ -91,7 +91,10 @@ def restart_under_crawl(own_redis, settings, procs, how: str, outage: float) -> 
         own_redis.start()
         up = time.monotonic()
         # URLs held by tasks when Redis went away, as Redis has them after the restart.
-        held = {u.decode().split("/", 3)[-1] for u in own_redis.client().hkeys(crawl.ck.inflight)}
+        held = {
+            u.decode().split("/", 3)[-1]
+            for u in own_redis.client().hkeys(crawl.ck.parts[0].inflight)
+        }
         held_paths = {"/" + p for p in held}
         assert_exact(crawl, graph, server)
         times = {

@@ -99,7 +99,7 @@ class Admission:
         )
 
     def _admit_domain(self, domain: str, pending: list[tuple[str, int]], seeds: int) -> int:
-        cap, key = self.opts.max_pages_per_host, self.ck.host_pages
+        cap, key = self.opts.max_pages_per_host, self.ck.for_domain(domain).host_pages
         while pending:
             pipe = self.client.pipeline()  # MULTI: the counter starts at the seeds once
             pipe.hsetnx(key, domain, seeds)
@@ -149,7 +149,7 @@ class RedirectClaims:
 
     def __init__(self, admission: Admission, url: str) -> None:
         self.admission, self.url = admission, url
-        self.client, self.key = admission.client, admission.ck.redirects
+        self.client, self.key = admission.client, admission.ck.for_url(url).redirects
         self.claimed: list[str] | None = None  # read on the first hop only
 
     def follow(self, target: str) -> str | None:
@@ -168,4 +168,4 @@ class RedirectClaims:
     def release(client: redis.Redis, ck: CrawlKeys, url: str) -> None:
         """``url`` ended well: its claims are no longer needed (a failed URL keeps them for
         retry-failed). Not atomic with finish: a leftover entry only costs its bytes."""
-        client.hdel(ck.redirects, url)
+        client.hdel(ck.for_url(url).redirects, url)

@@ -102,14 +102,17 @@ class BloomShape:
 
 
 class BloomFilter:
-    """Check-and-set of URL batches for one crawl, atomic across workers."""
+    """Check-and-set of URL batches for one crawl, atomic across workers. Each partition of
+    the crawl (keys.py) has a filter of this shape for its own URLs; a batch is split by
+    partition, one script call each."""
 
     def __init__(
         self, client: redis.Redis, keys: CrawlKeys, shape: BloomShape, scripts: Scripts
     ) -> None:
         self.client = client
         self.shape = shape
-        self.shard_keys = [keys.bloom(i) for i in range(shape.shards)]
+        self.keys = keys
+        self.shard_keys = [[pk.bloom(i) for i in range(shape.shards)] for pk in keys.parts]
         self._script = scripts.bloom_add
 
     def add_many(self, urls: Sequence[str]) -> list[bool]:
@@ -121,13 +124,23 @@ class BloomFilter:
         return [not new for new in self._call(urls, test_only=True)]
 
     def _call(self, urls: Sequence[str], test_only: bool) -> list[bool]:
-        if not urls:
-            return []
+        by_part: dict[int, list[int]] = {}
+        for i, url in enumerate(urls):
+            by_part.setdefault(self.keys.for_url(url).index, []).append(i)
+        out = [False] * len(urls)
+        for part, indexes in by_part.items():
+            subset = [urls[i] for i in indexes]
+            news = self._call_part(part, subset, test_only)
+            for i, new in zip(indexes, news, strict=True):
+                out[i] = new
+        return out
+
+    def _call_part(self, part: int, urls: list[str], test_only: bool) -> list[bool]:
         shape = self.shape
         args = [shape.k, shape.shards, shape.shard_bits, shape.packed(urls)]
         if test_only:
             args.append(1)
-        result = self._script(keys=self.shard_keys, args=args, client=self.client)
+        result = self._script(keys=self.shard_keys[part], args=args, client=self.client)
         if isinstance(result, str):  # a client made with decode_responses=True
             result = result.encode()
         return [c == 49 for c in result]  # b"1"
@@ -135,10 +148,11 @@ class BloomFilter:
     def stats(self) -> dict[str, float]:
         """Fill ratio (share of bits set) and the false-positive rate that fill implies."""
         pipe = self.client.pipeline(transaction=False)
-        for key in self.shard_keys:
-            pipe.bitcount(key)
+        for keys in self.shard_keys:
+            for key in keys:
+                pipe.bitcount(key)
         ones = sum(pipe.execute())
-        fill = ones / self.shape.bits
+        fill = ones / (self.shape.bits * len(self.shard_keys))
         return {
             "bits": self.shape.bits,
             "bytes": self.shape.bits // 8,

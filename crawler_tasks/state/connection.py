@@ -12,6 +12,10 @@ from typing import Any, cast
 
 import redis
 from redis.cluster import RedisCluster
+from redis.crc import key_slot
+
+from ..errors import ConfigError
+from ..settings import redact
 
 
 def is_cluster(url: str, timeout: float = 2.0) -> bool:
@@ -61,3 +65,42 @@ def subscribers(client: redis.Redis, channel: str) -> int:
     """Clients subscribed to ``channel``: a cluster node counts only its own subscribers, while
     a message published anywhere reaches them all."""
     return sum(int(c.pubsub_numsub(channel)[0][1]) for c in node_clients(client, replicas=True))
+
+
+def placed_tags(client: redis.Redis, crawl_id: str, partitions: int) -> tuple[str, ...]:
+    """Hash tags for the partitions of a new crawl (keys.py), chosen so that partition n's
+    slot is on master n mod M today: a crawl spreads evenly over a cluster's masters, not by
+    the luck of its id. () on a standalone Redis (the tags are then "0", "1", ...). A cluster
+    resharded later keeps the crawl working; only the balance may drift."""
+    if not isinstance(client, RedisCluster):
+        return ()
+    masters = sorted(node.name for node in client.get_primaries())
+    tags = []
+    for n in range(partitions):
+        want = masters[n % len(masters)]
+        for attempt in range(10_000):
+            tag = f"{n}.{attempt}"
+            slot = key_slot(f"{crawl_id}/{tag}".encode())
+            if client.nodes_manager.get_node_from_slot(slot).name == want:
+                break
+        tags.append(tag)
+    return tuple(tags)
+
+
+def default_partitions(client: redis.Redis) -> int:
+    """Partitions of a new crawl when none are asked for: one on a standalone Redis; four per
+    master on a cluster, so that a crawl's partitions spread over every master."""
+    return 4 * len(client.get_primaries()) if isinstance(client, RedisCluster) else 1
+
+
+def check_broker(broker_url: str, state: redis.Redis | None = None) -> None:
+    """ConfigError if the broker is a Redis Cluster (Celery cannot use one: celery/celery#2852).
+    Given the crawl-state client, the broker is probed only when the state is a cluster."""
+    if state is not None and not isinstance(state, RedisCluster):
+        return
+    if broker_url.startswith("redis") and is_cluster(broker_url):
+        raise ConfigError(
+            f"broker {redact(broker_url)} is a Redis Cluster, which Celery cannot use as its "
+            "broker: set CRAWLER_BROKER_URL to a standalone Redis or to RabbitMQ (amqp://) and "
+            "CRAWLER_REDIS_URL to the cluster"
+        )

@@ -157,7 +157,7 @@ class Inflight:
 class AdmitCall:
     """ARGV of admit.lua (see its header): ``keys`` then ``args`` for one batch."""
 
-    max_pages: int
+    max_pages: int  # -1: none, or checked by reserve.lua (several partitions)
     k: int
     queue_prefix: str
     dfs: bool
@@ -166,6 +166,7 @@ class AdmitCall:
     shard_bits: int
     packed_hashes: bytes
     known: int
+    cap: int = -1  # room granted by reserve.lua; -1: none
 
     def args(self, items: list[tuple[str, str]]) -> list[str | int | float | bytes]:
         """``items``: (domain, entry) per URL, in the order of ``packed_hashes``."""
@@ -179,6 +180,7 @@ class AdmitCall:
             self.shard_bits,
             self.packed_hashes,
             self.known,
+            self.cap,
         ]
         for domain, value in items:
             out.append(domain)

@@ -9,8 +9,10 @@ domain may be fetched (release.lua). The broker therefore holds at most about
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import redis
 
@@ -44,13 +46,11 @@ class Release:
 
     cancelled: bool
     entries: list[tuple[str, int, str]]  # (domain, depth, url)
-    #: The crawl is empty and waiting for its finisher (nothing was released).
-    finishing: bool = False
 
 
 class Frontier:
-    """One crawl's frontier: admission of vetted URLs (admit.lua) and their release by the
-    dispatcher (release.lua)."""
+    """One crawl's frontier: admission of vetted URLs (admit.lua, per partition) and their
+    release by the dispatcher (release.lua, per partition)."""
 
     def __init__(
         self,
@@ -67,6 +67,10 @@ class Frontier:
         self.shape = opts.bloom
         #: This process's memory of URLs the crawl's filter holds (None: remember nothing).
         self.known = known
+        #: The owner's rates as release.lua takes them (fixed for the crawl's life).
+        self.owner_rates = "\t".join(
+            f"{h}\t{'inf' if math.isinf(r) else repr(r)}" for h, r in opts.rates.items()
+        )
 
     def domain_of(self, url: str) -> str:
         return domain_key(url, self.opts.domain_key)
@@ -74,18 +78,22 @@ class Frontier:
     def admit(self, links: Iterable[tuple[str, int]], force: bool = False) -> Admitted:
         """Admit ``(normalised url, depth)`` pairs that passed the scope check."""
         total = Admitted()
-        batch: list[tuple[str, str, str]] = []
+        batches: dict[int, list[tuple[str, str, str]]] = {}
         for url, depth in links:
-            batch.append((self.domain_of(url), formats.entry(depth, url), url))
+            domain = self.domain_of(url)
+            part = self.ck.for_domain(domain).index
+            batch = batches.setdefault(part, [])
+            batch.append((domain, formats.entry(depth, url), url))
             if len(batch) >= ADMIT_CHUNK:
-                total += self._admit(batch, force)
-                batch = []
-        if batch:
-            total += self._admit(batch, force)
+                total += self._admit(part, batch, force)
+                batches[part] = []
+        for part, batch in batches.items():
+            if batch:
+                total += self._admit(part, batch, force)
         return total
 
-    def _admit(self, batch: list[tuple[str, str, str]], force: bool) -> list[int]:
-        ck = self.ck
+    def _admit(self, part: int, batch: list[tuple[str, str, str]], force: bool) -> list[int]:
+        pk = self.ck.parts[part]
         # URLs this process already saw in the filter are duplicates without asking Redis.
         known = None if force else self.known
         hashes, skipped = None, 0
@@ -93,45 +101,64 @@ class Frontier:
             batch, hashes, skipped = known.split(batch)
         if hashes is None:
             hashes = [url_hash(url) for _, _, url in batch]
+        max_pages, cap = self._limits(len(batch), force)
         call = formats.AdmitCall(
-            max_pages=self.opts.max_pages,
+            max_pages=max_pages,
             k=self.shape.k,
-            queue_prefix=ck.queue_prefix,
+            queue_prefix=pk.queue_prefix,
             dfs=self.opts.order == "dfs",
             shards=self.shape.shards,
             force=force,
             shard_bits=self.shape.shard_bits,
             packed_hashes=self.shape.pack(hashes),
             known=skipped,
+            cap=cap,
         )
-        keys = [ck.outstanding, ck.stats, ck.ready]
-        keys += [ck.bloom(i) for i in range(self.shape.shards)]
+        keys = [pk.flow, pk.stats, pk.ready]
+        keys += [pk.bloom(i) for i in range(self.shape.shards)]
         args = call.args([(domain, value) for domain, value, _ in batch])
         result: list[int] = self.scripts.admit(keys=keys, args=args, client=self.client)
+        if cap > int(result[0]):  # give back the room duplicates did not take
+            self.client.hincrby(self.ck.state, "reserved", int(result[0]) - cap)
         if known is not None and hashes and int(result[2]) == 0:
             known.remember(hashes)  # each one admitted or a duplicate: its bits are set
         return result
 
+    def _limits(self, wanted: int, force: bool) -> tuple[int, int]:
+        """admit.lua's (max_pages, cap): with one partition admit.lua checks max_pages itself
+        (atomic, exact); with several, room is reserved crawl-wide first (reserve.lua)."""
+        if force or not self.opts.max_pages or not wanted:
+            return -1, -1
+        if len(self.ck.parts) == 1:
+            return self.opts.max_pages, -1
+        granted = self.scripts.reserve(
+            keys=[self.ck.state], args=[self.opts.max_pages, wanted], client=self.client
+        )
+        return -1, int(granted)
+
     def release(
         self,
+        part: int,
         limit: int,
         lease_seconds: float,
         worker: str = "",
         drain: int = 1000,
         budget: int | None = None,
         cluster_rates: str = "",
+        state: str = "run",
     ) -> Release:
-        """Up to ``budget`` due entries (None: no cap) from at most ``limit`` domains;
-        ``cluster_rates`` is ``politeness.cluster_rates()``."""
-        ck = self.ck
+        """Up to ``budget`` due entries (None: no cap) from at most ``limit`` domains of
+        partition ``part``; ``cluster_rates`` is ``politeness.cluster_rates()``, ``state``
+        the crawl's ("run", "paused" or "cancelled", ``Ledger.steering``)."""
+        pk = self.ck.parts[part]
         opts = self.opts
         out = self.scripts.release(
-            keys=[ck.ready, ck.inflight, ck.state, ck.rates, ck.stats, ck.retry],
+            keys=[pk.ready, pk.inflight, pk.stats, pk.retry],
             args=[
                 limit,
-                ck.queue_prefix,
-                ck.lease_prefix,
-                ck.domain_prefix,
+                pk.queue_prefix,
+                pk.lease_prefix,
+                pk.domain_prefix,
                 lease_seconds,
                 "inf" if opts.rate == float("inf") else opts.rate,
                 opts.burst,
@@ -140,6 +167,8 @@ class Frontier:
                 worker,
                 "inf" if budget is None else budget,
                 cluster_rates,
+                self.owner_rates,
+                state,
             ],
             client=self.client,
         )
@@ -148,16 +177,28 @@ class Frontier:
         for i in range(1, len(out), 2):
             depth, url = formats.parse_entry(_text(out[i + 1]))
             entries.append((_text(out[i]), depth, url))
-        return Release(mode == "cancel", entries, mode == "finishing")
+        return Release(mode == "cancel", entries)
+
+    def release_all(self, limit: int, lease_seconds: float, **kw: Any) -> Release:
+        """One release over every partition (tests, tools): entries of all of them."""
+        cancelled, entries = False, []
+        for part in range(len(self.ck.parts)):
+            r = self.release(part, limit, lease_seconds, **kw)
+            cancelled = cancelled or r.cancelled
+            entries += r.entries
+        return Release(cancelled, entries)
 
     def backlog(self, top: int = 10) -> list[tuple[str, int]]:
-        """Domains with the most pending URLs (scans at most 1,000 ready domains)."""
-        domains = [_text(d) for d in self.client.zrange(self.ck.ready, 0, 999)]
-        pipe = self.client.pipeline(transaction=False)
-        for d in domains:
-            pipe.llen(self.ck.queue(d))
-        sizes = pipe.execute()
-        return sorted(zip(domains, sizes, strict=True), key=lambda x: -x[1])[:top]
+        """Domains with the most pending URLs (scans at most 1,000 ready domains each
+        partition)."""
+        sizes: list[tuple[str, int]] = []
+        for pk in self.ck.parts:
+            domains = [_text(d) for d in self.client.zrange(pk.ready, 0, 999)]
+            pipe = self.client.pipeline(transaction=False)
+            for d in domains:
+                pipe.llen(pk.queue(d))
+            sizes += zip(domains, pipe.execute(), strict=True)
+        return sorted(sizes, key=lambda x: -x[1])[:top]
 
 
 def _text(value: bytes | str) -> str:

@@ -1,14 +1,25 @@
 """Every Redis key the crawler uses, built in one place.
 
-Every key of one crawl carries the crawl id as a Redis Cluster hash tag (``{C}``): they all
-map to one hash slot, so each Lua script's keys are on one node, and different crawls spread
-over the cluster's masters. Keys that are not a crawl's have no tag (each lives wherever its
-name hashes) and no script touches them beside a crawl's keys.
+A crawl's keys come in two kinds, each under a Redis Cluster hash tag so that every Lua script
+and transaction touches one hash slot (what a cluster requires), while one big crawl still
+spreads over all the cluster's masters:
+
+* crawl-wide keys (options, status, finisher lock): tag ``{C}``;
+* partition keys: the crawl's domains are split into ``partitions`` (``CrawlOptions``; 1 on a
+  standalone Redis) by a hash of the domain, and everything about a domain and its URLs (its
+  queue, politeness state and leases, the Bloom filter of its URLs, in-flight entries,
+  counters, unwritten records) lives under the partition's tag ``{C/N}`` (on a cluster N is
+  "n.k", with k chosen to put partition n on master n mod M). A URL's partition
+  is its domain's, so admitting, releasing, fetching and finishing a URL each touch one
+  partition; only completion looks at all of them (ledger.py).
+
+Keys that are not a crawl's have no tag (each lives wherever its name hashes) and no script
+touches them beside a crawl's keys.
 
 Layout (``P`` is the prefix setting, default ``crawler``; ``C`` a crawl id; ``D`` a domain;
 ``H`` a URL digest; ``N`` a number; ``S`` a schedule name). Formats of values shared with the
-Lua scripts are in ``formats.py``. ``tests/test_formats.py`` fails on any key a crawl writes that
-this table does not describe, or whose type differs::
+Lua scripts are in ``formats.py``. ``tests/test_formats.py`` fails on any key a crawl writes
+that this table does not describe, or whose type differs::
 
     P:crawls                 zset   crawl ids by start time (``crawler list``)
     P:running                set    crawl ids the dispatchers release work for
@@ -19,44 +30,50 @@ this table does not describe, or whose type differs::
     P:robots:ORIGIN          string robots.txt cache, shared by crawls
     P:sched:S:validators     hash   url -> zlib(JSON) validators of the last runs of schedule S
     P:sched:S:runs           zset   crawl ids of schedule S by start time
-    P:{C}:config               string crawl options, JSON (immutable after start)
-    P:{C}:state                hash   status, started_at, finished_at, paused, cancelled,
+    P:{C}:config             string crawl options, JSON (immutable after start)
+    P:{C}:state              hash   status, started_at, finished_at, paused, cancelled,
                                     final_status, summary_path, gone_counted,
                                     on_finished_sent
-    P:{C}:stats                hash   counters (formats.Counter and the formats families)
-    P:{C}:outstanding          string URLs admitted and not yet in a final state (completion)
-    P:{C}:bloom:N              string Bloom filter shard N
-    P:{C}:q:D                  list   pending frontier entries of one domain (formats.entry)
-    P:{C}:ready                zset   domains with pending work, scored by when they may go next
-    P:{C}:dom:D                hash   politeness state of a domain: tat, slow, not_before, delay,
+    P:{C}:stats              hash   crawl-wide counters (sitemap files, recrawl changes); the
+                                    rest are per partition, summed by the ledger
+    P:{C}:finisher           string lock (SET NX EX) of the process running the end of the crawl
+    P:{C}:smo:ORIGIN         string set (NX) once this crawl admitted ORIGIN's robots.txt sitemaps
+    P:{C}:simhash            zset   page fingerprints by band, "band:hex16:fp:url" at score 0
+                                    (near_duplicates crawls; state/neardup.py)
+    P:{C}:events             -      pub/sub channel of crawl events (not a key)
+    P:{C/N}:flow             hash   in (URLs admitted, replays included), out (URLs final), and
+                                    a copy of the crawl's cancelled flag (start.lua): completion
+    P:{C/N}:stats            hash   counters (formats.Counter and the formats families)
+    P:{C/N}:bloom:N          string Bloom filter shard N of the partition's URLs
+    P:{C/N}:q:D              list   pending frontier entries of one domain (formats.entry)
+    P:{C/N}:ready            zset   domains with pending work, scored by when they may go next
+    P:{C/N}:dom:D            hash   politeness state of a domain: tat, slow, not_before, delay,
                                     iv (interval of the last release), own (owner's rate),
                                     fails, down_since, dead (circuit breaker, done.lua)
-    P:{C}:rates                hash   the crawl owner's rate overrides, domain -> req/s or "inf"
-    P:{C}:lease:D              zset   in-flight lease tokens of a domain, scored by expiry
-    P:{C}:inflight             hash   url -> formats.Inflight, every released, unfinished URL
-    P:{C}:retry                zset   formats.retry_member waiting for a retry, scored by due time
-    P:{C}:attempts             hash   url -> failed attempts so far (only URLs that failed once)
-    P:{C}:body:H               hash   fetched response waiting for its parse task: meta, body
-    P:{C}:failed               hash   url -> dead-letter record, JSON
-    P:{C}:unwritten            hash   url -> formats.Unwritten: final, record not yet on disk
-    P:{C}:finisher             string lock (SET NX EX) of the process running the end of the crawl
-    P:{C}:hostpages            hash   domain -> URLs admitted (``max_pages_per_host``)
-    P:{C}:redirects            hash   url -> JSON list of redirect targets it claimed (marked seen)
-    P:{C}:persec               hash   unix second -> URLs finished (recent pages/s)
-    P:{C}:sitemaps             set    URLs admitted as sitemap files (``sitemaps=True`` crawls)
-    P:{C}:smo:ORIGIN           string set (NX) once this crawl admitted ORIGIN's robots.txt sitemaps
-    P:{C}:simhash              zset   page fingerprints by band, "band:hex16:fp:url" at score 0
-                                    (near_duplicates crawls; state/neardup.py)
-    P:{C}:events               -      pub/sub channel of crawl events (not a key)
+    P:{C/N}:lease:D          zset   in-flight lease tokens of a domain, scored by expiry
+    P:{C/N}:inflight         hash   url -> formats.Inflight, every released, unfinished URL
+    P:{C/N}:retry            zset   formats.retry_member waiting for a retry, scored by due time
+    P:{C/N}:attempts         hash   url -> failed attempts so far (only URLs that failed once)
+    P:{C/N}:body:H           hash   fetched response waiting for its parse task: meta, body
+    P:{C/N}:failed           hash   url -> dead-letter record, JSON
+    P:{C/N}:unwritten        hash   url -> formats.Unwritten: final, record not yet on disk
+    P:{C/N}:hostpages        hash   domain -> URLs admitted (``max_pages_per_host``)
+    P:{C/N}:redirects        hash   url -> JSON list of redirect targets it claimed (marked seen)
+    P:{C/N}:persec           hash   unix second -> URLs finished (recent pages/s)
+    P:{C/N}:sitemaps         set    URLs admitted as sitemap files (``sitemaps=True`` crawls)
 """
 
 from __future__ import annotations
 
 import hashlib
 
+import mmh3
+
+from ..web.urls import domain_key
+
 
 class Keys:
-    """Key names for one prefix; ``crawl(cid)`` gives the names of one crawl."""
+    """Key names for one prefix; ``crawl(cid, ...)`` gives the names of one crawl."""
 
     def __init__(self, prefix: str = "crawler") -> None:
         self.prefix = prefix
@@ -66,8 +83,16 @@ class Keys:
         self.rates = f"{prefix}:rates"
         self.workers = f"{prefix}:workers"
 
-    def crawl(self, crawl_id: str) -> CrawlKeys:
-        return CrawlKeys(f"{self.prefix}:{{{crawl_id}}}", self.rates)
+    def crawl(
+        self,
+        crawl_id: str,
+        partitions: int = 1,
+        domain_mode: str = "host",
+        tags: tuple[str, ...] = (),
+    ) -> CrawlKeys:
+        """``partitions``, ``domain_mode`` and ``tags`` (partition_tags) are the crawl's
+        options (``CrawlOptions``); the crawl-wide names do not depend on them."""
+        return CrawlKeys(self.prefix, crawl_id, self.rates, partitions, domain_mode, tags)
 
     def robots(self, origin: str) -> str:
         return f"{self.prefix}:robots:{origin}"
@@ -79,32 +104,81 @@ class Keys:
         return f"{self.prefix}:sched:{name}:runs"
 
 
+def partition_of(domain: str, partitions: int) -> int:
+    """The partition of ``domain``: stable across processes and versions (murmur3)."""
+    return 0 if partitions <= 1 else mmh3.hash(domain, signed=False) % partitions
+
+
 class CrawlKeys:
-    def __init__(self, base: str, cluster_rates: str) -> None:
-        self.base = base
-        #: ``P:rates``, which release.lua reads beside the crawl's own keys.
+    def __init__(
+        self,
+        prefix: str,
+        crawl_id: str,
+        cluster_rates: str,
+        partitions: int,
+        domain_mode: str,
+        tags: tuple[str, ...] = (),
+    ) -> None:
+        self.base = base = f"{prefix}:{{{crawl_id}}}"
+        #: Pattern matching the names of every key of the crawl, partitions included.
+        self.patterns = (f"{base}:*", f"{prefix}:{{{crawl_id}/*}}:*")
+        #: ``P:rates``, which the dispatcher reads for release.lua.
         self.cluster_rates = cluster_rates
         self.config = f"{base}:config"
         self.state = f"{base}:state"
         self.stats = f"{base}:stats"
-        self.outstanding = f"{base}:outstanding"
-        self.ready = f"{base}:ready"
-        self.rates = f"{base}:rates"
-        self.domain_prefix = f"{base}:dom:"
-        self.inflight = f"{base}:inflight"
-        self.failed = f"{base}:failed"
-        self.unwritten = f"{base}:unwritten"
         self.finisher = f"{base}:finisher"
-        self.host_pages = f"{base}:hostpages"
-        self.redirects = f"{base}:redirects"
+        self.events = f"{base}:events"
+        self.simhash = f"{base}:simhash"
+        self.domain_mode = domain_mode
+        tags = tags or tuple(str(n) for n in range(partitions))
+        self.parts = [PartKeys(f"{prefix}:{{{crawl_id}/{tag}}}", n) for n, tag in enumerate(tags)]
+
+    def sitemap_origin(self, origin: str) -> str:
+        """Marker (SET NX): this crawl has admitted the Sitemap: lines of ``origin``."""
+        return f"{self.base}:smo:{origin}"
+
+    def for_domain(self, domain: str) -> PartKeys:
+        return self.parts[partition_of(domain, len(self.parts))]
+
+    def for_url(self, url: str) -> PartKeys:
+        return self.for_domain(domain_key(url, self.domain_mode))
+
+    # The per-domain and per-URL names, each in the right partition.
+    def queue(self, domain: str) -> str:
+        return self.for_domain(domain).queue(domain)
+
+    def domain(self, domain: str) -> str:
+        return self.for_domain(domain).domain(domain)
+
+    def lease(self, domain: str) -> str:
+        return self.for_domain(domain).lease(domain)
+
+    def body(self, url: str) -> str:
+        return self.for_url(url).body(url)
+
+
+class PartKeys:
+    """The names of one partition of a crawl (all in one hash slot)."""
+
+    def __init__(self, base: str, index: int) -> None:
+        self.base = base
+        self.index = index
+        self.flow = f"{base}:flow"
+        self.stats = f"{base}:stats"
+        self.ready = f"{base}:ready"
+        self.inflight = f"{base}:inflight"
         self.retry = f"{base}:retry"
         self.attempts = f"{base}:attempts"
+        self.failed = f"{base}:failed"
+        self.unwritten = f"{base}:unwritten"
+        self.host_pages = f"{base}:hostpages"
+        self.redirects = f"{base}:redirects"
         self.persec = f"{base}:persec"
-        self.events = f"{base}:events"
+        self.sitemaps = f"{base}:sitemaps"
         self.queue_prefix = f"{base}:q:"
         self.lease_prefix = f"{base}:lease:"
-        self.sitemaps = f"{base}:sitemaps"
-        self.simhash = f"{base}:simhash"
+        self.domain_prefix = f"{base}:dom:"
 
     def bloom(self, shard: int) -> str:
         return f"{self.base}:bloom:{shard}"
@@ -120,10 +194,6 @@ class CrawlKeys:
 
     def body(self, url: str) -> str:
         return f"{self.base}:body:{url_digest(url)}"
-
-    def sitemap_origin(self, origin: str) -> str:
-        """Marker (SET NX): this crawl has admitted the Sitemap: lines of ``origin``."""
-        return f"{self.base}:smo:{origin}"
 
 
 def url_digest(url: str) -> str:

@@ -56,6 +56,12 @@ class CrawlOptions:
     bloom_capacity: int = 0
     bloom_error_rate: float = 0.001
     bloom_shard_bits: int = 1 << 26
+    #: Partitions of the crawl's state in Redis (state/keys.py): fixed at start; 0 (only
+    #: before start) = automatic, see ``Settings.partitions``. Each partition has its own Bloom
+    #: filter sized for the whole crawl (a partition may hold most URLs of a one-site crawl).
+    partitions: int = 0
+    #: Hash tags of the partitions on a Redis Cluster (connection.placed_tags); () = "0".."P-1".
+    partition_tags: tuple[str, ...] = ()
     max_url_length: int = 2048
     max_repeated_segments: int = 3
     #: Retries of a retryable failure before it is final; back-off in seconds (doubling,
@@ -146,6 +152,7 @@ class CrawlOptions:
             "bloom_capacity": settings.bloom_capacity,
             "bloom_error_rate": settings.bloom_error_rate,
             "bloom_shard_bits": settings.bloom_shard_bits,
+            "partitions": settings.partitions,
             "max_url_length": settings.max_url_length,
             "max_repeated_segments": settings.max_repeated_segments,
             "max_pages_per_host": settings.max_pages_per_host,
@@ -214,16 +221,23 @@ class CrawlOptions:
     def from_json(cls, text: str | bytes) -> CrawlOptions:
         data = json.loads(text)
         data["rates"] = {h: float(r) for h, r in data.get("rates", {}).items()}
-        for name in ("seeds", "allowed_domains", "include", "exclude"):
+        for name in ("seeds", "allowed_domains", "include", "exclude", "partition_tags"):
             data[name] = tuple(data.get(name) or ())
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
 #: Fields the code sets itself, never a user.
-INTERNAL = ("crawl_id", "seeds", "started_at")
-_INTS = ("max_pages", "max_pages_per_host", "burst", "concurrency", "bloom_capacity")
-_MINIMUM = {"burst": 0, "concurrency": 1, "bloom_capacity": 0}
+INTERNAL = ("crawl_id", "seeds", "started_at", "partition_tags")
+_INTS = (
+    "max_pages",
+    "max_pages_per_host",
+    "burst",
+    "concurrency",
+    "bloom_capacity",
+    "partitions",
+)
+_MINIMUM = {"burst": 0, "concurrency": 1, "bloom_capacity": 0, "partitions": 0}
 
 
 def user_option_names() -> list[str]:
@@ -319,6 +333,8 @@ def _check_values(o: CrawlOptions) -> None:
             raise ConfigError(f"{name} must be an integer, not {value!r}")
         if value < _MINIMUM.get(name, 0):
             raise ConfigError(f"{name} must be >= {_MINIMUM.get(name, 0)}, not {value}")
+    if o.partitions > 1024:
+        raise ConfigError(f"partitions must be <= 1024, not {o.partitions}")
     depth = o.max_depth
     if depth is not None and (isinstance(depth, bool) or not isinstance(depth, int)):
         raise ConfigError(f"max_depth must be an integer, not {o.max_depth!r}")

@@ -101,9 +101,12 @@ class Politeness:
         scripts: Scripts,
         max_crawl_delay: float,
         max_host_outage: float = 120.0,
+        owner_rates: dict[str, float] | None = None,
     ) -> None:
         self.client = client
         self.ck = ck
+        #: The crawl owner's rates (its options), for ``domains``.
+        self.owner_rates = owner_rates or {}
         self.scripts = scripts
         self.max_crawl_delay = max_crawl_delay
         self.max_host_outage = max_host_outage
@@ -121,9 +124,9 @@ class Politeness:
 
     def drain(self, domain: str) -> list[tuple[int, str]]:
         """A dead host's pending (depth, url), taken out of the frontier as in flight."""
-        ck = self.ck
-        keys = [ck.inflight, ck.ready, ck.stats]
-        raw = self.scripts.drain(keys=keys, args=[ck.queue(domain), domain], client=self.client)
+        pk = self.ck.for_domain(domain)
+        keys = [pk.inflight, pk.ready, pk.stats]
+        raw = self.scripts.drain(keys=keys, args=[pk.queue(domain), domain], client=self.client)
         return [formats.parse_entry(e.decode("utf-8", "surrogateescape")) for e in raw]
 
     def is_dead(self, domain: str) -> bool:
@@ -132,9 +135,9 @@ class Politeness:
     def _done(
         self, url: str, domain: str, outcome: str, retry_after: float
     ) -> tuple[float, float, bool]:
-        ck = self.ck
+        pk = self.ck.for_domain(domain)
         raw = self.scripts.done(
-            keys=[ck.ready, ck.lease(domain), ck.domain(domain), ck.queue(domain)],
+            keys=[pk.ready, pk.lease(domain), pk.domain(domain), pk.queue(domain)],
             args=[url, domain, outcome, retry_after, MAX_SLOWDOWN, self.max_host_outage],
             client=self.client,
         )
@@ -166,13 +169,14 @@ class Politeness:
             pipe.hgetall(self.ck.domain(d))
             pipe.llen(self.ck.queue(d))
             pipe.zcard(self.ck.lease(d))
-            pipe.hget(self.ck.rates, d)
             pipe.hget(self.ck.cluster_rates, d)
         raw = pipe.execute()
         out = []
         for i, d in enumerate(names):
-            state, pending, inflight, own, cluster = raw[i * 5 : i * 5 + 5]
-            out.append(_describe(d, state, pending, inflight, own, cluster))
+            state, pending, inflight, cluster = raw[i * 4 : i * 4 + 4]
+            own = self.owner_rates.get(d)
+            own_text = None if own is None else "inf" if math.isinf(own) else repr(own)
+            out.append(_describe(d, state, pending, inflight, own_text, cluster))
         return out
 
 
@@ -188,7 +192,7 @@ def _describe(
         "interval": s.get("iv"),
         "slowdown": s.get("slow", 1.0),
         "not_before": s.get("not_before"),
-        "override": own.decode() if own else None,
+        "override": own,
         "cluster_rate": cluster.decode() if cluster else None,
     }
 

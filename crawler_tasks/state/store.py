@@ -16,8 +16,8 @@ ledgers and filters of their own::
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
-import math
 import secrets
 import time
 from collections.abc import Iterable
@@ -30,6 +30,7 @@ from ..errors import ConfigError, InvalidSeed, InvalidURL
 from ..settings import Settings
 from ..web.netguard import is_public_address
 from ..web.urls import host_of, normalize
+from . import connection
 from .admission import Admission
 from .bloom import BloomFilter, KnownURLs
 from .bodies import BodyStash
@@ -76,13 +77,20 @@ class CrawlStore:
         self.opts = opts
         self.id = opts.crawl_id
         self.client = r.client
-        self.ck: CrawlKeys = r.keys.crawl(opts.crawl_id)
-        self.ledger = Ledger(r.client, r.keys, opts.crawl_id, r.scripts)
+        self.ck: CrawlKeys = r.keys.crawl(
+            opts.crawl_id, opts.partitions or 1, opts.domain_key, opts.partition_tags
+        )
+        self.ledger = Ledger(r.client, self.ck, opts.crawl_id, r.scripts)
         self.bloom = BloomFilter(r.client, self.ck, opts.bloom, r.scripts)
         self.frontier = Frontier(r.client, self.ck, opts, r.scripts, known)
         self.admission = Admission(r.client, self.ck, opts, self.frontier, self.bloom)
         self.politeness = Politeness(
-            r.client, self.ck, r.scripts, process.max_crawl_delay, opts.max_host_outage
+            r.client,
+            self.ck,
+            r.scripts,
+            process.max_crawl_delay,
+            opts.max_host_outage,
+            opts.rates,
         )
         self.bodies = BodyStash(r.client, self.ck, process.body_ttl)
         self.recrawl: Recrawl | None = None
@@ -110,16 +118,15 @@ class CrawlStore:
         # the config written above (NX) is what makes the crawl exist.
         pipe = r.client.pipeline(transaction=False)
         pipe.hset(ck.state, mapping={"status": "running", "started_at": repr(opts.started_at)})
-        if opts.rates:
-            rates = {h: "inf" if math.isinf(v) else v for h, v in opts.rates.items()}
-            pipe.hset(ck.rates, mapping=rates)
         pipe.zadd(r.keys.crawls, {opts.crawl_id: opts.started_at})
         if opts.schedule:
             pipe.zadd(r.keys.schedule_runs(opts.schedule), {opts.crawl_id: opts.started_at})
-        pipe.sadd(r.keys.running, opts.crawl_id)
         pipe.execute()
         store = cls(r, opts, process)
         store.frontier.admit((u, 0) for u in opts.seeds)
+        # Listed for the dispatchers only once its seeds are counted: before, the crawl would
+        # look drained to Ledger.settle.
+        r.client.sadd(r.keys.running, opts.crawl_id)
         return store
 
 
@@ -170,4 +177,8 @@ def start(
     opts = CrawlOptions.build(
         crawl_id or new_crawl_id(), tuple(urls), settings, time.time(), **options
     )
+    if not opts.partitions:
+        opts = dataclasses.replace(opts, partitions=connection.default_partitions(r.client))
+    tags = connection.placed_tags(r.client, opts.crawl_id, opts.partitions)
+    opts = dataclasses.replace(opts, partition_tags=tags)
     return CrawlStore.create(r, opts, process)

@@ -21,7 +21,9 @@ from typing import Any
 import click
 import redis
 
+from ..errors import ConfigError
 from ..settings import Settings, load, redact
+from ..state import connection
 from .cli_common import INTERRUPTED, Fail, client_for, run_main, settings_for
 from .commands import COMMANDS
 
@@ -90,6 +92,11 @@ def cluster(settings: Settings, embedded: bool, log_dir: str | None) -> Iterator
                 f"broker {redact(settings.broker_url)} unreachable: running embedded", err=True
             )
             embedded = True
+        if not embedded:
+            try:
+                connection.check_broker(settings.broker_url)
+            except ConfigError as exc:
+                raise Fail(str(exc)) from None
         if embedded:
             try:
                 url = stack.enter_context(private_redis())

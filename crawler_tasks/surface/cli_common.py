@@ -55,6 +55,10 @@ def connect(broker: str | None) -> tuple[Settings, redis.Redis]:
         raise Fail(f"broker {redact(settings.state_url)} unreachable: {exc}") from None
     except redis.ResponseError as exc:  # e.g. a password it does not accept
         raise Fail(f"broker {redact(settings.state_url)} refused us: {exc}") from None
+    try:
+        connection.check_broker(settings.broker_url, client)
+    except ConfigError as exc:
+        raise Fail(str(exc)) from None
     return settings, client
 
 

@@ -26,7 +26,7 @@ from ..settings import Settings, load, redact
 from ..state import connection
 from ..state import store as stores
 from ..state.health import refuses_writes
-from ..state.keys import Keys
+from ..state.keys import CrawlKeys, Keys
 from ..state.ledger import RATE_WINDOW, Ledger
 from ..state.options import CrawlOptions
 from ..state.politeness import effective_rate
@@ -61,6 +61,7 @@ def start_crawl(
     """
     settings = settings or connect_settings(broker)
     client = client or connection.connect(settings.state_url)
+    connection.check_broker(settings.broker_url, client)
     r = Redis.connect(client, settings.key_prefix)
     if rates:
         options["rates"] = rates
@@ -139,7 +140,7 @@ def _unregister(client: redis.Redis, keys: Keys, crawl_id: str, schedule: str | 
     """Undo a registration cut short by a full Redis (deleting is allowed at maxmemory)."""
     ck = keys.crawl(crawl_id)
     pipe = client.pipeline(transaction=False)  # a full Redis refuses MULTI
-    pipe.delete(ck.config, ck.state, ck.rates)
+    pipe.delete(ck.config, ck.state)
     pipe.zrem(keys.crawls, crawl_id)
     if schedule:
         pipe.zrem(keys.schedule_runs(schedule), crawl_id)
@@ -166,7 +167,6 @@ class Crawl:
             store.r if store is not None else Redis.connect(self.client, self.settings.key_prefix)
         )
         self.keys = self._r.keys
-        self.ck = self.keys.crawl(crawl_id)
         self._store = store
 
     def __repr__(self) -> str:
@@ -181,6 +181,14 @@ class Crawl:
                 raise UnknownCrawl(self.id)
             self._store = CrawlStore(self._r, opts)
         return self._store
+
+    @property
+    def ck(self) -> CrawlKeys:
+        """The crawl's key names (crawl-wide ones only while the crawl is unknown)."""
+        try:
+            return self.store.ck
+        except UnknownCrawl:
+            return self.keys.crawl(self.id)
 
     @property
     def options(self) -> CrawlOptions:
@@ -318,7 +326,10 @@ class Crawl:
     def cancel(self) -> bool:
         """Drop pending work unfetched; the crawl finishes as ``cancelled``. False if it was
         finished already."""
-        return self._steer({"cancelled": "1", "paused": "0"}, wake=True)
+        if not self._steer({"cancelled": "1", "paused": "0"}, wake=True):
+            return False
+        self.state.copy_cancelled()
+        return True
 
     def _steer(self, mapping: dict[str, str], wake: bool = False) -> bool:
         """Apply ``mapping`` to the crawl's state unless it is finished, atomically (WATCH):
@@ -342,30 +353,34 @@ class Crawl:
 
     def failed(self) -> list[dict[str, Any]]:
         self.options  # noqa: B018  (UnknownCrawl)
-        return [json.loads(v) for v in self.client.hvals(self.ck.failed)]
+        return self.state.dead_letters()
 
     def retry_failed(self) -> int:
         """Put every dead-lettered URL back into the frontier; returns how many."""
         records = self.failed()
         if not records:
             return 0
-        self.client.hset(self.ck.state, mapping={"status": "running"})
-        self.client.hdel(self.ck.state, "finished_at")
-        self.client.sadd(self.keys.running, self.id)
         # The replayed URLs will be counted again when they reach their new final state.
-        pipe = self.client.pipeline()
-        failed = [r for r in records if r.get("error")]
-        for r in failed:
-            pipe.hincrby(self.ck.stats, f"failed:{r['error']}", -1)
-        pipe.hincrby(self.ck.stats, "failed", -len(failed))
-        # The others were recorded but their extraction (or on_item task) failed.
-        pipe.hincrby(self.ck.stats, "extract_errors", -(len(records) - len(failed)))
-        pipe.hincrby(self.ck.stats, "done", -len(records))
-        pipe.hdel(self.ck.failed, *[r["url"] for r in records])
+        ck = self.ck
+        pipe = self.client.pipeline(transaction=False)
+        for r in records:  # each record's counters are in its URL's partition
+            pk = ck.for_url(r["url"])
+            if r.get("error"):
+                pipe.hincrby(pk.stats, f"failed:{r['error']}", -1)
+                pipe.hincrby(pk.stats, "failed", -1)
+            else:  # recorded, but its extraction (or on_item task) failed
+                pipe.hincrby(pk.stats, "extract_errors", -1)
+            pipe.hincrby(pk.stats, "done", -1)
+            pipe.hdel(pk.failed, r["url"])
         pipe.execute()
         admitted = self.store.frontier.admit(
             ((r["url"], int(r["depth"])) for r in records), force=True
         )
+        # Running again only once the replays are counted: a crawl that looked drained in
+        # between would be marked finishing (Ledger.settle).
+        self.client.hset(self.ck.state, mapping={"status": "running"})
+        self.client.hdel(self.ck.state, "finished_at")
+        self.client.sadd(self.keys.running, self.id)
         return admitted.admitted
 
 

@@ -45,12 +45,14 @@ REDIS_CONNECTIONS = 64
 
 
 def redis_client(settings: Settings) -> redis.Redis:
-    return connection.connect(
+    client = connection.connect(
         settings.state_url,
         pool_size=REDIS_CONNECTIONS,
         health_check_interval=30,
         socket_keepalive=True,
     )
+    connection.check_broker(settings.broker_url, client)
+    return client
 
 
 class Context:

@@ -61,6 +61,7 @@ class Dispatcher:
         self.settings = settings
         self._stop = threading.Event()
         self._rates, self._rates_read = "", -math.inf
+        self._round = 0
         self._thread: threading.Thread | None = None
         self._next_reclaim = time.monotonic() + RECLAIM_EVERY
         self._broker: redis.Redis | None = None
@@ -132,6 +133,9 @@ class Dispatcher:
             for url, entry, value in store.ledger.stuck(living, s.lost_message_seconds, idle):
                 n += self._take_back(ctx, store, url, entry, value)
             sweep_orphans(ctx, store)
+            # A process that died between finishing the last URL and Ledger.settle.
+            if store.ledger.steering() != "finishing" and store.ledger.settle():
+                crawl_finished(ctx, store)
         return n
 
     def _take_back(
@@ -164,21 +168,42 @@ class Dispatcher:
             store = ctx.store(raw.decode())
             if store is None or budget == 0:
                 continue
-            s = self.settings
-            release = store.frontier.release(
-                s.dispatch_batch, s.lease_seconds, ctx.worker_id, budget=budget, cluster_rates=rates
-            )
-            if budget is not None and not release.cancelled:
-                budget = max(0, budget - len(release.entries))
-            if release.finishing:
+            state = store.ledger.steering()
+            if state == "finishing":
                 self._finish_abandoned(ctx, store)
-            for _domain, depth, url in release.entries:
-                if release.cancelled:  # drained unfetched: recorded as cancelled here
-                    finalize(ctx, store, Final.cancelled(url, depth))
-                else:
-                    self._publish(store.id, url, depth, store.opts.tier(depth, s.medium_max_depth))
-            busy = busy or bool(release.entries)
+                continue
+            parts = len(store.ck.parts)
+            self._round += 1
+            for i in range(parts):  # a different partition first each round: none starves
+                part = (self._round + i) % parts
+                if budget == 0:
+                    break
+                released = self._release(ctx, store, part, budget, rates, state)
+                if budget is not None and state != "cancelled":
+                    budget = max(0, budget - released)
+                busy = busy or released > 0
         return busy
+
+    def _release(
+        self, ctx: Context, store: CrawlStore, part: int, budget: int | None, rates: str, state: str
+    ) -> int:
+        """release.lua on one partition, and the follow-up of what it handed out."""
+        s = self.settings
+        release = store.frontier.release(
+            part,
+            s.dispatch_batch,
+            s.lease_seconds,
+            ctx.worker_id,
+            budget=budget,
+            cluster_rates=rates,
+            state=state,
+        )
+        for _domain, depth, url in release.entries:
+            if release.cancelled:  # drained unfetched: recorded as cancelled here
+                finalize(ctx, store, Final.cancelled(url, depth))
+            else:
+                self._publish(store.id, url, depth, store.opts.tier(depth, s.medium_max_depth))
+        return len(release.entries)
 
     def _cluster_rates(self, ctx: Context) -> str:
         """`crawler set-rate` overrides, read at most once a second (they change rarely)."""

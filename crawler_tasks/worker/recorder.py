@@ -146,19 +146,24 @@ def finalize(ctx: Context, store: CrawlStore, final: Final) -> str:
     kind = "request_failed" if final.error else "request_completed"
     payload = {k: record[k] for k in ("url", "status", "error", "depth")}
     events.emit(store.client, store.ck, kind, store.id, record=payload)
-    if left == 0:
+    if left == 0 and store.ledger.settle():  # its partition emptied: is the crawl drained?
         crawl_finished(ctx, store)
     return final.error or "done"
 
 
 def write_orphan(ctx: Context, store: CrawlStore, url: str, entry: formats.Unwritten) -> bool:
-    """Put an unwritten record on disk unless its writer got it there; True if written now."""
+    """Put an unwritten record on disk unless its writer got it there; True if written now.
+    Claimed first (claim.lua), so two processes finding it at once do not both write it."""
+    out = ctx.output(store.opts)
+    claimed = formats.Unwritten(entry.rid, str(out.pages_path), time.time(), entry.record)
+    if not store.ledger.claim(url, entry, claimed):
+        return False
     written = False
     if not _on_disk(entry):
         # Items go first: if they made it and the page line did not, they are not repeated.
         items = bool(entry.record.get(ITEMS))
         with_items = items and not _on_disk(entry, items_path(Path(entry.path)))
-        ctx.output(store.opts).final(entry.record, with_items=with_items)
+        out.final(entry.record, with_items=with_items)
         written = True
         log.warning("crawl %s: wrote the record of %.300s left by a dead process", store.id, url)
     store.ledger.written(url)
@@ -170,7 +175,7 @@ def recover(ctx: Context, store: CrawlStore, url: str) -> str:
     entry = store.ledger.unwritten(url)
     if entry is not None:
         write_orphan(ctx, store, url, entry)
-    if store.ledger.flags().get("status") == "finishing":
+    if store.ledger.settle():  # its finisher may have died too
         crawl_finished(ctx, store)
     return "recovered"
 
@@ -210,8 +215,9 @@ def crawl_finished(ctx: Context, store: CrawlStore) -> bool:
     path = write_summary(f"{opts.output or ctx.settings.output_dir}/{opts.crawl_id}", summary)
     faults.point("after_summary")
     client.hset(ck.state, "summary_path", str(path))
-    for key in client.scan_iter(match=f"{ck.base}:*", count=1000):
-        client.expire(key, ctx.settings.finished_ttl)
+    for pattern in ck.patterns:
+        for key in client.scan_iter(match=pattern, count=1000):
+            client.expire(key, ctx.settings.finished_ttl)
     events.emit(client, ck, "crawl_finished", opts.crawl_id, summary=summary)
     if opts.on_finished and not flags.get("on_finished_sent"):
         ctx.on_finished(opts.on_finished, opts.crawl_id, summary)

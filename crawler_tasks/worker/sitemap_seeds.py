@@ -63,7 +63,7 @@ class Sitemaps:
         return 0
 
     def is_sitemap(self, url: str) -> bool:
-        return bool(self.ctx.client.sismember(self.ck.sitemaps, url))
+        return bool(self.ctx.client.sismember(self.ck.for_url(url).sitemaps, url))
 
     def _add_files(self, urls: list[str]) -> int:
         """Mark ``urls`` as sitemap files of the crawl and admit them, within MAX_FILES."""
@@ -78,7 +78,10 @@ class Sitemaps:
             )
         urls = urls[: max(room, 0)]
         if urls:
-            self.ctx.client.sadd(self.ck.sitemaps, *urls)
+            pipe = self.ctx.client.pipeline(transaction=False)
+            for url in urls:  # each in its own partition's set
+                pipe.sadd(self.ck.for_url(url).sitemaps, url)
+            pipe.execute()
             self.store.admission.links(urls, 0)
         return len(urls)
 

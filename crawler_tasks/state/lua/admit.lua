@@ -1,22 +1,27 @@
--- Admit a batch of candidate URLs into one crawl, atomically (bloom_lib.lua is prepended):
---   Bloom check-and-set  +  push onto the per-domain frontier  +  completion counter.
+-- Admit a batch of candidate URLs into one partition of a crawl, atomically (bloom_lib.lua is
+-- prepended): Bloom check-and-set  +  push onto the per-domain frontier  +  completion count.
 -- Doing all three in one script is what makes the crawl exact: a URL whose Bloom bits are
--- set is always also queued and counted, even if the calling worker dies right after.
+-- set is always also queued and counted, even if the calling worker dies right after. Every
+-- URL of the batch belongs to this partition (its domain's), whose Bloom filter holds only
+-- the partition's URLs, so all the keys are in one hash slot.
 --
--- KEYS[1] outstanding counter   KEYS[2] stats hash   KEYS[3] ready zset
+-- KEYS[1] partition flow hash ("in": URLs admitted)   KEYS[2] stats hash   KEYS[3] ready zset
 -- KEYS[4..] Bloom shard keys
 -- ARGV (built by formats.AdmitCall):
--- ARGV[1] max_pages (0 = none)   ARGV[2] k   ARGV[3] queue key prefix
+-- ARGV[1] max_pages of a crawl with one partition (checked against its "admitted"), -1 none
+-- ARGV[2] k   ARGV[3] queue key prefix
 -- ARGV[4] 1 = depth-first (LIFO), else breadth-first (FIFO)   ARGV[5] nshards
 -- ARGV[6] 1 = force: skip the Bloom test (replaying failed URLs, which are already in it)
 -- ARGV[7] bits per Bloom shard (m)
 -- ARGV[8] every URL's (shard, h1 mod m, h2 mod m), packed uint32 triples (see bloom_lib.lua)
 -- ARGV[9] URLs the caller already knew to be in the filter and left out (KnownURLs):
 --          counted as discovered and as duplicates, nothing else
+-- ARGV[10] most URLs this call may admit (-1 = no limit): the room reserve.lua granted
+--          under max_pages when the crawl has several partitions
 -- then per URL: domain, entry ("depth|url", formats.entry).
 -- A URL given twice in one batch is admitted once (the second counts as a duplicate).
 -- Queue keys are built from the domain here rather than passed in KEYS because the set of
--- domains is open-ended; this is fine on a single Redis.
+-- domains is open-ended; they carry the partition's hash tag, so they share its slot.
 -- Returns {admitted, duplicates, over_limit}.
 
 local t = redis.call('TIME')
@@ -26,7 +31,8 @@ local qprefix, dfs, nshards = ARGV[3], ARGV[4] == '1', tonumber(ARGV[5])
 local force = ARGV[6] == '1'
 local m = tonumber(ARGV[7])
 local known = tonumber(ARGV[9]) or 0
-local FIRST = 10
+local cap = tonumber(ARGV[10])
+local FIRST = 11
 local count = (#ARGV - FIRST + 1) / 2
 local seen, reads = {}, nil
 if force then
@@ -36,7 +42,8 @@ else
   seen, reads = bloom_test(4, nshards, k, m, S, A, B, count)
 end
 
-local before = tonumber(redis.call('HGET', KEYS[2], 'admitted') or '0')
+local before = 0
+if max_pages >= 0 then before = tonumber(redis.call('HGET', KEYS[2], 'admitted') or '0') end
 local admitted, dups, over = 0, known, 0
 local chosen, picked, by_domain, domains = {}, {}, {}, {}
 for i = 1, count do
@@ -44,7 +51,8 @@ for i = 1, count do
   local entry = ARGV[base + 1]
   if seen[i] or picked[entry] then
     dups = dups + 1
-  elseif not force and max_pages > 0 and before + admitted >= max_pages then
+  elseif not force and ((max_pages >= 0 and before + admitted >= max_pages)
+                        or (cap >= 0 and admitted >= cap)) then
     -- Bits stay unset: a URL that was never admitted must not look seen.
     over = over + 1
   else
@@ -72,7 +80,7 @@ for _, domain in ipairs(domains) do
   redis.call('ZADD', KEYS[3], 'NX', now, domain)
 end
 if admitted > 0 then
-  redis.call('INCRBY', KEYS[1], admitted)
+  redis.call('HINCRBY', KEYS[1], 'in', admitted)
   redis.call('HINCRBY', KEYS[2], 'queued', admitted)
 end
 if force then

@@ -1,5 +1,6 @@
--- Release fetch work of one crawl from the frontier: called every few tens of milliseconds by
--- the dispatcher inside every worker; atomic, so any number of dispatchers may run at once.
+-- Release fetch work of one partition of a crawl from the frontier: called every few tens of
+-- milliseconds by the dispatcher inside every worker; atomic, so any number of dispatchers may
+-- run at once.
 -- Politeness is decided here, on Redis's clock (TIME), for the whole cluster:
 --   * a per-domain rate as a GCRA token bucket ("tat" = theoretical arrival time; a request
 --     may go when now >= tat - slack, slack = burst x interval, so an idle domain takes
@@ -16,38 +17,41 @@
 -- A domain is in the ready zset exactly while its queue is non-empty; its score is the
 -- earliest time anything can change for it (next token, next lease expiry, Retry-After).
 --
--- Every key is the crawl's own (one hash slot, so this runs on a Redis Cluster too): the
--- cluster-wide rates of `crawler set-rate` arrive as an argument, read by the dispatcher.
--- KEYS[1] ready  KEYS[2] inflight  KEYS[3] state  KEYS[4] crawl rate overrides (hash)
--- KEYS[5] stats  KEYS[6] retry zset ("domain<TAB>depth|url" scored by when the retry is due)
+-- Every key is one partition's (one hash slot, so this runs on a Redis Cluster too): the
+-- dispatcher calls it once per partition. What is not the partition's arrives as arguments:
+-- the crawl's state (read by the dispatcher each round), the owner's rates (from the crawl's
+-- options) and the cluster-wide rates of `crawler set-rate`.
+-- KEYS[1] ready  KEYS[2] inflight  KEYS[3] stats
+-- KEYS[4] retry zset ("domain<TAB>depth|url" scored by when the retry is due)
 -- ARGV[1] max domains per call  ARGV[2] queue prefix  ARGV[3] lease prefix
 -- ARGV[4] domain-state prefix   ARGV[5] lease seconds  ARGV[6] default rate (req/s)
 -- ARGV[7] burst  ARGV[8] concurrency per domain  ARGV[9] max entries drained when cancelled
 -- ARGV[10] id of the releasing worker process (formats.Inflight stage "r")
 -- ARGV[11] max entries released (what the fetch pools can start now; the dispatcher's budget)
 -- ARGV[12] cluster-wide rates, "domain<TAB>req/s" pairs joined by tabs ("" = none)
+-- ARGV[13] the crawl owner's rates, the same way
+-- ARGV[14] the crawl's state: "run", "paused" or "cancelled"
 -- Returns {mode, domain1, entry1, domain2, entry2, ...}; mode is "fetch", or "cancel" when
--- the crawl was cancelled and the entries are drained without politeness (not to be fetched),
--- or "finishing" (no entries) when the crawl is empty and its finisher has not completed.
+-- the crawl was cancelled and the entries are drained without politeness (not to be fetched).
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
-local state = redis.call('HMGET', KEYS[3], 'paused', 'cancelled', 'status')
--- Emptied, waiting for its finisher (finish.lua): nothing to release, the caller may help.
-if state[3] == 'finishing' then return {'finishing'} end
 local limit, qprefix, lprefix, dprefix = tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[4]
 local lease_s, default_rate = tonumber(ARGV[5]), tonumber(ARGV[6])
 local burst, conc = tonumber(ARGV[7]), tonumber(ARGV[8])
 local budget = tonumber(ARGV[11]) or math.huge
-local cluster_rates = {}
-if ARGV[12] and ARGV[12] ~= '' then
-  local d = nil
-  for field in string.gmatch(ARGV[12], '[^\t]+') do
-    if d == nil then d = field else cluster_rates[d] = field; d = nil end
-  end
-end
 
-if state[2] == '1' then
+-- "d1<TAB>r1<TAB>d2<TAB>r2" -> {d1 = r1, d2 = r2}
+local function pairs_of(text)
+  local out, d = {}, nil
+  for field in string.gmatch(text or '', '[^\t]+') do
+    if d == nil then d = field else out[d] = field; d = nil end
+  end
+  return out
+end
+local cluster_rates, owner_rates = pairs_of(ARGV[12]), pairs_of(ARGV[13])
+
+if ARGV[14] == 'cancelled' then
   -- Cancelled: hand pending entries back as in flight so they reach a final state.
   local out, budget = {'cancel'}, tonumber(ARGV[9])
   for _, d in ipairs(redis.call('ZRANGE', KEYS[1], 0, limit - 1)) do
@@ -63,27 +67,27 @@ if state[2] == '1' then
     if budget <= 0 then break end
   end
   -- Not when nothing was drained: -0 / 2 is "-0", which HINCRBY rejects as no integer.
-  if #out > 1 then redis.call('HINCRBY', KEYS[5], 'queued', -(#out - 1) / 2) end
+  if #out > 1 then redis.call('HINCRBY', KEYS[3], 'queued', -(#out - 1) / 2) end
   return out
 end
-if state[1] == '1' then return {'fetch'} end
+if ARGV[14] == 'paused' then return {'fetch'} end
 
 -- Retries that are due go back to the head of their domain's queue, so they too wait for the
 -- domain's token, lease and Retry-After.
-local due_retries = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now, 'LIMIT', 0, limit)
+local due_retries = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0, limit)
 for _, m in ipairs(due_retries) do
   local tab = string.find(m, '\t', 1, true)
   local d = string.sub(m, 1, tab - 1)
   redis.call('LPUSH', qprefix .. d, string.sub(m, tab + 1))
   redis.call('ZADD', KEYS[1], 'NX', now, d)
-  redis.call('ZREM', KEYS[6], m)
+  redis.call('ZREM', KEYS[4], m)
 end
-if #due_retries > 0 then redis.call('HINCRBY', KEYS[5], 'queued', #due_retries) end
+if #due_retries > 0 then redis.call('HINCRBY', KEYS[3], 'queued', #due_retries) end
 
 -- (seconds between two requests to domain d (0 = unlimited), burst slack in seconds, 1 if the
 -- crawl's owner set d's rate else 0).
 local function pace(d, delay, slow)
-  local own = redis.call('HGET', KEYS[4], d)
+  local own = owner_rates[d]
   if own then
     -- The crawl's owner named this host: its rate replaces both default and crawl-delay.
     if own == 'inf' then return 0, 0, 1 end
@@ -142,5 +146,5 @@ for _, d in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0,
     end
   end
 end
-if released > 0 then redis.call('HINCRBY', KEYS[5], 'queued', -released) end
+if released > 0 then redis.call('HINCRBY', KEYS[3], 'queued', -released) end
 return out

@@ -5,7 +5,8 @@
 -- duplicate from resurrecting a URL that already reached its final state.
 -- A fetch also learns here, in the same round trip, whether the crawl was cancelled and
 -- whether its host was declared dead (done.lua).
--- KEYS[1] inflight  KEYS[2] unwritten hash  KEYS[3] crawl state hash (fetch only)
+-- KEYS[1] inflight  KEYS[2] unwritten hash  KEYS[3] flow hash (fetch only: its copy of the
+-- crawl's cancelled flag)   (all the URL's partition's)
 -- ARGV[1] url  ARGV[2] stage ('s' fetch started, 'p' parse started)  ARGV[3] worker id
 -- ARGV[4] domain-state key prefix (fetch only)
 -- Returns 1 if the URL is in flight (the task should go on), 2 if it is final but its record

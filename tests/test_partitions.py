@@ -1,0 +1,109 @@
+"""A crawl split into partitions (state/keys.py) on one standalone Redis: what a Redis Cluster
+spreads over its masters. The pipeline in-process (tests/driver.py) and the completion check
+under concurrent admission; test_cluster.py runs the same with real workers on a cluster."""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+from driver import Driver
+from sitegen import reachable, running_sites
+
+from crawler_tasks import start_crawl
+from crawler_tasks.state import formats
+from crawler_tasks.state.keys import partition_of
+from crawler_tasks.web.urls import normalize
+
+HOSTS = ["127.0.0.81", "127.0.0.82", "127.0.0.83", "127.0.0.84"]
+
+
+@pytest.fixture
+def driver(settings) -> Iterator[Driver]:  # type: ignore[no-untyped-def]
+    d = Driver(settings)
+    yield d
+    d.close()
+
+
+def start(settings, servers, **options):  # type: ignore[no-untyped-def]
+    seeds = [s.base_url + "/" for s in servers]
+    opts = {
+        "allow_private_networks": True,
+        "allowed_domains": [s.address for s in servers],
+        "rate": math.inf,
+        "concurrency": 4,
+        "partitions": 4,
+    }
+    return seeds, start_crawl(seeds, settings=settings, **{**opts, **options})
+
+
+def test_the_hosts_spread_over_partitions():
+    parts = {partition_of(f"{h}", 4) for h in HOSTS}
+    assert len(parts) >= 2, parts  # else the tests below would not cross partitions
+
+
+def test_exact_reachable_set_with_counters(settings, driver):  # type: ignore[no-untyped-def]
+    with running_sites(HOSTS, 40, 6, cross_host_ratio=0.3) as (graph, servers):
+        seeds, crawl = start(settings, servers)
+        summary = driver.run(crawl)
+    got = Counter(r["url"] for r in crawl.pages(latest=False))
+    assert set(got) == {normalize(u) for u in reachable(graph, seeds)}
+    assert max(got.values()) == 1
+    c = summary["counters"]
+    assert c["done"] == len(got) == c["admitted"]
+    assert c["discovered"] == c["admitted"] + c["deduplicated"] + sum(summary["skipped"].values())
+    assert crawl.state.outstanding() == 0 and summary["status"] == "finished"
+    # Every partition took part: its own counters, its own Bloom filter.
+    for pk in crawl.store.ck.parts:
+        if any(partition_of(h, 4) == pk.index for h in HOSTS):
+            assert int(crawl.client.hget(pk.flow, "in")) > 0
+
+
+def test_max_pages_across_partitions(settings, driver):  # type: ignore[no-untyped-def]
+    with running_sites(HOSTS[:3], 40, 6, cross_host_ratio=0.3) as (_graph, servers):
+        _seeds, crawl = start(settings, servers, max_pages=25)
+        summary = driver.run(crawl)
+    assert len(list(crawl.pages())) == 25 == summary["counters"]["admitted"]
+    assert summary["skipped"].get("max_pages", 0) > 0
+    assert crawl.client.hget(crawl.ck.state, "reserved") == b"25"
+
+
+def test_a_chain_across_partitions_never_looks_drained(settings):  # type: ignore[no-untyped-def]
+    """Each URL's child is admitted into another partition before the URL itself finishes, so
+    one URL is always outstanding; a checker running all the while must never find the crawl
+    drained until the last one finishes. (A check that read the partitions in one pass, or
+    "in" before "out", finds it drained sooner or later here.)"""
+    hosts = [f"h{i}.example" for i in range(8)]
+    crawl = start_crawl(
+        [f"http://{hosts[0]}/0"], settings=settings, partitions=4, rate=math.inf, concurrency=1
+    )
+    store, ledger = crawl.store, crawl.state
+    assert len({partition_of(h, 4) for h in hosts}) >= 3
+    stop, wrong = threading.Event(), []
+
+    def check() -> None:
+        while not stop.is_set():
+            if ledger.drained():
+                wrong.append(ledger.outstanding())
+
+    checker = threading.Thread(target=check)
+    checker.start()
+    try:
+        for i in range(300):
+            ((domain, depth, url),) = store.frontier.release_all(10, 180).entries
+            child = f"http://{hosts[(i + 1) % len(hosts)]}/{i + 1}"
+            assert store.frontier.admit([(child, depth + 1)]).admitted == 1
+            entry = formats.Unwritten("rid", "/dev/null", 0.0, {"url": url})
+            assert ledger.finish(url, entry, {}) >= 0
+            store.politeness.done(url, domain, "ok")  # its lease back
+    finally:
+        stop.set()
+        checker.join()
+    assert wrong == []
+    ((_d, _depth, last),) = store.frontier.release_all(10, 180).entries
+    ledger.finish(last, formats.Unwritten("rid", "/dev/null", 0.0, {"url": last}), {})
+    assert ledger.drained() and ledger.settle()
+    assert ledger.flags()["status"] == "finishing"
