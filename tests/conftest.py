@@ -17,6 +17,7 @@ from pathlib import Path
 import hypothesis
 import pytest
 import redis
+from driver import Driver
 
 from crawler_tasks.settings import Settings, load
 from crawler_tasks.surface.embedded import (
@@ -71,6 +72,14 @@ def client(redis_url: str) -> Iterator[redis.Redis]:
 @pytest.fixture
 def settings(redis_url: str, tmp_path: Path) -> Settings:
     return load(env={}, broker_url=redis_url, output_dir=str(tmp_path / "out"))
+
+
+@pytest.fixture
+def driver(settings: Settings) -> Iterator[Driver]:
+    """The pipeline in the test's own thread (tests/driver.py), against the real Redis."""
+    d = Driver(settings)
+    yield d
+    d.close()
 
 
 @pytest.fixture

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Iterator
 
 import pytest
-from driver import Driver
 from sitegen import serve_hosts
 from test_formats import undescribed
 
@@ -15,13 +13,6 @@ from crawler_tasks import start_crawl
 from crawler_tasks.web.simhash import distance, simhash
 
 WORDS = [f"w{i}" for i in range(3000)]
-
-
-@pytest.fixture
-def driver(settings) -> Iterator[Driver]:  # type: ignore[no-untyped-def]
-    d = Driver(settings)
-    yield d
-    d.close()
 
 
 def html(text: str, hrefs: tuple[str, ...] = (), canonical: str | None = None):  # type: ignore[no-untyped-def]

@@ -22,6 +22,7 @@ from cluster import Cluster, Node
 from conftest import wait_until
 from faults import rabbitmq_vhost
 from sitegen import max_concurrency, rate_report, reachable, running_sites
+from test_operations import pause_resume_cancel
 
 from crawler_tasks import start_crawl
 from crawler_tasks.errors import ConfigError
@@ -163,26 +164,8 @@ def test_pause_resume_and_cancel(csettings, redis_url, cluster_url, worker_logs)
         workers_on(redis_url, cluster_url, worker_logs),
         running_sites(["127.0.0.9"], 80, 4) as (_, servers),
     ):
-        site = servers[0]
         _, crawl = start(csettings, servers, rate=8.0, concurrency=1)
-        host = site.base_url.split("//")[1].split(":")[0]
-        wait_until(lambda: crawl.progress()["done"] >= 5, timeout=30)
-        crawl.pause()
-        wait_until(lambda: crawl.client.zcard(crawl.ck.lease(host)) == 0, timeout=30)
-        frozen = len(site.requests())
-        time.sleep(2.0)  # 16 intervals at 8 req/s
-        assert len(site.requests()) == frozen, "requests continued while paused"
-        assert crawl.progress()["status"] == "paused"
-        crawl.resume()
-        wait_until(lambda: len(site.requests()) > frozen + 3, timeout=15)
-        crawl.cancel()
-        summary = crawl.wait(timeout=60)
-    assert summary["status"] == "cancelled"
-    records = list(crawl.pages())
-    assert Counter(r["url"] for r in records).most_common(1)[0][1] == 1
-    cancelled = [r for r in records if r["error"] == "cancelled"]
-    assert cancelled and summary["counters"]["cancelled"] == len(cancelled)
-    assert len(records) == summary["counters"]["admitted"]
+        pause_resume_cancel(crawl, servers[0], servers[0].address)
 
 
 def test_sigkilled_fetch_worker_loses_nothing(csettings, redis_url, cluster_url, worker_logs):

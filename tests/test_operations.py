@@ -107,6 +107,32 @@ def test_events_arrive_in_order_with_crawl_finished_last(settings, workers):
             assert started[e["record"]["url"]] < i
 
 
+def pause_resume_cancel(crawl, site, host: str) -> dict:  # type: ignore[no-untyped-def, type-arg]
+    """Pause a crawl of ``site`` at 8 req/s, check no request goes out while paused, resume,
+    cancel; returns the summary once it is cancelled and checks its records."""
+    wait_until(lambda: crawl.progress()["done"] >= 5, timeout=30)
+    crawl.pause()
+    # What was released before the pause may still complete: wait until nothing of this
+    # host is in flight, then 2 s (16 intervals at 8 req/s) without a request.
+    wait_until(lambda: crawl.client.zcard(crawl.ck.lease(host)) == 0, timeout=30)
+    frozen = len(site.requests())
+    time.sleep(2.0)
+    assert len(site.requests()) == frozen, "requests continued while paused"
+    assert crawl.progress()["status"] == "paused"
+    crawl.resume()
+    wait_until(lambda: len(site.requests()) > frozen + 3, timeout=15)
+    crawl.cancel()
+    summary: dict = crawl.wait(timeout=60)  # type: ignore[type-arg]
+    assert summary["status"] == "cancelled"
+    assert crawl.state.outstanding() == 0
+    records = list(crawl.pages())
+    assert Counter(r["url"] for r in records).most_common(1)[0][1] == 1
+    cancelled = [r for r in records if r["error"] == "cancelled"]
+    assert cancelled and summary["counters"]["cancelled"] == len(cancelled)
+    assert len(records) == summary["counters"]["admitted"]
+    return summary
+
+
 def test_pause_resume_and_cancel(settings, workers):
     with (
         running_sites(["127.0.0.9"], 80, 4) as (_, servers),
@@ -115,27 +141,8 @@ def test_pause_resume_and_cancel(settings, workers):
         site = servers[0]
         crawl, host = _start(settings, site, rate=8.0, concurrency=1)
         bystander, _ = _start(settings, other[0], rate=8.0)
-        wait_until(lambda: crawl.progress()["done"] >= 5, timeout=30)
-        crawl.pause()
-        # What was released before the pause may still complete: wait until nothing of this
-        # host is in flight, then 2 s (16 intervals at 8 req/s) without a request.
-        wait_until(lambda: crawl.client.zcard(crawl.ck.lease(host)) == 0, timeout=30)
-        frozen = len(site.requests())
-        time.sleep(2.0)
-        assert len(site.requests()) == frozen, "requests continued while paused"
-        assert crawl.progress()["status"] == "paused"
-        crawl.resume()
-        wait_until(lambda: len(site.requests()) > frozen + 3, timeout=15)
-        crawl.cancel()
-        summary = crawl.wait(timeout=60)
+        pause_resume_cancel(crawl, site, host)
         bystander_summary = bystander.wait(timeout=60)
-    assert summary["status"] == "cancelled"
-    assert crawl.state.outstanding() == 0
-    records = list(crawl.pages())
-    assert Counter(r["url"] for r in records).most_common(1)[0][1] == 1
-    cancelled = [r for r in records if r["error"] == "cancelled"]
-    assert cancelled and summary["counters"]["cancelled"] == len(cancelled)
-    assert len(records) == summary["counters"]["admitted"]
     # The other crawl on the same workers went on untouched.
     assert bystander_summary["status"] == "finished"
     expected = {normalize(u) for u in reachable(g2, [other[0].base_url + "/"])}

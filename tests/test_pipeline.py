@@ -7,23 +7,14 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
-from collections.abc import Iterator
 
 import pytest
-from driver import Driver
 from sitegen import SiteServer, reachable, running_sites, serve_hosts
 from test_formats import undescribed
 
 from crawler_tasks import start_crawl
 from crawler_tasks.state.store import CrawlStore
 from crawler_tasks.web.urls import normalize
-
-
-@pytest.fixture
-def driver(settings) -> Iterator[Driver]:  # type: ignore[no-untyped-def]
-    d = Driver(settings)
-    yield d
-    d.close()
 
 
 def start(settings, servers, **options):  # type: ignore[no-untyped-def]
@@ -37,9 +28,10 @@ def pages(crawl) -> Counter[str]:  # type: ignore[no-untyped-def]
     return Counter(r["url"] for r in crawl.pages(latest=False))
 
 
-def test_exact_reachable_set_with_counters(settings, driver):  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("partitions", [1, 4])  # with 4, the two hosts are in 0 and 1
+def test_exact_reachable_set_with_counters(settings, driver, partitions):  # type: ignore[no-untyped-def]
     with running_sites(["127.0.0.70", "127.0.0.71"], 80, 6) as (graph, servers):
-        seeds, crawl = start(settings, servers)
+        seeds, crawl = start(settings, servers, partitions=partitions)
         summary = driver.run(crawl)
     got = pages(crawl)
     assert set(got) == {normalize(u) for u in reachable(graph, seeds)}
