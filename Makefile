@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo example test test-fast lint format bench install clean
+.PHONY: demo example test test-fast test-stress lint format bench install clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -37,6 +37,11 @@ FAST_TESTS := tests/test_urls.py tests/test_parse.py tests/test_robots.py tests/
 ## test-fast: the tests that need no worker process (under a minute)
 test-fast: $(STAMP)
 	$(BIN)/pytest -q $(FAST_TESTS)
+
+## test-stress: the timing-sensitive tests LOOPS times in a row (default 20) beside a CPU burner
+LOOPS ?= 20
+test-stress: $(STAMP)
+	PYTHON=$(BIN)/python tests/stress.sh $(LOOPS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check crawler_tasks tests bench

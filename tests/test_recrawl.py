@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from conftest import wait_until
+from redbeat.schedulers import RedBeatSchedulerEntry, ensure_conf
 
 from crawler_tasks import Crawl
 from crawler_tasks.state.keys import Keys
@@ -92,60 +93,65 @@ def test_schedules_file_is_validated(tmp_path: Path):
         load_file(path)
 
 
+def due_now(app, name: str) -> None:  # type: ignore[no-untyped-def]
+    """Moves the RedBeat entry of schedule ``name`` back by one period: due at beat's next
+    tick (at most ``beat_max_loop_interval`` away). Added, a schedule is first due one period
+    later (celery's rule for a new entry)."""
+    entry = RedBeatSchedulerEntry.from_key(f"{app.conf.redbeat_key_prefix}crawl:{name}", app=app)
+    entry.reschedule(last_run_at=entry.last_run_at - entry.schedule.run_every)
+
+
 def test_beat_runs_a_schedule_and_the_second_run_gets_304s(
-    settings, redis_url, workers, versioned_site, tmp_path
+    settings, redis_url, workers, worker_logs, versioned_site, tmp_path
 ):
     app = make_app(settings)
-    schedules = Schedules(app, Crawl("x", settings=settings).client, Keys(settings.key_prefix))
+    client = Crawl("x", settings=settings).client
+    schedules = Schedules(app, client, Keys(settings.key_prefix))
     output = str(tmp_path / "out")
-    # Every 6 s, but each run is started by adding the schedule and the schedule is removed as
-    # soon as that run appears: the site changes between the runs, never during one, however
-    # long a run takes on a loaded machine. (A new RedBeat entry is due at once.)
+    # Hourly, made due at once each time it is added, and removed as soon as its run appears:
+    # beat starts exactly one run per add, and the site changes between the runs, never during
+    # one, however long beat, the workers or a run take on a loaded machine.
     site = Schedule(
         "site",
         [versioned_site],
-        every_seconds=6,
+        every_hours=1,
         options={"allow_private_networks": True, "rate": 50.0, "output": output},
     )
 
     def one_run() -> Crawl:
         before = set(schedules.runs("site"))
         schedules.add(site)
+        due_now(app, "site")
         new = wait_until(lambda: set(schedules.runs("site")) - before, timeout=40)
         schedules.remove("site")
         (crawl_id,) = new
         return Crawl(crawl_id, settings=settings)
 
-    beat = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "crawler_tasks",
-            "beat",
-            "--loglevel",
-            "INFO",
-            "-s",
-            str(tmp_path / "beat-schedule"),
-        ],
-        env={
-            **os.environ,
-            "CRAWLER_BROKER_URL": redis_url,
-            "CRAWLER_SCHEDULES_FILE": str(tmp_path / "none.toml"),
-        },
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
-        first = one_run()
-        first.wait(timeout=30)
-        VersionedSite.version = 2
-        second = one_run()
-        summary = second.wait(timeout=30)
-    finally:
-        stop_process(beat)
+    empty = str(tmp_path / "schedules.toml")  # beat loads no schedule from a file
+    Path(empty).write_text("")
+    # Its log with the workers': a traceback in beat fails the test too.
+    with open(worker_logs / "beat.log", "ab") as beat_log:
+        beat = subprocess.Popen(
+            [
+                *[sys.executable, "-m", "celery", "-A", "crawler_tasks", "beat"],
+                *["--loglevel", "INFO", "-s", str(tmp_path / "beat-schedule")],
+            ],
+            env={**os.environ, "CRAWLER_BROKER_URL": redis_url, "CRAWLER_SCHEDULES_FILE": empty},
+            stdout=beat_log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            # Beat holds RedBeat's lock from just before its first tick: it is up.
+            lock = ensure_conf(app).lock_key
+            wait_until(lambda: client.exists(lock), timeout=60)
+            first = one_run()
+            first.wait(timeout=30)
+            VersionedSite.version = 2
+            second = one_run()
+            summary = second.wait(timeout=30)
+        finally:
+            stop_process(beat)
     first_id, second_id = first.id, second.id
     assert second.options.schedule == "site" and second_id != first_id
     first_urls = {r["url"] for r in first.pages()}

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The timing-sensitive tests, N times in a row (default 20) beside a CPU burner that keeps one
+# core busy: a test that passes only on an idle machine fails here. Each loop runs the tests in
+# a new random order (its seed is printed: replay with --randomly-seed=N); the first failure
+# stops everything.
+#   tests/stress.sh [N] [extra pytest arguments]      (or: make test-stress)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-.venv/bin/python}
+loops=${1:-20}
+shift $(($# > 0 ? 1 : 0))
+
+TESTS=(
+  tests/test_politeness.py::test_two_fetch_processes_keep_every_host_within_its_bucket
+  tests/test_politeness.py::test_crawl_delay_retry_after_owner_override_and_visible_backoff
+  tests/test_politeness.py::test_single_host_uses_its_whole_rate
+  tests/test_politeness.py::test_twenty_hosts_at_one_request_per_second_each
+  tests/test_politeness.py::test_idle_domain_takes_one_plus_burst_then_waits
+  tests/test_politeness.py::test_done_paces_from_the_end_of_the_request_and_refund_gives_back
+  tests/test_fetch.py::test_trickling_server_cut_at_total_timeout
+  tests/test_fetch.py::test_deadline_of_one_thread_spares_the_others
+  tests/test_fetch.py::test_deadline_survives_a_fetch_inside_follow
+  tests/test_fetch.py::test_no_thread_left_behind
+  tests/test_operations.py::test_pause_resume_and_cancel
+  tests/test_operations.py::test_events_arrive_in_order_with_crawl_finished_last
+  tests/test_recrawl.py::test_beat_runs_a_schedule_and_the_second_run_gets_304s
+)
+
+"$PYTHON" -c 'while True: pass' &
+burner=$!
+trap 'kill "$burner" 2>/dev/null || true' EXIT
+trap 'exit 130' INT TERM
+
+for ((i = 1; i <= loops; i++)); do
+  started=$SECONDS
+  seed=$((RANDOM * 32768 + RANDOM))
+  if ! "$PYTHON" -m pytest -q -x -p randomly --randomly-seed="$seed" "${TESTS[@]}" "$@"; then
+    echo "$((i - 1))/$loops loops passed (loop $i failed, --randomly-seed=$seed)"
+    exit 1
+  fi
+  echo "loop $i/$loops passed in $((SECONDS - started)) s (--randomly-seed=$seed)"
+done
+echo "$loops/$loops loops passed"
