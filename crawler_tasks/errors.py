@@ -11,7 +11,9 @@ string recorded in ``pages*.jsonl`` and the dead-letter list::
     │   ├── FetchTimeout             connect/read timeout or total deadline exceeded
     │   ├── ConnectionFailed         refused, reset, DNS failure, TLS handshake error
     │   ├── ServerError              5xx, 408 or 429 (carries ``retry_after`` seconds)
-    │   └── WorkerLost               the worker handling the URL died (heartbeat stopped)
+    │   ├── WorkerLost               the worker handling the URL died (heartbeat stopped)
+    │   └── AdmissionPaused          Redis had no room for a page's links for too long: the
+    │                                URL goes back to the frontier, no retry spent
     └── PermanentError               final for this URL: recorded, never retried
         ├── HostDown                 the host was down longer than ``max_host_outage``
         ├── BlockedAddress           resolves to a private/loopback/link-local/reserved address
@@ -94,6 +96,13 @@ class ServerError(RetryableError):
 
 class WorkerLost(RetryableError):
     reason = "worker_lost"
+
+
+class AdmissionPaused(RetryableError):
+    """Redis stayed too full to admit a page's links (``admission_wait``): the page's URL is
+    handed back to the frontier (fetched again once there is room), never failed for it."""
+
+    reason = "admission_paused"
 
 
 class PermanentError(CrawlerError):

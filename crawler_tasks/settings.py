@@ -40,6 +40,15 @@ class Settings:
     #: Seconds a running task waits, retrying, for Redis to come back (restart, failover) or to
     #: accept writes again (``maxmemory``) before it gives up and fails.
     redis_outage_wait: float = 600.0
+    #: Fraction of Redis's ``maxmemory`` (policy ``noeviction``) from which workers admit no new
+    #: URLs: pages wait for room and no fetch is released, while the rest of the crawl (and
+    #: the broker, on the same Redis) keeps the last part. 1 = only once Redis refuses writes.
+    #: ``crawler status`` reports "admission paused" from the same fraction.
+    admission_memory_fraction: float = 0.9
+    #: Seconds a fetched page waits for room to admit its links before its URL goes back to the
+    #: frontier (fetched again once there is room, no retry spent). Below
+    #: ``visibility_timeout``: the broker must not hand a waiting task to another worker.
+    admission_wait: float = 120.0
 
     # --- HTTP ----------------------------------------------------------------------------------
     #: Crawl default. User-agent header sent with every request.

@@ -143,9 +143,9 @@ class Graph:
         return [url for url in self.pages if urlsplit(url).netloc == netloc]
 
 
-def _html_path(index: int) -> str:
+def _html_path(index: int, slug: str = "") -> str:
     # Two-level paths ("/d3/p317") so that "p318" and "../d4/p402" are meaningful relative hrefs.
-    return "/" if index == 0 else f"/d{index // 100}/p{index}"
+    return "/" if index == 0 else f"/d{index // 100}/p{index}{slug}"
 
 
 # Non-HTML leaves cycle through these kinds. Half have skip-listed extensions (the crawler never
@@ -195,6 +195,7 @@ def generate(
     non_html_ratio: float = 0.02,
     cross_host_ratio: float = 0.05,
     nav_links: int = 0,
+    slug: str = "",
 ) -> Graph:
     """Build a deterministic link graph over ``hosts`` (base URLs like ``http://127.0.0.2:8001``).
 
@@ -206,7 +207,8 @@ def generate(
     rest at same-host pages (biased towards ``/`` to make cycles). Also: duplicate links,
     ``#fragment`` hrefs, a ``#top`` self-link, relative/root-relative/absolute/protocol-relative
     spellings. ``nav_links=N`` prepends the same N links (to pages 0..N-1 of the host) on every
-    page, like a documentation site's sidebar.
+    page, like a documentation site's sidebar. ``slug`` lengthens every page's path
+    (``/d3/p317-linen-shirt``), for URLs as long as real ones.
     """
     if pages_per_host < 1:
         raise ValueError("pages_per_host must be >= 1")
@@ -221,7 +223,7 @@ def generate(
     nav = min(nav_links, pages_per_host)
 
     for host in hosts:
-        html_paths = [_html_path(i) for i in range(pages_per_host)]
+        html_paths = [_html_path(i, slug) for i in range(pages_per_host)]
         for path in html_paths:
             pages[host + path] = Page(url=host + path)
         leaves: list[str] = []
@@ -714,6 +716,7 @@ def make_sites(
     non_html_ratio: float = 0.02,
     cross_host_ratio: float = 0.05,
     nav_links: int = 0,
+    slug: str = "",
     robots_txt: str | Mapping[str, str] | None = None,
     extra_routes: Mapping[str, RouteHandler] | None = None,
     delay: float = 0.0,
@@ -738,6 +741,7 @@ def make_sites(
             non_html_ratio=non_html_ratio,
             cross_host_ratio=cross_host_ratio,
             nav_links=nav_links,
+            slug=slug,
         )
         for server in servers:
             server.graph = graph

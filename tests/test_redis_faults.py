@@ -152,9 +152,11 @@ def test_crawl_waits_while_redis_is_full_and_resumes(own_redis, fault_settings, 
             time.sleep(3)
             p = crawl.progress()
             assert p["redis_oom"] is True
-            assert "Redis refuses writes (maxmemory)" in line(p)
+            assert p["admission_paused"] is True
+            assert "admission paused: Redis out of memory (used " in line(p)
             metrics = {m.name: m for m in CrawlCollector(client, fault_settings).collect()}
             assert metrics["crawler_redis_refuses_writes"].samples[0].value == 1
+            assert metrics["crawler_admission_paused"].samples[0].value == 1
             stalled = p["done"]
             time.sleep(17)
             assert crawl.progress()["done"] == stalled  # nothing recorded while Redis is full

@@ -1,31 +1,74 @@
-"""Whether Redis accepts writes, read without writing (a full Redis refuses every write, so the
-crawl cannot record that it is stuck: readers ask Redis itself)."""
+"""How full Redis is, read without writing (a full Redis refuses every write, so the crawl
+cannot record that it is stuck: readers ask Redis itself).
+
+Two lines, both against ``maxmemory`` with ``noeviction`` (the only policy that never drops
+crawl state): Redis *refuses writes* above ``maxmemory``; workers *pause admission* (new URLs)
+above ``admission_memory_fraction`` of it (settings), a little earlier, so the rest of a crawl
+(starting, finishing and recording URLs, the broker if it is the same Redis) keeps working.
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import redis
 
 from .connection import node_clients
 
-#: What a person sees while Redis is full (status line, ``crawler status``).
-REFUSES_WRITES = "Redis refuses writes (maxmemory)"
+
+@dataclass(frozen=True)
+class Memory:
+    """Redis's memory against its ``maxmemory`` (``noeviction``), in bytes."""
+
+    used: int
+    maxmemory: int
+
+    def refuses_writes(self) -> bool:
+        return self.used > self.maxmemory
+
+    def over(self, fraction: float) -> bool:
+        """At or above ``fraction`` of ``maxmemory``: no room to admit new URLs."""
+        return self.refuses_writes() or self.used >= fraction * self.maxmemory
+
+    def describe(self) -> str:
+        return f"used {_mb(self.used)} of maxmemory {_mb(self.maxmemory)}"
+
+    def as_dict(self) -> dict[str, int]:
+        return {"used_bytes": self.used, "maxmemory_bytes": self.maxmemory}
+
+
+def admission_paused(memory: Memory) -> str:
+    """The state a person sees while workers hold new URLs back (log, ``crawler status``)."""
+    return f"admission paused: Redis out of memory ({memory.describe()})"
+
+
+def memory(client: redis.Redis) -> Memory | None:
+    """Redis's memory, or None when it has no limit that stops writes (no ``maxmemory``, an
+    evicting policy) or does not say (INFO renamed or forbidden on managed Redis). On a Redis
+    Cluster, the fullest master's: a crawl's partitions are on all of them."""
+    found = [m for m in map(_node_memory, node_clients(client)) if m is not None]
+    return max(found, key=lambda m: m.used / m.maxmemory, default=None)
+
+
+def _node_memory(client: redis.Redis) -> Memory | None:
+    try:
+        info = client.info("memory")
+    except redis.ResponseError:
+        return None
+    limit = int(info.get("maxmemory", 0) or 0)
+    if not limit or info.get("maxmemory_policy") != "noeviction":
+        return None
+    # Redis's own test: used memory minus replication and AOF buffers, against the limit.
+    used = int(info.get("used_memory", 0)) - int(info.get("mem_not_counted_for_evict", 0))
+    return Memory(used, limit)
 
 
 def refuses_writes(client: redis.Redis) -> bool:
     """True while Redis is over ``maxmemory`` with ``noeviction``: it answers reads and refuses
-    writes with OOM errors, and every crawl on it pauses until memory is freed or raised. On a
-    Redis Cluster: while any master is."""
-    return any(_over_maxmemory(node) for node in node_clients(client))
+    writes with OOM errors, and every crawl on it pauses until memory is freed or raised."""
+    m = memory(client)
+    return m is not None and m.refuses_writes()
 
 
-def _over_maxmemory(client: redis.Redis) -> bool:
-    try:
-        info = client.info("memory")
-    except redis.ResponseError:  # INFO renamed or forbidden (managed Redis): cannot tell
-        return False
-    limit = int(info.get("maxmemory", 0) or 0)
-    if not limit or info.get("maxmemory_policy") != "noeviction":
-        return False
-    # Redis's own test: used memory minus replication and AOF buffers, against the limit.
-    used = int(info.get("used_memory", 0)) - int(info.get("mem_not_counted_for_evict", 0))
-    return used > limit
+def _mb(n: int) -> str:
+    return f"{n / 2**20:.1f} MB" if n < 2**30 else f"{n / 2**30:.1f} GB"

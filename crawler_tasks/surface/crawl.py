@@ -25,7 +25,7 @@ from ..errors import ConfigError, RedisFull, UnknownCrawl
 from ..settings import Settings, load, redact
 from ..state import connection
 from ..state import store as stores
-from ..state.health import refuses_writes
+from ..state.health import memory, refuses_writes
 from ..state.keys import CrawlKeys, Keys
 from ..state.ledger import RATE_WINDOW, Ledger
 from ..state.options import CrawlOptions
@@ -220,7 +220,11 @@ class Crawl:
         p["backlog"] = self.store.frontier.backlog(5)
         p["summary_path"] = self.state.flags().get("summary_path")
         # Workers wait (and cannot record why) while Redis is full: ask Redis itself.
-        p["redis_oom"] = refuses_writes(self.client)
+        mem = memory(self.client)
+        p["redis_oom"] = mem is not None and mem.refuses_writes()
+        fraction = self.settings.admission_memory_fraction
+        p["admission_paused"] = mem is not None and mem.over(fraction)
+        p["redis_memory"] = mem.as_dict() if mem is not None else None
         return p
 
     @property

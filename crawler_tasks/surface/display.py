@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from ..state.health import REFUSES_WRITES
+from ..state.health import Memory, admission_paused
 from .crawl import Crawl
 
 
@@ -20,9 +20,18 @@ def rate(p: dict[str, Any]) -> float:
     return float(p["pages_per_s"] if final else p["recent_pages_per_s"])
 
 
+def paused(p: dict[str, Any]) -> str:
+    """The paused state to append to a status line (``admission paused: Redis out of memory
+    (used X of maxmemory Y)``), or "" while workers admit new URLs."""
+    mem = p.get("redis_memory")
+    if not p.get("admission_paused") or not mem:
+        return ""
+    return " — " + admission_paused(Memory(mem["used_bytes"], mem["maxmemory_bytes"]))
+
+
 def line(p: dict[str, Any]) -> str:
     eta = f" eta={p['eta_s']}s" if p.get("eta_s") is not None else ""
-    eta += f" — {REFUSES_WRITES}, waiting" if p.get("redis_oom") else ""
+    eta += paused(p)
     if p.get("items") or p.get("extract_errors"):
         eta = f" items={p.get('items', 0)} extract_errors={p.get('extract_errors', 0)}" + eta
     return (
@@ -33,8 +42,7 @@ def line(p: dict[str, Any]) -> str:
 
 
 def table(p: dict[str, Any]) -> Table:
-    oom = f" — {REFUSES_WRITES}" if p.get("redis_oom") else ""
-    t = Table(title=f"crawl {p['crawl_id']} — {p['status']}{oom}", expand=False)
+    t = Table(title=f"crawl {p['crawl_id']} — {p['status']}{paused(p)}", expand=False)
     for col in ("done", "queued", "in flight", "failed", "robots", "pages/s", "eta"):
         t.add_column(col, justify="right")
     eta = f"{p['eta_s']:.0f}s" if p.get("eta_s") is not None else "—"

@@ -10,7 +10,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ..settings import Settings
-from ..state.health import refuses_writes
+from ..state.health import memory
 from ..state.keys import Keys
 from .crawl import Crawl
 
@@ -83,10 +83,16 @@ class CrawlCollector(Collector):
                     rate.add_metric([crawl_id, d["domain"]], d["rate"])
         yield from counters.values()
         yield from gauges.values()
+        mem = memory(self.client)
         yield GaugeMetricFamily(
             "crawler_redis_refuses_writes",
             "1 while Redis is at maxmemory (noeviction) and every crawl waits",
-            value=int(refuses_writes(self.client)),
+            value=int(mem is not None and mem.refuses_writes()),
+        )
+        yield GaugeMetricFamily(
+            "crawler_admission_paused",
+            "1 while Redis is above admission_memory_fraction of maxmemory: no new URL admitted",
+            value=int(mem is not None and mem.over(self.settings.admission_memory_fraction)),
         )
         yield failures
         yield backlog

@@ -7,7 +7,11 @@ Here the ack and reject run as a plain pipeline, which a full Redis accepts. Rec
 delivered message (``ZADD`` + ``HSET``: new memory) cannot succeed, so while Redis is full a
 delivered message is kept in this process only: it runs, and is acknowledged as usual; if the
 worker dies before that, the message is gone and the crawl's own reclaim must bring its URL
-back. Selected by ``worker/app.py`` for ``redis://`` brokers.
+back. Putting back the messages of dead workers (``restore_visible``, at connect and every
+10 s) takes a lock (``SET NX``) a full Redis refuses: it is skipped until the next round
+(it logged a traceback every 10 s). And a worker that starts or reconnects while Redis is
+full waits for room instead of exiting (see ``Transport``). Selected by ``worker/app.py`` for
+``redis://`` brokers.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from .logs import Throttled
 
 log = logging.getLogger(__name__)
 _unrecorded = Throttled(log, "recording a delivered message (Redis is full)", every=30.0)
+_unrestored = Throttled(log, "restoring unacknowledged messages (Redis is full)", every=60.0)
 
 
 class QoS(kombu_redis.QoS):  # type: ignore[misc]
@@ -32,6 +37,15 @@ class QoS(kombu_redis.QoS):  # type: ignore[misc]
         except OutOfMemoryError as exc:
             _unrecorded.failed(exc)
             virtual.QoS.append(self, message, delivery_tag)  # delivered, in memory only
+
+    def restore_visible(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            result = super().restore_visible(*args, **kwargs)
+        except OutOfMemoryError as exc:  # next round; nothing was restored or lost
+            _unrestored.failed(exc)
+            return None
+        _unrestored.ok()
+        return result
 
     def _remove_from_indices(self, delivery_tag: str, pipe: Any = None) -> Any:
         if pipe is None:
@@ -43,6 +57,41 @@ class QoS(kombu_redis.QoS):  # type: ignore[misc]
 class Channel(kombu_redis.Channel):  # type: ignore[misc]
     QoS = QoS
 
+    # Declaring a queue (a consumer connecting, the dispatcher's queue depths, a publisher's
+    # first message) reads sizes in a MULTI, which a full Redis refuses even for reads, and
+    # re-adds the queue's binding (SADD), refused even when the binding is there. Plain reads
+    # instead, and a binding that exists needs no write.
+    def _size(self, queue: str) -> int:
+        with self.conn_or_acquire() as client:
+            pipe = client.pipeline(transaction=False)
+            for pri in self.priority_steps:
+                pipe.llen(self._q_for_pri(queue, pri))
+            return sum(n for n in pipe.execute() if isinstance(n, int))
+
+    def _has_queue(self, queue: str, **kwargs: Any) -> bool:
+        with self.conn_or_acquire() as client:
+            pipe = client.pipeline(transaction=False)
+            for pri in self.priority_steps:
+                pipe.exists(self._q_for_pri(queue, pri))
+            return any(pipe.execute())
+
+    def _queue_bind(self, exchange: str, routing_key: str, pattern: str, queue: str) -> Any:
+        try:
+            return super()._queue_bind(exchange, routing_key, pattern, queue)
+        except OutOfMemoryError:
+            if queue in self._expires:  # a reply/pidbox queue: its TTL is refreshed next time
+                return None
+            member = self.sep.join([routing_key or "", pattern or "", queue or ""])
+            with self.conn_or_acquire() as client:
+                if not client.sismember(self.keyprefix_queue % (exchange,), member):
+                    raise  # a new binding: only room in Redis will do
+            return None
+
 
 class Transport(kombu_redis.Transport):  # type: ignore[misc]
     Channel = Channel
+    # A consumer that connects (starts, or comes back after a lost connection) writes: its
+    # queue bindings (SADD), a MULTI of LLENs. A full Redis refuses them, and Celery takes
+    # that as a fatal channel error and exits; as a connection error it tries again with
+    # back-off ("Trying to re-establish the connection") until Redis has room.
+    connection_errors = (*kombu_redis.Transport.connection_errors, OutOfMemoryError)

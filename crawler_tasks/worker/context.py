@@ -18,7 +18,9 @@ import redis
 
 from ..settings import Settings
 from ..state import connection
-from ..state.bloom import KnownURLs
+from ..state.admission import Admission
+from ..state.bloom import BloomFilter, KnownURLs
+from ..state.frontier import Frontier
 from ..state.options import CrawlOptions
 from ..state.robots_cache import RobotsCache
 from ..state.store import CrawlStore, Process, Redis
@@ -27,6 +29,7 @@ from ..web.fetcher import Fetcher, Response
 from . import requestopts
 from .hooks import Hooks
 from .output import CrawlOutput, Outputs
+from .room import Room
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +75,8 @@ class Context:
         #: This process in heartbeats and inflight marks: "host-pid".
         self.worker_id = self.outputs.tag
         self.heartbeat = Heartbeat(self.client, self.keys, self.worker_id)
+        #: Whether this process may admit new URLs while Redis nears maxmemory (room.py).
+        self.room = Room(self.client, settings.admission_memory_fraction, settings.admission_wait)
         self.enqueue_parse = enqueue_parse
         self.on_finished = on_finished
         #: (task name, crawl id, page URL, items): a page's items to the user's on_item task.
@@ -104,11 +109,19 @@ class Context:
         # filter's contents are not known to this process.
         known = KnownURLs(KNOWN_MAX) if opts.started_at else None
         with self._lock:
-            store = self._stores.setdefault(
-                crawl_id, CrawlStore(self.r, opts, self._process, known)
-            )
+            store = self._stores.setdefault(crawl_id, self._new_store(opts, known))
             while len(self._stores) > STORES:
                 self._stores.popitem(last=False)
+        return store
+
+    def _new_store(self, opts: CrawlOptions, known: KnownURLs | None) -> CrawlStore:
+        store = CrawlStore(self.r, opts, self._process, known)
+        # Admission writes wait in place while Redis refuses them for memory (room.py); the
+        # dispatcher's release and everything else keep failing at once, as they should.
+        client = self.room.client_for(self.client)
+        frontier = Frontier(client, store.ck, opts, self.r.scripts, known)
+        bloom = BloomFilter(client, store.ck, opts.bloom, self.r.scripts)
+        store.admission = Admission(client, store.ck, opts, frontier, bloom)
         return store
 
     def first_sitemap_look(self, crawl_id: str, origin: str) -> bool:

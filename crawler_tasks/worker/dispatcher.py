@@ -216,7 +216,10 @@ class Dispatcher:
         """Fetches to release now: while the broker's fetch queues hold messages, every pool
         slot is taken (a free slot takes a message at once), and a host released now would
         wait behind them; so release only up to ``dispatch_queue_max`` waiting messages.
-        None (no cap) when the broker is not a Redis this process can read."""
+        None (no cap) when the broker is not a Redis this process can read. Nothing while
+        Redis has no room for the links of what would be fetched (room.py)."""
+        if ctx.room.full():
+            return 0
         limit = self.settings.dispatch_queue_max
         broker = self._broker_client(ctx)
         if limit <= 0 or broker is None:

@@ -20,6 +20,10 @@ that URL (``retry-failed``) follows them again instead of stopping at its own ma
 An unexpected exception (a bug) while handling a URL gives it the final state
 ``internal_error`` instead of leaving it in flight forever; only a Redis outage is raised, for
 the task's own retry.
+
+While Redis is nearly full (``maxmemory``), a page waits for room before its links are
+admitted (worker/room.py); after ``admission_wait`` its URL is handed back to the frontier,
+to be fetched again, without spending a retry.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import (
+    AdmissionPaused,
     ConnectionFailed,
     CrawlerError,
     FetchTimeout,
@@ -85,6 +90,8 @@ def _guarded(
         return step(ctx, crawl_id, url, depth)
     except INFRA_ERRORS:
         raise
+    except AdmissionPaused:
+        return _hand_back(ctx, crawl_id, url, depth, parse=not release)
     except Exception as exc:
         return _internal_error(ctx, crawl_id, url, depth, exc, release=release)
 
@@ -161,6 +168,7 @@ def _after_response(
         ctx.enqueue_parse(store.id, url, depth)
         return "fetched"
     if status == 304 and store.recrawl is not None:
+        ctx.room.wait()
         final.outlinks = store.recrawl.previous_links(url)
         final.counters.update(store.admission.links(final.outlinks, depth + 1))
         final.note_change(Outcome.NOT_MODIFIED.value)
@@ -229,6 +237,18 @@ def _robots(ctx: Context, store: CrawlStore, url: str, domain: str) -> Final | N
         if maps.is_sitemap(url):
             return Final(url, 0, **maps.fetch(url))
     return None
+
+
+def _hand_back(ctx: Context, crawl_id: str, url: str, depth: int, *, parse: bool) -> str:
+    """Redis had no room for the page's links for ``admission_wait`` s: nothing of the page was
+    written, its lease is returned (done.lua ran), so its URL goes back to the frontier as it
+    was, its retries untouched (the dispatcher releases nothing until there is room)."""
+    store = ctx.store(crawl_id)
+    if store is None:
+        return "duplicate"
+    if parse:
+        store.bodies.drop(url)  # fetched again: its stored body only takes the room
+    return _requeue(store, url, depth, 0.0)
 
 
 def _internal_error(
@@ -342,6 +362,7 @@ def _follow(
     """What the page leads to: its canonical URL instead of its links (``canonical``), or
     its links (as the hook changed them, none for a skipped near-duplicate), admitted."""
     opts, url, depth = store.opts, final.url, final.depth
+    ctx.room.wait()  # before anything of the page is written (hook items, fingerprint, links)
     alias = _canonical(opts.canonical, page.canonical, final.final_url or url)
     if alias is not None:
         final.extra["canonical_followed"] = True
@@ -354,7 +375,8 @@ def _follow(
         final.add_items(hooked.items, hooked.error)
         links = hooked.links
     if page.simhash is not None:
-        original = NearDuplicates(store.client, store.ck).check(url, page.simhash)
+        # Through admission's client: a fingerprint refused for memory waits in place (room.py).
+        original = NearDuplicates(store.admission.client, store.ck).check(url, page.simhash)
         final.extra["duplicate_of"] = original
         if original is not None:
             final.counters[Counter.NEAR_DUPLICATES.value] = 1
