@@ -26,7 +26,9 @@ TESTS=(
   tests/test_recrawl.py::test_beat_runs_a_schedule_and_the_second_run_gets_304s
 )
 
-"$PYTHON" -c 'while True: pass' &
+# Spins until this script is gone, even if it is killed without running its traps.
+"$PYTHON" -c 'import os, sys; parent = int(sys.argv[1])
+while os.getppid() == parent: pass' "$$" &
 burner=$!
 trap 'kill "$burner" 2>/dev/null || true' EXIT
 trap 'exit 130' INT TERM
