@@ -41,6 +41,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import _util
@@ -377,8 +378,49 @@ def render(r: dict[str, Any], b: dict[str, float], fill: float) -> list[str]:
     ]
 
 
+def measure_cluster(args: Any) -> dict[str, Any]:
+    """The same admission into a crawl on a 3-master Redis Cluster (tests/cluster.py): bytes
+    per pending URL over all masters, and how evenly the partitions spread them."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from cluster import Cluster
+
+    cluster = Cluster(masters=3)
+    try:
+        with private_redis() as broker, tempfile.TemporaryDirectory(prefix="bench-mem-") as tmp:
+            masters = cluster.masters()
+            before = [int(n.info("memory")["used_memory"]) for n in masters]
+            settings = load(
+                env={},
+                broker_url=broker,
+                redis_url=cluster.url,
+                output_dir=tmp,
+                bloom_capacity=args.urls,
+            )
+            crawl = start_crawl(
+                [f"https://{host(0)}/"], settings=settings, output=tmp, allowed_domains=list(TLDS)
+            )
+            store = CrawlStore(crawl.store.r, crawl.options, known=KnownURLs(KNOWN_MAX))
+            times = admit_all(args, store)
+            after = [int(n.info("memory")["used_memory"]) for n in masters]
+            pending = store.ledger.counters().get("queued", 0)
+            shape = store.opts.bloom
+    finally:
+        cluster.stop()
+    grew = [a - b for a, b in zip(after, before, strict=True)]
+    bloom = shape.bits // 8 * store.opts.partitions
+    return {
+        "pending": pending,
+        "partitions": store.opts.partitions,
+        "grew_mb_by_master": [round(g / 2**20, 1) for g in grew],
+        "bytes_per_url": sum(grew) / max(pending, 1),
+        "bloom_bytes_per_url": bloom / max(pending, 1),
+        "admit_urls_per_s": pending / max(times["links_s"], 1e-9),
+    }
+
+
 def main() -> int:
     p = _util.parser(__doc__)
+    p.add_argument("--cluster", action="store_true", help="on a 3-master Redis Cluster")
     p.add_argument("--urls", type=int, default=10_000_000)
     p.add_argument("--domains", type=int, default=100_000)
     p.add_argument("--skew", type=float, default=1.0, help="Zipf exponent of URLs per domain")
@@ -397,6 +439,10 @@ def main() -> int:
             "error: --urls >= 1000, --domains >= 1, --links >= 1, 0 < --fill <= 1", file=sys.stderr
         )
         return 2
+    if args.cluster:
+        c = measure_cluster(args)
+        _util.emit(args, c, [_util.table("Admission into a 3-master cluster", [c])])
+        return 0
     r = measure(args)
     b = per_url(r)
     r["bytes_per_url"] = b

@@ -5,6 +5,7 @@ crawl's behaviour in detail; test_crawl.py proves the same with real Celery work
 from __future__ import annotations
 
 import math
+import socket
 import time
 from collections import Counter
 
@@ -13,8 +14,10 @@ from sitegen import SiteServer, reachable, running_sites, serve_hosts
 from test_formats import undescribed
 
 from crawler_tasks import start_crawl
+from crawler_tasks.state.formats import Unwritten
 from crawler_tasks.state.store import CrawlStore
 from crawler_tasks.web.urls import normalize
+from crawler_tasks.worker.recorder import Final, write_orphan
 
 
 def start(settings, servers, **options):  # type: ignore[no-untyped-def]
@@ -189,3 +192,20 @@ def test_politeness_holds_in_process_too(settings, driver):  # type: ignore[no-u
     gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
     assert min(gaps) >= 0.5 - 0.05, gaps
     assert time.monotonic() - t0 >= 0.5 * (len(times) - 1) - 0.05
+
+
+def test_an_orphan_met_by_two_rescuers_is_written_once(settings, driver):  # type: ignore[no-untyped-def]
+    """A process died between finish.lua and its page line. Its redelivered task and the
+    dispatcher's sweep (or the finisher) read the orphan before either wrote it: the first
+    writes it, the second, holding what it read before, leaves it."""
+    crawl = start_crawl(["http://127.0.0.79/a"], settings=settings, allow_private_networks=True)
+    store = driver.ctx.store(crawl.id)
+    [(_domain, _depth, url)] = store.frontier.release_all(10, 180).entries
+    dead = crawl.output_dir / f"pages-{socket.gethostname()}-1.jsonl"  # it wrote nothing
+    record = {**Final(url, 0, status=200, extra={"fetched_at": time.time()}).record(), "rid": "r"}
+    assert store.ledger.finish(url, Unwritten("r", str(dead), time.time(), record), {}) == 0
+    [(_url, seen)], _young = store.ledger.orphans(0)
+    assert write_orphan(driver.ctx, store, url, seen)
+    assert not write_orphan(driver.ctx, store, url, seen)
+    assert [r["url"] for r in crawl.pages(latest=False)] == [url]
+    assert store.ledger.unwritten(url) is None

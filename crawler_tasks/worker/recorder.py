@@ -8,7 +8,8 @@ when it was the last one.
 A process that dies between finish.lua and the delete leaves the record in Redis. Whoever
 meets it next writes it, unless the page line with its record id is already in the dead
 writer's file (same host): the redelivered task (start.lua says so), the dispatcher's sweep,
-or the finisher, which writes every orphan before ``summary.json``. Only a writer frozen for
+or the finisher, which writes every orphan before ``summary.json``; of several that meet it
+at once, the one that claims it in Redis (claim.lua). Only a writer frozen for
 longer than ``orphan_record_seconds`` inside that step, or one on another host whose file
 cannot be read here, can leave a URL with two lines.
 
@@ -153,21 +154,24 @@ def finalize(ctx: Context, store: CrawlStore, final: Final) -> str:
 
 def write_orphan(ctx: Context, store: CrawlStore, url: str, entry: formats.Unwritten) -> bool:
     """Put an unwritten record on disk unless its writer got it there; True if written now.
-    Claimed first (claim.lua), so two processes finding it at once do not both write it."""
-    out = ctx.output(store.opts)
-    claimed = formats.Unwritten(entry.rid, str(out.pages_path), time.time(), entry.record)
-    if not store.ledger.claim(url, entry, claimed):
+    Its redelivered task, the dispatcher's sweep and the finisher can meet one orphan at once:
+    the one that claims it (claim.lua) writes it. The entry then names this process's file and
+    time, with the items only if they are still to write, for whoever meets it next."""
+    if _on_disk(entry):
+        store.ledger.written(url)
         return False
-    written = False
-    if not _on_disk(entry):
-        # Items go first: if they made it and the page line did not, they are not repeated.
-        items = bool(entry.record.get(ITEMS))
-        with_items = items and not _on_disk(entry, items_path(Path(entry.path)))
-        out.final(entry.record, with_items=with_items)
-        written = True
-        log.warning("crawl %s: wrote the record of %.300s left by a dead process", store.id, url)
+    # Items go first: if they made it and the page line did not, they are not repeated.
+    items = bool(entry.record.get(ITEMS))
+    with_items = items and not _on_disk(entry, items_path(Path(entry.path)))
+    out = ctx.output(store.opts)
+    record = {k: v for k, v in entry.record.items() if with_items or k != ITEMS}
+    mine = formats.Unwritten(entry.rid, str(out.pages_path), time.time(), record)
+    if not store.ledger.claim(url, entry, mine):
+        return False  # written, or claimed by another process, since it was read
+    out.final(record, with_items=with_items)
+    log.warning("crawl %s: wrote the record of %.300s left by a dead process", store.id, url)
     store.ledger.written(url)
-    return written
+    return True
 
 
 def recover(ctx: Context, store: CrawlStore, url: str) -> str:
@@ -251,14 +255,14 @@ def _finisher_lock(ctx: Context, store: CrawlStore) -> bool:
 
 
 def _write_all_orphans(ctx: Context, store: CrawlStore) -> None:
-    """Every record on disk before the summary: orphans at once, records of live writers
-    (younger than ``orphan_record_seconds``) after they had time to write them."""
+    """Every record on disk before the summary: orphans at once, records of live writers (or
+    of processes that just claimed an orphan) once ``orphan_record_seconds`` old, if they did
+    not write them meanwhile. Returns when none is left."""
     wait = ctx.settings.orphan_record_seconds
-    deadline = time.monotonic() + wait
     while True:
-        old, young = store.ledger.orphans(wait if time.monotonic() < deadline else 0)
+        old, young = store.ledger.orphans(wait)
         for url, entry in old:
             write_orphan(ctx, store, url, entry)
-        if not young:
+        if not old and not young:
             return
         time.sleep(0.05)
