@@ -196,6 +196,10 @@ def load(env: dict[str, str] | None = None, **overrides: Any) -> Settings:
             except ValueError as exc:
                 raise ValueError(f"{ENV_PREFIX}{f.name.upper()}={raw!r}: {exc}") from None
     values.update(overrides)
+    prefix = values.get("key_prefix", Settings.key_prefix)
+    if not re.fullmatch(r"[A-Za-z0-9._-]+", prefix):
+        # Braces would become the Redis Cluster hash tag instead of the crawl id.
+        raise ValueError(f"{ENV_PREFIX}KEY_PREFIX={prefix!r}: use letters, digits, '.', '_', '-'")
     return Settings(**values)
 
 

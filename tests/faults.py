@@ -6,12 +6,17 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
+import shutil
 import signal
 import subprocess
 import tempfile
+import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 import redis
 
 from crawler_tasks.surface.embedded import free_port, redis_binary, wait_for_redis
@@ -75,3 +80,18 @@ def first_request_after(server, when: float, exclude=frozenset()) -> float | Non
     ``exclude``; None if there was none."""
     times = [r.time for r in server.requests() if r.time >= when and r.path not in exclude]
     return min(times) - when if times else None
+
+
+@contextlib.contextmanager
+def rabbitmq_vhost() -> Iterator[str]:
+    """A private vhost on the machine's RabbitMQ (127.0.0.1:5672, guest), deleted after."""
+    if shutil.which("rabbitmqctl") is None:
+        pytest.skip("rabbitmqctl not found: RabbitMQ is not installed on this machine")
+    vhost = f"crawler-test-{os.getpid()}-{time.monotonic_ns()}"
+    subprocess.run(["rabbitmqctl", "add_vhost", vhost], check=True, capture_output=True)
+    perms = ["rabbitmqctl", "set_permissions", "-p", vhost, "guest", ".*", ".*", ".*"]
+    subprocess.run(perms, check=True, capture_output=True)
+    try:
+        yield f"amqp://guest:guest@127.0.0.1:5672/{vhost}"
+    finally:
+        subprocess.run(["rabbitmqctl", "delete_vhost", vhost], capture_output=True)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -24,6 +23,7 @@ from pathlib import Path
 
 import pytest
 from conftest import wait_until
+from faults import rabbitmq_vhost
 from sitegen import SiteServer, reachable, running_sites
 
 from crawler_tasks import start_crawl
@@ -247,21 +247,6 @@ def test_site_down_for_30_seconds_loses_nothing(settings, redis_url, tmp_path): 
     assert time.monotonic() - down_at < 30 + 90
     assert_exact(crawl, graph, seeds, summary)
     assert summary["failures"] == {}
-
-
-@contextmanager
-def rabbitmq_vhost() -> Iterator[str]:
-    """A private vhost on the machine's RabbitMQ (127.0.0.1:5672, guest), deleted after."""
-    if shutil.which("rabbitmqctl") is None:
-        pytest.skip("rabbitmqctl not found: RabbitMQ is not installed on this machine")
-    vhost = f"crawler-test-{os.getpid()}-{time.monotonic_ns()}"
-    subprocess.run(["rabbitmqctl", "add_vhost", vhost], check=True, capture_output=True)
-    perms = ["rabbitmqctl", "set_permissions", "-p", vhost, "guest", ".*", ".*", ".*"]
-    subprocess.run(perms, check=True, capture_output=True)
-    try:
-        yield f"amqp://guest:guest@127.0.0.1:5672/{vhost}"
-    finally:
-        subprocess.run(["rabbitmqctl", "delete_vhost", vhost], capture_output=True)
 
 
 @pytest.mark.parametrize("broker", ["redis", "rabbitmq"])

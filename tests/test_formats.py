@@ -70,7 +70,14 @@ def test_counter_names_are_plain_strings() -> None:
 # --- keys.py's table against the keys a crawl writes ---------------------------------------------
 
 _ROW = re.compile(r"^    (P:\S+)\s+(string|hash|list|set|zset|-)\s", re.M)
-_PLACEHOLDER = {"C": r"[^:]+", "D": r".+", "N": r"\d+", "H": r"[0-9a-f]+", "S": r"[^:]+"}
+_PLACEHOLDER = {
+    "{C}": r"\{[^:{}]+\}",
+    "C": r"[^:]+",
+    "D": r".+",
+    "N": r"\d+",
+    "H": r"[0-9a-f]+",
+    "S": r"[^:]+",
+}
 
 
 def table() -> list[tuple[re.Pattern[str], str]]:

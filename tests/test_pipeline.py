@@ -160,7 +160,7 @@ def test_every_key_a_crawl_writes_is_in_the_table(settings, driver, client):  # 
         )
         driver.run(crawl)
     assert undescribed(client) == []
-    kinds = {k.decode().split(":")[2] for k in client.scan_iter(match=f"crawler:{crawl.id}:*")}
+    kinds = {k.decode().split(":")[2] for k in client.scan_iter(match=f"{crawl.store.ck.base}:*")}
     assert {"config", "state", "stats", "bloom", "hostpages", "sitemaps", "smo", "persec"} <= kinds
 
 

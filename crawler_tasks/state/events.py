@@ -21,6 +21,7 @@ from typing import Any
 import redis
 from celery.utils.dispatch import Signal
 
+from .connection import subscribers
 from .keys import CrawlKeys
 
 #: Seconds a process trusts its last count of a channel's listeners.
@@ -54,7 +55,7 @@ def _has_listeners(client: redis.Redis, channel: str) -> bool:
     now = time.monotonic()
     expires, n = _listeners.get(channel, (0.0, 0))
     if now >= expires:
-        n = int(client.pubsub_numsub(channel)[0][1])
+        n = subscribers(client, channel)
         if len(_listeners) > 1000:
             _listeners.clear()
         _listeners[channel] = (now + LISTENERS_TTL, n)

@@ -119,12 +119,14 @@ class Frontier:
         worker: str = "",
         drain: int = 1000,
         budget: int | None = None,
+        cluster_rates: str = "",
     ) -> Release:
-        """Up to ``budget`` due entries (None: no cap) from at most ``limit`` domains."""
+        """Up to ``budget`` due entries (None: no cap) from at most ``limit`` domains;
+        ``cluster_rates`` is ``politeness.cluster_rates()``."""
         ck = self.ck
         opts = self.opts
         out = self.scripts.release(
-            keys=[ck.ready, ck.inflight, ck.state, ck.rates, ck.cluster_rates, ck.stats, ck.retry],
+            keys=[ck.ready, ck.inflight, ck.state, ck.rates, ck.stats, ck.retry],
             args=[
                 limit,
                 ck.queue_prefix,
@@ -137,6 +139,7 @@ class Frontier:
                 drain,
                 worker,
                 "inf" if budget is None else budget,
+                cluster_rates,
             ],
             client=self.client,
         )

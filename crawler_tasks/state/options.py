@@ -172,6 +172,11 @@ class CrawlOptions:
         """Options of a new crawl: ``options`` (user keywords, validated here) over the
         defaults that come from ``settings``. Used by start_crawl, the CLI and schedules."""
         check_names(options)
+        if not _CRAWL_ID.match(crawl_id):
+            raise ConfigError(
+                f"crawl id {crawl_id!r}: use 1-100 letters, digits, '.', '_' or '-' "
+                "(it is part of every key name and of the hash tag that keeps a crawl together)"
+            )
         return cls.from_user(
             settings, crawl_id=crawl_id, seeds=seeds, started_at=started_at, **options
         )
@@ -252,6 +257,7 @@ def _number(what: str, value: Any) -> float:
         raise ConfigError(f"{what} must be a number, not {value!r}") from None
 
 
+_CRAWL_ID = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
 _DOTTED = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
 
 

@@ -84,6 +84,13 @@ def set_rate(client: redis.Redis, keys: Keys, domain: str, rate: float | None) -
         client.hset(keys.rates, domain, "inf" if math.isinf(rate) else repr(rate))
 
 
+def cluster_rates(client: redis.Redis, keys: Keys) -> str:
+    """The ``set_rate`` overrides as release.lua takes them: "domain<TAB>rate" pairs joined by
+    tabs. An argument rather than a key, so that release.lua touches only its crawl's slot."""
+    pairs = client.hgetall(keys.rates)
+    return "\t".join(f"{k.decode()}\t{v.decode()}" for k, v in pairs.items())
+
+
 class Politeness:
     """One crawl's side of the per-domain buckets and leases (release.lua charges them)."""
 

@@ -106,7 +106,9 @@ class CrawlStore:
         ck = r.keys.crawl(opts.crawl_id)
         if not r.client.set(ck.config, opts.to_json(), nx=True):
             raise ConfigError(f"crawl {opts.crawl_id!r} exists already")
-        pipe = r.client.pipeline()
+        # Not a transaction: the listings live outside the crawl's hash slot (Redis Cluster);
+        # the config written above (NX) is what makes the crawl exist.
+        pipe = r.client.pipeline(transaction=False)
         pipe.hset(ck.state, mapping={"status": "running", "started_at": repr(opts.started_at)})
         if opts.rates:
             rates = {h: "inf" if math.isinf(v) else v for h, v in opts.rates.items()}

@@ -12,6 +12,7 @@ import redis
 
 from ..errors import ConfigError
 from ..settings import Settings, redact
+from ..state import connection
 
 #: Exit code of a command given bad input or pointed at a broker it cannot use.
 USAGE = 2
@@ -41,7 +42,7 @@ def settings_for(broker: str | None) -> Settings:
 
 
 def client_for(settings: Settings) -> redis.Redis:
-    return redis.Redis.from_url(settings.state_url, socket_connect_timeout=2, socket_timeout=10)
+    return connection.connect(settings.state_url, socket_connect_timeout=2, socket_timeout=10)
 
 
 def connect(broker: str | None) -> tuple[Settings, redis.Redis]:

@@ -23,6 +23,7 @@ import redis
 
 from ..errors import ConfigError, RedisFull, UnknownCrawl
 from ..settings import Settings, load, redact
+from ..state import connection
 from ..state import store as stores
 from ..state.health import memory, refuses_writes
 from ..state.keys import Keys
@@ -59,7 +60,7 @@ def start_crawl(
     :class:`~crawler_tasks.errors.ConfigError` before anything is written.
     """
     settings = settings or connect_settings(broker)
-    client = client or redis.Redis.from_url(settings.state_url)
+    client = client or connection.connect(settings.state_url)
     r = Redis.connect(client, settings.key_prefix)
     if rates:
         options["rates"] = rates
@@ -109,12 +110,15 @@ def _no_room(client: redis.Redis, need: int) -> bool:
     far above it, so check before."""
     if refuses_writes(client):
         return True
-    try:
-        info = client.info("memory")
-    except redis.ResponseError:  # INFO forbidden (managed Redis): let the writes tell
-        return False
-    limit = int(info.get("maxmemory", 0) or 0)
-    return bool(limit) and int(info.get("used_memory", 0)) + need > limit
+    for node in connection.node_clients(client):  # the crawl's slot may be on any master
+        try:
+            info = node.info("memory")
+        except redis.ResponseError:  # INFO forbidden (managed Redis): let the writes tell
+            return False
+        limit = int(info.get("maxmemory", 0) or 0)
+        if limit and int(info.get("used_memory", 0)) + need > limit:
+            return True
+    return False
 
 
 def _full_message(client: redis.Redis, bloom: Any, options: dict[str, Any]) -> str:
@@ -157,7 +161,7 @@ class Crawl:
     ) -> None:
         self.id = crawl_id
         self.settings = settings or connect_settings(broker)
-        self.client = client or redis.Redis.from_url(self.settings.state_url)
+        self.client = client or connection.connect(self.settings.state_url)
         self._r = (
             store.r if store is not None else Redis.connect(self.client, self.settings.key_prefix)
         )
@@ -332,11 +336,13 @@ class Crawl:
                 return False
             pipe.multi()
             pipe.hset(self.ck.state, mapping=mapping)
-            if wake:
-                pipe.sadd(self.keys.running, self.id)
             return True
 
-        return bool(self.client.transaction(apply, self.ck.state, value_from_callable=True))
+        steered = bool(self.client.transaction(apply, self.ck.state, value_from_callable=True))
+        # After the transaction: the listing is outside the crawl's hash slot (Redis Cluster).
+        if steered and wake:
+            self.client.sadd(self.keys.running, self.id)
+        return steered
 
     def failed(self) -> list[dict[str, Any]]:
         self.options  # noqa: B018  (UnknownCrawl)

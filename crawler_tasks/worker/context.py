@@ -17,6 +17,7 @@ from collections.abc import Callable
 import redis
 
 from ..settings import Settings
+from ..state import connection
 from ..state.admission import Admission
 from ..state.bloom import BloomFilter, KnownURLs
 from ..state.frontier import Frontier
@@ -47,14 +48,12 @@ REDIS_CONNECTIONS = 64
 
 
 def redis_client(settings: Settings) -> redis.Redis:
-    pool = redis.BlockingConnectionPool.from_url(
+    return connection.connect(
         settings.state_url,
-        max_connections=REDIS_CONNECTIONS,
-        timeout=20,
+        pool_size=REDIS_CONNECTIONS,
         health_check_interval=30,
         socket_keepalive=True,
     )
-    return redis.Redis(connection_pool=pool)
 
 
 class Context:

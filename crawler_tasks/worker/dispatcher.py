@@ -12,6 +12,7 @@ died is finished, and, rarely, a fetch whose message was lost is published again
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -22,6 +23,7 @@ from ..errors import WorkerLost
 from ..settings import Settings
 from ..state import workers
 from ..state.formats import Inflight
+from ..state.politeness import cluster_rates
 from ..state.store import CrawlStore
 from .context import Context
 from .logs import Throttled
@@ -58,6 +60,7 @@ class Dispatcher:
         self._idle_queues = idle_queues
         self.settings = settings
         self._stop = threading.Event()
+        self._rates, self._rates_read = "", -math.inf
         self._thread: threading.Thread | None = None
         self._next_reclaim = time.monotonic() + RECLAIM_EVERY
         self._broker: redis.Redis | None = None
@@ -156,13 +159,14 @@ class Dispatcher:
         ctx = self._context()
         busy = False
         budget = self._budget(ctx)
+        rates = self._cluster_rates(ctx)
         for raw in ctx.client.smembers(ctx.keys.running):
             store = ctx.store(raw.decode())
             if store is None or budget == 0:
                 continue
             s = self.settings
             release = store.frontier.release(
-                s.dispatch_batch, s.lease_seconds, ctx.worker_id, budget=budget
+                s.dispatch_batch, s.lease_seconds, ctx.worker_id, budget=budget, cluster_rates=rates
             )
             if budget is not None and not release.cancelled:
                 budget = max(0, budget - len(release.entries))
@@ -175,6 +179,13 @@ class Dispatcher:
                     self._publish(store.id, url, depth, store.opts.tier(depth, s.medium_max_depth))
             busy = busy or bool(release.entries)
         return busy
+
+    def _cluster_rates(self, ctx: Context) -> str:
+        """`crawler set-rate` overrides, read at most once a second (they change rarely)."""
+        now = time.monotonic()
+        if now - self._rates_read >= 1.0:
+            self._rates, self._rates_read = cluster_rates(ctx.client, ctx.keys), now
+        return self._rates
 
     def _budget(self, ctx: Context) -> int | None:
         """Fetches to release now: while the broker's fetch queues hold messages, every pool

@@ -17,21 +17,31 @@ from typing import TypeVar
 
 import redis
 from kombu.exceptions import OperationalError
-from redis.exceptions import OutOfMemoryError, ReadOnlyError
+from redis.exceptions import (
+    ClusterError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    SlotNotCoveredError,
+    TryAgainError,
+)
 
 from .logs import Throttled
 
 log = logging.getLogger(__name__)
 
 #: Redis is down or restarting (BusyLoadingError is a ConnectionError), full (maxmemory with
-#: noeviction), or a replica after a failover: worth waiting for, never a URL's fault. Celery's
-#: publish wraps the broker's errors in kombu's OperationalError.
+#: noeviction), or a replica after a failover; on a Redis Cluster also a master down or being
+#: failed over (CLUSTERDOWN, TRYAGAIN, a slot no node serves yet): worth waiting for, never a
+#: URL's fault. Celery's publish wraps the broker's errors in kombu's OperationalError.
 REDIS_UNAVAILABLE: tuple[type[Exception], ...] = (
     OperationalError,
     redis.ConnectionError,
     redis.TimeoutError,
     OutOfMemoryError,
     ReadOnlyError,
+    ClusterError,
+    TryAgainError,
+    SlotNotCoveredError,
 )
 
 T = TypeVar("T")

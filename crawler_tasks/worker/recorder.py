@@ -216,11 +216,14 @@ def crawl_finished(ctx: Context, store: CrawlStore) -> bool:
     if opts.on_finished and not flags.get("on_finished_sent"):
         ctx.on_finished(opts.on_finished, opts.crawl_id, summary)
         client.hset(ck.state, "on_finished_sent", "1")
+    # The crawl's keys share a slot, the listing of running crawls does not (Redis Cluster):
+    # status first, so a finisher dying in between leaves a finished crawl that is still
+    # listed (harmless: nothing to release), never a running one that is not.
     pipe = client.pipeline()
     pipe.hset(ck.state, "status", summary["status"])
-    pipe.srem(ctx.keys.running, opts.crawl_id)
     pipe.delete(ck.finisher)
     pipe.execute()
+    client.srem(ctx.keys.running, opts.crawl_id)
     log.info("crawl %s %s in %.1fs", opts.crawl_id, summary["status"], summary["duration_s"])
     return True
 

@@ -19,6 +19,7 @@ import redis
 from celery import bootsteps
 from celery.signals import beat_init, worker_process_shutdown
 from kombu.exceptions import ChannelError
+from redis.exceptions import ClusterError, TryAgainError
 
 from ..settings import Settings
 from ..state import store
@@ -31,7 +32,7 @@ from .logs import OncePerInterval, Throttled
 from .outage import ride_out
 
 log = logging.getLogger(__name__)
-_INFRA_ERRORS = (redis.ConnectionError, redis.TimeoutError)
+_INFRA_ERRORS = (redis.ConnectionError, redis.TimeoutError, ClusterError, TryAgainError)
 T = TypeVar("T")
 
 

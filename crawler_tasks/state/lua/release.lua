@@ -16,14 +16,16 @@
 -- A domain is in the ready zset exactly while its queue is non-empty; its score is the
 -- earliest time anything can change for it (next token, next lease expiry, Retry-After).
 --
+-- Every key is the crawl's own (one hash slot, so this runs on a Redis Cluster too): the
+-- cluster-wide rates of `crawler set-rate` arrive as an argument, read by the dispatcher.
 -- KEYS[1] ready  KEYS[2] inflight  KEYS[3] state  KEYS[4] crawl rate overrides (hash)
--- KEYS[5] cluster-wide rates (hash, `crawler set-rate`)  KEYS[6] stats
--- KEYS[7] retry zset ("domain<TAB>depth|url" scored by when the retry is due)
+-- KEYS[5] stats  KEYS[6] retry zset ("domain<TAB>depth|url" scored by when the retry is due)
 -- ARGV[1] max domains per call  ARGV[2] queue prefix  ARGV[3] lease prefix
 -- ARGV[4] domain-state prefix   ARGV[5] lease seconds  ARGV[6] default rate (req/s)
 -- ARGV[7] burst  ARGV[8] concurrency per domain  ARGV[9] max entries drained when cancelled
 -- ARGV[10] id of the releasing worker process (formats.Inflight stage "r")
 -- ARGV[11] max entries released (what the fetch pools can start now; the dispatcher's budget)
+-- ARGV[12] cluster-wide rates, "domain<TAB>req/s" pairs joined by tabs ("" = none)
 -- Returns {mode, domain1, entry1, domain2, entry2, ...}; mode is "fetch", or "cancel" when
 -- the crawl was cancelled and the entries are drained without politeness (not to be fetched),
 -- or "finishing" (no entries) when the crawl is empty and its finisher has not completed.
@@ -37,6 +39,13 @@ local limit, qprefix, lprefix, dprefix = tonumber(ARGV[1]), ARGV[2], ARGV[3], AR
 local lease_s, default_rate = tonumber(ARGV[5]), tonumber(ARGV[6])
 local burst, conc = tonumber(ARGV[7]), tonumber(ARGV[8])
 local budget = tonumber(ARGV[11]) or math.huge
+local cluster_rates = {}
+if ARGV[12] and ARGV[12] ~= '' then
+  local d = nil
+  for field in string.gmatch(ARGV[12], '[^\t]+') do
+    if d == nil then d = field else cluster_rates[d] = field; d = nil end
+  end
+end
 
 if state[2] == '1' then
   -- Cancelled: hand pending entries back as in flight so they reach a final state.
@@ -54,22 +63,22 @@ if state[2] == '1' then
     if budget <= 0 then break end
   end
   -- Not when nothing was drained: -0 / 2 is "-0", which HINCRBY rejects as no integer.
-  if #out > 1 then redis.call('HINCRBY', KEYS[6], 'queued', -(#out - 1) / 2) end
+  if #out > 1 then redis.call('HINCRBY', KEYS[5], 'queued', -(#out - 1) / 2) end
   return out
 end
 if state[1] == '1' then return {'fetch'} end
 
 -- Retries that are due go back to the head of their domain's queue, so they too wait for the
 -- domain's token, lease and Retry-After.
-local due_retries = redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', now, 'LIMIT', 0, limit)
+local due_retries = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now, 'LIMIT', 0, limit)
 for _, m in ipairs(due_retries) do
   local tab = string.find(m, '\t', 1, true)
   local d = string.sub(m, 1, tab - 1)
   redis.call('LPUSH', qprefix .. d, string.sub(m, tab + 1))
   redis.call('ZADD', KEYS[1], 'NX', now, d)
-  redis.call('ZREM', KEYS[7], m)
+  redis.call('ZREM', KEYS[6], m)
 end
-if #due_retries > 0 then redis.call('HINCRBY', KEYS[6], 'queued', #due_retries) end
+if #due_retries > 0 then redis.call('HINCRBY', KEYS[5], 'queued', #due_retries) end
 
 -- (seconds between two requests to domain d (0 = unlimited), burst slack in seconds, 1 if the
 -- crawl's owner set d's rate else 0).
@@ -81,7 +90,7 @@ local function pace(d, delay, slow)
     local iv = slow / tonumber(own)
     return iv, burst * iv, 1
   end
-  local rate = tonumber(redis.call('HGET', KEYS[5], d) or default_rate)
+  local rate = tonumber(cluster_rates[d] or default_rate)
   local base = 0
   if rate ~= nil and rate > 0 and rate ~= math.huge then base = 1 / rate end
   if delay > 0 and delay >= base then return delay * slow, 0, 0 end
@@ -133,5 +142,5 @@ for _, d in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0,
     end
   end
 end
-if released > 0 then redis.call('HINCRBY', KEYS[6], 'queued', -released) end
+if released > 0 then redis.call('HINCRBY', KEYS[5], 'queued', -released) end
 return out

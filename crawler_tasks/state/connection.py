@@ -1,0 +1,63 @@
+"""Clients of the crawl-state Redis: a standalone server or a Redis Cluster, told apart by
+asking the server (``INFO cluster``), so ``CRAWLER_REDIS_URL`` may name any node of a cluster.
+
+Every crawl's keys share one hash tag (keys.py), so each Lua script and each transaction of
+the crawler touches one slot, which is what a cluster requires. The Celery broker is never a
+cluster (Celery cannot use one: celery/celery#2852): it stays a standalone Redis or RabbitMQ.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import redis
+from redis.cluster import RedisCluster
+
+
+def is_cluster(url: str, timeout: float = 2.0) -> bool:
+    """True if the server at ``url`` runs in cluster mode. An unreachable server counts as
+    standalone: the caller's first command then fails with the usual connection error."""
+    probe = redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout)
+    try:
+        return bool(probe.info("cluster").get("cluster_enabled"))
+    except (redis.ConnectionError, redis.TimeoutError, OSError):
+        return False
+    except redis.ResponseError:  # e.g. INFO not allowed by an ACL: assume standalone
+        return False
+    finally:
+        probe.close()
+
+
+def connect(url: str, pool_size: int | None = None, **options: Any) -> redis.Redis:
+    """A client of the crawl-state Redis at ``url``. ``pool_size``: connections per server at
+    most, threads beyond it wait for a free one (None: redis-py's default pool).
+
+    A cluster client is returned as ``redis.Redis`` for typing: the crawler uses only commands
+    that ``RedisCluster`` routes by key (and pipelines and scripts whose keys share a slot)."""
+    if is_cluster(url):
+        if pool_size is not None:
+            options.update(
+                connection_pool_class=redis.BlockingConnectionPool, max_connections=pool_size
+            )
+        return cast(redis.Redis, RedisCluster.from_url(url, **options))
+    if pool_size is None:
+        return redis.Redis.from_url(url, **options)
+    pool = redis.BlockingConnectionPool.from_url(
+        url, max_connections=pool_size, timeout=20, **options
+    )
+    return redis.Redis(connection_pool=pool)
+
+
+def node_clients(client: redis.Redis, replicas: bool = False) -> list[redis.Redis]:
+    """One client per primary (and replica) of a cluster, for what each node answers only for
+    itself (INFO, PUBSUB NUMSUB); the client itself for a standalone Redis."""
+    if isinstance(client, RedisCluster):
+        nodes = client.get_nodes() if replicas else client.get_primaries()
+        return [cast(redis.Redis, client.get_redis_connection(node)) for node in nodes]
+    return [client]
+
+
+def subscribers(client: redis.Redis, channel: str) -> int:
+    """Clients subscribed to ``channel``: a cluster node counts only its own subscribers, while
+    a message published anywhere reaches them all."""
+    return sum(int(c.pubsub_numsub(channel)[0][1]) for c in node_clients(client, replicas=True))

@@ -1,0 +1,228 @@
+"""Crawl state on a real Redis Cluster (3 masters on loopback, tests/cluster.py) with the broker
+apart: a standalone Redis (the session's ``redis_url``) or RabbitMQ. The same end-to-end checks
+as the single-Redis suite: exact page set and counters, politeness windows with two fetch
+processes, pause/resume/cancel, a SIGKILLed fetch worker, a master killed and restarted, a
+failover, RabbitMQ as the broker."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import signal
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from cluster import Cluster, Node
+from conftest import wait_until
+from faults import rabbitmq_vhost
+from sitegen import max_concurrency, rate_report, reachable, running_sites
+
+from crawler_tasks import start_crawl
+from crawler_tasks.settings import Settings, load
+from crawler_tasks.surface.embedded import local_workers
+from crawler_tasks.web.urls import normalize
+
+QUIET_SITE = {"broken_ratio": 0, "non_html_ratio": 0, "cross_host_ratio": 0}
+# Redelivery of a dead worker's messages after 4 s instead of 10 minutes (the kill tests).
+FAST_REDELIVERY = {"CRAWLER_VISIBILITY_TIMEOUT": "4", "CRAWLER_LEASE_SECONDS": "4"}
+
+
+@pytest.fixture(scope="module")
+def redis_cluster() -> Iterator[Cluster]:
+    c = Cluster(masters=3)
+    yield c
+    c.stop()
+
+
+@pytest.fixture
+def cluster_url(redis_cluster: Cluster, redis_url: str) -> str:
+    redis_cluster.wait_ok()
+    redis_cluster.flush()
+    return redis_cluster.url
+
+
+@pytest.fixture
+def csettings(redis_url: str, cluster_url: str, tmp_path: Path) -> Settings:
+    """Broker: the session's standalone Redis; crawl state: the cluster."""
+    return load(
+        env={}, broker_url=redis_url, redis_url=cluster_url, output_dir=str(tmp_path / "out")
+    )
+
+
+@contextlib.contextmanager
+def workers_on(broker: str, state: str, log_dir: Path, **env: str) -> Iterator[list]:
+    """Two threads-pool fetch processes and a parse process, state on ``state``."""
+    with local_workers(
+        broker,
+        fetch_threads=8,
+        parsers=1,
+        fetchers=2,
+        log_dir=str(log_dir),
+        extra_env={"CRAWLER_REDIS_URL": state, **env},
+    ) as procs:
+        yield procs
+
+
+def start(settings: Settings, servers, **options):  # type: ignore[no-untyped-def]
+    seeds = [s.base_url + "/" for s in servers]
+    hosts = [s.base_url.split("//")[1].split(":")[0] for s in servers]
+    opts = {"allow_private_networks": True, "allowed_domains": hosts, **options}
+    return seeds, start_crawl(seeds, settings=settings, **opts)
+
+
+def assert_exact(crawl, graph, seeds, summary) -> None:  # type: ignore[no-untyped-def]
+    got = Counter(r["url"] for r in crawl.pages(latest=False))
+    assert set(got) == {normalize(u) for u in reachable(graph, seeds)}
+    assert max(got.values()) == 1, [u for u, n in got.items() if n > 1][:5]
+    assert summary["status"] == "finished"
+    assert summary["counters"]["done"] == len(got) == summary["counters"]["admitted"]
+    assert crawl.progress()["outstanding"] == 0
+
+
+def master_of(cluster: Cluster, crawl) -> Node:  # type: ignore[no-untyped-def]
+    """The master serving the crawl's hash slot."""
+    node = crawl.client.get_node_from_key(crawl.ck.state)
+    return next(n for n in cluster.nodes if n.port == int(node.port))
+
+
+def test_crawl_on_a_cluster_is_exact(csettings, redis_url, cluster_url, worker_logs):
+    with (
+        workers_on(redis_url, cluster_url, worker_logs),
+        running_sites(["127.0.0.2", "127.0.0.3"], 100, 6) as (graph, servers),
+    ):
+        seeds, crawl = start(csettings, servers, rate=math.inf, concurrency=4)
+        summary = crawl.wait(timeout=180)
+    assert_exact(crawl, graph, seeds, summary)
+    assert summary["status_codes"]["404"] >= 1
+    assert (crawl.output_dir / "summary.json").exists()
+    # Every key of the crawl is in one slot: what lets each Lua script run on a cluster.
+    slots = {crawl.client.keyslot(k) for k in crawl.client.scan_iter(match=f"{crawl.ck.base}:*")}
+    assert len(slots) == 1, slots
+
+
+def test_two_fetch_processes_keep_every_host_within_its_bucket(
+    csettings, redis_url, cluster_url, worker_logs
+):
+    with (
+        workers_on(redis_url, cluster_url, worker_logs),
+        running_sites(["127.0.0.2", "127.0.0.3", "127.0.0.4"], 16, 4, **QUIET_SITE) as (
+            graph,
+            servers,
+        ),
+    ):
+        _, crawl = start(csettings, servers, rate=2.0, burst=1, concurrency=1)
+        crawl.wait(timeout=60)
+        logs = {s.address: s.requests() for s in servers}
+    assert {r["url"] for r in crawl.pages()} == set(reachable(graph, graph.roots()))
+    for host, log in logs.items():
+        report = rate_report(log)
+        assert report["count"] == 17, (host, report)  # robots.txt + 16 pages
+        assert report["max_in_window"] <= 2 + 1, (host, report)
+        assert max_concurrency(log) == 1, host
+
+
+def test_pause_resume_and_cancel(csettings, redis_url, cluster_url, worker_logs):
+    with (
+        workers_on(redis_url, cluster_url, worker_logs),
+        running_sites(["127.0.0.9"], 80, 4) as (_, servers),
+    ):
+        site = servers[0]
+        _, crawl = start(csettings, servers, rate=8.0, concurrency=1)
+        host = site.base_url.split("//")[1].split(":")[0]
+        wait_until(lambda: crawl.progress()["done"] >= 5, timeout=30)
+        crawl.pause()
+        wait_until(lambda: crawl.client.zcard(crawl.ck.lease(host)) == 0, timeout=30)
+        frozen = len(site.requests())
+        time.sleep(2.0)  # 16 intervals at 8 req/s
+        assert len(site.requests()) == frozen, "requests continued while paused"
+        assert crawl.progress()["status"] == "paused"
+        crawl.resume()
+        wait_until(lambda: len(site.requests()) > frozen + 3, timeout=15)
+        crawl.cancel()
+        summary = crawl.wait(timeout=60)
+    assert summary["status"] == "cancelled"
+    records = list(crawl.pages())
+    assert Counter(r["url"] for r in records).most_common(1)[0][1] == 1
+    cancelled = [r for r in records if r["error"] == "cancelled"]
+    assert cancelled and summary["counters"]["cancelled"] == len(cancelled)
+    assert len(records) == summary["counters"]["admitted"]
+
+
+def test_sigkilled_fetch_worker_loses_nothing(csettings, redis_url, cluster_url, worker_logs):
+    with (
+        workers_on(redis_url, cluster_url, worker_logs, **FAST_REDELIVERY) as procs,
+        running_sites(["127.0.0.6"], 150, 5, delay=0.05) as (graph, servers),
+    ):
+        seeds, crawl = start(csettings, servers, rate=20.0, concurrency=2)
+        wait_until(lambda: crawl.progress()["done"] >= 20, timeout=60)
+        os.killpg(procs[0].pid, signal.SIGKILL)
+        procs[0].wait(10)
+        assert not crawl.finished
+        summary = crawl.wait(timeout=120)
+    assert_exact(crawl, graph, seeds, summary)
+
+
+@pytest.mark.allow_worker_errors(".*")
+def test_master_killed_and_restarted_mid_crawl(
+    redis_cluster, csettings, redis_url, cluster_url, worker_logs
+):
+    """The master holding the crawl is SIGKILLed and started again from its append-only file
+    (fsync always): the crawl goes on and ends exact."""
+    with (
+        workers_on(redis_url, cluster_url, worker_logs),
+        running_sites(["127.0.0.7"], 150, 5, delay=0.02) as (graph, servers),
+    ):
+        seeds, crawl = start(csettings, servers, rate=40.0, concurrency=2)
+        wait_until(lambda: crawl.progress()["done"] >= 30, timeout=60)
+        node = master_of(redis_cluster, crawl)
+        node.kill()
+        time.sleep(3)  # beyond cluster-node-timeout: the others mark it failed
+        node.start()
+        redis_cluster.wait_ok()
+        summary = crawl.wait(timeout=180)
+    assert_exact(crawl, graph, seeds, summary)
+
+
+@pytest.mark.allow_worker_errors(".*")
+def test_failover_mid_crawl(redis_url, tmp_path, worker_logs):
+    """A replica of the crawl's master takes over (CLUSTER FAILOVER, coordinated: the replica
+    has everything the master acknowledged): the crawl goes on and ends exact."""
+    cluster = Cluster(masters=3, replicas=1)
+    try:
+        settings = load(
+            env={}, broker_url=redis_url, redis_url=cluster.url, output_dir=str(tmp_path / "out")
+        )
+        with (
+            workers_on(redis_url, cluster.url, worker_logs),
+            running_sites(["127.0.0.8"], 150, 5, delay=0.02) as (graph, servers),
+        ):
+            seeds, crawl = start(settings, servers, rate=40.0, concurrency=2)
+            wait_until(lambda: crawl.progress()["done"] >= 30, timeout=60)
+            master = master_of(cluster, crawl)
+            replica = next(
+                n for n in cluster.nodes if n.info("replication").get("master_port") == master.port
+            )
+            replica.client().execute_command("CLUSTER", "FAILOVER")
+            wait_until(lambda: replica.info("replication")["role"] == "master", timeout=30)
+            summary = crawl.wait(timeout=180)
+        assert_exact(crawl, graph, seeds, summary)
+    finally:
+        cluster.stop()
+
+
+def test_rabbitmq_broker_with_state_on_the_cluster(cluster_url, tmp_path, worker_logs):
+    with (
+        rabbitmq_vhost() as amqp,
+        workers_on(amqp, cluster_url, worker_logs),
+        running_sites(["127.0.0.5"], 60, 5) as (graph, servers),
+    ):
+        settings = load(
+            env={}, broker_url=amqp, redis_url=cluster_url, output_dir=str(tmp_path / "out")
+        )
+        seeds, crawl = start(settings, servers, rate=math.inf, concurrency=4)
+        summary = crawl.wait(timeout=120)
+    assert_exact(crawl, graph, seeds, summary)
