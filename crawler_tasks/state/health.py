@@ -5,6 +5,7 @@ Two lines, both against ``maxmemory`` with ``noeviction`` (the only policy that 
 crawl state): Redis *refuses writes* above ``maxmemory``; workers *pause admission* (new URLs)
 above ``admission_memory_fraction`` of it (settings), a little earlier, so the rest of a crawl
 (starting, finishing and recording URLs, the broker if it is the same Redis) keeps working.
+On a Redis Cluster each master has its own limit: the fullest master speaks for all.
 """
 
 from __future__ import annotations
@@ -43,17 +44,16 @@ def admission_paused(memory: Memory) -> str:
 
 
 def memory(client: redis.Redis) -> Memory | None:
-    """Redis's memory, or None when it has no limit that stops writes (no ``maxmemory``, an
-    evicting policy) or does not say (INFO renamed or forbidden on managed Redis). On a Redis
-    Cluster, the fullest master's: a crawl's partitions are on all of them."""
-    found = [m for m in map(_node_memory, node_clients(client)) if m is not None]
-    return max(found, key=lambda m: m.used / m.maxmemory, default=None)
+    """Redis's memory (a cluster's fullest master), or None when no node has a limit that
+    stops writes (no ``maxmemory``, an evicting policy) or says (INFO forbidden)."""
+    nodes = [m for m in (_node_memory(node) for node in node_clients(client)) if m is not None]
+    return max(nodes, key=lambda m: m.used / m.maxmemory, default=None)
 
 
 def _node_memory(client: redis.Redis) -> Memory | None:
     try:
         info = client.info("memory")
-    except redis.ResponseError:
+    except redis.ResponseError:  # INFO renamed or forbidden (managed Redis): cannot tell
         return None
     limit = int(info.get("maxmemory", 0) or 0)
     if not limit or info.get("maxmemory_policy") != "noeviction":
@@ -65,7 +65,8 @@ def _node_memory(client: redis.Redis) -> Memory | None:
 
 def refuses_writes(client: redis.Redis) -> bool:
     """True while Redis is over ``maxmemory`` with ``noeviction``: it answers reads and refuses
-    writes with OOM errors, and every crawl on it pauses until memory is freed or raised."""
+    writes with OOM errors, and every crawl on it pauses until memory is freed or raised. On a
+    Redis Cluster: while any master is."""
     m = memory(client)
     return m is not None and m.refuses_writes()
 

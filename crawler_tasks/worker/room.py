@@ -163,8 +163,8 @@ class PatientClient:
     def __init__(self, client: redis.Redis, room: Room) -> None:
         self._client, self._room = client, room
 
-    def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> _Pipeline:
-        return _Pipeline(self._client, self._room, transaction)
+    def pipeline(self, *args: Any, **kwargs: Any) -> _Pipeline:
+        return _Pipeline(lambda: self._client.pipeline(*args, **kwargs), self._room)
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._client, name)
@@ -179,34 +179,36 @@ class PatientClient:
 
 
 class _Pipeline:
-    """Queues commands like a redis-py pipeline; :meth:`execute` sends them patiently."""
+    """Records the calls made on a pipeline; :meth:`execute` replays them on a new pipeline of
+    the real client (standalone or cluster, as it was asked for) and sends again, after a
+    pause, the commands Redis refused for memory: of a plain pipeline only those (the others
+    ran), of a MULTI all of them (refused as a whole, it raises and nothing ran)."""
 
-    def __init__(self, client: redis.Redis, room: Room, transaction: bool) -> None:
-        self._client, self._room, self._transaction = client, room, transaction
-        self._stack: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
-        self._queue = client.pipeline(transaction=transaction)  # builds the commands' args
+    def __init__(self, new: Callable[[], Any], room: Room) -> None:
+        self._new, self._room = new, room
+        self._calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
 
     def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._queue, name)
-
         def queue(*args: Any, **kwargs: Any) -> _Pipeline:
-            attr(*args, **kwargs)
-            self._stack += self._queue.command_stack
-            self._queue.command_stack = []
+            self._calls.append((name, args, kwargs))
             return self
 
         return queue
 
     def execute(self, raise_on_error: bool = True) -> list[Any]:
-        stack, self._stack = self._stack, []
-        if self._transaction:  # refused under OOM as a whole: send it again whole
-            return self._room.call(lambda: self._send(stack, True, raise_on_error))
-        results: list[Any] = [None] * len(stack)
-        todo = list(range(len(stack)))
+        calls, self._calls = self._calls, []
+        results: list[Any] = [None] * len(calls)
+        todo = list(range(len(calls)))
 
         def send() -> None:
             nonlocal todo
-            out = self._send([stack[i] for i in todo], False, False)
+            pipe = self._new()
+            for i in todo:
+                name, args, kwargs = calls[i]
+                getattr(pipe, name)(*args, **kwargs)
+            out = pipe.execute(raise_on_error=False)
+            if len(out) != len(todo):
+                raise RuntimeError("a pipeline call queued several commands")
             for i, r in zip(todo, out, strict=True):
                 results[i] = r
             todo = [i for i in todo if isinstance(results[i], OutOfMemoryError)]
@@ -218,10 +220,3 @@ class _Pipeline:
         if errors and raise_on_error:
             raise errors[0]
         return results
-
-    def _send(self, stack: list[Any], transaction: bool, raise_on_error: bool) -> list[Any]:
-        pipe = self._client.pipeline(transaction=transaction)
-        for args, options in stack:
-            pipe.execute_command(*args, **options)
-        result: list[Any] = pipe.execute(raise_on_error=raise_on_error)
-        return result
