@@ -77,6 +77,8 @@ CASES = [
     (f"schedule add s {SEED} --every-hours 1 --option rate=0 {{live}}", "rate"),
     (f"schedule add s {SEED} --every-hours 1 --every-seconds 5 {{live}}", "exactly one"),
     ("schedule remove nope {live}", "nope"),
+    (f"schedule add s {SEED} --every-hours 1 --option partitions=-1 {{live}}", "partitions"),
+    (f"schedule add s {SEED} --every-hours 1 --option partitions=5000 {{live}}", "1024"),
     # metrics
     ("metrics --port {busy} {live}", "{busy}"),
 ]
@@ -167,3 +169,51 @@ def test_python_api_refuses_bad_options_and_unknown_ids(settings, client):
     with pytest.raises(UnknownCrawl):
         Crawl("nope", settings=settings).pause()
     assert not list(client.scan_iter("crawler:*"))
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "names"),
+    [
+        ("CRAWLER_KEY_PREFIX", "crawl{er}", "CRAWLER_KEY_PREFIX"),
+        ("CRAWLER_PARTITIONS", "many", "CRAWLER_PARTITIONS"),
+    ],
+)
+def test_bad_settings_are_one_line_exit_2(name, value, names, redis_url):  # type: ignore[no-untyped-def]
+    result = subprocess.run(
+        [sys.executable, "-m", "crawler_tasks.surface.cli", "list", "--broker", redis_url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, name: value},
+    )
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2, result.stderr
+    assert len(lines) == 1 and names in lines[0] and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("command", [["worker", "-Q", "parse", "--pool", "solo"], ["beat"]])
+def test_a_worker_or_beat_with_a_bad_setting_does_not_start(command, redis_url, tmp_path):  # type: ignore[no-untyped-def]
+    env = {**os.environ, "CRAWLER_BROKER_URL": redis_url, "CRAWLER_MAX_RETRIES": "three"}
+    result = subprocess.run(
+        [sys.executable, "-m", "celery", "-A", "crawler_tasks", *command],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "CRAWLER_MAX_RETRIES='three'" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("options", "names"),
+    [
+        ({"crawl_id": "a{b}"}, "crawl id"),
+        ({"partitions": 0.5}, "partitions"),
+        ({"partitons": 4}, "did you mean 'partitions'"),
+    ],
+)
+def test_bad_crawl_ids_and_partitions_are_refused(settings, options, names):  # type: ignore[no-untyped-def]
+    with pytest.raises(ConfigError, match=names):
+        start_crawl([SEED], settings=settings, **options)

@@ -76,4 +76,16 @@ def make_app(settings: Settings | None = None) -> Celery:
     return app
 
 
-app = make_app()
+def _app() -> Celery:
+    """The app of ``celery -A crawler_tasks``. A bad ``CRAWLER_*`` value must not fail the
+    import: the CLI reports it in one line (exit 2), a worker or beat refuses to start with it
+    (tasks.py)."""
+    try:
+        return make_app()
+    except ValueError as exc:
+        bad = make_app(load(env={}))
+        bad.conf.crawler_settings_error = str(exc)
+        return bad
+
+
+app = _app()

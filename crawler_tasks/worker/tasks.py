@@ -11,13 +11,14 @@ Crawl-level retries go back through the frontier (see :mod:`pipeline`); Celery's
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import redis
 from celery import bootsteps
-from celery.signals import beat_init, worker_process_shutdown
+from celery.signals import beat_init, worker_init, worker_process_shutdown
 from kombu.exceptions import ChannelError
 from redis.exceptions import ClusterError, TryAgainError
 
@@ -83,6 +84,16 @@ def publish_fetch(crawl_id: str, url: str, depth: int, queue: str) -> None:
         settings().redis_outage_wait,
         _publishing,
     )
+
+
+@worker_init.connect
+@beat_init.connect
+def _refuse_bad_settings(**_: Any) -> None:
+    """A worker or beat started with a bad ``CRAWLER_*`` value stops with one line."""
+    error = app.conf.get("crawler_settings_error")
+    if error:
+        sys.stderr.write(f"error: {error}\n")
+        raise SystemExit(2)  # not an Exception: Celery's signal dispatch lets it through
 
 
 app.conf.crawler_runtime = Runtime(
