@@ -98,13 +98,17 @@ def log_lines(logs: Path, text: str) -> Counter[str]:
 
 
 def crawl_into_maxmemory(client: redis.Redis, crawl: Crawl, settings: Settings, logs: Path) -> dict:
-    """Once the crawl runs steadily, give Redis a ``maxmemory`` whose admission line is 96 KB
-    above what it uses now: what the crawl adds per page (its frontier, the fingerprint index)
-    reaches it within seconds. Wait for the pause to show in status and logs, hold it, raise
+    """Once the crawl runs steadily, give Redis a ``maxmemory`` whose admission line is below
+    what it uses now (a line of 1: 96 KB above it, which what the crawl adds per page, its
+    frontier and the fingerprint index, reaches within seconds). Wait for the pause to show in status and logs, hold it, raise
     memory. Returns the progress seen while paused, with the writes Redis refused."""
     wait_until(lambda: crawl.progress()["done"] >= 300, timeout=60)
     used = int(client.info("memory")["used_memory"])
-    limit = int((used + 96 * 1024) / settings.admission_memory_fraction)
+    fraction = settings.admission_memory_fraction
+    # Below 1: Redis already above the admission line, and 7 % below maxmemory, so the pause
+    # shows at once, whatever is left of the crawl (a loaded machine may be near its end).
+    grow = 0 if fraction < 1 else 96 * 1024
+    limit = int((used + grow) / (fraction + (0.03 if fraction < 1 else 0)))
     client.config_resetstat()
     client.config_set("maxmemory", limit)
     try:
