@@ -141,8 +141,9 @@ class Settings:
     body_ttl: int = 3600
     #: Bytes: an HTML body up to this size is parsed in the fetch task that got it (no parse
     #: task, no body through Redis: ~20 fewer Redis commands and one Celery task less per
-    #: page); larger ones go to the ``parse`` queue. 0 = every page goes to ``parse``.
-    inline_parse_bytes: int = 0
+    #: page); larger ones go to the ``parse`` queue, so one huge page does not hold a fetch
+    #: thread's CPU. 0 = every page goes to ``parse``.
+    inline_parse_bytes: int = 262144
 
     # --- output --------------------------------------------------------------------------------
     #: Directory under which each crawl writes ``<crawl_id>/``.

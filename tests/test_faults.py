@@ -38,6 +38,9 @@ QUICK = {
     "CRAWLER_LOST_MESSAGE_SECONDS": "5",
 }
 
+#: Every HTML page through the parse queue, not parsed in its fetch task.
+PARSE_TASKS = {"CRAWLER_INLINE_PARSE_BYTES": "0"}
+
 
 class Cluster:
     """Named worker processes with their own environments, restartable."""
@@ -143,8 +146,9 @@ def assert_exact(crawl, graph, seeds, summary) -> None:  # type: ignore[no-untyp
 def test_kill_at_each_point_of_the_finish_path(settings, redis_url, tmp_path, point):  # type: ignore[no-untyped-def]
     """A fetch process (threads pool: the whole worker dies; restarted without the fault) and
     the parse pool's children (replaced by the pool, each dying at its 7th pass) kill
-    themselves at the point."""
-    with site() as (graph, servers), cluster(redis_url, tmp_path) as c:
+    themselves at the point. Every page goes through the parse queue here (by default a
+    fetch parses pages up to 256 KiB itself): the parse process's path is what dies."""
+    with site() as (graph, servers), cluster(redis_url, tmp_path, **PARSE_TASKS) as c:
         c.start("fetch1", "fetch", {"CRAWLER_FAULT_POINT": f"{point}:2"})
         c.start("fetch2", "fetch")
         c.start("parse", "parse", {"CRAWLER_FAULT_POINT": f"{point}:7"})
@@ -197,7 +201,7 @@ def test_fetch_process_killed_repeatedly(settings, redis_url, tmp_path):  # type
 
 @pytest.mark.allow_worker_errors(".*")
 def test_parse_process_killed(settings, redis_url, tmp_path):  # type: ignore[no-untyped-def]
-    with site(delay=0.01) as (graph, servers), cluster(redis_url, tmp_path) as c:
+    with site(delay=0.01) as (graph, servers), cluster(redis_url, tmp_path, **PARSE_TASKS) as c:
         c.start_layout()
         seeds, crawl = start(settings, servers)
         wait_until(lambda: crawl.progress()["done"] > 60, timeout=60)

@@ -53,7 +53,7 @@ def layout(tmp: Path, logs: Path, separate_broker: bool, env: dict[str, str]) ->
     with ExitStack() as stack:
         state = stack.enter_context(private_redis())
         broker = stack.enter_context(private_redis()) if separate_broker else state
-        env = {"CRAWLER_DISPATCH_INTERVAL": "0.05", "CRAWLER_INLINE_PARSE_BYTES": "262144", **env}
+        env = {"CRAWLER_DISPATCH_INTERVAL": "0.05", **env}
         if separate_broker:
             env["CRAWLER_REDIS_URL"] = state
         settings = load(

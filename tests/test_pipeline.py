@@ -209,3 +209,39 @@ def test_an_orphan_met_by_two_rescuers_is_written_once(settings, driver):  # typ
     assert not write_orphan(driver.ctx, store, url, seen)
     assert [r["url"] for r in crawl.pages(latest=False)] == [url]
     assert store.ledger.unwritten(url) is None
+
+
+def test_robots_disallowed_links_are_counted_never_fetched_nor_recorded(settings, driver):  # type: ignore[no-untyped-def]
+    """Links robots.txt refuses: once this process holds the rules, admission counts them
+    (no queue entry, no fetch task); either way no request and no output line, and each
+    refused URL is counted once however many pages link it."""
+    from urllib.parse import urldefrag, urlsplit
+
+    from sitegen import has_skipped_extension
+
+    with running_sites(["127.0.0.69"], 150, 6, robots_txt="User-agent: *\nDisallow: /d1/\n") as (
+        graph,
+        servers,
+    ):
+        seeds, crawl = start(settings, servers)
+        summary = driver.run(crawl)
+        requested = {e.path for e in servers[0].requests()}
+    refused = lambda url: urlsplit(url).path.startswith("/d1/")  # noqa: E731
+    fetched, disallowed, frontier = {normalize(seeds[0])}, set(), [seeds[0]]
+    while frontier:  # breadth-first over what may be fetched; refused URLs end the path
+        page = graph.pages.get(frontier.pop())
+        for link in page.links if page is not None and page.is_html else []:
+            link = normalize(urldefrag(link)[0])
+            if has_skipped_extension(link) or link in fetched or link in disallowed:
+                continue
+            (disallowed if refused(link) else fetched).add(link)
+            if not refused(link):
+                frontier.append(link)
+    got = pages(crawl)
+    assert disallowed and set(got) == fetched and max(got.values()) == 1
+    assert not any(p.startswith("/d1/") for p in requested)
+    c = summary["counters"]
+    assert c["robots_disallowed"] == len(disallowed)
+    assert summary["skipped"].get("robots_disallowed", 0) > 0  # judged at admission
+    assert c["discovered"] == c["admitted"] + c["deduplicated"] + sum(summary["skipped"].values())
+    assert summary["status"] == "finished"

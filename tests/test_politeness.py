@@ -313,12 +313,14 @@ def test_set_rate_command_is_cluster_wide(settings, client, redis_url):
     assert client.hget(Keys(settings.key_prefix).rates, "127.0.0.43") is None
 
 
-def test_done_paces_from_the_end_of_the_request_and_refund_gives_back(settings, client):
-    """The end of a request moves tat to >= end + interval; robots.txt costs one interval
-    more; a disallowed URL returns what its release took, and its done then charges nothing;
-    a 429 with Retry-After sets not_before and doubles the slow-down."""
+def test_paced_from_the_send_of_the_request_and_refund_gives_back(settings, client):
+    """An ok request is paced from when it was sent (tat >= sent + interval), however long it
+    waited after its release; robots.txt costs one interval more; a failed request, or one
+    whose send time is unknown, is paced from its end; a disallowed URL returns what its
+    release took, and its done then charges nothing; a 429 with Retry-After sets not_before
+    and doubles the slow-down."""
     crawl = start_idle(
-        settings, [f"http://127.0.0.44/{i}" for i in range(4)], rate=1.0, burst=1, concurrency=1
+        settings, [f"http://127.0.0.44/{i}" for i in range(6)], rate=1.0, burst=1, concurrency=1
     )
     polite = crawl.store.politeness
     dom = crawl.ck.domain("127.0.0.44")
@@ -332,14 +334,31 @@ def test_done_paces_from_the_end_of_the_request_and_refund_gives_back(settings, 
     # Each bound is checked against Redis's clock read *before* the call: the script ran later,
     # so its "now" was at least that (no margin to guess for a slow machine).
     [url] = released(crawl)
+    released_tat = tat()
+    time.sleep(0.5)  # a queueing delay between the release and the request
+    sent = now()
+    time.sleep(0.3)  # the request
+    polite.done(url, "127.0.0.44", "ok", sent=0.3)
+    assert tat() >= sent + 1 > released_tat  # from the send, not from the release
+    assert tat() < now() + 1 - 0.2  # nor from the end
+
+    client.hset(dom, "tat", repr(now()))  # an idle bucket again
+    [url] = released(crawl)
     time.sleep(0.3)
     before = now()
     polite.extra_request("127.0.0.44")  # robots.txt ended now: one interval more
     assert tat() >= before + 2
     after_robots = tat()
+    polite.done(url, "127.0.0.44", "ok")  # send time unknown: paced from now, never lowered
+    assert tat() >= after_robots
+
+    client.hset(dom, "tat", repr(now()))
+    [url] = released(crawl)
     before = now()
-    polite.done(url, "127.0.0.44", "ok")
-    assert tat() >= before + 1 and tat() >= after_robots  # paced from the end, never lowered
+    polite.done(url, "127.0.0.44", "error", sent=0.3)  # a failed request: from its end
+    assert tat() >= before + 1
+    assert crawl.domains()[0]["rate"] == pytest.approx(1 / 1.5)  # and the pace slowed by half
+    client.hset(dom, "slow", "1")
 
     client.hset(dom, "tat", repr(now()))  # an idle bucket again
     [url] = released(crawl)

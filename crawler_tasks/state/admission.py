@@ -5,6 +5,11 @@ crawl's Bloom filter has not seen it; admit.lua then queues and counts it atomic
 :mod:`frontier`). Every link turned away is counted under a ``skipped:<reason>`` counter, so
 ``discovered = admitted + deduplicated + skipped:*`` holds for every crawl.
 
+A link robots.txt disallows, when the caller already holds its origin's rules, is marked seen
+and counted (``robots_disallowed``, ``skipped:robots_disallowed``) in the same admit.lua call
+and goes no further: no queue entry, no release, no fetch task. Links of origins whose rules
+are not known here are admitted, and their fetch task asks robots.txt.
+
 Redirect targets are admitted differently: the fetcher follows them at once, so a target is
 only marked seen (no link fetches it a second time) and *claimed* by the URL that redirected
 to it, so a retry of that URL follows its own targets again instead of stopping at its own
@@ -14,6 +19,7 @@ marks (:class:`RedirectClaims`).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import redis
 
@@ -42,14 +48,17 @@ class Admission:
         self.bloom = bloom
         self.scope: Scope = opts.scope
 
-    def links(self, links: list[str], depth: int) -> dict[str, int]:
-        """Admit a page's outlinks at ``depth``; returns skip counters by name."""
+    def links(
+        self, links: list[str], depth: int, disallowed: Callable[[str], bool] | None = None
+    ) -> dict[str, int]:
+        """Admit a page's outlinks at ``depth``; returns skip counters by name.
+        ``disallowed(url)`` is True for a URL robots.txt is known to refuse."""
         skipped: dict[str, int] = {}
         if self.opts.max_depth is not None and depth > self.opts.max_depth:
             if links:
                 skipped[formats.skipped("max_depth")] = len(links)
             return skipped
-        links = self._drop_known(links)
+        links, known = self._drop_known(links)
         keep = []
         for url in links:
             reason = self.scope.check(url)
@@ -58,12 +67,24 @@ class Admission:
             else:
                 name = formats.skipped(reason)
                 skipped[name] = skipped.get(name, 0) + 1
+        if keep and disallowed is not None:
+            refused: list[tuple[str, int]] = []
+            allowed: list[tuple[str, int]] = []
+            for link in keep:
+                (refused if disallowed(link[0]) else allowed).append(link)
+            if refused:  # counted by admit.lua: once per URL, however many pages link it
+                self.frontier.admit(refused, disallowed=True, known=known)
+                known = 0
+            keep = allowed
         if keep and self.opts.max_pages_per_host:
             over = self._admit_per_host(keep)
             if over:
                 skipped[formats.skipped("max_pages_per_host")] = over
         elif keep:
-            self.frontier.admit(keep)
+            self.frontier.admit(keep, known=known)
+            known = 0
+        if known:
+            self._count_duplicates(known)
         return skipped
 
     def _count_duplicates(self, n: int) -> None:
@@ -72,17 +93,15 @@ class Admission:
         pipe.hincrby(self.ck.stats, Counter.DEDUPLICATED.value, n)
         pipe.execute()
 
-    def _drop_known(self, links: list[str]) -> list[str]:
+    def _drop_known(self, links: list[str]) -> tuple[list[str], int]:
         """Links this process already saw admitted or rejected as duplicates (mostly repeated
-        navigation) are duplicates again: count them and skip scoping and Redis for them. A
-        known URL passed the scope check before, so skip counters stay as they would be."""
+        navigation) are duplicates again: skip scoping and Redis for them; returns the rest
+        and how many, to count with the page's admit.lua call. A known URL passed the scope
+        check before, so skip counters stay as they would be."""
         known = self.frontier.known
         if known is None or not links:
-            return links
-        fresh, n = known.drop_known(links)
-        if n:
-            self._count_duplicates(n)
-        return fresh
+            return links, 0
+        return known.drop_known(links)
 
     def _admit_per_host(self, links: list[tuple[str, int]]) -> int:
         """Admit ``links`` within each domain's ``max_pages_per_host``; returns how many were

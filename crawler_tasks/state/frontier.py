@@ -32,11 +32,13 @@ class Admitted:
     admitted: int = 0
     duplicates: int = 0
     over_limit: int = 0
+    disallowed: int = 0  # new URLs robots.txt disallows: marked seen, never queued
 
     def __iadd__(self, other: list[int]) -> Admitted:
         self.admitted += int(other[0])
         self.duplicates += int(other[1])
         self.over_limit += int(other[2])
+        self.disallowed += int(other[3]) if len(other) > 3 else 0
         return self
 
 
@@ -75,24 +77,37 @@ class Frontier:
     def domain_of(self, url: str) -> str:
         return domain_key(url, self.opts.domain_key)
 
-    def admit(self, links: Iterable[tuple[str, int]], force: bool = False) -> Admitted:
-        """Admit ``(normalised url, depth)`` pairs that passed the scope check."""
+    def admit(
+        self,
+        links: Iterable[tuple[str, int]],
+        force: bool = False,
+        disallowed: bool = False,
+        known: int = 0,
+    ) -> Admitted:
+        """Admit ``(normalised url, depth)`` pairs that passed the scope check; with
+        ``disallowed`` (robots.txt refuses them) they are only marked seen and counted.
+        ``known``: duplicates the caller recognised itself, counted in the first call (no
+        round trip of their own); uncounted if ``links`` is empty."""
         total = Admitted()
         batches: dict[int, list[tuple[str, str, str]]] = {}
         for url, depth in links:
             domain = self.domain_of(url)
             part = self.ck.for_domain(domain).index
             batch = batches.setdefault(part, [])
-            batch.append((domain, formats.entry(depth, url), url))
+            # admit.lua reads an empty domain as "disallowed" (see its header).
+            batch.append(("" if disallowed else domain, formats.entry(depth, url), url))
             if len(batch) >= ADMIT_CHUNK:
-                total += self._admit(part, batch, force)
-                batches[part] = []
+                total += self._admit(part, batch, force, known)
+                batches[part], known = [], 0
         for part, batch in batches.items():
             if batch:
-                total += self._admit(part, batch, force)
+                total += self._admit(part, batch, force, known)
+                known = 0
         return total
 
-    def _admit(self, part: int, batch: list[tuple[str, str, str]], force: bool) -> list[int]:
+    def _admit(
+        self, part: int, batch: list[tuple[str, str, str]], force: bool, extra: int = 0
+    ) -> list[int]:
         pk = self.ck.parts[part]
         # URLs this process already saw in the filter are duplicates without asking Redis.
         known = None if force else self.known
@@ -101,7 +116,7 @@ class Frontier:
             batch, hashes, skipped = known.split(batch)
         if hashes is None:
             hashes = [url_hash(url) for _, _, url in batch]
-        max_pages, cap = self._limits(len(batch), force)
+        max_pages, cap = self._limits(sum(1 for d, _, _ in batch if d), force)
         call = formats.AdmitCall(
             max_pages=max_pages,
             k=self.shape.k,
@@ -111,7 +126,7 @@ class Frontier:
             force=force,
             shard_bits=self.shape.shard_bits,
             packed_hashes=self.shape.pack(hashes),
-            known=skipped,
+            known=skipped + extra,
             cap=cap,
         )
         keys = [pk.flow, pk.stats, pk.ready]

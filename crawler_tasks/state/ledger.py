@@ -134,11 +134,11 @@ class Ledger:
                 stale.append((url.decode(), entry.depth))
         return stale
 
-    def finish(self, url: str, entry: formats.Unwritten, counters: dict[str, int]) -> int:
+    def finish(self, url: str, entry: formats.Unwritten | None, counters: dict[str, int]) -> int:
         """finish.lua: URLs of the URL's partition still outstanding after this one (0: see
-        :meth:`settle`), or -1 if it was final already."""
+        :meth:`settle`), or -1 if it was final already. ``entry`` None: no record to write."""
         pk = self.ck.for_url(url)
-        args: list[str | int] = [url, entry.dumps()]
+        args: list[str | int] = [url, entry.dumps() if entry is not None else ""]
         for name, n in counters.items():
             args += [name, n]
         keys = [pk.inflight, pk.flow, pk.stats, pk.persec, pk.attempts, pk.unwritten]

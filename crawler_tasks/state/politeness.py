@@ -16,12 +16,17 @@ Where the token is taken: release.lua charges the bucket when it releases a URL,
 published before its token and no task ever waits for one. But the request starts later, after
 a queueing delay that varies (a cold worker thread, a busy dispatcher), and charging only at
 release let a late request bunch up with the next one: 5 requests in a 1-s window at 2 req/s
-with burst 1. So done.lua also paces the next request from the *end* of this one (tat >= end +
-interval). A request ends after it reached the server, so with ``concurrency=1`` the requests'
-arrivals form a GCRA sequence: no window of W seconds holds more than ``rate x W + burst`` of
-them (for a Crawl-delay d, which has no burst: one request per d seconds). This costs nothing
-while queueing delay + response time stay below ``burst x interval``; without burst the gap
-between two requests is the interval plus the response time. robots.txt requests are charged
+with burst 1. So done.lua, when the request has ended and returns its lease, charges it again from the
+moment it was *sent* (the fetcher notes when its first socket was connected or reused:
+``Response.sent_at``): tat >= sent + interval. With ``concurrency=1`` the next request is
+released only after that, and no earlier than tat - burst x interval, so the sends form a GCRA
+sequence whatever the queueing delays: no window of W seconds holds more than ``rate x W +
+burst`` of them (for a Crawl-delay d, which has no burst: one request per d seconds). A host
+answering in 300 ms at 1 req/s still gets ~1 request a second, as Scrapy paces (it counts the
+delay from each request's start); pacing from the *end* of each request, as this crawler did
+before, gave it one per 1.3 s. A request that failed (timeout, 5xx, 429), or whose send time
+is unknown, is paced from its end (tat >= end + interval): a host that struggles gets its
+whole interval of rest. robots.txt requests are charged
 too (:meth:`Politeness.extra_request`): a server's load is every request it gets. A URL
 robots.txt disallows gives its token back (:meth:`Politeness.refund`). With a higher
 ``concurrency``, requests released together can still drift relative to each other by their
@@ -111,10 +116,14 @@ class Politeness:
         self.max_crawl_delay = max_crawl_delay
         self.max_host_outage = max_host_outage
 
-    def done(self, url: str, domain: str, outcome: str, retry_after: float = 0.0) -> float:
-        """Return the lease of a finished request and pace the next one from now; ``outcome``
-        is ok, throttle, error or down (done.lua). Returns the slow-down factor."""
-        return self._done(url, domain, outcome, retry_after)[0]
+    def done(
+        self, url: str, domain: str, outcome: str, retry_after: float = 0.0, sent: float = -1.0
+    ) -> float:
+        """Return the lease of a finished request and pace the next one (done.lua): from
+        when it was sent, ``sent`` seconds ago, if it went well; from now if it failed or if
+        ``sent`` is unknown (-1). ``outcome`` is ok, throttle, error or down. Returns the
+        slow-down factor."""
+        return self._done(url, domain, outcome, retry_after, sent)[0]
 
     def down(self, url: str, domain: str) -> tuple[float, bool]:
         """The host refused the connection or timed out: (seconds it has been down while its
@@ -133,12 +142,13 @@ class Politeness:
         return self.client.hget(self.ck.domain(domain), "dead") == b"1"
 
     def _done(
-        self, url: str, domain: str, outcome: str, retry_after: float
+        self, url: str, domain: str, outcome: str, retry_after: float, sent: float = -1.0
     ) -> tuple[float, float, bool]:
         pk = self.ck.for_domain(domain)
+        args = [url, domain, outcome, retry_after, MAX_SLOWDOWN, self.max_host_outage, sent]
         raw = self.scripts.done(
             keys=[pk.ready, pk.lease(domain), pk.domain(domain), pk.queue(domain)],
-            args=[url, domain, outcome, retry_after, MAX_SLOWDOWN, self.max_host_outage],
+            args=args,
             client=self.client,
         )
         text = raw.decode() if isinstance(raw, bytes) else str(raw)
@@ -157,7 +167,8 @@ class Politeness:
 
     def set_crawl_delay(self, domain: str, delay: float | None) -> None:
         """robots.txt's Crawl-delay, capped by ``max_crawl_delay``: applies from the end of the
-        current request (done.lua) and to every release after it (release.lua)."""
+        current request (done.lua), then between the starts of the next ones (release.lua,
+        start.lua)."""
         if delay and delay > 0:
             capped = min(delay, self.max_crawl_delay)
             self.client.hset(self.ck.domain(domain), "delay", repr(capped))

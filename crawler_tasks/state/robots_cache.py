@@ -58,6 +58,10 @@ class RobotsCache:
             self._remember(origin, robots, ttl)
         return robots
 
+    def known(self, origin: str) -> Robots | None:
+        """The rules of ``origin`` if this process holds them now; never a round trip."""
+        return self._from_lru(origin)
+
     def _ttl_of(self, robots: Robots) -> int:
         # disallow-all only ever comes from 5xx/unreachable: retry it sooner.
         return max(1, self._error_ttl if robots.kind == "disallow" else self._ttl)

@@ -33,8 +33,6 @@ FETCH_QUEUES = ",".join(q for q in QUEUES if q.startswith("crawl."))
 #: Threads per fetch process: enough requests in flight to hide the latency of hundreds of
 #: slow hosts (bench/broad.py); idle threads cost ~0.1 MB each.
 FETCH_THREADS = 256
-#: Environment of the recommended layout: small pages parsed in the fetch task.
-LAYOUT_ENV = {"CRAWLER_INLINE_PARSE_BYTES": "262144"}
 
 
 _PR_SET_PDEATHSIG = 1
@@ -169,7 +167,7 @@ def local_workers(
     workers send task events (for Flower)."""
     # The workers keep crawl state where the broker is, unless told otherwise.
     env = {k: v for k, v in os.environ.items() if k != "CRAWLER_REDIS_URL"}
-    env.update({**LAYOUT_ENV, "CRAWLER_BROKER_URL": broker_url, **(extra_env or {})})
+    env.update({"CRAWLER_BROKER_URL": broker_url, **(extra_env or {})})
     tag = f"{os.getpid()}-{free_port()}"
     # One threads-pool process tops out near one core (the GIL): ``fetchers`` runs several.
     specs = [(FETCH_QUEUES, pool, fetch_threads, f"fetch{i}-{tag}") for i in range(fetchers)]

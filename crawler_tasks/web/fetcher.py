@@ -76,6 +76,8 @@ class Response:
     http_version: str  #: "HTTP/1.1"
     #: When ``follow`` stopped the chain: its reason; the response is then the redirect itself.
     stop_reason: str | None = None
+    #: time.monotonic() when the first request of the chain was sent (None: not known)
+    sent_at: float | None = None
 
 
 class Fetcher:
@@ -278,6 +280,7 @@ class Fetcher:
             raw_headers=list(raw.headers.iteritems()),
             http_version=_http_version(raw),
             stop_reason=stop_reason,
+            sent_at=chain.deadline.sent_at,
         )
 
 

@@ -201,6 +201,8 @@ class Deadline:
         self._sockets: list[socket.socket] = []
         self._done = False
         self.expired = False
+        #: time.monotonic() when the fetch first connected or sent (politeness paces from it)
+        self.sent_at: float | None = None
         self._timer = threading.Timer(seconds, self._expire)
         self._timer.daemon = True
         self._timer.start()
@@ -209,6 +211,8 @@ class Deadline:
         return self._end - time.monotonic()
 
     def attach(self, sock: socket.socket) -> None:
+        if self.sent_at is None:
+            self.sent_at = time.monotonic()
         with self._lock:
             if self.expired:
                 _shutdown(sock)

@@ -152,8 +152,11 @@ def _after_response(
     )
     if status in THROTTLE_STATUSES:
         store.politeness.done(url, domain, "throttle", retry_after)
-    else:
-        store.politeness.done(url, domain, "error" if status >= 500 else "ok")
+    elif status >= 500:
+        store.politeness.done(url, domain, "error")
+    else:  # paced from when the request was sent (politeness.py)
+        sent = time.monotonic() - response.sent_at if response.sent_at is not None else -1.0
+        store.politeness.done(url, domain, "ok", sent=sent)
     if status >= 500 or status in (408, 429):
         return retry_or_fail(ctx, store, url, depth, ServerError(status, retry_after))
     ctx.write_warc(store.opts, response)
@@ -229,7 +232,7 @@ def _robots(ctx: Context, store: CrawlStore, url: str, domain: str) -> Final | N
                 Outcome.ROBOTS_UNREACHABLE if unreachable else Outcome.ROBOTS_DISALLOWED
             ).value
             counter = Counter.ROBOTS_UNREACHABLE if unreachable else Counter.ROBOTS_DISALLOWED
-            return Final(url, 0, error=reason, counters={counter.value: 1})
+            return Final(url, 0, error=reason, counters={counter.value: 1}, recorded=unreachable)
         polite.set_crawl_delay(domain, robots.crawl_delay(opts.robots_agent))
     if opts.sitemaps:
         maps = Sitemaps(ctx, store)
@@ -383,7 +386,27 @@ def _follow(
             if opts.skip_near_duplicates:
                 links = []
     final.outlinks = links
-    final.counters.update(store.admission.links(links, depth + 1))
+    final.counters.update(store.admission.links(links, depth + 1, _disallowed(ctx, store)))
+
+
+def _disallowed(ctx: Context, store: CrawlStore) -> Callable[[str], bool] | None:
+    """Which links robots.txt refuses, as far as this process already knows their origins'
+    rules: they are counted at admission and never become fetch tasks (admission.py). An
+    unreadable robots.txt (disallow-all until it is read again) decides nothing here."""
+    opts = store.opts
+    if not opts.obey_robots:
+        return None
+    cache, agent = ctx.robots(opts), opts.robots_agent
+    origins: dict[str, Any] = {}
+
+    def refused(url: str) -> bool:
+        origin = origin_of(url)
+        if origin not in origins:
+            origins[origin] = cache.known(origin)
+        robots = origins[origin]
+        return robots is not None and robots.kind == "parsed" and not robots.allowed(agent, url)
+
+    return refused
 
 
 def _canonical(enabled: bool, canonical: str | None, final_url: str) -> str | None:

@@ -60,6 +60,9 @@ class Final:
     outlinks: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
     counters: dict[str, int] = field(default_factory=dict)
+    #: False for a URL robots.txt refuses: counted, no line in the output. Links to it that
+    #: admission could judge never became URLs at all (admission.py); the rest must look alike.
+    recorded: bool = True
 
     def record(self) -> dict[str, Any]:
         rest = {k: v for k, v in self.extra.items() if k != "fetched_at"}
@@ -132,6 +135,9 @@ def finalize(ctx: Context, store: CrawlStore, final: Final) -> str:
     if failed or record.get("extract_error"):
         # Before finish: a dead letter for a URL that then turns out final already is harmless.
         store.ledger.dead_letter(final.url, {k: record.get(k) for k in DEAD_LETTER_FIELDS})
+    if not final.recorded:
+        left = store.ledger.finish(final.url, None, counters)
+        return _after_unrecorded(ctx, store, final, left)
     out = ctx.output(store.opts)
     record["rid"] = uuid.uuid4().hex
     entry = formats.Unwritten(record["rid"], str(out.pages_path), time.time(), record)
@@ -148,6 +154,14 @@ def finalize(ctx: Context, store: CrawlStore, final: Final) -> str:
     payload = {k: record[k] for k in ("url", "status", "error", "depth")}
     events.emit(store.client, store.ck, kind, store.id, record=payload)
     if left == 0 and store.ledger.settle():  # its partition emptied: is the crawl drained?
+        crawl_finished(ctx, store)
+    return final.error or "done"
+
+
+def _after_unrecorded(ctx: Context, store: CrawlStore, final: Final, left: int) -> str:
+    if left < 0:
+        return "duplicate"
+    if left == 0 and store.ledger.settle():
         crawl_finished(ctx, store)
     return final.error or "done"
 

@@ -18,11 +18,14 @@
 --          counted as discovered and as duplicates, nothing else
 -- ARGV[10] most URLs this call may admit (-1 = no limit): the room reserve.lua granted
 --          under max_pages when the crawl has several partitions
--- then per URL: domain, entry ("depth|url", formats.entry).
+-- then per URL: domain, entry ("depth|url", formats.entry). An empty domain marks a URL that
+-- robots.txt disallows (the caller knew the origin's rules): its bits are set, so it counts
+-- once, as robots_disallowed and skipped:robots_disallowed, and it is never queued, needs no
+-- fetch task and takes no room under max_pages.
 -- A URL given twice in one batch is admitted once (the second counts as a duplicate).
 -- Queue keys are built from the domain here rather than passed in KEYS because the set of
 -- domains is open-ended; they carry the partition's hash tag, so they share its slot.
--- Returns {admitted, duplicates, over_limit}.
+-- Returns {admitted, duplicates, over_limit, disallowed}.
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
@@ -44,13 +47,16 @@ end
 
 local before = 0
 if max_pages >= 0 then before = tonumber(redis.call('HGET', KEYS[2], 'admitted') or '0') end
-local admitted, dups, over = 0, known, 0
+local admitted, dups, over, blocked = 0, known, 0, 0
 local chosen, picked, by_domain, domains = {}, {}, {}, {}
 for i = 1, count do
   local base = FIRST + (i - 1) * 2
   local entry = ARGV[base + 1]
   if seen[i] or picked[entry] then
     dups = dups + 1
+  elseif ARGV[base] == '' then
+    blocked = blocked + 1
+    chosen[i], picked[entry] = true, true
   elseif not force and ((max_pages >= 0 and before + admitted >= max_pages)
                         or (cap >= 0 and admitted >= cap)) then
     -- Bits stay unset: a URL that was never admitted must not look seen.
@@ -68,7 +74,7 @@ for i = 1, count do
     list[#list + 1] = entry
   end
 end
-if not force and admitted > 0 then bloom_set(4, nshards, k, reads, chosen) end
+if not force and admitted + blocked > 0 then bloom_set(4, nshards, k, reads, chosen) end
 -- One push per domain (several values, in order): LPUSH a b c leaves c b a, as three LPUSHes.
 local push = dfs and 'LPUSH' or 'RPUSH'
 for _, domain in ipairs(domains) do
@@ -86,10 +92,14 @@ end
 if force then
   -- Replayed URLs were admitted once already: count them apart so totals stay exact.
   redis.call('HINCRBY', KEYS[2], 'replayed', admitted)
-  return {admitted, 0, 0}
+  return {admitted, 0, 0, 0}
 end
 if admitted > 0 then redis.call('HINCRBY', KEYS[2], 'admitted', admitted) end
 redis.call('HINCRBY', KEYS[2], 'discovered', count + known)
 if dups > 0 then redis.call('HINCRBY', KEYS[2], 'deduplicated', dups) end
 if over > 0 then redis.call('HINCRBY', KEYS[2], 'skipped:max_pages', over) end
-return {admitted, dups, over}
+if blocked > 0 then
+  redis.call('HINCRBY', KEYS[2], 'robots_disallowed', blocked)
+  redis.call('HINCRBY', KEYS[2], 'skipped:robots_disallowed', blocked)
+end
+return {admitted, dups, over, blocked}

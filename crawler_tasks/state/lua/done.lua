@@ -2,15 +2,13 @@
 -- token bucket when it released the URL and stored the interval it used ("iv"; "own" = 1 when
 -- the crawl's owner set the rate, which overrides Crawl-delay); these events complete that.
 --
--- A request has ended (ok | throttle | error): return its lease, pace the next request from
--- now, and adapt the pace.
---   * tat >= now + interval: the next request is paced from the end of this one, not from its
---     release. Queueing delays between release and fetch vary; charging only at release let a
---     late request bunch up with the next one. The end of a request is after its arrival at
---     the server, so with one request in flight per domain the arrivals themselves form a
---     GCRA sequence: no window of W seconds holds more than rate x W + burst of them. It costs
---     nothing while queueing delay + response time < burst x interval; with no burst (Crawl-
---     delay) the gap between requests is the interval plus the response time.
+-- A request has ended (ok | throttle | error): return its lease and adapt the pace.
+--   * ok, sent ARGV[7] seconds ago (>= 0): tat >= now - ARGV[7] + interval, the next
+--     request is paced from when this one was sent (the next release needs this lease back,
+--     so the sends of a domain form a GCRA sequence whatever the queueing delays).
+--   * anything else, a send time unknown (-1), or a Crawl-delay learnt during this request
+--     (its robots.txt was read first) longer than the interval it was released with:
+--     tat >= now + interval, paced from the end: a host that struggles gets its full rest.
 --   * ok: recover 20 % of the slow-down; throttle (429/503): halve the rate; error (timeout,
 --     5xx): slow down by half again. The factor is capped at ARGV[5].
 --   * ARGV[4]: Retry-After seconds (0 none): nothing is released before now + that.
@@ -28,6 +26,7 @@
 -- KEYS[1] ready  KEYS[2] lease zset of d  KEYS[3] domain state hash  KEYS[4] queue of d
 -- ARGV[1] url  ARGV[2] domain  ARGV[3] event  ARGV[4] seconds  ARGV[5] maximum slow-down
 -- ARGV[6] seconds of outage after which a host is dead (max_host_outage)
+-- ARGV[7] seconds since the request was sent, -1 unknown (ok only)
 -- Returns "slow|seconds|dead": the slow-down factor; after "down" the seconds the host has
 -- been down while its circuit is open (-1 when it is not); 1 if it was declared dead now.
 local t = redis.call('TIME')
@@ -38,7 +37,8 @@ local slow, iv = tonumber(f[1]) or 1, tonumber(f[3]) or 0
 local tat = tonumber(f[2]) or now
 -- A Crawl-delay learnt from robots.txt after the release applies at once.
 local delay = tonumber(f[5]) or 0
-if f[4] ~= '1' and delay * slow > iv then iv = delay * slow end
+local longer = f[4] ~= '1' and delay * slow > iv
+if longer then iv = delay * slow end
 
 local function wake()
   if redis.call('LLEN', KEYS[4]) > 0 then
@@ -61,7 +61,12 @@ end
 
 -- The lease is gone when the request was refunded (or its lease expired): nothing to charge.
 if redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then
-  tat = math.max(tat, now + iv)
+  local sent = tonumber(ARGV[7]) or -1
+  if longer or event ~= 'ok' or sent < 0 then
+    tat = math.max(tat, now + iv)
+  else
+    tat = math.max(tat, now - sent + iv)
+  end
 end
 local cap = tonumber(ARGV[5])
 if event == 'ok' then

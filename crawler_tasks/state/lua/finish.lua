@@ -12,12 +12,13 @@
 -- All keys are the URL's partition's.
 -- KEYS[1] inflight  KEYS[2] flow hash  KEYS[3] stats  KEYS[4] per-second
 -- KEYS[5] attempts hash  KEYS[6] unwritten hash
--- ARGV[1] url  ARGV[2] unwritten entry (JSON)  then pairs: stats field, increment
+-- ARGV[1] url  ARGV[2] unwritten entry (JSON; "" = the URL has no record, robots.txt refused
+-- it)  then pairs: stats field, increment
 -- Returns the partition's URLs still outstanding (0: check the crawl, ledger.drained), or -1
 -- if the URL was final already.
 if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then return -1 end
 redis.call('HDEL', KEYS[5], ARGV[1])
-redis.call('HSET', KEYS[6], ARGV[1], ARGV[2])
+if ARGV[2] ~= '' then redis.call('HSET', KEYS[6], ARGV[1], ARGV[2]) end
 local out = redis.call('HINCRBY', KEYS[2], 'out', 1)
 for i = 3, #ARGV, 2 do redis.call('HINCRBY', KEYS[3], ARGV[i], ARGV[i + 1]) end
 local t = redis.call('TIME')

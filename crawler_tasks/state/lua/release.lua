@@ -8,9 +8,9 @@
 --   * a per-domain concurrency limit as leases that expire (a dead worker frees its slot)
 --   * not_before (Retry-After), crawl-delay and an adaptive slow-down factor
 -- The bucket is charged here, at release (nothing is published before its token, so no task
--- waits for one); done.lua then paces the next request from the end of this one (tat >=
--- end + interval) and charges robots.txt fetches ("extra"), so a queueing delay between this
--- release and the HTTP request cannot bunch two requests up.
+-- waits for one), and again by done.lua from when the request was really sent (tat >= sent
+-- + interval), so a queueing delay between this release and the HTTP request cannot bunch
+-- two requests up; done.lua also charges robots.txt fetches ("extra") and adapts the pace.
 -- Crawl-delay is a minimum gap between requests: when it sets the interval there is no burst.
 -- The interval used and whether the crawl's owner set the rate are stored in the domain's
 -- hash ("iv", "own") for done.lua.
