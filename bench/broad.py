@@ -8,7 +8,7 @@
 
 The web: ``bench/_broad_server.py`` in its own process (so its CPU is not ours), ``--hosts``
 hosts on 127.10.x.y (Linux routes 127/8 to lo), ``--pages`` HTML pages each, 50-350 ms per
-response, robots.txt per host disallowing ``/private/`` (every page links there), each page
+response (``--latency LOW,HIGH``), robots.txt per host disallowing ``/private/`` (every page links there), each page
 linking to 2 pages of its host and 3 of other hosts. Seeds: every host's root.
 
 Modes: ``polite`` (1 request/s and 1 connection per host, burst 1) and ``fast`` (no delay,
@@ -29,6 +29,9 @@ process, CPU ms per page, and Redis commands per page (``INFO commandstats`` res
 crawl, so broker traffic is included), the busiest commands listed.
 
 A layout is ``POOL:CONCURRENCYxFETCH_PROCESSES:PARSE_PROCESSES``, e.g. ``threads:256x2:2``.
+The per-process in-flight peak (``inflight_peak`` over fetch processes) is what latency hiding
+can reach: with slow hosts (``--latency 2,3``) it shows whether a pool keeps its requests
+going, which the default latencies, where the CPU runs out first, do not.
 """
 
 from __future__ import annotations
@@ -69,7 +72,8 @@ class Web:
         self.log.touch()
         self.proc = subprocess.Popen(
             [sys.executable, str(HERE / "_broad_server.py"), "--hosts", str(self.hosts)]
-            + ["--pages", str(self.pages), "--port", str(self.port), "--log", str(self.log)],
+            + ["--pages", str(self.pages), "--port", str(self.port), "--log", str(self.log)]
+            + ["--low", str(args.latency[0]), "--high", str(args.latency[1])],
             stdout=subprocess.PIPE,
         )
         assert self.proc.stdout is not None
@@ -356,6 +360,11 @@ def main() -> int:
     p.add_argument("--modes", default="polite,fast")
     p.add_argument("--layouts", default="threads:256x2:2", help="POOL:CONCxFETCHERS:PARSERS,...")
     p.add_argument("--fast-conn", type=int, default=4, help="connections per host, fast mode")
+    p.add_argument(
+        "--latency",
+        default="0.05,0.35",
+        help="LOW,HIGH seconds each response waits (fixed per URL, uniform between them)",
+    )
     p.add_argument("--scrapy-concurrency", type=int, default=256)
     p.add_argument("--timeout", type=float, default=600.0, help="per crawler, seconds")
     p.add_argument("--skip-scrapy", action="store_true")
@@ -363,6 +372,13 @@ def main() -> int:
     p.add_argument("--keep", help="existing directory for the server's and workers' logs")
     args = p.parse_args()
     args.worker_env = dict(kv.split("=", 1) for kv in args.worker_env)
+    low, _, high = args.latency.partition(",")
+    try:
+        args.latency = (float(low), float(high or low))
+    except ValueError:
+        p.error(f"--latency: not LOW,HIGH seconds: {args.latency!r}")
+    if not 0 <= args.latency[0] <= args.latency[1]:
+        p.error(f"--latency: need 0 <= LOW <= HIGH, got {args.latency}")
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="bench-web-") as tmp:
         web = Web(args, tmp)

@@ -89,7 +89,7 @@ def test_items_exactly_once_when_the_parse_process_is_killed(settings, redis_url
     """The parse pool's processes SIGKILL themselves the 4th time they reach ``point``: between
     a page's items and its page line, or between finish.lua and both. Every page still has its
     two items once, and the items counter agrees with the file."""
-    env = {"PYTHONPATH": HOOKS}
+    env = {"PYTHONPATH": HOOKS, **tf.PARSE_TASKS}  # every page through the parse process
     with (
         running_sites(["127.0.0.152"], 40, 4, cross_host_ratio=0) as (graph, servers),
         tf.cluster(redis_url, tmp_path, **env) as c,

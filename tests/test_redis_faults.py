@@ -184,3 +184,26 @@ def test_start_crawl_on_a_full_redis_says_so_and_stores_nothing(own_redis, fault
     message = str(err.value)
     assert "Redis cannot hold this crawl" in message and "max_pages" in message and "MB" in message
     assert not [k for k in client.scan_iter("crawler:*")], "a half-registered crawl was left"
+
+
+@pytest.mark.allow_worker_errors(".*")
+def test_workers_stopped_while_redis_is_gone_exit_at_once(own_redis, fault_settings, fault_workers):  # type: ignore[no-untyped-def]
+    """Warm shutdown (SIGTERM) while Redis is down for good, as when an embedded crawl's command
+    is killed with its private Redis: tasks waiting for Redis give up (their URLs are taken
+    back when Redis returns), so the workers exit in seconds, not after redis_outage_wait
+    (600 s)."""
+    procs, _log_dir = fault_workers
+    with running_sites(["127.0.0.62"], PAGES, 5, delay=DELAY) as (_graph, servers):
+        crawl = start_site_crawl(fault_settings, servers[0], concurrency=4)
+        wait_for(lambda: crawl.progress()["done"] >= 30, timeout=60)
+        assert own_redis.client().hkeys(crawl.ck.parts[0].inflight), "no fetch running"
+        own_redis.kill()
+        time.sleep(1.0)  # every running fetch has met the outage and waits for Redis
+        t0 = time.monotonic()
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(timeout=60)
+        took = time.monotonic() - t0
+    print(f"\nworkers exited {took:.1f}s after SIGTERM with Redis gone")
+    assert took < 20, took

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import redis
 from celery import bootsteps
-from celery.signals import beat_init, worker_init, worker_process_shutdown
+from celery.signals import beat_init, worker_init, worker_process_shutdown, worker_shutting_down
 from kombu.exceptions import ChannelError
 from redis.exceptions import ClusterError, TryAgainError
 
@@ -54,9 +55,22 @@ _waiting = Throttled(log, "Redis, in a task (waiting for it)")
 _publishing = Throttled(log, "Redis, publishing a fetch (waiting for it)")
 
 
+#: Set when this worker begins its warm shutdown. A task riding out a Redis outage then gives
+#: up at once instead of holding the shutdown for ``redis_outage_wait``: its message is
+#: redelivered (acks_late) or its URL taken back by the crawl's reclaim once this worker's
+#: heartbeat stops. Without it a worker whose Redis is gone for good (an embedded crawl's
+#: command killed) never exits.
+_shutting_down = threading.Event()
+
+
+@worker_shutting_down.connect
+def _stop_riding_out(**_: Any) -> None:
+    _shutting_down.set()
+
+
 def patiently(call: Callable[[], T]) -> T:
     """Run ``call`` through a Redis outage or a full Redis (see :mod:`outage`)."""
-    return ride_out(call, settings().redis_outage_wait, _waiting)
+    return ride_out(call, settings().redis_outage_wait, _waiting, stop=_shutting_down)
 
 
 def enqueue_parse(crawl_id: str, url: str, depth: int) -> None:
