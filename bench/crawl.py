@@ -233,7 +233,8 @@ def start_profilers(args: Any, roots: list[int], tag: str) -> list[subprocess.Po
     pyspy = Path(sys.executable).with_name("py-spy")
     procs = []
     for pid in roots:
-        name = "fetch" if "fetch-" in " ".join(psutil.Process(pid).cmdline()) else "parse"
+        cmdline = " ".join(psutil.Process(pid).cmdline())
+        name = f"fetch-{pid}" if "crawl.high" in cmdline else f"parse-{pid}"
         procs.append(
             subprocess.Popen(
                 [
@@ -244,6 +245,7 @@ def start_profilers(args: Any, roots: list[int], tag: str) -> list[subprocess.Po
                     "--subprocesses",
                     "--rate",
                     "100",
+                    "--gil",  # the thread holding the GIL: where the CPU goes, waits apart
                     "--format",
                     "raw",
                     "--output",
