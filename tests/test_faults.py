@@ -173,8 +173,10 @@ def test_kill_at_each_point_of_the_finish_path(settings, redis_url, tmp_path, po
 @pytest.mark.allow_worker_errors(".*")
 def test_killed_while_finishing_the_crawl(settings, redis_url, tmp_path):  # type: ignore[no-untyped-def]
     """The process running the end of the crawl dies after summary.json: the crawl stays
-    "finishing" (never "finished" without its steps) and another process completes it."""
-    with site() as (graph, servers), cluster(redis_url, tmp_path) as c:
+    "finishing" (never "finished" without its steps) and another process completes it. Pages
+    go through the parse process, so the last URL is almost always finished by a process
+    with the fault (parse, or fetch1), not by fetch2."""
+    with site() as (graph, servers), cluster(redis_url, tmp_path, **PARSE_TASKS) as c:
         # Whichever of these runs the end of the crawl dies there; fetch2 is left to finish it.
         c.start("fetch1", "fetch", {"CRAWLER_FAULT_POINT": "after_summary"})
         c.start("fetch2", "fetch")
