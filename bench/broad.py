@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import importlib.util
 import math
 import os
 import subprocess
@@ -379,6 +380,8 @@ def main() -> int:
         p.error(f"--latency: not LOW,HIGH seconds: {args.latency!r}")
     if not 0 <= args.latency[0] <= args.latency[1]:
         p.error(f"--latency: need 0 <= LOW <= HIGH, got {args.latency}")
+    if not args.skip_scrapy and importlib.util.find_spec("scrapy") is None:
+        p.error("Scrapy is not installed: .venv/bin/pip install -e '.[bench]', or --skip-scrapy")
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="bench-web-") as tmp:
         web = Web(args, tmp)
