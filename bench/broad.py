@@ -199,6 +199,7 @@ def run_ours(args: Any, web: Web, mode: str, layout: str, state: str = "one") ->
             pool=pool,
             log_dir=args.keep or tmp,
             extra_env={**args.worker_env, "CRAWLER_REDIS_URL": state_url},
+            events=args.events,
         ) as procs:
             wait_for_workers(client)
             roots = [p.pid for p in procs]
@@ -369,6 +370,9 @@ def main() -> int:
     p.add_argument("--scrapy-concurrency", type=int, default=256)
     p.add_argument("--timeout", type=float, default=600.0, help="per crawler, seconds")
     p.add_argument("--skip-scrapy", action="store_true")
+    p.add_argument(
+        "--events", action="store_true", help="workers send task events (-E, for Flower)"
+    )
     p.add_argument("--worker-env", action="append", default=[], metavar="NAME=VALUE")
     p.add_argument("--keep", help="existing directory for the server's and workers' logs")
     args = p.parse_args()

@@ -56,8 +56,9 @@ def make_app(settings: Settings | None = None) -> Celery:
         task_reject_on_worker_lost=True,
         task_acks_on_failure_or_timeout=True,
         worker_prefetch_multiplier=1,
-        # Task events cost a Redis PUBLISH each, ~25 % of a fetch worker's CPU: workers send
-        # them when started with -E (the Procfile, compose and README do, for Flower).
+        # Task events cost a Redis PUBLISH each, ~10 % of a fetch worker's CPU per page
+        # (bench/broad.py --events): workers send them when started with -E (the Procfile,
+        # compose and README do, for Flower).
         worker_send_task_events=False,
         task_send_sent_event=settings.task_events,
         task_queues=[
