@@ -38,7 +38,7 @@ class Admitted:
         self.admitted += int(other[0])
         self.duplicates += int(other[1])
         self.over_limit += int(other[2])
-        self.disallowed += int(other[3]) if len(other) > 3 else 0
+        self.disallowed += int(other[3])
         return self
 
 
