@@ -312,6 +312,7 @@ def reachable(
     seeds: list[str],
     max_depth: int | None = None,
     allowed_hosts: set[str] | None = None,
+    refused: Callable[[str], bool] | None = None,
 ) -> dict[str, int]:
     """URL -> BFS depth for every URL a correct crawler must bring to a final state.
 
@@ -321,7 +322,8 @@ def reachable(
     ``host:port`` or bare hostname; ``None`` allows all). Seeds are depth 0 and included even if
     they have a skipped extension (they were asked for explicitly). Pages at ``max_depth`` are
     fetched but their links are not followed. URLs not in the graph count as reached (the server
-    answers them 404).
+    answers them 404). Links ``refused`` says robots.txt disallows are neither reached nor
+    followed.
     """
     allowed = _normalise_hosts(allowed_hosts) if allowed_hosts is not None else None
 
@@ -348,6 +350,8 @@ def reachable(
             for link in page.links:
                 link = urldefrag(link)[0]
                 if link in depth or has_skipped_extension(link) or not host_ok(link):
+                    continue
+                if refused is not None and refused(link):
                     continue
                 depth[link] = level + 1
                 next_frontier.append(link)

@@ -8,9 +8,10 @@ import math
 import socket
 import time
 from collections import Counter
+from urllib.parse import urldefrag, urlsplit
 
 import pytest
-from sitegen import SiteServer, reachable, running_sites, serve_hosts
+from sitegen import SiteServer, has_skipped_extension, reachable, running_sites, serve_hosts
 from test_formats import undescribed
 
 from crawler_tasks import start_crawl
@@ -215,10 +216,6 @@ def test_robots_disallowed_links_are_counted_never_fetched_nor_recorded(settings
     """Links robots.txt refuses: once this process holds the rules, admission counts them
     (no queue entry, no fetch task); either way no request and no output line, and each
     refused URL is counted once however many pages link it."""
-    from urllib.parse import urldefrag, urlsplit
-
-    from sitegen import has_skipped_extension
-
     with running_sites(["127.0.0.69"], 150, 6, robots_txt="User-agent: *\nDisallow: /d1/\n") as (
         graph,
         servers,
@@ -226,17 +223,14 @@ def test_robots_disallowed_links_are_counted_never_fetched_nor_recorded(settings
         seeds, crawl = start(settings, servers)
         summary = driver.run(crawl)
         requested = {e.path for e in servers[0].requests()}
-    refused = lambda url: urlsplit(url).path.startswith("/d1/")  # noqa: E731
-    fetched, disallowed, frontier = {normalize(seeds[0])}, set(), [seeds[0]]
-    while frontier:  # breadth-first over what may be fetched; refused URLs end the path
-        page = graph.pages.get(frontier.pop())
-        for link in page.links if page is not None and page.is_html else []:
-            link = normalize(urldefrag(link)[0])
-            if has_skipped_extension(link) or link in fetched or link in disallowed:
-                continue
-            (disallowed if refused(link) else fetched).add(link)
-            if not refused(link):
-                frontier.append(link)
+
+    def refused(url: str) -> bool:
+        return urlsplit(url).path.startswith("/d1/")
+
+    fetched = {normalize(u) for u in reachable(graph, seeds, refused=refused)}
+    html = [graph.pages[u] for u in fetched if u in graph.pages and graph.pages[u].is_html]
+    linked = {normalize(urldefrag(link)[0]) for page in html for link in page.links}
+    disallowed = {u for u in linked if refused(u) and not has_skipped_extension(u)}
     got = pages(crawl)
     assert disallowed and set(got) == fetched and max(got.values()) == 1
     assert not any(p.startswith("/d1/") for p in requested)

@@ -16,21 +16,21 @@ Where the token is taken: release.lua charges the bucket when it releases a URL,
 published before its token and no task ever waits for one. But the request starts later, after
 a queueing delay that varies (a cold worker thread, a busy dispatcher), and charging only at
 release let a late request bunch up with the next one: 5 requests in a 1-s window at 2 req/s
-with burst 1. So done.lua, when the request has ended and returns its lease, charges it again from the
-moment it was *sent* (the fetcher notes when its first socket was connected or reused:
-``Response.sent_at``): tat >= sent + interval. With ``concurrency=1`` the next request is
-released only after that, and no earlier than tat - burst x interval, so the sends form a GCRA
-sequence whatever the queueing delays: no window of W seconds holds more than ``rate x W +
-burst`` of them (for a Crawl-delay d, which has no burst: one request per d seconds). A host
-answering in 300 ms at 1 req/s still gets ~1 request a second, as Scrapy paces (it counts the
-delay from each request's start); pacing from the *end* of each request, as this crawler did
-before, gave it one per 1.3 s. A request that failed (timeout, 5xx, 429), or whose send time
-is unknown, is paced from its end (tat >= end + interval): a host that struggles gets its
-whole interval of rest. robots.txt requests are charged
-too (:meth:`Politeness.extra_request`): a server's load is every request it gets. A URL
-robots.txt disallows gives its token back (:meth:`Politeness.refund`). With a higher
-``concurrency``, requests released together can still drift relative to each other by their
-queueing delays.
+with burst 1. So done.lua, when the request has ended and returns its lease, charges it
+again from the moment it was *sent* (the fetcher notes when its first socket was connected or
+reused: ``Response.sent_at``): tat >= sent + interval. With ``concurrency=1`` the next request
+is released only after that, and no earlier than tat - burst x interval, so the sends form a
+GCRA sequence whatever the queueing delays: no window of W seconds holds more than ``rate x W
++ burst`` of them (for a Crawl-delay d, which has no burst: one request per d seconds), and
+the gap between two requests is the interval, as Scrapy paces (it counts the delay from each
+request's start). Pacing from the *end* of each request, as this crawler did before, added
+the response time to that gap whenever the burst's slack did not cover it (always with no
+burst). A request that failed (timeout, 5xx, 429), or whose send time is unknown, is paced
+from its end (tat >= end + interval): a host that struggles gets its whole interval of rest.
+robots.txt requests are charged too (:meth:`Politeness.extra_request`): a server's load is
+every request it gets. A URL robots.txt disallows gives its token back
+(:meth:`Politeness.refund`). With a higher ``concurrency``, requests released together can
+still drift relative to each other by their queueing delays.
 
 Known limits: the robots.txt request and the page that needed it go back to back (the
 Crawl-delay is unknown until robots.txt is read). For a new host with ``burst >= 1`` that is

@@ -54,6 +54,7 @@ from ..state.store import CrawlStore
 from ..web.fetcher import Response
 from ..web.page import Page as ParsedPage
 from ..web.page import extract, is_html
+from ..web.robots import Robots
 from ..web.urls import origin_of
 from . import hooks
 from .context import Context
@@ -397,7 +398,7 @@ def _disallowed(ctx: Context, store: CrawlStore) -> Callable[[str], bool] | None
     if not opts.obey_robots:
         return None
     cache, agent = ctx.robots(opts), opts.robots_agent
-    origins: dict[str, Any] = {}
+    origins: dict[str, Robots | None] = {}
 
     def refused(url: str) -> bool:
         origin = origin_of(url)

@@ -137,7 +137,7 @@ def finalize(ctx: Context, store: CrawlStore, final: Final) -> str:
         store.ledger.dead_letter(final.url, {k: record.get(k) for k in DEAD_LETTER_FIELDS})
     if not final.recorded:
         left = store.ledger.finish(final.url, None, counters)
-        return _after_unrecorded(ctx, store, final, left)
+        return "duplicate" if left < 0 else _settled(ctx, store, final, left)
     out = ctx.output(store.opts)
     record["rid"] = uuid.uuid4().hex
     entry = formats.Unwritten(record["rid"], str(out.pages_path), time.time(), record)
@@ -153,15 +153,12 @@ def finalize(ctx: Context, store: CrawlStore, final: Final) -> str:
     kind = "request_failed" if final.error else "request_completed"
     payload = {k: record[k] for k in ("url", "status", "error", "depth")}
     events.emit(store.client, store.ck, kind, store.id, record=payload)
+    return _settled(ctx, store, final, left)
+
+
+def _settled(ctx: Context, store: CrawlStore, final: Final, left: int) -> str:
+    """After finish.lua left ``left`` URLs outstanding in the URL's partition."""
     if left == 0 and store.ledger.settle():  # its partition emptied: is the crawl drained?
-        crawl_finished(ctx, store)
-    return final.error or "done"
-
-
-def _after_unrecorded(ctx: Context, store: CrawlStore, final: Final, left: int) -> str:
-    if left < 0:
-        return "duplicate"
-    if left == 0 and store.ledger.settle():
         crawl_finished(ctx, store)
     return final.error or "done"
 
