@@ -24,6 +24,7 @@ class Driver:
         self.settings = settings
         self.messages: deque[tuple[str, str, str, int]] = deque()
         self.published: list[tuple[str, str, int, str]] = []  # (crawl, url, depth, queue)
+        self.batches: list[int] = []  # URLs per fetch message
         self.callbacks: list[tuple[str, str, dict[str, Any]]] = []
         self.results: list[tuple[str, str, str]] = []  # (task, url, outcome)
         #: on_item messages: (task, crawl, url, depth, items); ``fail_items`` makes sending raise.
@@ -35,9 +36,11 @@ class Driver:
     def close(self) -> None:
         self.ctx.close()
 
-    def _publish(self, crawl_id: str, url: str, depth: int, queue: str) -> None:
-        self.published.append((crawl_id, url, depth, queue))
-        self.messages.append(("fetch", crawl_id, url, depth))
+    def _publish(self, crawl_id: str, items: list[tuple[str, int]], queue: str) -> None:
+        self.batches.append(len(items))
+        for url, depth in items:
+            self.published.append((crawl_id, url, depth, queue))
+            self.messages.append(("fetch", crawl_id, url, depth))
 
     def _enqueue_parse(self, crawl_id: str, url: str, depth: int) -> None:
         self.messages.append(("parse", crawl_id, url, depth))

@@ -176,6 +176,8 @@ def test_python_api_refuses_bad_options_and_unknown_ids(settings, client):
     [
         ("CRAWLER_KEY_PREFIX", "crawl{er}", "CRAWLER_KEY_PREFIX"),
         ("CRAWLER_PARTITIONS", "many", "CRAWLER_PARTITIONS"),
+        ("CRAWLER_FETCH_BATCH", "0", "CRAWLER_FETCH_BATCH"),
+        ("CRAWLER_FETCH_BATCH", "-2", "CRAWLER_FETCH_BATCH"),
     ],
 )
 def test_bad_settings_are_one_line_exit_2(name, value, names, redis_url):  # type: ignore[no-untyped-def]

@@ -1,6 +1,7 @@
 """The dispatcher releases only what the fetch pools can start: while the broker's fetch
 queues already hold ``dispatch_queue_max`` messages (every pool slot taken), a released host
-would wait behind other hosts' messages, so nothing more is released; in-process (driver)."""
+would wait behind other hosts' messages, so nothing more is released; a free slot takes a
+message of up to ``fetch_batch`` URLs. In-process (driver)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from crawler_tasks import start_crawl
 
 
 def test_nothing_released_while_the_fetch_queues_are_full(settings, client):  # type: ignore[no-untyped-def]
-    settings = dataclasses.replace(settings, dispatch_queue_max=5)
+    settings = dataclasses.replace(settings, dispatch_queue_max=5, fetch_batch=1)
     # Nothing is fetched here: the hosts need no server.
     seeds = [f"http://127.0.0.{i}:8000/" for i in range(120, 132)]
     crawl = start_crawl(seeds, settings=settings, allow_private_networks=True, rate=math.inf)
@@ -32,3 +33,29 @@ def test_nothing_released_while_the_fetch_queues_are_full(settings, client):  # 
         assert crawl.progress()["queued"] == len(seeds) - 8
     finally:
         driver.close()
+
+
+def test_urls_released_together_share_a_message_of_fetch_batch(settings, client):  # type: ignore[no-untyped-def]
+    settings = dataclasses.replace(settings, dispatch_queue_max=5, fetch_batch=4)
+    seeds = [f"http://127.0.0.{i}:8000/" for i in range(120, 134)]
+    crawl = start_crawl(seeds, settings=settings, allow_private_networks=True, rate=math.inf)
+    driver = Driver(settings)
+    try:
+        client.rpush("crawl.high", *["waiting"] * 3)  # two free slots: two messages of four
+        driver.dispatcher.tick()
+        assert driver.batches == [4, 4]
+        client.delete("crawl.high")
+        driver.dispatcher.tick()
+        assert driver.batches == [4, 4, 4, 2]  # the rest: never more than four to a message
+        assert sorted(url for _c, url, _d, _q in driver.published) == sorted(seeds)
+        assert crawl.progress()["queued"] == 0
+    finally:
+        driver.close()
+
+
+def test_a_fetch_rate_limit_sends_one_url_per_message(settings):  # type: ignore[no-untyped-def]
+    # Celery's rate_limit counts messages: a batch would multiply the user's cap.
+    assert (
+        dataclasses.replace(settings, fetch_batch=4, fetch_rate_limit="10/s").urls_per_message == 1
+    )
+    assert dataclasses.replace(settings, fetch_batch=4).urls_per_message == 4

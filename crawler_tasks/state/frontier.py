@@ -25,6 +25,8 @@ from .scripts import Scripts
 
 #: URLs per admit.lua call: keeps each script run short (Redis is single-threaded).
 ADMIT_CHUNK = 1000
+#: Entries of a cancelled crawl one release call drains (records them as cancelled).
+CANCEL_DRAIN = 1000
 
 
 @dataclass
@@ -157,7 +159,7 @@ class Frontier:
         limit: int,
         lease_seconds: float,
         worker: str = "",
-        drain: int = 1000,
+        drain: int = CANCEL_DRAIN,
         budget: int | None = None,
         cluster_rates: str = "",
         state: str = "run",

@@ -12,7 +12,9 @@ import logging
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 import redis
 
@@ -40,6 +42,12 @@ STORES = 8
 KNOWN_MAX = 50_000
 #: (crawl id, origin) pairs whose robots.txt sitemaps this process has seen.
 SITEMAP_MEMO = 10_000
+
+
+#: Threads a process may add to fetch the other URLs of its ``crawl.fetch_many`` messages
+#: (started on demand; a 256-slot pool with batches of 4 needs up to 768).
+BATCH_THREADS = 1024
+T = TypeVar("T")
 
 
 #: Redis connections per process at most: threads beyond wait for a free one. (redis-py 8's
@@ -88,8 +96,27 @@ class Context:
         self._robots: dict[tuple[bool, str, str], RobotsCache] = {}
         self._lock = threading.Lock()  # threads pools share the caches
         self.sitemap_origins: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._batch: ThreadPoolExecutor | None = None
+
+    def side_by_side(self, calls: Sequence[Callable[[], T]]) -> list[T]:
+        """Run ``calls`` at once (the first in this thread, the others on this process's
+        batch threads) and return their results; once all have ended, the first exception."""
+        if len(calls) <= 1:
+            return [call() for call in calls]
+        with self._lock:
+            if self._batch is None:
+                self._batch = ThreadPoolExecutor(BATCH_THREADS, thread_name_prefix="crawler-batch")
+            pool = self._batch
+        futures = [pool.submit(call) for call in calls[1:]]
+        outcomes = [_outcome(calls[0])] + [_outcome(f.result) for f in futures]
+        for ok, value in outcomes:
+            if not ok:
+                raise value
+        return [value for _, value in outcomes]
 
     def close(self) -> None:
+        if self._batch is not None:
+            self._batch.shutdown(wait=False)
         self.heartbeat.stop()
         self.outputs.close()
         self.fetcher.close()
@@ -206,6 +233,13 @@ class Context:
             http_version=response.http_version,
             ip=response.ip,
         )
+
+
+def _outcome(call: Callable[[], Any]) -> tuple[bool, Any]:
+    try:
+        return True, call()
+    except Exception as exc:  # raised by side_by_side once every call has ended
+        return False, exc
 
 
 class Runtime:

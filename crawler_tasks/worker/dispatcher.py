@@ -23,6 +23,7 @@ from ..errors import WorkerLost
 from ..settings import Settings
 from ..state import workers
 from ..state.formats import Inflight
+from ..state.frontier import CANCEL_DRAIN
 from ..state.politeness import cluster_rates
 from ..state.store import CrawlStore
 from .context import Context
@@ -32,7 +33,8 @@ from .recorder import Final, crawl_finished, finalize, sweep_orphans
 
 log = logging.getLogger(__name__)
 
-Publish = Callable[[str, str, int, str], None]
+#: (crawl id, [(url, depth), ...], queue): one fetch message for URLs released together.
+Publish = Callable[[str, list[tuple[str, int]], str], None]
 PublishParse = Callable[[str, str, int], None]
 #: Stages ("r" fetch, "q" parse) whose broker queues hold no message right now.
 IdleQueues = Callable[[], set[str]]
@@ -114,7 +116,7 @@ class Dispatcher:
             for url, depth in store.ledger.stale_releases(older_than):
                 log.warning("re-publishing lost fetch of %s (crawl %s)", url, store.id)
                 tier = store.opts.tier(depth, self.settings.medium_max_depth)
-                self._publish(store.id, url, depth, tier)
+                self._publish(store.id, [(url, depth)], tier)
                 n += 1
         return n
 
@@ -159,8 +161,11 @@ class Dispatcher:
         return 1
 
     def tick(self) -> bool:
-        """One release round over all running crawls; True if anything was released."""
-        ctx = self._context()
+        """One release round over all running crawls; True if a release call stopped at its
+        limit (more may be ready now). Otherwise the next round waits ``dispatch_interval``:
+        everything ready was released, or the budget is spent, and a round at once would
+        release one or two URLs (each one message) for the cost of a full round."""
+        ctx, s = self._context(), self.settings
         busy = False
         budget = self._budget(ctx)
         rates = self._cluster_rates(ctx)
@@ -181,7 +186,9 @@ class Dispatcher:
                 released = self._release(ctx, store, part, budget, rates, state)
                 if budget is not None and state != "cancelled":
                     budget = max(0, budget - released)
-                busy = busy or released > 0
+                busy = busy or released >= (
+                    CANCEL_DRAIN if state == "cancelled" else s.dispatch_batch
+                )
         return busy
 
     def _release(
@@ -198,11 +205,18 @@ class Dispatcher:
             cluster_rates=rates,
             state=state,
         )
+        tiers: dict[str, list[tuple[str, int]]] = {}
         for _domain, depth, url in release.entries:
             if release.cancelled:  # drained unfetched: recorded as cancelled here
                 finalize(ctx, store, Final.cancelled(url, depth))
             else:
-                self._publish(store.id, url, depth, store.opts.tier(depth, s.medium_max_depth))
+                tiers.setdefault(store.opts.tier(depth, s.medium_max_depth), []).append(
+                    (url, depth)
+                )
+        size = s.urls_per_message
+        for tier, items in tiers.items():  # released together, so sent together
+            for i in range(0, len(items), size):
+                self._publish(store.id, items[i : i + size], tier)
         return len(release.entries)
 
     def _cluster_rates(self, ctx: Context) -> str:
@@ -213,9 +227,10 @@ class Dispatcher:
         return self._rates
 
     def _budget(self, ctx: Context) -> int | None:
-        """Fetches to release now: while the broker's fetch queues hold messages, every pool
+        """URLs to release now: while the broker's fetch queues hold messages, every pool
         slot is taken (a free slot takes a message at once), and a host released now would
-        wait behind them; so release only up to ``dispatch_queue_max`` waiting messages.
+        wait behind them; so release only up to ``dispatch_queue_max`` waiting messages (of
+        up to ``fetch_batch`` URLs each).
         None (no cap) when the broker is not a Redis this process can read. Nothing while
         Redis has no room for the links of what would be fetched (room.py)."""
         if ctx.room.full():
@@ -227,7 +242,7 @@ class Dispatcher:
         pipe = broker.pipeline(transaction=False)
         for queue in FETCH_QUEUES:
             pipe.llen(queue)
-        return max(0, limit - sum(pipe.execute()))
+        return max(0, limit - sum(pipe.execute())) * self.settings.urls_per_message
 
     def _broker_client(self, ctx: Context) -> redis.Redis | None:
         url = self.settings.broker_url

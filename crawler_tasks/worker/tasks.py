@@ -1,15 +1,17 @@
 """The Celery tasks. Thin on purpose: small JSON arguments (crawl id, URL, depth), one call
 into :mod:`pipeline`, follow-ups enqueued, return. No task waits for another.
 
-``crawl.fetch`` goes to ``crawl.high|medium|low`` (chosen by the dispatcher from the URL's
-depth and the crawl's priority) and ``crawl.parse`` to ``parse``, so fetching (I/O bound: a
-threads or gevent pool) and parsing (CPU bound: prefork) can run in different pools.
+``crawl.fetch`` (one URL) and ``crawl.fetch_many`` (URLs released together) go to
+``crawl.high|medium|low`` (chosen by the dispatcher from the URLs' depth and the crawl's
+priority) and ``crawl.parse`` to ``parse``, so fetching (I/O bound: a threads or gevent pool)
+and parsing (CPU bound: prefork) can run in different pools.
 Crawl-level retries go back through the frontier (see :mod:`pipeline`); Celery's own
 ``autoretry_for`` only covers a Redis hiccup, with back-off and jitter.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 import threading
@@ -90,14 +92,17 @@ def send_items(
     app.send_task(task_name, args=(crawl_id, url, items), queue=queue, link_error=failed)
 
 
-def publish_fetch(crawl_id: str, url: str, depth: int, queue: str) -> None:
-    # The dispatcher has released this URL: a publish that failed would leave it to the reaper
-    # (minutes), so wait for Redis here; the dispatcher thread is held, which is the back-off.
-    ride_out(
-        lambda: fetch.apply_async((crawl_id, url, depth), queue=queue),
-        settings().redis_outage_wait,
-        _publishing,
-    )
+def publish_fetch(crawl_id: str, items: list[tuple[str, int]], queue: str) -> None:
+    """One message for released ``(url, depth)`` items: ``crawl.fetch`` for one,
+    ``crawl.fetch_many`` for several."""
+    if len(items) == 1:
+        (url, depth), task = items[0], fetch
+        args: tuple[Any, ...] = (crawl_id, url, depth)
+    else:
+        args, task = (crawl_id, [list(item) for item in items]), fetch_many
+    # The dispatcher has released these URLs: a publish that failed would leave them to the
+    # reaper (minutes), so wait for Redis here; the dispatcher thread is held (the back-off).
+    ride_out(lambda: task.apply_async(args, queue=queue), settings().redis_outage_wait, _publishing)
 
 
 @worker_init.connect
@@ -128,6 +133,18 @@ _retry = {
 @app.task(name="crawl.fetch", rate_limit=settings().fetch_rate_limit or None, **_retry)
 def fetch(self: Any, crawl_id: str, url: str, depth: int) -> str:
     return patiently(lambda: pipeline.fetch_url(context(), crawl_id, url, depth))
+
+
+@app.task(name="crawl.fetch_many", **_retry)
+def fetch_many(self: Any, crawl_id: str, items: list[list[Any]]) -> list[str]:
+    """Several released URLs (``[[url, depth], ...]``, see ``Settings.fetch_batch``),
+    fetched side by side: each URL's host was released for now, so none waits for another."""
+    ctx = context()
+    calls = [
+        functools.partial(patiently, functools.partial(pipeline.fetch_url, ctx, crawl_id, u, d))
+        for u, d in items
+    ]
+    return ctx.side_by_side(calls)
 
 
 @app.task(name="crawl.parse", **_retry)
