@@ -54,18 +54,23 @@ def test_flower_shows_finished_fetch_tasks(settings, workers, tmp_path):
     api = f"http://127.0.0.1:{port}/api/tasks"
     try:
         wait_until(lambda: _get(api) is not None, timeout=30)
-        with running_sites(["127.0.0.7"], 10, 3) as (_, servers):
-            crawl, _ = _start(settings, servers[0])
+        with running_sites(["127.0.0.7"], 20, 4) as (_, servers):
+            crawl, _ = _start(settings, servers[0], concurrency=4)
             crawl.wait(timeout=60)
-        seed = servers[0].base_url + "/"
+        site = servers[0].base_url
 
-        def finished_fetch() -> dict | None:
-            tasks = _get(api, params={"taskname": "crawl.fetch", "state": "SUCCESS"}) or {}
-            return next((t for t in tasks.values() if seed in (t.get("args") or "")), None)
+        def finished(name: str, urls: int) -> dict | None:
+            tasks = _get(api, params={"taskname": name, "state": "SUCCESS"}) or {}
+            return next(
+                (t for t in tasks.values() if (t.get("args") or "").count(site) >= urls), None
+            )
 
-        task = wait_until(finished_fetch, timeout=30)
-        assert task["name"] == "crawl.fetch"
+        task = wait_until(lambda: finished("crawl.fetch", 1), timeout=30)
         assert crawl.id in task["args"] and len(task["args"]) < 200
+        # URLs of the host released together (concurrency 4) went out as one message: one
+        # task in Flower, its arguments naming each URL.
+        batch = wait_until(lambda: finished("crawl.fetch_many", 2), timeout=30)
+        assert crawl.id in batch["args"] and batch["args"].count(site) <= 4
     finally:
         stop_process(flower)
 
