@@ -268,6 +268,9 @@ def run_ours(args: Any, web: Web, mode: str, layout: str, state: str = "one") ->
         "redis_cpu_ms_per_page": rcpu / n * 1000,
         "server_cpu_ms_per_page": server_cpu / n * 1000,
         "redis_cmds_per_page": sum(calls.values()) / n,
+        # Every Celery message is one LPUSH on the broker (fetch, fetch_many, parse): pages per
+        # message shows how many URLs a fetch message carried on average.
+        "pages_per_message": n / max(calls.get("lpush", 0), 1),
         # Node 0 is the broker; with a cluster, the others hold the crawl state.
         "cmds_per_s_by_node": [round(c / wall) for c in node_calls],
         "redis_cpu_share_by_node": [round(c / wall, 3) for c in node_cpu],
@@ -352,6 +355,7 @@ COLUMNS = [
     "wall_s",
     "cpu_ms_per_page",
     "redis_cmds_per_page",
+    "pages_per_message",
 ]
 
 

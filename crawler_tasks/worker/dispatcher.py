@@ -64,6 +64,7 @@ class Dispatcher:
         self._stop = threading.Event()
         self._rates, self._rates_read = "", -math.inf
         self._round = 0
+        self.more = False
         self._thread: threading.Thread | None = None
         self._next_reclaim = time.monotonic() + RECLAIM_EVERY
         self._broker: redis.Redis | None = None
@@ -83,7 +84,8 @@ class Dispatcher:
         errors, pause = Throttled(log, "dispatcher tick"), self.settings.dispatch_interval
         while not self._stop.is_set():
             try:
-                busy = self.tick()
+                self.tick()
+                busy = self.more
                 if time.monotonic() > self._next_reclaim:
                     self._next_reclaim = time.monotonic() + RECLAIM_EVERY
                     self.reclaim()
@@ -161,12 +163,13 @@ class Dispatcher:
         return 1
 
     def tick(self) -> bool:
-        """One release round over all running crawls; True if a release call stopped at its
-        limit (more may be ready now). Otherwise the next round waits ``dispatch_interval``:
-        everything ready was released, or the budget is spent, and a round at once would
-        release one or two URLs (each one message) for the cost of a full round."""
+        """One release round over all running crawls; True if anything was released. Sets
+        ``more`` if a release call stopped at its limit (more may be ready now); otherwise the
+        next round waits ``dispatch_interval``: everything ready was released, or the budget
+        is spent, and a round at once would release one or two URLs (each one message, not
+        one message of several) for the cost of a full round."""
         ctx, s = self._context(), self.settings
-        busy = False
+        busy = self.more = False
         budget = self._budget(ctx)
         rates = self._cluster_rates(ctx)
         for raw in ctx.client.smembers(ctx.keys.running):
@@ -186,9 +189,9 @@ class Dispatcher:
                 released = self._release(ctx, store, part, budget, rates, state)
                 if budget is not None and state != "cancelled":
                     budget = max(0, budget - released)
-                busy = busy or released >= (
-                    CANCEL_DRAIN if state == "cancelled" else s.dispatch_batch
-                )
+                busy = busy or released > 0
+                limit = CANCEL_DRAIN if state == "cancelled" else s.dispatch_batch
+                self.more = self.more or released >= limit
         return busy
 
     def _release(
