@@ -26,7 +26,8 @@ their start-up apart in ``startup_s``; ``e2e_cold`` counts it in);
 rate + 1); in flight: requests the server was serving, mean and peak of 0.1-s samples over the
 fetch span; missing / duplicate pages. For ours also: peak RSS and CPU seconds of every worker
 process, CPU ms per page, and Redis commands per page (``INFO commandstats`` reset before the
-crawl, so broker traffic is included), the busiest commands listed.
+crawl, so broker traffic is included), the busiest commands listed, and pages per Celery
+message (pages / LPUSH calls: how many URLs a fetch message carried on average).
 
 A layout is ``POOL:CONCURRENCYxFETCH_PROCESSES:PARSE_PROCESSES``, e.g. ``threads:256x2:2``.
 The per-process in-flight peak (``inflight_peak`` over fetch processes) is what latency hiding
