@@ -1,4 +1,5 @@
 """What the README promises and nothing else checked: the broker stays small, ``-Q`` order,
+URLs released together share a message and are fetched side by side,
 ``order``, ``include``/``exclude``, ``on_finished``, the Bloom filter's size, the Python call as
 written, the ``[embedded]`` extra. Real redis-server, real workers, real sites on loopback."""
 
@@ -153,6 +154,28 @@ def test_a_worker_drains_its_queues_in_the_order_given_to_Q(
         low_times = [r.time for r in low_site.requests()]
     assert len(high_times) == len(low_times) == 4
     assert max(high_times) < min(low_times)
+
+
+def test_urls_released_together_share_a_message_and_are_fetched_side_by_side(
+    settings, redis_url, client, worker_logs
+):
+    """Four URLs of one host released at once (concurrency 4) travel as one
+    ``crawl.fetch_many`` message, and a worker with a single pool slot still fetches them side
+    by side: every response takes 1 s, and all four requests arrive before the first ends."""
+    seeds = tuple(f"/p{i}" for i in range(4))
+    slow = site("127.0.0.57", dict.fromkeys(seeds, ()), delay=1.0)
+    with slow, local_workers(redis_url, parsers=1, fetchers=0, log_dir=str(worker_logs)):
+        crawl = crawl_of(settings, slow, *seeds, concurrency=4)
+        wait_until(lambda: published(client, crawl, "crawl.high"))
+        assert client.llen("crawl.high") == 1
+        worker = fetch_worker(redis_url, worker_logs, FETCH_QUEUES)
+        try:
+            summary = crawl.wait(timeout=60)
+        finally:
+            stop_process(worker)
+        arrivals = sorted(r.time for r in slow.requests())
+    assert summary["counters"]["done"] == 4 and len(arrivals) == 4
+    assert arrivals[-1] - arrivals[0] < 0.9, arrivals
 
 
 # --- crawl options through start_crawl -----------------------------------------------------------
