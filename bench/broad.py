@@ -8,8 +8,9 @@
 
 The web: ``bench/_broad_server.py`` in its own process (so its CPU is not ours), ``--hosts``
 hosts on 127.10.x.y (Linux routes 127/8 to lo), ``--pages`` HTML pages each, 50-350 ms per
-response (``--latency LOW,HIGH``), robots.txt per host disallowing ``/private/`` (every page links there), each page
-linking to 2 pages of its host and 3 of other hosts. Seeds: every host's root.
+response (``--latency LOW,HIGH``), robots.txt per host disallowing ``/private/`` (every page
+links there), each page linking to 2 pages of its host and 3 of other hosts. Seeds: every
+host's root.
 
 Modes: ``polite`` (1 request/s and 1 connection per host, burst 1) and ``fast`` (no delay,
 ``--fast-conn`` connections per host). Each crawler gets the same politeness: ours through

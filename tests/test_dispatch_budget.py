@@ -5,21 +5,36 @@ message of up to ``fetch_batch`` URLs. In-process (driver)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
+from collections.abc import Iterator
+from typing import Any
 
 from driver import Driver
 
-from crawler_tasks import start_crawl
+from crawler_tasks import Crawl, start_crawl
+from crawler_tasks.settings import Settings
 
 
-def test_nothing_released_while_the_fetch_queues_are_full(settings, client):  # type: ignore[no-untyped-def]
-    settings = dataclasses.replace(settings, dispatch_queue_max=5, fetch_batch=1)
-    # Nothing is fetched here: the hosts need no server.
-    seeds = [f"http://127.0.0.{i}:8000/" for i in range(120, 132)]
+@contextlib.contextmanager
+def seeded(
+    settings: Settings, hosts: int, **overrides: Any
+) -> Iterator[tuple[Crawl, Driver, list[str]]]:
+    """A crawl of ``hosts`` seeds, one per host, a driver whose dispatcher releases them, and
+    the seeds. Nothing is fetched here: the hosts need no server."""
+    settings = dataclasses.replace(settings, **overrides)
+    seeds = [f"http://127.0.0.{i}:8000/" for i in range(120, 120 + hosts)]
     crawl = start_crawl(seeds, settings=settings, allow_private_networks=True, rate=math.inf)
     driver = Driver(settings)
     try:
+        yield crawl, driver, seeds
+    finally:
+        driver.close()
+
+
+def test_nothing_released_while_the_fetch_queues_are_full(settings, client):  # type: ignore[no-untyped-def]
+    with seeded(settings, 12, dispatch_queue_max=5, fetch_batch=1) as (crawl, driver, seeds):
         client.rpush("crawl.high", *["waiting"] * 5)  # five messages no pool took yet
         driver.dispatcher.tick()
         assert driver.published == []
@@ -31,16 +46,10 @@ def test_nothing_released_while_the_fetch_queues_are_full(settings, client):  # 
         assert len(driver.published) == 8  # one round: at most the budget (5)
         assert len({url for _c, url, _d, _q in driver.published}) == 8
         assert crawl.progress()["queued"] == len(seeds) - 8
-    finally:
-        driver.close()
 
 
 def test_urls_released_together_share_a_message_of_fetch_batch(settings, client):  # type: ignore[no-untyped-def]
-    settings = dataclasses.replace(settings, dispatch_queue_max=5, fetch_batch=4)
-    seeds = [f"http://127.0.0.{i}:8000/" for i in range(120, 134)]
-    crawl = start_crawl(seeds, settings=settings, allow_private_networks=True, rate=math.inf)
-    driver = Driver(settings)
-    try:
+    with seeded(settings, 14, dispatch_queue_max=5, fetch_batch=4) as (crawl, driver, seeds):
         client.rpush("crawl.high", *["waiting"] * 3)  # two free slots: two messages of four
         driver.dispatcher.tick()
         assert driver.batches == [4, 4]
@@ -49,8 +58,6 @@ def test_urls_released_together_share_a_message_of_fetch_batch(settings, client)
         assert driver.batches == [4, 4, 4, 2]  # the rest: never more than four to a message
         assert sorted(url for _c, url, _d, _q in driver.published) == sorted(seeds)
         assert crawl.progress()["queued"] == 0
-    finally:
-        driver.close()
 
 
 def test_a_fetch_rate_limit_sends_one_url_per_message(settings):  # type: ignore[no-untyped-def]

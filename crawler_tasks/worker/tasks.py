@@ -99,7 +99,7 @@ def publish_fetch(crawl_id: str, items: list[tuple[str, int]], queue: str) -> No
         (url, depth), task = items[0], fetch
         args: tuple[Any, ...] = (crawl_id, url, depth)
     else:
-        args, task = (crawl_id, [list(item) for item in items]), fetch_many
+        args, task = (crawl_id, items), fetch_many  # JSON: [[url, depth], ...]
     # The dispatcher has released these URLs: a publish that failed would leave them to the
     # reaper (minutes), so wait for Redis here; the dispatcher thread is held (the back-off).
     ride_out(lambda: task.apply_async(args, queue=queue), settings().redis_outage_wait, _publishing)
