@@ -228,6 +228,7 @@ def run_ours(args: Any, web: Web, mode: str, layout: str, state: str = "one") ->
                     crawl.cancel()
             wall = time.monotonic() - t1
             node_calls = [sum(v["calls"] for v in n.info("commandstats").values()) for n in nodes]
+            reads = sum(int(n.info("stats")["total_reads_processed"]) for n in nodes)
             cmdstats = _merged_commandstats(nodes)
             node_cpu = [redis_cpu(n) - c0 for n, c0 in zip(nodes, rcpu0, strict=True)]
             rcpu = sum(node_cpu)
@@ -250,6 +251,7 @@ def run_ours(args: Any, web: Web, mode: str, layout: str, state: str = "one") ->
     figures = web.judge(start, rate)
     n = max(figures.get("pages", 0), 1)
     calls = {k.removeprefix("cmdstat_"): v["calls"] for k, v in cmdstats.items()}
+    usec = {k.removeprefix("cmdstat_"): v["usec"] for k, v in cmdstats.items()}
     return {
         "crawler": f"ours {layout}" + ("" if state == "one" else f" state={state}"),
         "mode": mode,
@@ -269,7 +271,12 @@ def run_ours(args: Any, web: Web, mode: str, layout: str, state: str = "one") ->
         "cpu_ms_per_page": sum(wcpu1.get(p, 0) - wcpu0.get(p, 0) for p in wcpu1) / n * 1000,
         "redis_cpu_ms_per_page": rcpu / n * 1000,
         "server_cpu_ms_per_page": server_cpu / n * 1000,
+        # INFO commandstats counts the commands a Lua script runs as well as those clients
+        # send; a network read is one round trip (a pipeline is one), what costs a Redis most.
         "redis_cmds_per_page": sum(calls.values()) / n,
+        "redis_round_trips_per_page": reads / n,
+        # One Redis's core, all ours: the pages/s at which the busiest node would be saturated.
+        "redis_bound_pages_per_s": n / max(max(node_cpu), 1e-9),
         # Every Celery message is one LPUSH on the broker (fetch, fetch_many, parse): pages per
         # message shows how many URLs a fetch message carried on average.
         "pages_per_message": n / max(calls.get("lpush", 0), 1),
@@ -278,6 +285,11 @@ def run_ours(args: Any, web: Web, mode: str, layout: str, state: str = "one") ->
         "redis_cpu_share_by_node": [round(c / wall, 3) for c in node_cpu],
         "redis_calls_per_page": {
             k: round(v / n, 2) for k, v in sorted(calls.items(), key=lambda kv: -kv[1])[:12]
+        },
+        # Time inside commands (a script's includes what it runs); the rest of the Redis CPU
+        # is network I/O and the event loop.
+        "redis_usec_per_page": {
+            k: round(v / n, 1) for k, v in sorted(usec.items(), key=lambda kv: -kv[1])[:8]
         },
         "worker_log_tracebacks": tracebacks,
         "worker_log_warnings": warnings,
@@ -288,7 +300,9 @@ def _merged_commandstats(nodes: list[redis.Redis]) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     for n in nodes:
         for k, v in n.info("commandstats").items():
-            out.setdefault(k, {"calls": 0})["calls"] += int(v["calls"])
+            got = out.setdefault(k, {"calls": 0, "usec": 0})
+            got["calls"] += int(v["calls"])
+            got["usec"] += int(v["usec"])
     return out
 
 
@@ -357,6 +371,9 @@ COLUMNS = [
     "wall_s",
     "cpu_ms_per_page",
     "redis_cmds_per_page",
+    "redis_round_trips_per_page",
+    "redis_cpu_ms_per_page",
+    "redis_bound_pages_per_s",
     "pages_per_message",
 ]
 
@@ -428,6 +445,14 @@ def main() -> int:
                 {"mode": r["mode"], "crawler": r["crawler"], **r["redis_calls_per_page"]}
                 for r in rows
                 if "redis_calls_per_page" in r
+            ],
+        ),
+        _util.table(
+            "Ours: Redis microseconds per page inside commands (busiest)",
+            [
+                {"mode": r["mode"], "crawler": r["crawler"], **r["redis_usec_per_page"]}
+                for r in rows
+                if "redis_usec_per_page" in r
             ],
         ),
     ]

@@ -49,6 +49,24 @@ def test_release_and_start_write_what_formats_parse(settings, client) -> None:  
     assert (parsed.stage, parsed.worker, parsed.depth) == ("p", "host-2", 0)
 
 
+def test_urls_of_one_message_start_together_each_on_its_own(settings, client) -> None:  # type: ignore[no-untyped-def]
+    """A fetch_many message's URLs begin in one start.lua call; each gets its own answer: in
+    flight, final with its record unwritten, a duplicate; then cancelled, once the crawl is."""
+    seeds = [f"http://127.0.0.{n}:8000/" for n in (64, 65, 66)]
+    crawl = start_crawl(seeds, settings=settings, allow_private_networks=True)
+    released = [url for _, _, url in crawl.store.frontier.release_all(10, 180).entries]
+    assert sorted(released) == seeds
+    ledger = crawl.store.ledger
+    unwritten, written, running = seeds
+    assert ledger.finish(unwritten, formats.Unwritten("r", "/o.jsonl", 1.0, {}), {}) > 0
+    assert ledger.finish(written, None, {}) > 0
+    never = "http://127.0.0.67:8000/"
+    got = ledger.start_many([*seeds, never], "host-1")
+    assert got == {unwritten: 2, written: 0, running: 1, never: 0}
+    crawl.cancel()
+    assert ledger.start_many([running, written], "host-2") == {running: 3, written: 0}
+
+
 def test_requeue_writes_a_retry_member_release_reads_back(settings, client) -> None:  # type: ignore[no-untyped-def]
     seed = "http://127.0.0.62:8000/x?a=1"
     crawl = start_crawl([seed], settings=settings, allow_private_networks=True, rate=1000)

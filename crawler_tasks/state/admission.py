@@ -67,21 +67,22 @@ class Admission:
             else:
                 name = formats.skipped(reason)
                 skipped[name] = skipped.get(name, 0) + 1
+        # Refused links are counted by admit.lua: once per URL, however many pages link it.
+        refused: list[tuple[str, int]] = []
         if keep and disallowed is not None:
-            refused: list[tuple[str, int]] = []
             allowed: list[tuple[str, int]] = []
             for link in keep:
                 (refused if disallowed(link[0]) else allowed).append(link)
-            if refused:  # counted by admit.lua: once per URL, however many pages link it
-                self.frontier.admit(refused, disallowed=True, known=known)
-                known = 0
             keep = allowed
         if keep and self.opts.max_pages_per_host:
+            if refused:
+                self.frontier.admit([], known=known, refused=refused)
+                known = 0
             over = self._admit_per_host(keep)
             if over:
                 skipped[formats.skipped("max_pages_per_host")] = over
-        elif keep:
-            self.frontier.admit(keep, known=known)
+        elif keep or refused:  # one admit.lua call per partition for both
+            self.frontier.admit(keep, known=known, refused=refused)
             known = 0
         if known:
             self._count_duplicates(known)

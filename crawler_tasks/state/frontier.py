@@ -83,16 +83,18 @@ class Frontier:
         self,
         links: Iterable[tuple[str, int]],
         force: bool = False,
-        disallowed: bool = False,
         known: int = 0,
+        refused: Iterable[tuple[str, int]] = (),
     ) -> Admitted:
-        """Admit ``(normalised url, depth)`` pairs that passed the scope check; with
-        ``disallowed`` (robots.txt refuses them) they are only marked seen and counted.
-        ``known``: duplicates the caller recognised itself, counted in the first call (no
-        round trip of their own); uncounted if ``links`` is empty."""
+        """Admit ``(normalised url, depth)`` pairs that passed the scope check; those in
+        ``refused`` (robots.txt disallows them) are only marked seen and counted, in the same
+        admit.lua call as the links of their partition. ``known``: duplicates the caller
+        recognised itself, counted in the first call (no round trip of their own); uncounted
+        if there is no link at all."""
         total = Admitted()
         batches: dict[int, list[tuple[str, str, str]]] = {}
-        for url, depth in links:
+        both = [(link, False) for link in links] + [(link, True) for link in refused]
+        for (url, depth), disallowed in both:
             domain = self.domain_of(url)
             part = self.ck.for_domain(domain).index
             batch = batches.setdefault(part, [])

@@ -47,12 +47,25 @@ class Ledger:
         """Mark a fetch (``s``) or parse (``p``) as begun by ``worker`` (start.lua): 1 in
         flight, go on; 2 final but its record is not on disk (write it); 0 a duplicate; for a
         fetch also 3 (in flight, the crawl is cancelled) and 4 (in flight, its host is dead)."""
-        pk = self.ck.for_url(url)
-        keys, args = [pk.inflight, pk.unwritten], [url, stage, worker]
-        if stage == "s":  # and: 3 the crawl is cancelled, 4 the URL's host is dead
-            keys.append(pk.flow)
-            args.append(pk.domain_prefix)
-        return int(self.scripts.start(keys=keys, args=args, client=self.client))
+        return self.start_many([url], worker, stage)[url]
+
+    def start_many(self, urls: list[str], worker: str, stage: str = "s") -> dict[str, int]:
+        """:meth:`start` for several URLs: one start.lua call per partition among them."""
+        by_part: dict[int, list[str]] = {}
+        for url in urls:
+            by_part.setdefault(self.ck.for_url(url).index, []).append(url)
+        out: dict[str, int] = {}
+        for part, some in by_part.items():
+            pk = self.ck.parts[part]
+            keys = [pk.inflight, pk.unwritten]
+            if stage == "s":  # and: 3 the crawl is cancelled, 4 the URL's host is dead
+                keys.append(pk.flow)
+            prefix = pk.domain_prefix if stage == "s" else ""
+            got = self.scripts.start(
+                keys=keys, args=[stage, worker, prefix, *some], client=self.client
+            )
+            out.update(zip(some, (int(v) for v in got), strict=True))
+        return out
 
     def reclaim(self, url: str, entry: formats.Inflight, value: str) -> bool:
         """reclaim.lua: take ``url`` back from a dead worker if ``value`` is still current."""

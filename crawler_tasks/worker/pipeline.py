@@ -71,9 +71,32 @@ INFRA_ERRORS = REDIS_UNAVAILABLE  # never a URL's fault: the task waits (tasks.p
 ITEM_BATCH = 100
 
 
-def fetch_url(ctx: Context, crawl_id: str, url: str, depth: int) -> str:
-    """Fetch one released URL; returns what happened (for logs and tests)."""
-    return _guarded(_fetch_url, ctx, crawl_id, url, depth, release=True)
+def fetch_url(
+    ctx: Context, crawl_id: str, url: str, depth: int, begun: dict[str, int] | None = None
+) -> str:
+    """Fetch one released URL; returns what happened (for logs and tests). ``begun``: what
+    :func:`begin` said of it, used once (a run again after a Redis outage asks again)."""
+    started = begun.pop(url, None) if begun else None
+
+    def step(ctx: Context, crawl_id: str, url: str, depth: int) -> str:
+        return _fetch_url(ctx, crawl_id, url, depth, started)
+
+    return _guarded(step, ctx, crawl_id, url, depth, release=True)
+
+
+def begin(ctx: Context, crawl_id: str, urls: list[str]) -> dict[str, int]:
+    """start.lua for the URLs of one message at once (one round trip per partition), for
+    :func:`fetch_url`; {} when that cannot be said here, so each URL asks on its own."""
+    store = ctx.store(crawl_id)
+    if store is None:
+        return {}
+    try:
+        return store.ledger.start_many(urls, ctx.worker_id)
+    except INFRA_ERRORS:
+        raise
+    except Exception:  # a bug: each URL's own start gets its own internal_error path
+        log.exception("crawl %s: starting %d URLs together failed", crawl_id, len(urls))
+        return {}
 
 
 def _guarded(
@@ -97,10 +120,13 @@ def _guarded(
         return _internal_error(ctx, crawl_id, url, depth, exc, release=release)
 
 
-def _fetch_url(ctx: Context, crawl_id: str, url: str, depth: int) -> str:
+def _fetch_url(ctx: Context, crawl_id: str, url: str, depth: int, started: int | None) -> str:
     store = ctx.store(crawl_id)
-    started = store.ledger.start(url, ctx.worker_id) if store is not None else 0
-    if store is None or started == 0:
+    if store is None:
+        return "duplicate"
+    if started is None:
+        started = store.ledger.start(url, ctx.worker_id)
+    if started == 0:
         return "duplicate"
     if started == 2:  # final, but the process that finished it died before its record
         return recover(ctx, store, url)

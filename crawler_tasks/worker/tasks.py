@@ -140,8 +140,11 @@ def fetch_many(self: Any, crawl_id: str, items: list[list[Any]]) -> list[str]:
     """Several released URLs (``[[url, depth], ...]``, see ``Settings.fetch_batch``),
     fetched side by side: each URL's host was released for now, so none waits for another."""
     ctx = context()
+    begun = patiently(lambda: pipeline.begin(ctx, crawl_id, [u for u, _ in items]))
     calls = [
-        functools.partial(patiently, functools.partial(pipeline.fetch_url, ctx, crawl_id, u, d))
+        functools.partial(
+            patiently, functools.partial(pipeline.fetch_url, ctx, crawl_id, u, d, begun)
+        )
         for u, d in items
     ]
     return ctx.side_by_side(calls)

@@ -5,26 +5,36 @@
 -- duplicate from resurrecting a URL that already reached its final state.
 -- A fetch also learns here, in the same round trip, whether the crawl was cancelled and
 -- whether its host was declared dead (done.lua).
+-- Several URLs of one partition may begin together (the URLs of a fetch_many message): one
+-- round trip for all, each judged on its own.
 -- KEYS[1] inflight  KEYS[2] unwritten hash  KEYS[3] flow hash (fetch only: its copy of the
--- crawl's cancelled flag)   (all the URL's partition's)
--- ARGV[1] url  ARGV[2] stage ('s' fetch started, 'p' parse started)  ARGV[3] worker id
--- ARGV[4] domain-state key prefix (fetch only)
--- Returns 1 if the URL is in flight (the task should go on), 2 if it is final but its record
--- is not on disk yet (the task that finished it died: write it), 0 otherwise (a duplicate);
--- for a fetch in flight, 3 if the crawl is cancelled, 4 if the URL's host is dead.
-local v = redis.call('HGET', KEYS[1], ARGV[1])
-if not v then
-  if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then return 2 end
-  return 0
+-- crawl's cancelled flag)   (all the URLs' partition's)
+-- ARGV[1] stage ('s' fetch started, 'p' parse started)  ARGV[2] worker id
+-- ARGV[3] domain-state key prefix (fetch only, else "")  ARGV[4..] the URLs
+-- Returns, per URL: 1 if the URL is in flight (the task should go on), 2 if it is final but
+-- its record is not on disk yet (the task that finished it died: write it), 0 otherwise (a
+-- duplicate); for a fetch in flight, 3 if the crawl is cancelled, 4 if its host is dead.
+local cancelled = nil
+local function start(url)
+  local v = redis.call('HGET', KEYS[1], url)
+  if not v then
+    if redis.call('HEXISTS', KEYS[2], url) == 1 then return 2 end
+    return 0
+  end
+  -- "domain|released_at|depth" then "|<stage>:<worker>" (formats.Inflight): keep the first
+  -- three.
+  local a = string.find(v, '|', 1, true)
+  local b = string.find(v, '|', a + 1, true)
+  local c = string.find(v, '|', b + 1, true)
+  local base = c and string.sub(v, 1, c - 1) or v
+  redis.call('HSET', KEYS[1], url, base .. '|' .. ARGV[1] .. ':' .. ARGV[2])
+  if KEYS[3] then
+    if cancelled == nil then cancelled = redis.call('HGET', KEYS[3], 'cancelled') == '1' end
+    if cancelled then return 3 end
+    if redis.call('HGET', ARGV[3] .. string.sub(v, 1, a - 1), 'dead') == '1' then return 4 end
+  end
+  return 1
 end
--- "domain|released_at|depth" then "|<stage>:<worker>" (formats.Inflight): keep the first three.
-local a = string.find(v, '|', 1, true)
-local b = string.find(v, '|', a + 1, true)
-local c = string.find(v, '|', b + 1, true)
-local base = c and string.sub(v, 1, c - 1) or v
-redis.call('HSET', KEYS[1], ARGV[1], base .. '|' .. ARGV[2] .. ':' .. ARGV[3])
-if KEYS[3] then
-  if redis.call('HGET', KEYS[3], 'cancelled') == '1' then return 3 end
-  if redis.call('HGET', ARGV[4] .. string.sub(v, 1, a - 1), 'dead') == '1' then return 4 end
-end
-return 1
+local out = {}
+for i = 4, #ARGV do out[#out + 1] = start(ARGV[i]) end
+return out
