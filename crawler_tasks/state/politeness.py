@@ -17,8 +17,8 @@ published before its token and no task ever waits for one. But the request start
 a queueing delay that varies (a cold worker thread, a busy dispatcher), and charging only at
 release let a late request bunch up with the next one: 5 requests in a 1-s window at 2 req/s
 with burst 1. So done.lua, when the request has ended and returns its lease, charges it
-again from the moment it was *sent* (the fetcher notes when its first socket was connected or
-reused: ``Response.sent_at``): tat >= sent + interval. With ``concurrency=1`` the next request
+again from the moment it was *sent* (the fetcher notes when its first request had been
+written: ``Response.sent_at``): tat >= sent + interval. With ``concurrency=1`` the next request
 is released only after that, and no earlier than tat - burst x interval, so the sends form a
 GCRA sequence whatever the queueing delays: no window of W seconds holds more than ``rate x W
 + burst`` of them (for a Crawl-delay d, which has no burst: one request per d seconds), and

@@ -201,7 +201,8 @@ class Deadline:
         self._sockets: list[socket.socket] = []
         self._done = False
         self.expired = False
-        #: time.monotonic() when the fetch first connected or sent (politeness paces from it)
+        #: time.monotonic() when the fetch's first request had been written to its socket
+        #: (politeness paces from it, see :meth:`sent`)
         self.sent_at: float | None = None
         self._timer = threading.Timer(seconds, self._expire)
         self._timer.daemon = True
@@ -210,9 +211,15 @@ class Deadline:
     def remaining(self) -> float:
         return self._end - time.monotonic()
 
-    def attach(self, sock: socket.socket) -> None:
+    def sent(self) -> None:
+        """The first request of the fetch is written. Not when its socket connected: a thread
+        of a busy process can wait for the GIL between the two, the server then sees the
+        request later than the pace counts from, and the next request, sent on time, can
+        reach it less than an interval later."""
         if self.sent_at is None:
             self.sent_at = time.monotonic()
+
+    def attach(self, sock: socket.socket) -> None:
         with self._lock:
             if self.expired:
                 _shutdown(sock)
@@ -269,6 +276,10 @@ class ConnectionContext(threading.local):
         if self.deadline is not None:
             self.deadline.forget()
 
+    def sent(self) -> None:
+        if self.deadline is not None:
+            self.deadline.sent()
+
 
 class _PinnedHTTPConnection(HTTPConnection):
     def __init__(self, *args: Any, pinned_ip: str, context: ConnectionContext, **kw: Any) -> None:
@@ -295,6 +306,7 @@ class _PinnedHTTPConnection(HTTPConnection):
         if self.sock is not None:  # a kept-alive connection: _new_conn is not called again
             self._context.attach(self.sock)
         super().request(*args, **kwargs)
+        self._context.sent()
 
 
 class _PinnedHTTPSConnection(_PinnedHTTPConnection, HTTPSConnection):

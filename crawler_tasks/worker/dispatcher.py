@@ -170,9 +170,9 @@ class Dispatcher:
         one message of several) for the cost of a full round."""
         ctx, s = self._context(), self.settings
         busy = self.more = False
-        budget = self._budget(ctx)
+        running, budget = self._survey(ctx)
         rates = self._cluster_rates(ctx)
-        for raw in ctx.client.smembers(ctx.keys.running):
+        for raw in running:
             store = ctx.store(raw.decode())
             if store is None or budget == 0:
                 continue
@@ -229,23 +229,30 @@ class Dispatcher:
             self._rates, self._rates_read = cluster_rates(ctx.client, ctx.keys), now
         return self._rates
 
-    def _budget(self, ctx: Context) -> int | None:
-        """URLs to release now: while the broker's fetch queues hold messages, every pool
-        slot is taken (a free slot takes a message at once), and a host released now would
-        wait behind them; so release only up to ``dispatch_queue_max`` waiting messages (of
-        up to ``fetch_batch`` URLs each).
+    def _survey(self, ctx: Context) -> tuple[set[bytes], int | None]:
+        """The running crawls, and how many URLs to release now: while the broker's fetch
+        queues hold messages, every pool slot is taken (a free slot takes a message at once),
+        and a host released now would wait behind them; so release only up to
+        ``dispatch_queue_max`` waiting messages (of up to ``fetch_batch`` URLs each).
         None (no cap) when the broker is not a Redis this process can read. Nothing while
-        Redis has no room for the links of what would be fetched (room.py)."""
+        Redis has no room for the links of what would be fetched (room.py).
+        One round trip when the broker is the crawl state's Redis (the default)."""
         if ctx.room.full():
-            return 0
+            return set(), 0
         limit = self.settings.dispatch_queue_max
         broker = self._broker_client(ctx)
         if limit <= 0 or broker is None:
-            return None
+            return ctx.client.smembers(ctx.keys.running), None
         pipe = broker.pipeline(transaction=False)
         for queue in FETCH_QUEUES:
             pipe.llen(queue)
-        return max(0, limit - sum(pipe.execute())) * self.settings.urls_per_message
+        shared = broker is ctx.client
+        if shared:
+            pipe.smembers(ctx.keys.running)
+        got = pipe.execute()
+        running = got[-1] if shared else ctx.client.smembers(ctx.keys.running)
+        queued = sum(got[: len(FETCH_QUEUES)])
+        return running, max(0, limit - queued) * self.settings.urls_per_message
 
     def _broker_client(self, ctx: Context) -> redis.Redis | None:
         url = self.settings.broker_url
