@@ -33,6 +33,8 @@ from typing import cast
 from urllib.parse import urljoin, urlsplit
 
 import requests
+from requests.cookies import RequestsCookieJar
+from requests.structures import CaseInsensitiveDict
 from urllib3.exceptions import ConnectTimeoutError, DecodeError, HTTPError, NewConnectionError
 from urllib3.exceptions import ReadTimeoutError as Urllib3ReadTimeout
 from urllib3.response import HTTPResponse
@@ -56,6 +58,8 @@ _CHUNK = 64 * 1024
 #: Largest redirect body read to keep its connection alive; larger ones close the connection.
 _DRAIN_LIMIT = 64 * 1024
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+#: Sent with every request: empty for good (a crawler keeps no cookies; nothing writes to it).
+_NO_COOKIES = RequestsCookieJar()
 
 
 @dataclass
@@ -215,11 +219,15 @@ class Fetcher:
     def _request(self, chain: _Chain) -> requests.Response:
         """Send one GET for ``chain.current`` to a vetted address of its host."""
         try:
-            headers = dict(chain.headers or {})
+            headers = CaseInsensitiveDict(self._session.headers)
+            headers.update(chain.headers or {})
             if chain.host_headers is not None:
                 headers.update(chain.host_headers(_host_port(chain.current)[0]))
-            request = requests.Request("GET", chain.current, headers=headers)
-            prepared = self._session.prepare_request(request)
+            # Not Session.prepare_request: merging the session's settings and cookie jar cost
+            # twice what the request itself does, and there is nothing to merge (no cookies:
+            # the adapter is called directly, so no response ever fills the session's jar).
+            prepared = requests.PreparedRequest()
+            prepared.prepare(method="GET", url=chain.current, headers=headers, cookies=_NO_COOKIES)
         except (requests.RequestException, ValueError) as exc:
             raise InvalidURL(f"cannot request {chain.current!r}: {exc}") from None
         host, port = _host_port(prepared.url or chain.current)
