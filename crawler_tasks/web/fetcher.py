@@ -58,8 +58,6 @@ _CHUNK = 64 * 1024
 #: Largest redirect body read to keep its connection alive; larger ones close the connection.
 _DRAIN_LIMIT = 64 * 1024
 _DEFAULT_PORTS = {"http": 80, "https": 443}
-#: Sent with every request: empty for good (a crawler keeps no cookies; nothing writes to it).
-_NO_COOKIES = RequestsCookieJar()
 
 
 @dataclass
@@ -106,6 +104,9 @@ class Fetcher:
         self._max_redirects = max_redirects
         self._verify: bool | str = ca_bundle or True  # ca_bundle: a private CA (and the tests)
         self._context = netguard.ConnectionContext()
+        #: Given to every request: empty for good (the crawl's cookies are headers, per host,
+        #: see requestopts.py; nothing writes to it).
+        self._no_cookies = RequestsCookieJar()
         self._session = requests.Session()
         # Proxies from the environment would bypass the address guard; .netrc is none of ours.
         self._session.trust_env = False
@@ -227,7 +228,9 @@ class Fetcher:
             # twice what the request itself does, and there is nothing to merge (no cookies:
             # the adapter is called directly, so no response ever fills the session's jar).
             prepared = requests.PreparedRequest()
-            prepared.prepare(method="GET", url=chain.current, headers=headers, cookies=_NO_COOKIES)
+            prepared.prepare(
+                method="GET", url=chain.current, headers=headers, cookies=self._no_cookies
+            )
         except (requests.RequestException, ValueError) as exc:
             raise InvalidURL(f"cannot request {chain.current!r}: {exc}") from None
         host, port = _host_port(prepared.url or chain.current)
