@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 
 import redis
@@ -93,7 +94,8 @@ class Frontier:
         if there is no link at all."""
         total = Admitted()
         batches: dict[int, list[tuple[str, str, str]]] = {}
-        both = [(link, False) for link in links] + [(link, True) for link in refused]
+        # Streamed, not copied: seeds and replays arrive as generators of any length.
+        both = chain(((link, False) for link in links), ((link, True) for link in refused))
         for (url, depth), disallowed in both:
             domain = self.domain_of(url)
             part = self.ck.for_domain(domain).index
