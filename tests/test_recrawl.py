@@ -17,10 +17,12 @@ from conftest import wait_until
 from redbeat.schedulers import RedBeatSchedulerEntry, ensure_conf
 
 from crawler_tasks import Crawl
+from crawler_tasks.settings import load
 from crawler_tasks.state.keys import Keys
 from crawler_tasks.state.schedules import Schedule, Schedules, load_file
 from crawler_tasks.surface.embedded import stop_process
 from crawler_tasks.worker.app import make_app
+from crawler_tasks.worker.tasks import schedules_file
 
 
 class VersionedSite(BaseHTTPRequestHandler):
@@ -78,6 +80,17 @@ def versioned_site() -> Iterator[str]:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://127.0.0.14:{server.server_address[1]}/"
     server.shutdown()
+
+
+def test_schedules_file_default_is_the_working_directorys_then_the_checkouts(tmp_path: Path):
+    root = Path(__file__).resolve().parent.parent
+    explicit = load(env={"CRAWLER_SCHEDULES_FILE": "/x/s.toml"})
+    assert schedules_file(explicit, cwd=tmp_path) == Path("/x/s.toml")
+    # Beat under the Procfile runs in the checkout (or a copy of its files): ./config/ first.
+    assert schedules_file(load(env={}), cwd=tmp_path) == root / "config" / "schedules.toml"
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "schedules.toml").write_text("")
+    assert schedules_file(load(env={}), cwd=tmp_path) == tmp_path / "config" / "schedules.toml"
 
 
 def test_schedules_file_is_validated(tmp_path: Path):

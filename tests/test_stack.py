@@ -21,6 +21,12 @@ from sitegen import running_sites
 from crawler_tasks.surface.embedded import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
+SCHEDULE = """
+[[schedule]]
+name = "procfile-beat"
+seeds = ["https://docs.example.org/"]
+every_hours = 24
+"""
 pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None, reason="no redis-server")
 
 
@@ -43,6 +49,9 @@ def _marked(mark: str, needle: str = "") -> list[int]:
 def stack(tmp_path):  # type: ignore[no-untyped-def]
     shutil.copy(ROOT / "Procfile", tmp_path / "Procfile")
     shutil.copytree(ROOT / "config", tmp_path / "config")
+    # Beat as the Procfile starts it (no CRAWLER_SCHEDULES_FILE) loads config/schedules.toml.
+    with open(tmp_path / "config" / "schedules.toml", "a") as f:
+        f.write(SCHEDULE)
     mark = f"CRAWL_TEST_MARK={secrets.token_hex(8)}"
     ports = {"REDIS_PORT": str(free_port()), "FLOWER_PORT": str(free_port())}
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CRAWLER_", "FLOWER_"))}
@@ -93,6 +102,13 @@ def test_honcho_start_comes_up_stays_up_and_serves_crawls(stack, tmp_path):
     assert result.returncode == 0, result.stderr
     assert "starting local workers" not in result.stderr  # the stack's workers did it
     assert '"status": "finished"' in result.stdout
+    listed = subprocess.run(
+        [sys.executable, "-m", "crawler_tasks.surface.cli", "schedule", "list", "--broker", broker],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert listed.stdout.startswith("procfile-beat\tevery 24h\t"), listed.stdout + listed.stderr
     assert honcho.poll() is None
 
 

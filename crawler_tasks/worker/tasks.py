@@ -185,18 +185,30 @@ def start_scheduled(self: Any, name: str) -> str | None:
 @beat_init.connect
 def _load_schedules(sender: Any = None, **_: Any) -> None:
     path = schedules_file(settings())
-    if path is not None:
-        ctx = context()
-        n = Schedules(app, ctx.client, ctx.keys).sync_file(path)
-        log.info("loaded %d schedules from %s", n, path)
+    if path is None:
+        log.info("no schedules file: none in ./config/ or the checkout (CRAWLER_SCHEDULES_FILE)")
+        return
+    ctx = context()
+    n = Schedules(app, ctx.client, ctx.keys).sync_file(path)
+    log.info("loaded %d schedules from %s", n, path)
 
 
-def schedules_file(s: Settings) -> Path | None:
+#: Where a schedules file is looked for when CRAWLER_SCHEDULES_FILE is empty.
+DEFAULT_SCHEDULES = Path("config") / "schedules.toml"
+
+
+def schedules_file(s: Settings, cwd: Path | None = None) -> Path | None:
+    """The explicit setting; else ``config/schedules.toml`` in the working directory (where
+    the Procfile runs beat: a copy of the checkout's files works as the checkout does); else
+    the checkout's own, beside the package. An installed wheel has neither: nothing loaded."""
     if s.schedules_file:
         return Path(s.schedules_file)
-    # A checkout's own config/; an installed wheel has none and loads nothing.
-    default = Path(__file__).resolve().parent.parent / "config" / "schedules.toml"
-    return default if default.exists() else None
+    checkout = Path(__file__).resolve().parents[2]  # crawler_tasks/worker/tasks.py -> root
+    for base in (cwd or Path.cwd(), checkout):
+        candidate = base / DEFAULT_SCHEDULES
+        if candidate.is_file():
+            return candidate.resolve()
+    return None
 
 
 @worker_process_shutdown.connect
