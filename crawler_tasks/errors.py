@@ -17,13 +17,11 @@ string recorded in ``pages*.jsonl`` and the dead-letter list::
     └── PermanentError               final for this URL: recorded, never retried
         ├── HostDown                 the host was down longer than ``max_host_outage``
         ├── BlockedAddress           resolves to a private/loopback/link-local/reserved address
+        ├── MissingSecret            an ``env:NAME`` the crawl names is not set on this worker
         ├── UnsupportedScheme        not http(s)
         ├── TooManyRedirects         redirect loop or more hops than ``max_redirects``
-        ├── OutOfScope               redirected outside the crawl's allowed domains/patterns
         ├── TooLarge                 ``Content-Length`` above ``max_body_bytes``
         ├── BadEncoding              a body its ``Content-Encoding`` cannot decode (bad gzip)
-        ├── RobotsDisallowed         robots.txt forbids the URL
-        ├── ClientError              other 4xx
         ├── InvalidURL               not a URL we can normalise
         └── InternalError            a bug met this URL; recorded so the crawl still finishes
 
@@ -131,28 +129,12 @@ class TooManyRedirects(PermanentError):
     reason = "too_many_redirects"
 
 
-class OutOfScope(PermanentError):
-    reason = "out_of_scope"
-
-
 class TooLarge(PermanentError):
     reason = "too_large"
 
 
 class BadEncoding(PermanentError):
     reason = "bad_encoding"
-
-
-class RobotsDisallowed(PermanentError):
-    reason = "robots_disallowed"
-
-
-class ClientError(PermanentError):
-    reason = "client_error"
-
-    def __init__(self, status: int) -> None:
-        super().__init__(f"HTTP {status}")
-        self.status = status
 
 
 class InvalidURL(PermanentError, ValueError):
