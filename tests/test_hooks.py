@@ -164,3 +164,35 @@ def test_hook_options_are_checked(settings, options, message):  # type: ignore[n
         start_crawl(
             ["http://127.0.0.148/"], settings=settings, allow_private_networks=True, **options
         )
+
+
+def _html(body: str):  # type: ignore[no-untyped-def]
+    doc = f"<!DOCTYPE html><html><head><title>t</title></head><body>{body}</body></html>"
+    return lambda h: h.send_body(200, doc.encode(), "text/html")
+
+
+SCRAPY_SITE = {
+    "/": _html(
+        '<h1>Home</h1><span class="tag">a</span><span class="tag">b</span>'
+        '<button data-href="/only-by-script">more</button>'
+        '<a class="next" rel="nofollow" href="/page/2">next</a>'
+    ),
+    "/only-by-script": _html("<h1>Script</h1>"),
+    "/page/2": _html("<h1>Two</h1>"),
+}
+
+
+def test_a_hook_written_as_a_scrapy_callback_works_unchanged(settings, driver):  # type: ignore[no-untyped-def]
+    with serve_hosts(None, ["127.0.0.142"], extra_routes=SCRAPY_SITE) as (server,):
+        crawl = crawl_site(settings, server, extract="extract_hooks:scrapy_style")
+        driver.run(crawl)
+    base = server.base_url
+    items = {line["url"]: line["item"] for line in crawl.items()}
+    # /only-by-script is in no <a>, /page/2 is nofollow: the hook's follow() reached both.
+    assert set(items) == {base + "/", base + "/only-by-script", base + "/page/2"}
+    home = items[base + "/"]
+    assert home["title"] == "Home" and home["tags"] == ["a", "b"]
+    assert home["hrefs"] == ["/page/2"] and home["anchors"] == 1
+    assert home["text"] == "Homeabmorenext" and home["joined"] == base + "/x/y"
+    assert home["iterlinks"] == ["/page/2"]
+    assert items[base + "/page/2"]["title"] == "Two"

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import charset_normalizer
+import lxml.html
 from lxml import etree
 from w3lib.encoding import (
     html_body_declared_encoding,
@@ -146,7 +147,7 @@ def extract(
         noindex, nofollow = _robots(_header(headers, "x-robots-tag"))
         page = Page(noindex=noindex, nofollow=nofollow, language=_language(headers))
         page.encoding, text = _decode(bytes(body), content_type)
-        doc = _parse(text)
+        doc = _parse(text, html=keep_tree)
         if keep_tree:
             page.html = text
             page.tree = doc
@@ -246,20 +247,23 @@ def _detect(body: bytes) -> str | None:
     return str(next((m for m in tied if m.language != "Unknown"), best).encoding)
 
 
-def _parse(text: str) -> etree._Element | None:
-    """The tree of ``text``; None when it has no content at all."""
-    doc, complete = _parse_once(text)
+def _parse(text: str, html: bool = False) -> etree._Element | None:
+    """The tree of ``text``; None when it has no content at all. ``html``: lxml.html elements
+    (``text_content()``, ``cssselect()``, ``iterlinks()``), for a user's extraction hook."""
+    doc, complete = _parse_once(text, html)
     if not complete:
         # libxml2 gives up at 2048 levels of nesting, dropping the rest of the page. Only a few
         # tags matter here and none of them nests, so parse again without all the others.
-        flat = _parse_once(_NESTING_TAGS.sub("", text))[0]
+        flat = _parse_once(_NESTING_TAGS.sub("", text), html)[0]
         doc = doc if flat is None else flat
     return doc
 
 
-def _parse_once(text: str) -> tuple[etree._Element | None, bool]:
-    # Plain etree, not lxml.html: its per-element Python class lookup costs ~40% of the walk.
-    parser = etree.HTMLParser(encoding="utf-8", huge_tree=True, remove_comments=True)
+def _parse_once(text: str, html: bool = False) -> tuple[etree._Element | None, bool]:
+    # Plain etree unless a hook wants lxml.html's API: its per-element Python class lookup
+    # costs ~40% of the walk, paid only by crawls with a hook.
+    kind = lxml.html.HTMLParser if html else etree.HTMLParser
+    parser = kind(encoding="utf-8", huge_tree=True, remove_comments=True)
     try:
         doc = etree.fromstring(text.encode("utf-8", "replace"), parser=parser)
     except (etree.LxmlError, ValueError):

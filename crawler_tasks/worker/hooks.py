@@ -1,16 +1,21 @@
 """Users' extraction hooks: a function named per crawl (``extract="pkg.mod:func"``), imported
-in the parse worker and called once per parsed HTML page::
+by the worker that parses the page (a fetch worker for pages up to ``inline_parse_bytes``, a
+parse worker for larger ones: every worker must be able to import it) and called once per
+parsed HTML page. Written as a Scrapy callback is::
 
-    from crawler_tasks.worker.hooks import Page, Result
+    from crawler_tasks.worker.hooks import Page
 
-    def article(page: Page) -> Result | list[dict] | dict | None:
-        title = page.tree.findtext(".//h1")
-        more = [a.get("href") for a in page.tree.iter("a") if a.get("class") == "next"]
-        return Result(items=[{"title": title}], follow=more, drop=[...])
+    def article(page: Page):
+        yield {"title": page.css("h1::text").get(), "tags": page.css(".tag::text").getall()}
+        yield from page.follow_all(css="a.next")       # or: yield page.follow(href)
 
-The hook returns its items (JSON-serialisable dicts: a list, one dict, or None) or a
-:class:`Result` that may also add links to follow (relative ones resolve against the page's
-final URL) and drop links the crawler found. Added links go through scope, robots.txt,
+``page.css`` / ``page.xpath`` are Scrapy's selectors (parsel); ``page.tree`` is the lxml.html
+tree (``text_content()``, ``cssselect()``, ``iterlinks()``, ``findtext()``).
+
+The hook returns or yields its items (JSON-serialisable dicts: a list, a generator, one dict,
+or None) and links to follow (``page.follow(...)``), or returns a :class:`Result` that may
+also add links to follow (relative ones resolve against the page's final URL) and drop links
+the crawler found. Added links go through scope, robots.txt,
 dedupe, limits and politeness like any other link; ``page.links`` is a tuple, not to be
 changed in place. Items go to ``items-*.jsonl`` (one line per item:
 ``{"url": page URL, "item": {...}, "rid": ...}``) written together with the page's record, so
@@ -30,7 +35,11 @@ import json
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
+from urllib.parse import urljoin
+
+import parsel
 
 from ..web.urls import resolve
 
@@ -49,10 +58,58 @@ class Page:
     depth: int
     crawl_id: str
     text: str  #: the decoded HTML
-    tree: Any  #: the lxml tree the crawler parsed (lxml.etree._Element; None for an empty body)
+    tree: Any  #: the page's lxml.html tree (lxml.html.HtmlElement; None for an empty body)
     links: tuple[str, ...]  #: the links the crawler found: normalised, in document order
     title: str | None = None
     canonical: str | None = None
+
+    @cached_property
+    def selector(self) -> parsel.Selector:
+        """Scrapy's selector (parsel) over the same tree: built once, on first use."""
+        if self.tree is None:
+            return parsel.Selector(text="<html></html>", base_url=self.final_url)
+        return parsel.Selector(root=self.tree, type="html", base_url=self.final_url)
+
+    def css(self, query: str) -> parsel.SelectorList[parsel.Selector]:
+        """As Scrapy's ``response.css``: ``page.css("h1::text").get()``."""
+        return self.selector.css(query)
+
+    def xpath(self, query: str, **variables: Any) -> parsel.SelectorList[parsel.Selector]:
+        """As Scrapy's ``response.xpath``: ``page.xpath("//a/@href").getall()``."""
+        return self.selector.xpath(query, **variables)
+
+    def urljoin(self, href: str) -> str:
+        return urljoin(self.final_url, href)
+
+    def follow(self, link: str | parsel.Selector) -> Follow:
+        """A link to follow, to yield from the hook (Scrapy's ``response.follow``): a URL,
+        relative or absolute, or a selector of an ``<a>`` element or of an ``href``."""
+        if isinstance(link, parsel.Selector):
+            if isinstance(link.root, str):  # an attribute or text: "a::attr(href)", "@href"
+                link = link.root
+            elif "href" in link.attrib:
+                link = link.attrib["href"]
+            else:
+                raise ValueError(f"follow() takes <a>/<link> elements or URLs, not {link.get()!r}")
+        return Follow(self.urljoin(str(link).strip()))
+
+    def follow_all(
+        self, urls: Iterable[str | parsel.Selector] = (), *, css: str = "", xpath: str = ""
+    ) -> list[Follow]:
+        """:meth:`follow` for each of ``urls``, or of the elements ``css``/``xpath`` select."""
+        chosen: list[Any] = list(urls)
+        if css:
+            chosen += self.css(css)
+        if xpath:
+            chosen += self.xpath(xpath)
+        return [self.follow(link) for link in chosen]
+
+
+@dataclass(frozen=True)
+class Follow:
+    """A link a hook yields (or returns among its items) to be followed."""
+
+    url: str
 
 
 @dataclass
@@ -135,6 +192,9 @@ def _check(value: Any, page: Page) -> tuple[list[dict[str, Any]], list[str], set
         raise TypeError(f"a hook returns items (dicts) or a Result, not {type(value).__name__}")
     else:
         items = list(value)
+    # Scrapy-style: links yielded among the items (page.follow(...)).
+    follow = [*follow, *(i.url for i in items if isinstance(i, Follow))]
+    items = [i for i in items if not isinstance(i, Follow)]
     size = 0
     for i, item in enumerate(items):
         if not isinstance(item, dict):

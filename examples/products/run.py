@@ -1,6 +1,7 @@
 """Crawl the bundled sample site with the ``shop`` hook and store its items in SQLite, all on
-this machine: a private redis-server, the crawler's workers (parse workers import the hook),
-and a worker of the ``items`` queue running ``shop.tasks.store``.
+this machine: a private redis-server, the crawler's workers (every one imports the hook: pages
+are parsed where they are fetched), and a worker of the ``items`` queue running
+``shop.tasks.store``.
 
     make example                         # or: .venv/bin/python examples/products/run.py
     sqlite3 data/products.db 'select * from products'

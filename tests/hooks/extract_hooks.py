@@ -49,3 +49,20 @@ def store(crawl_id: str, url: str, items: list[dict[str, Any]]) -> None:
 @app.task(name="extract_hooks.explode")
 def explode(crawl_id: str, url: str, items: list[dict[str, Any]]) -> None:
     raise RuntimeError(f"cannot store the items of {url}")
+
+
+def scrapy_style(page: Page):  # type: ignore[no-untyped-def]
+    """Written as a Scrapy callback: selectors, a generator, links yielded to follow; and
+    lxml.html's own API on the tree."""
+    yield {
+        "title": page.css("h1::text").get(),
+        "tags": page.css(".tag::text").getall(),
+        "hrefs": page.xpath("//a/@href").getall(),
+        "text": page.tree.body.text_content(),
+        "anchors": len(page.tree.cssselect("a")),
+        "iterlinks": sorted({link for _, _, link, _ in page.tree.iterlinks()}),
+        "joined": page.urljoin("x/y"),
+    }
+    yield from page.follow_all(css="button::attr(data-href)")
+    for a in page.css("a.next"):
+        yield page.follow(a)
