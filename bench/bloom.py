@@ -89,7 +89,7 @@ class LegacyBloom:
     """The old encoding: one argument per offset, test then set (bench/legacy_bloom.lua)."""
 
     def __init__(self, client: redis.Redis, bloom: BloomFilter) -> None:
-        self.client, self.shape, self.keys = client, bloom.shape, bloom.shard_keys
+        self.client, self.shape, self.keys = client, bloom.shape, bloom.shard_keys[0]
         self.script = client.register_script(LEGACY_LUA.read_text("utf-8"))
 
     def add_many(self, urls: list[str]) -> list[bool]:
@@ -99,9 +99,14 @@ class LegacyBloom:
         return [bool(x) for x in self.script(keys=self.keys, args=args, client=self.client)]
 
 
+def flat_keys(bloom: BloomFilter) -> list[str]:
+    """Every shard key of every partition (a bench filter has one partition)."""
+    return [key for part in bloom.shard_keys for key in part]
+
+
 def fresh(client: redis.Redis, bloom: BloomFilter) -> None:
     """Empty the filter and allocate its shards (a cost paid once per crawl, not per URL)."""
-    for key in bloom.shard_keys:
+    for key in flat_keys(bloom):
         client.delete(key)
         client.setbit(key, bloom.shape.shard_bits - 1, 0)
 
@@ -147,13 +152,13 @@ def throughput(
         "optimum_bits_per_url": -math.log(shape.error_rate) / math.log(2) ** 2,
         "planned_bits_per_url": shape.bits / shape.capacity,
         "planned_bytes": shape.bits // 8,
-        "redis_allocated_bytes": sum(client.memory_usage(k) or 0 for k in bloom.shard_keys),
+        "redis_allocated_bytes": sum(client.memory_usage(k) or 0 for k in flat_keys(bloom)),
     }
     memory["redis_bytes_per_url"] = memory["redis_allocated_bytes"] / shape.capacity
     rows = [summarise(case, runs) for case, runs in cases.items()]
     if legacy:
         rows += legacy_rows(client, bloom, urls[: min(n, 100_000)], repeat)
-    for key in bloom.shard_keys:
+    for key in flat_keys(bloom):
         client.delete(key)
     return rows, memory
 
@@ -189,7 +194,7 @@ def legacy_rows(
         cases.setdefault("add_many, new URLs, batch 150", []).append(
             timed(client, bloom.add_many, urls, batch=150)
         )
-    for key in old_bloom.shard_keys:
+    for key in flat_keys(old_bloom):
         client.delete(key)
     return rows + [summarise(case, runs) for case, runs in cases.items()]
 
@@ -216,7 +221,7 @@ def accuracy(client: redis.Redis, n: int, tests: int, p: float) -> dict[str, Any
         false_neg += sum(not there for there in bloom.contains_many(inserted[i : i + BATCH]))
     stats = bloom.stats()
     theory = (1 - math.exp(-shape.k * n / shape.bits)) ** shape.k
-    for key in bloom.shard_keys:
+    for key in flat_keys(bloom):
         client.delete(key)
     return {
         "design_p": p,
@@ -243,8 +248,9 @@ def main() -> int:
     p.add_argument("--throughput-urls", type=int, default=300_000)
     p.add_argument("--no-legacy", action="store_true", help="skip the before/after rows")
     p.add_argument("--repeat", type=int, default=3, help="runs per throughput case (median)")
+    p.add_argument("--accuracy-urls", type=int, help="URLs in the accuracy part (default 1M)")
     args = p.parse_args()
-    n = 200_000 if args.quick else 1_000_000
+    n = args.accuracy_urls or (200_000 if args.quick else 1_000_000)
     with private_redis() as url:
         client = redis.Redis.from_url(url)
         _util.log(args, f"throughput: {args.throughput_urls:,} URLs, batches of {BATCH}")

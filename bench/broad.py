@@ -38,6 +38,7 @@ going, which the default latencies, where the CPU runs out first, do not.
 
 from __future__ import annotations
 
+import argparse
 import bisect
 import contextlib
 import importlib.util
@@ -378,6 +379,26 @@ COLUMNS = [
 ]
 
 
+def add_latency(p: argparse.ArgumentParser) -> None:
+    """The site's response latency, for every bench that serves it (broad, scaling)."""
+    p.add_argument(
+        "--latency",
+        default="0.05,0.35",
+        help="LOW,HIGH seconds each response waits (fixed per URL, uniform between them)",
+    )
+
+
+def read_latency(p: argparse.ArgumentParser, text: str) -> tuple[float, float]:
+    low, _, high = text.partition(",")
+    try:
+        latency = (float(low), float(high or low))
+    except ValueError:
+        p.error(f"--latency: not LOW,HIGH seconds: {text!r}")
+    if not 0 <= latency[0] <= latency[1]:
+        p.error(f"--latency: need 0 <= LOW <= HIGH, got {latency}")
+    return latency
+
+
 def main() -> int:
     p = _util.parser(__doc__)
     p.add_argument("--hosts", type=int, default=1000)
@@ -385,11 +406,7 @@ def main() -> int:
     p.add_argument("--modes", default="polite,fast")
     p.add_argument("--layouts", default="threads:256x2:2", help="POOL:CONCxFETCHERS:PARSERS,...")
     p.add_argument("--fast-conn", type=int, default=4, help="connections per host, fast mode")
-    p.add_argument(
-        "--latency",
-        default="0.05,0.35",
-        help="LOW,HIGH seconds each response waits (fixed per URL, uniform between them)",
-    )
+    add_latency(p)
     p.add_argument("--scrapy-concurrency", type=int, default=256)
     p.add_argument("--timeout", type=float, default=600.0, help="per crawler, seconds")
     p.add_argument("--skip-scrapy", action="store_true")
@@ -400,13 +417,7 @@ def main() -> int:
     p.add_argument("--keep", help="existing directory for the server's and workers' logs")
     args = p.parse_args()
     args.worker_env = dict(kv.split("=", 1) for kv in args.worker_env)
-    low, _, high = args.latency.partition(",")
-    try:
-        args.latency = (float(low), float(high or low))
-    except ValueError:
-        p.error(f"--latency: not LOW,HIGH seconds: {args.latency!r}")
-    if not 0 <= args.latency[0] <= args.latency[1]:
-        p.error(f"--latency: need 0 <= LOW <= HIGH, got {args.latency}")
+    args.latency = read_latency(p, args.latency)
     if not args.skip_scrapy and importlib.util.find_spec("scrapy") is None:
         p.error("Scrapy is not installed: .venv/bin/pip install -e '.[bench]', or --skip-scrapy")
     rows: list[dict[str, Any]] = []

@@ -18,7 +18,7 @@ import tempfile
 from typing import Any
 
 import _util
-from broad import Web, run_ours
+from broad import Web, add_latency, read_latency, run_ours
 
 COLUMNS = [
     "state",
@@ -46,8 +46,11 @@ def main() -> int:
     p.add_argument("--timeout", type=float, default=600.0)
     p.add_argument("--node-capacity", type=float, default=100_000, help="commands/s per node")
     p.add_argument("--keep")
+    p.add_argument("--events", action="store_true", help="workers send task events (-E)")
     p.add_argument("--worker-env", action="append", default=[], metavar="NAME=VALUE")
+    add_latency(p)
     args = p.parse_args()
+    args.latency = read_latency(p, args.latency)
     args.worker_env = dict(kv.split("=", 1) for kv in args.worker_env)
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="bench-scaling-") as tmp:

@@ -221,9 +221,27 @@ def load(env: dict[str, str] | None = None, **overrides: Any) -> Settings:
     return Settings(**values)
 
 
-_PASSWORD = re.compile(r"(?P<scheme>[a-z+]+://)(?P<user>[^:@/]*):(?P<pw>[^@/]*)@")
+# The whole userinfo, up to the LAST "@" before the path: a password may hold an unescaped "@"
+# (redis-py and urllib split at the last one), and no part of it may show.
+# A "/" counts too: an unescaped one in a password ends the host part for URL parsers, and what
+# follows must still not show. A query's ``password=`` (redis-py reads it) is hidden as well.
+_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<info>[^?#]*)@")
+_QUERY_PASSWORD = re.compile(r"(?P<key>[?&]password=)[^&#]*", re.I)
 
 
 def redact(url: str) -> str:
-    """``redis://:secret@host`` -> ``redis://:***@host``: safe for logs and terminals."""
-    return _PASSWORD.sub(lambda m: f"{m['scheme']}{m['user']}:***@", url)
+    """``redis://:secret@host`` -> ``redis://:***@host``: safe for logs and terminals. The user
+    name stays (``redis://user:***@host``); everything after its first ":" is hidden."""
+
+    def hide(m: re.Match[str]) -> str:
+        user, colon, _secret = m["info"].partition(":")
+        return f"{m['scheme']}{user}:***@" if colon else f"{m['scheme']}{user}@"
+
+    return _QUERY_PASSWORD.sub(r"\g<key>***", _USERINFO.sub(hide, url))
+
+
+def unescaped_userinfo(url: str) -> bool:
+    """True if the part before the host holds an unescaped "@" or "/" (a password typed as it
+    is): parsers disagree on where such a URL's host starts, so it must be percent-encoded."""
+    m = _USERINFO.match(url)
+    return m is not None and ("@" in m["info"] or "/" in m["info"])

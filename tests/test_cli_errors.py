@@ -55,6 +55,8 @@ CASES = [
     (f"crawl {SEED} --broker notaurl", "notaurl"),
     (f"crawl {SEED} --broker redis://host:notaport/0", "port"),
     ("list --broker notaurl", "notaurl"),
+    ("list --broker redis://:pa@ss@127.0.0.1:1/0", "percent-encode"),
+    ("list --broker redis://:pa/ss@127.0.0.1:1/0", "percent-encode"),
     # crawl options
     (f"crawl {SEED} --rate a.example=0 {{live}}", "rate"),
     (f"crawl {SEED} --rate a.example=fast {{live}}", "HOST=RATE"),
@@ -219,3 +221,25 @@ def test_a_worker_or_beat_with_a_bad_setting_does_not_start(command, redis_url, 
 def test_bad_crawl_ids_and_partitions_are_refused(settings, options, names):  # type: ignore[no-untyped-def]
     with pytest.raises(ConfigError, match=names):
         start_crawl([SEED], settings=settings, **options)
+
+
+SECRET = "Zq7-s3cr3t"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        f"redis://:{SECRET}@127.0.0.1:{{port}}/0",
+        f"redis://user:{SECRET}@127.0.0.1:{{port}}/0",
+        f"redis://:{SECRET[:4]}@{SECRET[4:]}@127.0.0.1:{{port}}/0",  # an unescaped "@"
+        f"redis://:{SECRET[:4]}/{SECRET[4:]}@127.0.0.1:{{port}}/0",  # an unescaped "/"
+        f"redis://:{SECRET[:4]}:{SECRET[4:]}@127.0.0.1:{{port}}/0",
+        f"unix:///tmp/no.sock?db=0&password={SECRET}",
+    ],
+)
+def test_no_part_of_a_password_is_ever_printed(url):
+    result = run("list", "--broker", url.format(port=free_port()))
+    assert result.returncode == 2, result.stderr
+    shown = result.stdout + result.stderr
+    for i in range(len(SECRET) - 2):  # no three characters of it in a row
+        assert SECRET[i : i + 3] not in shown, shown

@@ -120,3 +120,24 @@ def test_env_example_has_no_live_secret():
     text = (ROOT / "config" / "crawler.env.example").read_text()
     live = [x for x in text.splitlines() if x.startswith("FLOWER_BASIC_AUTH")]
     assert not live
+
+
+def test_respawn_gives_up_on_a_command_that_cannot_start(tmp_path):
+    """`honcho start` without the venv on PATH: one clear line and an exit, not a loop."""
+    import subprocess
+
+    script = str(ROOT / "config" / "respawn.sh")
+    env = {"PATH": "/usr/bin:/bin", "RESPAWN_DELAY": "0.05"}
+    missing = subprocess.run(
+        ["sh", script, "celery-not-on-path", "-A", "crawler_tasks", "worker"],
+        capture_output=True, text=True, timeout=30, env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert missing.returncode == 127
+    assert "venv on PATH" in missing.stderr.strip().splitlines()[-1]
+    failing = subprocess.run(
+        ["sh", script, "sh", "-c", "exit 3"],
+        capture_output=True, text=True, timeout=30, env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert failing.returncode == 1
+    lines = failing.stderr.strip().splitlines()
+    assert len(lines) == 5 and "giving up" in lines[-1] and "last status 3" in lines[-1]

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 import redis
 
 from ..errors import ConfigError, RedisFull, UnknownCrawl
-from ..settings import Settings, load, redact
+from ..settings import Settings, load, redact, unescaped_userinfo
 from ..state import connection
 from ..state import store as stores
 from ..state.health import memory, refuses_writes
@@ -94,6 +94,8 @@ def check_redis_url(url: str) -> None:
     why = ""
     if parts.scheme not in ("redis", "rediss", "unix"):
         why = "scheme must be redis://, rediss:// or unix://"
+    elif unescaped_userinfo(url):
+        why = "the password holds '@' or '/': percent-encode it ('@' is %40, '/' is %2F)"
     elif parts.scheme != "unix" and not parts.hostname:
         why = "no host"
     else:

@@ -1,0 +1,44 @@
+"""Every bench script runs (tiny sizes, Scrapy skipped): a bench that no longer matches the
+package fails here, not in the hands of the next person measuring (`make bench`)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+RUNS = {
+    "bloom.py": "--quick --throughput-urls 2000 --repeat 1 --accuracy-urls 5000",
+    "bodies.py": "--pages 50 --size 5000",
+    "near_duplicates.py": "--originals 50",
+    "frontier.py": "--urls 2000 --domains 5 --sample-seconds 3 --admit-pages 50 "
+    "--cancel-timeout 30",
+    "memory.py": "--urls 5000 --domains 100 --release 10 --simhash-pages 100",
+    "politeness.py": "--only 1x5",
+    "crawl.py": "--pages 60 --layouts 8x1:1 --skip-scrapy --timeout 60",
+    "broad.py": "--hosts 5 --pages 3 --modes fast --layouts threads:8x1:1 --skip-scrapy "
+    "--timeout 60",
+    "scaling.py": "--hosts 5 --pages 3 --fetchers 1 --states one --threads 8 --timeout 60",
+}
+
+
+def test_every_bench_script_has_a_smoke_run():
+    scripts = {p.name for p in BENCH.glob("*.py") if not p.name.startswith("_")}
+    assert scripts == set(RUNS), scripts ^ set(RUNS)
+
+
+@pytest.mark.parametrize("script", sorted(RUNS))
+def test_bench_script_runs(script: str, tmp_path: Path):
+    result = subprocess.run(
+        [sys.executable, str(BENCH / script), *RUNS[script].split()],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    assert "Traceback" not in result.stderr, result.stderr[-4000:]
+    assert result.stdout.strip(), "printed no figures"
