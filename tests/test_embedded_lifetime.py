@@ -94,3 +94,24 @@ def test_nothing_survives_a_sigkill_of_the_command(tmp_path):
 def _peek(out: Path) -> str:
     """'started' once a crawl directory with a pages file exists (the crawl is under way)."""
     return "started" if list(out.glob("*/pages-*.jsonl")) else ""
+
+
+def test_sigterm_cleans_up_the_commands_temp_dir_and_processes(tmp_path):
+    mark = secrets.token_hex(8)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    with running_sites(["127.0.0.53"], 200, 3) as (_, servers):
+        url = servers[0].base_url + "/"
+        argv = [sys.executable, "-m", "crawler_tasks.surface.cli", "crawl", url, "--embedded"]
+        argv += ["--allow-private-networks", "--rate", "127.0.0.53=5", "--output", str(tmp_path)]
+        env = {**os.environ, "CRAWL_TEST_MARK": mark, "TMPDIR": str(tmp)}
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            wait_until(lambda: list(tmp.glob("crawler-logs-*")), timeout=60)
+            wait_until(lambda: "started" in _peek(tmp_path), timeout=60)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.communicate(timeout=60)
+    assert proc.returncode == 143
+    assert not list(tmp.glob("crawler-logs-*"))
+    wait_until(lambda: not _marked(mark), timeout=30)

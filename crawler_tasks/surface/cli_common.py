@@ -3,7 +3,9 @@ user's mistake into one line on stderr with exit code 2 (never a traceback)."""
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any, NoReturn
 
@@ -18,6 +20,8 @@ from ..state import connection
 USAGE = 2
 #: Exit code after Ctrl-C (128 + SIGINT), as a shell reports it.
 INTERRUPTED = 130
+#: Exit status after SIGTERM (128 + 15, as a shell reports it).
+TERMINATED = 143
 
 broker_option = click.option(
     "--broker", help="Broker/state Redis URL (default: $CRAWLER_BROKER_URL)."
@@ -79,6 +83,10 @@ def one_line(message: str) -> str:
 def run_main(run: Callable[[], Any]) -> NoReturn:
     """Run the CLI (``run``: click's main, not standalone); known failures become one line
     ``error: ...`` on stderr and exit code 2."""
+    if threading.current_thread() is threading.main_thread():
+        # SIGTERM unwinds like an exit (temp dirs removed, local workers and a private Redis
+        # stopped in order) instead of killing the process where it stands.
+        signal.signal(signal.SIGTERM, _terminated)
     try:
         rv = run()
     except click.exceptions.Abort:
@@ -95,3 +103,7 @@ def run_main(run: Callable[[], Any]) -> NoReturn:
         click.echo(f"error: broker connection lost: {one_line(str(exc))}", err=True)
         sys.exit(USAGE)
     sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _terminated(signum: int, frame: Any) -> NoReturn:
+    raise SystemExit(TERMINATED)
