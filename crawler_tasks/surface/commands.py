@@ -12,6 +12,7 @@ import click
 
 from ..errors import ConfigError, InvalidSeed
 from .cli_common import Fail, broker_option, connect, handle
+from .export import export
 
 
 @click.command()
@@ -258,4 +259,5 @@ COMMANDS = [
     set_rate_cmd,
     metrics,
     schedule,
+    export,
 ]

@@ -31,7 +31,7 @@ from ..state.ledger import RATE_WINDOW, Ledger
 from ..state.options import CrawlOptions
 from ..state.politeness import effective_rate
 from ..state.store import CrawlStore, Redis, check_seeds, new_crawl_id
-from ..worker.output import read_pages
+from ..worker.output import latest_items, latest_pages, read_pages
 
 __all__ = ["Crawl", "start_crawl", "list_crawls", "check_seeds", "new_crawl_id"]
 
@@ -270,25 +270,17 @@ class Crawl:
         """Records of this crawl's ``pages-*.jsonl`` (on this host). The files are append-only
         logs: a URL replayed by :meth:`retry_failed` has a record for each final state it
         reached; with ``latest`` (default) only its last one is yielded (by ``fetched_at``,
-        then file order)."""
-        if not latest:
-            return read_pages(self.output_dir)
-        last: dict[str, dict[str, Any]] = {}
-        for record in read_pages(self.output_dir):
-            old = last.get(record["url"])
-            if old is None or (record.get("fetched_at") or 0) >= (old.get("fetched_at") or 0):
-                last[record["url"]] = record
-        return iter(last.values())
+        then file order). ``crawler export --pages`` writes the same records."""
+        return latest_pages(self.output_dir) if latest else read_pages(self.output_dir)
 
     def items(self, latest: bool = True) -> Iterator[dict[str, Any]]:
         """Lines of this crawl's ``items-*.jsonl`` (on this host): ``{"url", "item", "rid"}``.
         With ``latest`` (default), only the items of each URL's last record (a page replayed
-        by :meth:`retry_failed` has the items of each of its records)."""
-        lines = read_pages(self.output_dir, kind="items")
-        if not latest:
-            return lines
-        rids = {r.get("rid") for r in self.pages()}
-        return (line for line in lines if line.get("rid") in rids)
+        by :meth:`retry_failed` has the items of each of its records). ``crawler export
+        --items`` writes their ``item`` dicts."""
+        if latest:
+            return latest_items(self.output_dir)
+        return read_pages(self.output_dir, kind="items")
 
     def bloom(self) -> dict[str, float]:
         return self.store.bloom.stats()

@@ -197,3 +197,21 @@ def read_pages(directory: str | os.PathLike[str], kind: str = "pages") -> Iterat
             for line in f:
                 if line.endswith("\n") and line.strip():
                     yield json.loads(line)
+
+
+def latest_pages(directory: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
+    """The last record of each URL, merged from every writer's ``pages-*.jsonl``: the files are
+    append-only logs, and a URL replayed by ``retry-failed`` has a record per final state (the
+    last by ``fetched_at``, then file order)."""
+    last: dict[str, dict[str, Any]] = {}
+    for record in read_pages(directory):
+        old = last.get(record["url"])
+        if old is None or (record.get("fetched_at") or 0) >= (old.get("fetched_at") or 0):
+            last[record["url"]] = record
+    return iter(last.values())
+
+
+def latest_items(directory: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
+    """The ``items-*.jsonl`` lines of each URL's last record (see :func:`latest_pages`)."""
+    rids = {r.get("rid") for r in latest_pages(directory)}
+    return (line for line in read_pages(directory, "items") if line.get("rid") in rids)
