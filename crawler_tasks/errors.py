@@ -2,6 +2,9 @@
 string recorded in ``pages*.jsonl`` and the dead-letter list::
 
     CrawlerError
+    ├── OutputUnavailable            the crawl's output directory cannot be written (disk full,
+    │                                read-only, permission, I/O error): an environment fault,
+    │                                never a URL's failure; nothing half-written stays
     ├── ConfigError                  bad settings or crawl options (raised to the caller)
     │   ├── InvalidSeed              a seed URL that cannot be crawled; names the seed
     │   ├── UnknownCrawl             a crawl id Redis does not know (never started, expired)
@@ -68,6 +71,19 @@ class RedisFull(ConfigError):
     """Redis refuses writes (``maxmemory`` reached) when a crawl is started: nothing stored."""
 
     reason = "redis_full"
+
+
+class OutputUnavailable(CrawlerError):
+    """Writing the crawl's files failed for a reason of the disk, not of the URL (ENOSPC,
+    EDQUOT, EROFS, EACCES, EIO...). The writer has put each file back as it was before the
+    failed record (worker/output.py); the record waits in Redis until it can be written."""
+
+    reason = "output_unavailable"
+
+    def __init__(self, directory: str, why: str) -> None:
+        super().__init__(f"{why} at {directory}")
+        self.directory = directory
+        self.why = why
 
 
 class RetryableError(CrawlerError):

@@ -19,21 +19,25 @@ a death; ``pages-*.jsonl`` is the exact record.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import io
 import json
 import os
 import socket
 import threading
+import time
 import zlib
 from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from warcio.recordloader import ArcWarcRecord
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
+from ..errors import OutputUnavailable
 from . import faults
 
 #: Key of a record's items while it waits to be written (recorder.py); not in the page line,
@@ -45,20 +49,54 @@ _WIRE_HEADERS = {"content-encoding", "transfer-encoding", "content-length"}
 
 
 class CrawlOutput:
-    """Files of one crawl for this process; thread-safe (the threads pool shares it)."""
+    """Files of one crawl for this process; thread-safe (the threads pool shares it).
+
+    Each record goes to its files whole or not at all: written unbuffered, and after a failed
+    write (a full disk, a quota, an I/O error) every file the record touched is truncated back
+    to where it ended before, so a reader never meets half a record and the next record does
+    not land on a cut one. The failure is raised as :class:`OutputUnavailable`."""
 
     def __init__(self, directory: str | os.PathLike[str], tag: str) -> None:
         self.dir = Path(directory)
         self.tag = tag
         self._lock = threading.Lock()
-        self._files: dict[str, IO[bytes]] = {}
+        self._files: dict[str, int] = {}  # name -> fd (O_APPEND)
 
-    def _file(self, name: str) -> IO[bytes]:
-        f = self._files.get(name)
-        if f is None:
+    def _fd(self, name: str) -> int:
+        fd = self._files.get(name)
+        if fd is None:
             self.dir.mkdir(parents=True, exist_ok=True)
-            f = self._files[name] = open(self.dir / name, "ab")  # noqa: SIM115
-        return f
+            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+            fd = self._files[name] = os.open(self.dir / name, flags, 0o644)
+        return fd
+
+    def _append(self, writes: list[tuple[str, bytes]]) -> None:
+        """Append each ``(file name, bytes)`` whole, or put every file back and raise."""
+        done: list[tuple[str, int]] = []
+        try:
+            for name, data in writes:
+                fd = self._fd(name)
+                done.append((name, os.lseek(fd, 0, os.SEEK_END)))
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                faults.point(f"after_{name.partition('-')[0]}")  # e.g. after_items
+        except OSError as exc:
+            for name, size in done:
+                self._undo(name, size)
+            raise OutputUnavailable(str(self.dir), describe(exc)) from exc
+
+    def _undo(self, name: str, size: int) -> None:
+        """Back to ``size`` bytes; if even that fails, the file is given up (closed, renamed
+        aside by suffix) so that nothing is ever appended after a cut record."""
+        fd = self._files[name]
+        try:
+            os.ftruncate(fd, size)
+        except OSError:
+            del self._files[name]
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.rename(self.dir / name, self.dir / f"{name}.damaged-{time.time():.0f}")
 
     @property
     def pages_path(self) -> Path:
@@ -73,22 +111,17 @@ class CrawlOutput:
         items = record.pop(ITEMS, None) or ()
         line = json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
         edges = "".join(f"{record['url']}\t{t}\n" for t in record.get("outlinks") or ())
+        writes = []
+        if items and with_items:
+            # One write: a page's item lines are there together or not at all (save a
+            # write cut by the death of the process, which the reader skips: read_items).
+            lines = "".join(_item_line(record, item) for item in items)
+            writes.append((items_path(self.pages_path).name, _utf8(lines)))
+        if edges:
+            writes.append((f"edges-{self.tag}.tsv", _utf8(edges)))
+        writes.append((self.pages_path.name, _utf8(line)))
         with self._lock:
-            if items and with_items:
-                # One write: a page's item lines are there together or not at all (save a
-                # write cut by the death of the process, which the reader skips: read_items).
-                lines = "".join(_item_line(record, item) for item in items)
-                f = self._file(items_path(self.pages_path).name)
-                f.write(lines.encode("utf-8", "surrogateescape"))
-                f.flush()
-                faults.point("after_items")
-            if edges:
-                f = self._file(f"edges-{self.tag}.tsv")
-                f.write(edges.encode("utf-8", "surrogateescape"))
-                f.flush()
-            f = self._file(self.pages_path.name)
-            f.write(line.encode("utf-8", "surrogateescape"))
-            f.flush()
+            self._append(writes)
 
     def warc(
         self,
@@ -120,15 +153,34 @@ class CrawlOutput:
         )
         data = _record_bytes(req) + _record_bytes(resp)
         with self._lock:
-            f = self._file(f"crawl-{self.tag}.warc.gz")
-            f.write(data)
-            f.flush()
+            self._append([(f"crawl-{self.tag}.warc.gz", data)])
 
     def close(self) -> None:
         with self._lock:
-            for f in self._files.values():
-                f.close()
+            for fd in self._files.values():
+                with contextlib.suppress(OSError):
+                    os.close(fd)
             self._files.clear()
+
+
+def _utf8(text: str) -> bytes:
+    return text.encode("utf-8", "surrogateescape")
+
+
+#: What a failed write says in status and logs, by errno.
+_WHY = {
+    errno.ENOSPC: "disk full",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EROFS: "read-only file system",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "permission denied",
+    errno.EIO: "I/O error",
+    errno.ENOTDIR: "not a directory",
+}
+
+
+def describe(exc: OSError) -> str:
+    return _WHY.get(exc.errno or 0, exc.strerror or type(exc).__name__)
 
 
 def items_path(pages_path: Path) -> Path:
