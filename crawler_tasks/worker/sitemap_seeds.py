@@ -70,12 +70,10 @@ class Sitemaps:
         urls = normalised(urls)
         if not urls:
             return 0
-        total = int(self.ctx.client.hincrby(self.ck.stats, Counter.SITEMAP_FILES.value, len(urls)))
+        total = self.store.stats.add(Counter.SITEMAP_FILES.value, len(urls))
         room = len(urls) - max(0, total - MAX_FILES)
         if room < len(urls):  # give back what does not fit, so the counter stays exact
-            self.ctx.client.hincrby(
-                self.ck.stats, Counter.SITEMAP_FILES.value, max(room, 0) - len(urls)
-            )
+            self.store.stats.add(Counter.SITEMAP_FILES.value, max(room, 0) - len(urls))
         urls = urls[: max(room, 0)]
         if urls:
             pipe = self.ctx.client.pipeline(transaction=False)
