@@ -13,6 +13,7 @@ ledgers and filters of their own::
     store.bloom        the crawl's dedupe filter (bloom.py)
     store.politeness   per-domain buckets and leases (politeness.py)
     store.bodies       fetched bodies waiting for their parse (bodies.py)
+    store.sitemaps     which URLs are sitemap files (sitemaps.py)
     store.recrawl      validators of the previous run, for scheduled crawls (validators.py)
 """
 
@@ -43,6 +44,7 @@ from .ledger import Ledger
 from .options import CrawlOptions
 from .politeness import Politeness
 from .scripts import Scripts
+from .sitemaps import SitemapMarks
 from .stats import Stats
 from .status import CrawlStatus
 from .validators import Recrawl, Validators
@@ -100,6 +102,7 @@ class CrawlStore:
             opts.rates,
         )
         self.bodies = BodyStash(r.client, self.ck, process.body_ttl)
+        self.sitemaps = SitemapMarks(r.client, self.ck)
         self.recrawl: Recrawl | None = None
         if opts.schedule:
             self.recrawl = Recrawl(Validators(r.client, r.keys, opts.schedule), opts.crawl_id)
