@@ -103,6 +103,7 @@ def test_counter_names_are_plain_strings() -> None:
     assert {"done": 1}[formats.Counter.DONE] == 1
     assert formats.failed("timeout") == "failed:timeout"
     assert set(formats.FAMILIES) == {"status", "failed", "skipped", "change"}
+    assert {formats.links_dropped("x").split(":")[0], *formats.FAMILIES} == formats.FAMILY_PREFIXES
 
 
 # --- keys.py's table against the keys a crawl writes ---------------------------------------------
@@ -172,9 +173,8 @@ _BUILT = re.compile(r"'([^']*):'\s*\.\.")
 def known_counter(name: str) -> bool:
     """A Counter member, or a name of one of the families (``status:404``)."""
     family, colon, rest = name.partition(":")
-    families = {"status", "failed", "skipped", "change", "links_dropped"}
     if colon:
-        return family in families and bool(rest)
+        return family in formats.FAMILY_PREFIXES and bool(rest)
     return name in {c.value for c in formats.Counter}
 
 

@@ -197,6 +197,8 @@ FAMILIES = {
     "skipped": "skipped",
     "change": "changes",
 }
+#: Every counter family's prefix, also those summary.json leaves out (links_dropped).
+FAMILY_PREFIXES = frozenset({*FAMILIES, "links_dropped"})
 
 
 # --- frontier entries -----------------------------------------------------------------------
