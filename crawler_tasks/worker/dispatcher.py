@@ -174,8 +174,8 @@ class Dispatcher:
         busy = self.more = False
         running, budget = self._survey(ctx)
         rates = self._cluster_rates(ctx)
-        for raw in running:
-            store = ctx.store(raw.decode())
+        for crawl_id in running:
+            store = ctx.store(crawl_id)
             if store is None or budget == 0:
                 continue
             state = store.status.steering()
@@ -237,7 +237,7 @@ class Dispatcher:
             self._rates, self._rates_read = cluster_rates(ctx.client, ctx.keys), now
         return self._rates
 
-    def _survey(self, ctx: Context) -> tuple[set[bytes], int | None]:
+    def _survey(self, ctx: Context) -> tuple[list[str], int | None]:
         """The running crawls, and how many URLs to release now: while the broker's fetch
         queues hold messages, every pool slot is taken (a free slot takes a message at once),
         and a host released now would wait behind them; so release only up to
@@ -246,19 +246,19 @@ class Dispatcher:
         Redis has no room for the links of what would be fetched (room.py).
         One round trip when the broker is the crawl state's Redis (the default)."""
         if ctx.room.full():
-            return set(), 0
+            return [], 0
         limit = self.settings.dispatch_queue_max
         broker = self._broker_client(ctx)
         if limit <= 0 or broker is None:
-            return ctx.client.smembers(ctx.keys.running), None
+            return stores.running(ctx.r), None
         pipe = broker.pipeline(transaction=False)
         for queue in FETCH_QUEUES:
             pipe.llen(queue)
         shared = broker is ctx.client
-        if shared:
+        if shared:  # stores.running's SMEMBERS, in this round trip
             pipe.smembers(ctx.keys.running)
         got = pipe.execute()
-        running = got[-1] if shared else ctx.client.smembers(ctx.keys.running)
+        running = [m.decode() for m in got[-1]] if shared else stores.running(ctx.r)
         queued = sum(got[: len(FETCH_QUEUES)])
         return running, max(0, limit - queued) * self.settings.urls_per_message
 
