@@ -185,7 +185,7 @@ def admission_part(args: Any) -> list[dict[str, Any]]:
                 links += len(outlinks)
             wall = time.perf_counter() - start
             after = float(client.info("commandstats").get("cmdstat_evalsha", {}).get("usec", 0))
-            stats = crawl.state.counters()
+            stats = crawl.stats.counters()
             rows.append(
                 {
                     "case": label,
@@ -255,7 +255,7 @@ def broker_part(args: Any) -> dict[str, Any]:
             t0 = time.monotonic()
             while time.monotonic() - t0 < args.sample_seconds:
                 lengths = broker_lengths(client, list(QUEUES))
-                stats = crawl.state.counters()
+                stats = crawl.stats.counters()
                 samples.append(
                     {
                         "t": round(time.monotonic() - t0, 2),

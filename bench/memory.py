@@ -238,7 +238,7 @@ def measure(args: Any) -> dict[str, Any]:
         ready = client.memory_usage(ck.ready, samples=0) or 0
         bloom = usage(client, [ck.bloom(i).encode() for i in range(shape.shards)])
         encodings = {client.object("encoding", k) for k in queues[:1000]}
-        counters = store.ledger.counters()
+        counters = store.stats.counters()
         dict_bytes = after_dict - base_dict
         release = release_sample(client, store, args.release)
         simhash = simhash_sample(client, store, args.simhash_pages)
@@ -402,7 +402,7 @@ def measure_cluster(args: Any) -> dict[str, Any]:
             store = CrawlStore(crawl.store.r, crawl.options, known=KnownURLs(KNOWN_MAX))
             times = admit_all(args, store)
             after = [int(n.info("memory")["used_memory"]) for n in masters]
-            pending = store.ledger.counters().get("queued", 0)
+            pending = store.stats.counters().get("queued", 0)
             shape = store.opts.bloom
     finally:
         cluster.stop()

@@ -54,7 +54,7 @@ def test_crawl_reaches_exactly_the_reachable_set(settings, workers):
     assert set(got) == expected(graph, seeds)
     assert max(got.values()) == 1, [u for u, n in got.items() if n > 1][:5]
     assert summary["status"] == "finished"
-    assert crawl.state.outstanding() == 0
+    assert crawl.stats.outstanding() == 0
     assert summary["counters"]["done"] == len(got)
     assert summary["status_codes"]["404"] >= 1
     summary_file = json.loads((crawl.output_dir / "summary.json").read_text())

@@ -136,7 +136,7 @@ def assert_exact(crawl, graph, seeds, summary) -> None:  # type: ignore[no-untyp
     assert set(got) == expected, (len(got), len(expected), sorted(expected - set(got))[:5])
     assert summary["status"] == "finished"
     assert summary["counters"]["done"] == len(got) == summary["counters"]["admitted"]
-    assert crawl.state.outstanding() == 0
+    assert crawl.stats.outstanding() == 0
     assert (crawl.output_dir / "summary.json").exists()
     assert len(graph.roots()) >= 2 and len(got) >= 300
 
@@ -185,7 +185,7 @@ def test_killed_while_finishing_the_crawl(settings, redis_url, tmp_path):  # typ
         wait_until(lambda: crawl.status == "finishing", timeout=90, interval=0.02)
         summary = wait(crawl, 90)
     assert_exact(crawl, graph, seeds, summary)
-    assert crawl.state.flags()["status"] == "finished"
+    assert crawl.store.status.flags()["status"] == "finished"
 
 
 @pytest.mark.allow_worker_errors(".*")
@@ -229,7 +229,7 @@ def test_frozen_fetch_process(settings, redis_url, tmp_path):  # type: ignore[no
         time.sleep(3)  # let it finish what it held
     assert finished_while_frozen, "the crawl waited for the frozen worker"
     assert_exact(crawl, graph, seeds, summary)
-    assert crawl.state.counters()["done"] == summary["counters"]["done"]
+    assert crawl.stats.counters()["done"] == summary["counters"]["done"]
 
 
 def test_site_down_for_30_seconds_loses_nothing(settings, redis_url, tmp_path):  # type: ignore[no-untyped-def]

@@ -4,6 +4,7 @@ what ``formats`` parses, and every key a crawl writes is described in ``keys.py`
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -102,6 +103,7 @@ def test_counter_names_are_plain_strings() -> None:
     assert {"done": 1}[formats.Counter.DONE] == 1
     assert formats.failed("timeout") == "failed:timeout"
     assert set(formats.FAMILIES) == {"status", "failed", "skipped", "change"}
+    assert {formats.links_dropped("x").split(":")[0], *formats.FAMILIES} == formats.FAMILY_PREFIXES
 
 
 # --- keys.py's table against the keys a crawl writes ---------------------------------------------
@@ -157,3 +159,133 @@ def test_the_table_check_catches_an_undescribed_key(client) -> None:  # type: ig
         "crawler:20260101-000000-abcdef:config (hash)",
         "crawler:20260101-000000-abcdef:stray (string)",
     ]
+
+
+# --- counter names the Lua scripts write, statuses and steering ---------------------------------
+
+LUA = Path(formats.__file__).resolve().parent / "lua"
+_KEY_DOC = re.compile(r"KEYS\[(\d+)\]\s+(.*?)(?=\s+KEYS\[|$)", re.M)
+_HINCRBY = re.compile(r"'HINCRBY',\s*([^,]+),\s*([^,]+),")
+_LITERAL = re.compile(r"'([^']*)'")
+_BUILT = re.compile(r"'([^']*):'\s*\.\.")
+
+
+def known_counter(name: str) -> bool:
+    """A Counter member, or a name of one of the families (``status:404``)."""
+    family, colon, rest = name.partition(":")
+    if colon:
+        return family in formats.FAMILY_PREFIXES and bool(rest)
+    return name in {c.value for c in formats.Counter}
+
+
+def lua_counters(name: str, source: str) -> tuple[set[str], list[str]]:
+    """(counter names ``source`` increments on its stats hash, problems). A field built as
+    ``'family:' .. x`` counts as ``family:x``; a field from ARGV is the caller's (Python's,
+    built from Counter and the families); a key the header does not describe is a problem."""
+    docs = {int(n): text for n, text in _KEY_DOC.findall(source)}
+    found, bad = set(), []
+    for key, field in _HINCRBY.findall(source):
+        index = re.fullmatch(r"KEYS\[(\d+)\]", key.strip())
+        if index is None or int(index[1]) not in docs:
+            bad.append(f"{name}: HINCRBY on {key.strip()}, not a KEYS[n] its header describes")
+            continue
+        if "stats" not in docs[int(index[1])]:
+            continue  # another hash: flow "in"/"out", "reserved"
+        field = field.strip()
+        if built := _BUILT.match(field):
+            field = f"'{built[1]}:x'"
+        if literal := _LITERAL.fullmatch(field):
+            found.add(literal[1])
+            if not known_counter(literal[1]):
+                bad.append(f"{name}: counter {literal[1]!r} is no Counter and in no family")
+        elif not field.startswith("ARGV["):
+            bad.append(f"{name}: counter name {field} is neither a literal nor an argument")
+    return found, bad
+
+
+def test_every_counter_a_lua_script_writes_is_known() -> None:
+    found, bad = set(), []
+    for path in sorted(LUA.glob("*.lua")):
+        names, problems = lua_counters(path.name, path.read_text("utf-8"))
+        found |= names
+        bad += problems
+    assert bad == []
+    # The check saw the scripts' counters (a pattern that matches nothing passes nothing).
+    assert {"queued", "admitted", "discovered", "skipped:max_pages", "replayed"} <= found
+
+
+def test_the_lua_counter_check_catches_an_unknown_name() -> None:
+    source = (
+        "-- KEYS[1] flow hash  KEYS[2] stats hash\n"
+        "redis.call('HINCRBY', KEYS[1], 'in', 1)\n"
+        "redis.call('HINCRBY', KEYS[2], 'admited', 1)\n"
+        "redis.call('HINCRBY', KEYS[2], 'skiped:' .. why, 1)\n"
+        "redis.call('HINCRBY', KEYS[2], 'status:' .. code, 1)\n"
+        "redis.call('HINCRBY', KEYS[2], name, 1)\n"
+        "redis.call('HINCRBY', KEYS[3], 'queued', 1)\n"
+    )
+    found, bad = lua_counters("x.lua", source)
+    assert found == {"admited", "skiped:x", "status:x"}
+    assert bad == [
+        "x.lua: counter 'admited' is no Counter and in no family",
+        "x.lua: counter 'skiped:x' is no Counter and in no family",
+        "x.lua: counter name name is neither a literal nor an argument",
+        "x.lua: HINCRBY on KEYS[3], not a KEYS[n] its header describes",
+    ]
+
+
+def test_progress_and_metrics_lists_come_from_counter() -> None:
+    from crawler_tasks.state.stats import _EARLY, _LATE
+    from crawler_tasks.surface.metrics import _COUNTERS, _GAUGES
+
+    assert [c.value for c in _EARLY] == ["discovered", "admitted", "deduplicated", "queued"]
+    assert [c.value for c in _LATE] == [
+        "done", "fetched", "parsed", "failed", "robots_disallowed", "cancelled", "bytes",
+        "items", "extract_errors",
+    ]  # fmt: skip
+    assert set(_COUNTERS) == {c.value for c in formats.Counter if c.help} - {"queued"}
+    assert _GAUGES["queued"] == formats.Counter.QUEUED.help
+    assert formats.Counter("done") is formats.Counter.DONE and f"{formats.Counter.DONE}" == "done"
+
+
+def test_finishing_lua_writes_the_status_values(settings, client) -> None:  # type: ignore[no-untyped-def]
+    """finishing.lua's literals are Status values: it marks a drained crawl (running or
+    paused) finishing with the final status it will have, and leaves a final one alone."""
+    Status = formats.Status
+    source = (LUA / "finishing.lua").read_text("utf-8")
+    code = "\n".join(line for line in source.splitlines() if not line.startswith("--"))
+    literals = set(re.findall(r"status == '(\w+)'|final = '(\w+)'|'status', '(\w+)'", code))
+    assert {v for group in literals for v in group if v} <= {s.value for s in Status}
+    for paused, cancel, final in [(False, False, Status.FINISHED), (True, True, Status.CANCELLED)]:
+        crawl = start_crawl(
+            ["http://127.0.0.68:8000/"], settings=settings, allow_private_networks=True
+        )
+        status = crawl.store.status
+        assert status.status() is Status.RUNNING
+        assert not paused or (crawl.pause() and status.status() is Status.PAUSED)
+        assert not cancel or crawl.cancel()
+        assert not status.finishing()  # its seed is outstanding
+        ((_domain, _depth, url),) = crawl.store.frontier.release_all(10, 180).entries
+        assert crawl.store.ledger.finish(url, None, {}) == 0
+        assert status.finishing() and status.finishing()
+        flags = status.flags()
+        assert (flags["status"], flags["final_status"]) == (Status.FINISHING, final)
+        assert not crawl.resume() and status.steering() is formats.Steering.FINISHING
+        status.finished(final)
+        assert crawl.status is final and crawl.finished and not crawl.pause()
+        assert status.finishing() is False  # final: finishing.lua leaves it
+
+
+def test_release_call_fills_every_argument_release_lua_reads() -> None:
+    source = (LUA / "release.lua").read_text("utf-8")
+    documented = max(int(n) for n in re.findall(r"ARGV\[(\d+)\]", source))
+    call = formats.ReleaseCall(
+        10, "q:", "l:", "d:", 180, float("inf"), 1, 2, 1000, "w", None, "", "",
+        formats.Steering.PAUSED,
+    )  # fmt: skip
+    args = call.args()
+    assert len(args) == documented == 14
+    assert (args[5], args[10], args[13]) == ("inf", "inf", "paused")
+    # The steering words release.lua compares its last argument with.
+    compared = set(re.findall(r"ARGV\[14\] == '(\w+)'", source))
+    assert compared == {formats.Steering.PAUSED.value, formats.Steering.CANCELLED.value}

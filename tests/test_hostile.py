@@ -316,7 +316,7 @@ def test_failed_url_is_replayed_once_fixed(settings, workers):  # type: ignore[n
     progress = crawl.progress()
     assert progress["status"] == "finished"
     assert (progress["done"], progress["failed"], progress["outstanding"]) == (3, 0, 0)
-    assert crawl.state.counters().get("failed:server_error", 0) == 0
+    assert crawl.stats.counters().get("failed:server_error", 0) == 0
     assert crawl.failed() == []
     records = latest(crawl)
     assert len(records) == 3
@@ -546,9 +546,9 @@ def test_max_pages_per_host_counts_seeds_and_never_duplicates(settings, context,
     assert store.admission.links(more, 1) == {"skipped:max_pages_per_host": 3}
     assert int(client.hget(counter, "127.0.0.47")) == 5
     assert store.admission.links([base + "/c"], 1) == {"skipped:max_pages_per_host": 1}
-    counters = crawl.state.counters()
+    counters = crawl.stats.counters()
     assert (counters["admitted"], counters["deduplicated"]) == (5, 2)
-    assert crawl.state.outstanding() == 5
+    assert crawl.stats.outstanding() == 5
 
 
 def test_a_bug_still_gives_the_url_a_final_state(settings, context, monkeypatch):  # type: ignore[no-untyped-def]

@@ -194,8 +194,8 @@ def _crawl(settings, client, workers, logs: Path) -> Hostile:  # type: ignore[no
             summary=summary,
             records=latest(crawl),
             raw_counts=Counter(r["url"] for r in crawl.pages(latest=False)),
-            counters=crawl.state.counters(),
-            outstanding=crawl.state.outstanding(),
+            counters=crawl.stats.counters(),
+            outstanding=crawl.stats.outstanding(),
             failed={path_of(r["url"]): r for r in crawl.failed()},
             host_pages_a=int(
                 client.hget(crawl.ck.for_domain("127.0.0.41").host_pages, "127.0.0.41")

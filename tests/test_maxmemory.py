@@ -219,7 +219,7 @@ def test_a_page_without_room_goes_back_to_the_frontier(redis_url, client, tmp_pa
                 fill.join()
                 client.config_set("maxmemory", 0)
             assert result == "retry"
-            assert crawl.state.counters()["discovered"] == 1  # the seed, nothing of the page
+            assert crawl.stats.counters()["discovered"] == 1  # the seed, nothing of the page
             assert client.hget(crawl.ck.for_url(url).attempts, url) is None  # no retry spent
             assert client.zcard(crawl.ck.for_url(url).retry) == 1
             summary = driver.run(crawl, timeout=120)

@@ -131,7 +131,7 @@ def pause_resume_cancel(crawl, site, host: str) -> dict:  # type: ignore[no-unty
     crawl.cancel()
     summary: dict = crawl.wait(timeout=60)  # type: ignore[type-arg]
     assert summary["status"] == "cancelled"
-    assert crawl.state.outstanding() == 0
+    assert crawl.stats.outstanding() == 0
     records = list(crawl.pages())
     assert Counter(r["url"] for r in records).most_common(1)[0][1] == 1
     cancelled = [r for r in records if r["error"] == "cancelled"]

@@ -63,14 +63,14 @@ def test_a_chain_across_partitions_never_looks_drained(settings):  # type: ignor
     crawl = start_crawl(
         [f"http://{hosts[0]}/0"], settings=settings, partitions=4, rate=math.inf, concurrency=1
     )
-    store, ledger = crawl.store, crawl.state
+    store, ledger, status = crawl.store, crawl.store.ledger, crawl.store.status
     assert len({partition_of(h, 4) for h in hosts}) >= 3
     stop, wrong = threading.Event(), []
 
     def check() -> None:
         while not stop.is_set():
-            if ledger.drained():
-                wrong.append(ledger.outstanding())
+            if status.drained():
+                wrong.append(store.stats.outstanding())
 
     checker = threading.Thread(target=check)
     checker.start()
@@ -88,5 +88,5 @@ def test_a_chain_across_partitions_never_looks_drained(settings):  # type: ignor
     assert wrong == []
     ((_d, _depth, last),) = store.frontier.release_all(10, 180).entries
     ledger.finish(last, formats.Unwritten("rid", "/dev/null", 0.0, {"url": last}), {})
-    assert ledger.drained() and ledger.settle()
-    assert ledger.flags()["status"] == "finishing"
+    assert status.drained() and status.finishing()
+    assert status.flags()["status"] == "finishing"

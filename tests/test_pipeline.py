@@ -44,7 +44,7 @@ def test_exact_reachable_set_with_counters(settings, driver, partitions):  # typ
     assert c["done"] == len(got) == c["admitted"]
     # Seeds count as discovered: every link is admitted, a duplicate or skipped for a reason.
     assert c["discovered"] == c["admitted"] + c["deduplicated"] + sum(summary["skipped"].values())
-    assert crawl.state.outstanding() == 0 and summary["status"] == "finished"
+    assert crawl.stats.outstanding() == 0 and summary["status"] == "finished"
 
 
 @pytest.mark.parametrize(("max_depth", "max_pages"), [(1, 0), (None, 25), (2, 10)])

@@ -43,27 +43,109 @@ from enum import Enum
 from typing import Any
 
 
-class Counter(str, Enum):
-    """Counters of a crawl's stats hash (``summary.json``'s ``counters``)."""
+class Shown(Enum):
+    """Where ``progress()`` (and so ``crawler status``) shows a counter."""
 
-    DISCOVERED = "discovered"  # links seen, duplicates included
-    ADMITTED = "admitted"  # URLs that entered the frontier
-    DEDUPLICATED = "deduplicated"  # links turned away as already seen
-    QUEUED = "queued"  # entries waiting in the frontier now
-    DONE = "done"  # URLs in a final state (the completion counter's mirror)
-    FETCHED = "fetched"  # responses received
-    PARSED = "parsed"  # HTML pages parsed
-    FAILED = "failed"  # URLs whose final state is a failure
-    ROBOTS_DISALLOWED = "robots_disallowed"
-    ROBOTS_UNREACHABLE = "robots_unreachable"  # not fetched: robots.txt could not be read
-    CANCELLED = "cancelled"
-    BYTES = "bytes"  # body bytes received
+    NO = "not shown"
+    EARLY = "before the live figures (retrying, in_flight, outstanding)"
+    LATE = "after the live figures"
+
+
+class Counter(str, Enum):
+    """Counters of a crawl's stats hash (``summary.json``'s ``counters``).
+
+    Each member also says where ``progress()`` shows it (:class:`Shown`; progress keeps the
+    order of declaration) and, if exported by ``crawler metrics``, its Prometheus help text
+    (``gauge``: exported as a gauge, it goes down too). Adding a counter is a line here plus
+    the code that increments it; ``tests/test_formats.py`` fails on a name a Lua script
+    increments that is neither a member nor in a family."""
+
+    _value_: str
+    shown: Shown
+    help: str
+    gauge: bool
+
+    def __new__(
+        cls, value: str, shown: Shown = Shown.NO, help: str = "", gauge: bool = False
+    ) -> Counter:
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.shown = shown
+        member.help = help
+        member.gauge = gauge
+        return member
+
+    DISCOVERED = "discovered", Shown.EARLY, "links found in fetched pages"  # duplicates too
+    ADMITTED = "admitted", Shown.EARLY, "URLs admitted to the frontier"
+    DEDUPLICATED = "deduplicated", Shown.EARLY, "links dropped as already seen"
+    # Entries waiting in the frontier now.
+    QUEUED = "queued", Shown.EARLY, "URLs waiting in the frontier", True
+    # URLs in a final state (the completion counter's mirror).
+    DONE = "done", Shown.LATE, "URLs that reached a final state"
+    FETCHED = "fetched", Shown.LATE, "URLs fetched (any HTTP status)"  # responses received
+    PARSED = "parsed", Shown.LATE, "pages parsed"  # HTML pages parsed
+    FAILED = "failed", Shown.LATE, "URLs that failed for good"
+    ROBOTS_DISALLOWED = (
+        "robots_disallowed",
+        Shown.LATE,
+        "URLs not fetched: disallowed by robots.txt",
+    )
+    # Not fetched: robots.txt could not be read.
+    ROBOTS_UNREACHABLE = (
+        "robots_unreachable",
+        Shown.NO,
+        "URLs not fetched: robots.txt unreachable",
+    )
+    CANCELLED = "cancelled", Shown.LATE, "URLs dropped unfetched by a cancel"
+    BYTES = "bytes", Shown.LATE, "bytes of response bodies fetched"  # body bytes received
     REPLAYED = "replayed"  # URLs put back by retry_failed()
     SITEMAP_FILES = "sitemap_files"  # sitemap files admitted (capped)
     SITEMAPS = "sitemaps"  # sitemap files fetched and used
-    ITEMS = "items"  # items the crawl's extraction hook returned (items-*.jsonl lines)
-    EXTRACT_ERRORS = "extract_errors"  # pages whose hook or on_item send failed
+    # Items the crawl's extraction hook returned (items-*.jsonl lines).
+    ITEMS = "items", Shown.LATE, "items returned by the crawl's extraction hook"
+    # Pages whose hook or on_item send failed.
+    EXTRACT_ERRORS = (
+        "extract_errors",
+        Shown.LATE,
+        "pages whose extraction hook (or on_item send) failed",
+    )
     NEAR_DUPLICATES = "near_duplicates"  # pages with a duplicate_of (near_duplicates crawls)
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def shown_in(cls, where: Shown) -> tuple[Counter, ...]:
+        """The counters progress() shows at ``where``, in order."""
+        return tuple(c for c in cls if c.shown is where)
+
+
+class Status(str, Enum):
+    """A crawl's ``status`` (its state hash). finishing.lua writes FINISHING and the final
+    one; ``tests/test_formats.py`` runs it against these values."""
+
+    RUNNING = "running"
+    PAUSED = "paused"
+    FINISHING = "finishing"  # drained; its finisher writes summary.json, then the final status
+    FINISHED = "finished"
+    CANCELLED = "cancelled"
+    UNKNOWN = "unknown"  # never stored: what a crawl without a state hash shows
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def final(self) -> bool:
+        return self in (Status.FINISHED, Status.CANCELLED)
+
+
+class Steering(str, Enum):
+    """What the dispatcher does with a crawl; release.lua gets it as its last argument."""
+
+    RUN = "run"
+    PAUSED = "paused"
+    CANCELLED = "cancelled"  # drain the frontier unfetched
+    FINISHING = "finishing"  # nothing to release: finish it (the dispatcher never sends it)
 
     def __str__(self) -> str:
         return self.value
@@ -115,6 +197,8 @@ FAMILIES = {
     "skipped": "skipped",
     "change": "changes",
 }
+#: Every counter family's prefix, also those summary.json leaves out (links_dropped).
+FAMILY_PREFIXES = frozenset({*FAMILIES, "links_dropped"})
 
 
 # --- frontier entries -----------------------------------------------------------------------
@@ -186,6 +270,45 @@ class AdmitCall:
             out.append(domain)
             out.append(value)
         return out
+
+
+# --- release.lua's arguments ----------------------------------------------------------------
+@dataclass(frozen=True)
+class ReleaseCall:
+    """ARGV of release.lua (see its header), in its order: one partition, one round."""
+
+    limit: int  # domains looked at, at most
+    queue_prefix: str
+    lease_prefix: str
+    domain_prefix: str
+    lease_seconds: float
+    rate: float  # the crawl's default rate, req/s (inf: none)
+    burst: int
+    concurrency: int  # per domain
+    drain: int  # entries drained at most when cancelled
+    worker: str  # the releasing worker process (Inflight stage "r")
+    budget: int | None  # entries released at most; None: no cap
+    cluster_rates: str  # "domain<TAB>req/s" pairs of `crawler set-rate`, tab-joined
+    owner_rates: str  # the crawl owner's rates, the same way
+    steering: Steering
+
+    def args(self) -> list[str | int | float]:
+        return [
+            self.limit,
+            self.queue_prefix,
+            self.lease_prefix,
+            self.domain_prefix,
+            self.lease_seconds,
+            "inf" if self.rate == float("inf") else self.rate,
+            self.burst,
+            self.concurrency,
+            self.drain,
+            self.worker,
+            "inf" if self.budget is None else self.budget,
+            self.cluster_rates,
+            self.owner_rates,
+            self.steering.value,
+        ]
 
 
 # --- unwritten records ----------------------------------------------------------------------

@@ -166,32 +166,31 @@ class Frontier:
         drain: int = CANCEL_DRAIN,
         budget: int | None = None,
         cluster_rates: str = "",
-        state: str = "run",
+        state: formats.Steering = formats.Steering.RUN,
     ) -> Release:
         """Up to ``budget`` due entries (None: no cap) from at most ``limit`` domains of
         partition ``part``; ``cluster_rates`` is ``politeness.cluster_rates()``, ``state``
-        the crawl's ("run", "paused" or "cancelled", ``Ledger.steering``)."""
+        the crawl's steering (``CrawlStatus.steering``: run, paused or cancelled)."""
         pk = self.ck.parts[part]
         opts = self.opts
+        call = formats.ReleaseCall(
+            limit=limit,
+            queue_prefix=pk.queue_prefix,
+            lease_prefix=pk.lease_prefix,
+            domain_prefix=pk.domain_prefix,
+            lease_seconds=lease_seconds,
+            rate=opts.rate,
+            burst=opts.burst,
+            concurrency=opts.concurrency,
+            drain=drain,
+            worker=worker,
+            budget=budget,
+            cluster_rates=cluster_rates,
+            owner_rates=self.owner_rates,
+            steering=state,
+        )
         out = self.scripts.release(
-            keys=[pk.ready, pk.inflight, pk.stats, pk.retry],
-            args=[
-                limit,
-                pk.queue_prefix,
-                pk.lease_prefix,
-                pk.domain_prefix,
-                lease_seconds,
-                "inf" if opts.rate == float("inf") else opts.rate,
-                opts.burst,
-                opts.concurrency,
-                drain,
-                worker,
-                "inf" if budget is None else budget,
-                cluster_rates,
-                self.owner_rates,
-                state,
-            ],
-            client=self.client,
+            keys=[pk.ready, pk.inflight, pk.stats, pk.retry], args=call.args(), client=self.client
         )
         mode = _text(out[0])
         entries = []

@@ -11,7 +11,7 @@ spreads over all the cluster's masters:
   counters, unwritten records) lives under the partition's tag ``{C/N}`` (on a cluster N is
   "n.k", with k chosen to put partition n on master n mod M). A URL's partition
   is its domain's, so admitting, releasing, fetching and finishing a URL each touch one
-  partition; only completion looks at all of them (ledger.py).
+  partition; only completion looks at all of them (status.py, stats.py).
 
 Keys that are not a crawl's have no tag (each lives wherever its name hashes) and no script
 touches them beside a crawl's keys.
@@ -35,7 +35,7 @@ that this table does not describe, or whose type differs::
                                     final_status, summary_path, gone_counted,
                                     on_finished_sent
     P:{C}:stats              hash   crawl-wide counters (sitemap files, recrawl changes); the
-                                    rest are per partition, summed by the ledger
+                                    rest are per partition, summed by stats.py
     P:{C}:finisher           string lock (SET NX EX) of the process running the end of the crawl
     P:{C}:smo:ORIGIN         string set (NX) once this crawl admitted ORIGIN's robots.txt sitemaps
     P:{C}:simhash            zset   page fingerprints by band, "band:hex16:fp:url" at score 0

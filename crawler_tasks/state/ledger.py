@@ -1,5 +1,6 @@
-"""The ledger of one crawl: exactly-once completion accounting (start.lua, finish.lua), retries
-(requeue.lua), dead letters, and the numbers ``progress()`` and ``summary.json`` are made of."""
+"""The ledger of one crawl, URL by URL: exactly-once completion accounting (start.lua,
+finish.lua), retries (requeue.lua), unwritten records and dead letters. The crawl's numbers
+are in stats.py, its status in status.py."""
 
 from __future__ import annotations
 
@@ -15,22 +16,6 @@ from .formats import Counter
 from .keys import CrawlKeys
 from .scripts import Scripts
 
-#: Seconds of finished-URL counts averaged for the recent pages/s figure.
-RATE_WINDOW = 10
-#: Counters shown by progress(), before and after the live figures.
-_EARLY = (Counter.DISCOVERED, Counter.ADMITTED, Counter.DEDUPLICATED, Counter.QUEUED)
-_LATE = (
-    Counter.DONE,
-    Counter.FETCHED,
-    Counter.PARSED,
-    Counter.FAILED,
-    Counter.ROBOTS_DISALLOWED,
-    Counter.CANCELLED,
-    Counter.BYTES,
-    Counter.ITEMS,
-    Counter.EXTRACT_ERRORS,
-)
-
 
 class Ledger:
     def __init__(self, client: redis.Redis, ck: CrawlKeys, crawl_id: str, scripts: Scripts) -> None:
@@ -40,9 +25,6 @@ class Ledger:
         self.scripts = scripts
 
     # --- per URL (each in its partition) ---------------------------------------------------
-    def is_inflight(self, url: str) -> bool:
-        return bool(self.client.hexists(self.ck.for_url(url).inflight, url))
-
     def start(self, url: str, worker: str, stage: str = "s") -> int:
         """Mark a fetch (``s``) or parse (``p``) as begun by ``worker`` (start.lua): 1 in
         flight, go on; 2 final but its record is not on disk (write it); 0 a duplicate; for a
@@ -149,7 +131,8 @@ class Ledger:
 
     def finish(self, url: str, entry: formats.Unwritten | None, counters: dict[str, int]) -> int:
         """finish.lua: URLs of the URL's partition still outstanding after this one (0: see
-        :meth:`settle`), or -1 if it was final already. ``entry`` None: no record to write."""
+        ``CrawlStatus.finishing``), or -1 if it was final already. ``entry`` None: no record
+        to write."""
         pk = self.ck.for_url(url)
         args: list[str | int] = [url, entry.dumps() if entry is not None else ""]
         for name, n in counters.items():
@@ -176,133 +159,17 @@ class Ledger:
     def dead_letters(self) -> list[dict[str, Any]]:
         return [json.loads(v) for pk in self.ck.parts for v in self.client.hvals(pk.failed)]
 
-    # --- completion ------------------------------------------------------------------------
-    def drained(self) -> bool:
-        """True if no URL of the crawl is outstanding. Each partition counts the URLs admitted
-        into it ("in") and those that reached a final state ("out"), but no command reads all
-        partitions at once; so every "out" is read first, then every "in": if the sums are
-        equal, then at the moment between the two reads every admitted URL was final, and as
-        a URL is admitted only by a task of an outstanding one (its children are admitted
-        before it finishes), nothing can be admitted after that."""
-        parts = self.ck.parts
-        if len(parts) == 1:
-            got = self.client.hmget(parts[0].flow, "in", "out")
-            return int(got[0] or 0) == int(got[1] or 0)
-        return self._sum("flow", "out") >= self._sum("flow", "in")
-
-    def _sum(self, name: str, field: str) -> int:
+    def replay_dead_letters(self, records: list[dict[str, Any]]) -> None:
+        """Take ``records`` (dead letters) off the dead-letter hashes and off the counters
+        their final state added: the replayed URLs are counted again at their new one."""
         pipe = self.client.pipeline(transaction=False)
-        for pk in self.ck.parts:
-            pipe.hget(getattr(pk, name), field)
-        return sum(int(v or 0) for v in pipe.execute())
-
-    def settle(self) -> bool:
-        """True if the crawl is finishing: marked now (finishing.lua) because it is drained,
-        or earlier. Called when a partition empties, by redelivered tasks and dispatchers."""
-        status = self.client.hget(self.ck.state, "status")
-        if status == b"finishing":
-            return True
-        if status not in (b"running", b"paused") or not self.drained():
-            return False
-        return bool(self.scripts.finishing(keys=[self.ck.state], client=self.client))
-
-    # --- whole crawl ---------------------------------------------------------------------
-    def flags(self) -> dict[str, str]:
-        raw = self.client.hgetall(self.ck.state)
-        return {k.decode(): v.decode() for k, v in raw.items()}
-
-    def is_cancelled(self) -> bool:
-        return self.client.hget(self.ck.state, "cancelled") == b"1"
-
-    def steering(self) -> str:
-        """What release.lua is told: "run", "paused", "cancelled" or "finishing"."""
-        paused, cancelled, status = self.client.hmget(
-            self.ck.state, "paused", "cancelled", "status"
-        )
-        if status == b"finishing":
-            return "finishing"
-        return "cancelled" if cancelled == b"1" else "paused" if paused == b"1" else "run"
-
-    def copy_cancelled(self) -> None:
-        """Tell every partition the crawl is cancelled (start.lua stops fetches there)."""
-        pipe = self.client.pipeline(transaction=False)
-        for pk in self.ck.parts:
-            pipe.hset(pk.flow, "cancelled", "1")
+        for r in records:  # each record's counters are in its URL's partition
+            pk = self.ck.for_url(r["url"])
+            if r.get("error"):
+                pipe.hincrby(pk.stats, formats.failed(r["error"]), -1)
+                pipe.hincrby(pk.stats, Counter.FAILED.value, -1)
+            else:  # recorded, but its extraction (or on_item task) failed
+                pipe.hincrby(pk.stats, Counter.EXTRACT_ERRORS.value, -1)
+            pipe.hincrby(pk.stats, Counter.DONE.value, -1)
+            pipe.hdel(pk.failed, r["url"])
         pipe.execute()
-
-    def counters(self) -> dict[str, int]:
-        pipe = self.client.pipeline(transaction=False)
-        for key in (self.ck.stats, *(pk.stats for pk in self.ck.parts)):
-            pipe.hgetall(key)
-        total: dict[str, int] = {}
-        for raw in pipe.execute():
-            for k, v in raw.items():
-                name = k.decode()
-                total[name] = total.get(name, 0) + int(v)
-        return total
-
-    def outstanding(self) -> int:
-        """URLs admitted and not final (for display: the partitions are read one by one)."""
-        return max(0, self._sum("flow", "in") - self._sum("flow", "out"))
-
-    def recent_rate(self, now: float | None = None) -> float:
-        """URLs finished per second over the last RATE_WINDOW whole seconds."""
-        sec = int(now if now is not None else time.time())
-        fields = [str(s) for s in range(sec - RATE_WINDOW + 1, sec + 1)]
-        pipe = self.client.pipeline(transaction=False)
-        for pk in self.ck.parts:
-            pipe.hmget(pk.persec, fields)
-        return sum(int(v) for values in pipe.execute() for v in values if v) / RATE_WINDOW
-
-    def _sizes(self) -> tuple[int, int]:
-        """URLs waiting for a retry, URLs in flight."""
-        pipe = self.client.pipeline(transaction=False)
-        for pk in self.ck.parts:
-            pipe.zcard(pk.retry)
-            pipe.hlen(pk.inflight)
-        raw = pipe.execute()
-        return sum(raw[0::2]), sum(raw[1::2])
-
-    def progress(self) -> dict[str, Any]:
-        c = self.counters()
-        flags = self.flags()
-        retrying, in_flight = self._sizes()
-        started = float(flags.get("started_at", 0) or 0)
-        ended = float(flags.get("finished_at", 0) or 0)
-        elapsed = max((ended or time.time()) - started, 1e-9) if started else 0.0
-        done = c.get(Counter.DONE.value, 0)
-        return {
-            "crawl_id": self.crawl_id,
-            "status": flags.get("status", "unknown"),
-            "paused": flags.get("paused") == "1",
-            **{name.value: c.get(name.value, 0) for name in _EARLY},
-            "retrying": retrying,
-            "in_flight": in_flight,
-            "outstanding": self.outstanding(),
-            **{name.value: c.get(name.value, 0) for name in _LATE},
-            "elapsed_s": round(elapsed, 3),
-            "pages_per_s": round(done / elapsed, 2) if elapsed else 0.0,
-            "recent_pages_per_s": self.recent_rate(),
-        }
-
-    def summary(self) -> dict[str, Any]:
-        """What ``summary.json`` holds: totals, duration, rate and histograms."""
-        c = self.counters()
-        p = self.progress()
-        families: dict[str, dict[str, int]] = {name: {} for name in formats.FAMILIES.values()}
-        for k, v in c.items():
-            family, _, rest = k.partition(":")
-            if rest and family in formats.FAMILIES:
-                families[formats.FAMILIES[family]][rest] = v
-        flags = self.flags()
-        return {
-            "crawl_id": self.crawl_id,
-            "status": p["status"],
-            "started_at": float(flags.get("started_at", 0) or 0),
-            "finished_at": float(flags.get("finished_at", 0) or 0) or None,
-            "duration_s": p["elapsed_s"],
-            "pages_per_s": p["pages_per_s"],
-            "counters": {k: v for k, v in c.items() if ":" not in k},
-            **families,
-            "status_codes": dict(sorted(families["status_codes"].items())),
-        }

@@ -5,12 +5,15 @@ per-process context hold a :class:`CrawlStore` per crawl instead of building fro
 ledgers and filters of their own::
 
     store.opts         CrawlOptions (immutable after start)
-    store.ledger       completion accounting, retries, dead letters, progress (ledger.py)
+    store.ledger       per-URL completion accounting, retries, dead letters (ledger.py)
+    store.status       status and steering: pause, cancel, finishing, finished (status.py)
+    store.stats        counters, progress() and summary.json figures, rates (stats.py)
     store.frontier     per-domain queues, admit.lua / release.lua (frontier.py)
     store.admission    scope, depth, per-host budgets, redirect claims (admission.py)
     store.bloom        the crawl's dedupe filter (bloom.py)
     store.politeness   per-domain buckets and leases (politeness.py)
     store.bodies       fetched bodies waiting for their parse (bodies.py)
+    store.sitemaps     which URLs are sitemap files (sitemaps.py)
     store.recrawl      validators of the previous run, for scheduled crawls (validators.py)
 """
 
@@ -34,12 +37,16 @@ from . import connection
 from .admission import Admission
 from .bloom import BloomFilter, KnownURLs
 from .bodies import BodyStash
+from .formats import Status
 from .frontier import Frontier
 from .keys import CrawlKeys, Keys
 from .ledger import Ledger
 from .options import CrawlOptions
 from .politeness import Politeness
 from .scripts import Scripts
+from .sitemaps import SitemapMarks
+from .stats import Stats
+from .status import CrawlStatus
 from .validators import Recrawl, Validators
 
 
@@ -81,6 +88,8 @@ class CrawlStore:
             opts.crawl_id, opts.partitions or 1, opts.domain_key, opts.partition_tags
         )
         self.ledger = Ledger(r.client, self.ck, opts.crawl_id, r.scripts)
+        self.status = CrawlStatus(r.client, r.keys, self.ck, opts.crawl_id, r.scripts)
+        self.stats = Stats(r.client, self.ck, opts.crawl_id, self.status)
         self.bloom = BloomFilter(r.client, self.ck, opts.bloom, r.scripts)
         self.frontier = Frontier(r.client, self.ck, opts, r.scripts, known)
         self.admission = Admission(r.client, self.ck, opts, self.frontier, self.bloom)
@@ -93,6 +102,7 @@ class CrawlStore:
             opts.rates,
         )
         self.bodies = BodyStash(r.client, self.ck, process.body_ttl)
+        self.sitemaps = SitemapMarks(r.client, self.ck)
         self.recrawl: Recrawl | None = None
         if opts.schedule:
             self.recrawl = Recrawl(Validators(r.client, r.keys, opts.schedule), opts.crawl_id)
@@ -117,7 +127,9 @@ class CrawlStore:
         # Not a transaction: the listings live outside the crawl's hash slot (Redis Cluster);
         # the config written above (NX) is what makes the crawl exist.
         pipe = r.client.pipeline(transaction=False)
-        pipe.hset(ck.state, mapping={"status": "running", "started_at": repr(opts.started_at)})
+        pipe.hset(
+            ck.state, mapping={"status": Status.RUNNING.value, "started_at": repr(opts.started_at)}
+        )
         pipe.zadd(r.keys.crawls, {opts.crawl_id: opts.started_at})
         if opts.schedule:
             pipe.zadd(r.keys.schedule_runs(opts.schedule), {opts.crawl_id: opts.started_at})
@@ -125,9 +137,36 @@ class CrawlStore:
         store = cls(r, opts, process)
         store.frontier.admit((u, 0) for u in opts.seeds)
         # Listed for the dispatchers only once its seeds are counted: before, the crawl would
-        # look drained to Ledger.settle.
+        # look drained to CrawlStatus.finishing.
         r.client.sadd(r.keys.running, opts.crawl_id)
         return store
+
+
+def unregister(r: Redis, crawl_id: str, schedule: str | None) -> None:
+    """Undo a registration cut short by a full Redis (deleting is allowed at maxmemory)."""
+    ck = r.keys.crawl(crawl_id)
+    pipe = r.client.pipeline(transaction=False)  # a full Redis refuses MULTI
+    pipe.delete(ck.config, ck.state)
+    pipe.zrem(r.keys.crawls, crawl_id)
+    if schedule:
+        pipe.zrem(r.keys.schedule_runs(schedule), crawl_id)
+    pipe.srem(r.keys.running, crawl_id)
+    pipe.execute()
+
+
+def exists(r: Redis, crawl_id: str) -> bool:
+    """The crawl is registered and not expired (its options are there)."""
+    return bool(r.client.exists(r.keys.crawl(crawl_id).config))
+
+
+def recent(r: Redis, limit: int) -> list[str]:
+    """Ids of the ``limit`` newest crawls (expired ones included until their listing goes)."""
+    return [i.decode() for i in r.client.zrevrange(r.keys.crawls, 0, limit - 1)]
+
+
+def running(r: Redis) -> list[str]:
+    """Ids of the crawls the dispatchers release work for."""
+    return [i.decode() for i in r.client.smembers(r.keys.running)]
 
 
 def new_crawl_id() -> str:

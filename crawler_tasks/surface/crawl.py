@@ -25,17 +25,16 @@ from ..errors import ConfigError, RedisFull, UnknownCrawl
 from ..settings import Settings, load, redact, unescaped_userinfo
 from ..state import connection
 from ..state import store as stores
+from ..state.formats import Status
 from ..state.health import memory, refuses_writes
 from ..state.keys import CrawlKeys, Keys
-from ..state.ledger import RATE_WINDOW, Ledger
 from ..state.options import CrawlOptions
 from ..state.politeness import effective_rate
+from ..state.stats import RATE_WINDOW, Stats
 from ..state.store import CrawlStore, Redis, check_seeds, new_crawl_id
 from ..worker.output import latest_items, latest_pages, read_pages
 
 __all__ = ["Crawl", "start_crawl", "list_crawls", "check_seeds", "new_crawl_id"]
-
-FINAL_STATUSES = ("finished", "cancelled")
 
 
 def start_crawl(
@@ -75,7 +74,7 @@ def start_crawl(
     try:
         store = stores.start(r, settings, seeds, crawl_id=crawl_id, output=output_dir, **options)
     except redis.exceptions.OutOfMemoryError:
-        _unregister(client, r.keys, crawl_id, options.get("schedule"))
+        stores.unregister(r, crawl_id, options.get("schedule"))
         raise RedisFull(_full_message(client, bloom, options)) from None
     return Crawl(store.id, settings=settings, client=client, store=store)
 
@@ -138,18 +137,6 @@ def _full_message(client: redis.Redis, bloom: Any, options: dict[str, Any]) -> s
     )
 
 
-def _unregister(client: redis.Redis, keys: Keys, crawl_id: str, schedule: str | None) -> None:
-    """Undo a registration cut short by a full Redis (deleting is allowed at maxmemory)."""
-    ck = keys.crawl(crawl_id)
-    pipe = client.pipeline(transaction=False)  # a full Redis refuses MULTI
-    pipe.delete(ck.config, ck.state)
-    pipe.zrem(keys.crawls, crawl_id)
-    if schedule:
-        pipe.zrem(keys.schedule_runs(schedule), crawl_id)
-    pipe.srem(keys.running, crawl_id)
-    pipe.execute()
-
-
 class Crawl:
     """A handle on one crawl; cheap to create, holds no state but its id and clients."""
 
@@ -197,8 +184,9 @@ class Crawl:
         return self.store.opts
 
     @property
-    def state(self) -> Ledger:
-        return self.store.ledger
+    def stats(self) -> Stats:
+        """The crawl's counters and progress figures."""
+        return self.store.stats
 
     @property
     def output_dir(self) -> Path:
@@ -209,9 +197,9 @@ class Crawl:
     # --- watching ----------------------------------------------------------------------------
     def progress(self) -> dict[str, Any]:
         opts = self.options
-        p = self.state.progress()
+        p = self.stats.progress()
         # Pages/s of the last RATE_WINDOW s: a young crawl has not lived that long yet.
-        if 0 < p["elapsed_s"] < RATE_WINDOW and p["status"] not in FINAL_STATUSES:
+        if 0 < p["elapsed_s"] < RATE_WINDOW and not Status(p["status"]).final:
             p["recent_pages_per_s"] *= RATE_WINDOW / max(p["elapsed_s"], 1.0)
         # Pages/s counts pages that reached a final state, not URLs dropped by a cancel.
         if p["cancelled"] and p["elapsed_s"]:
@@ -220,7 +208,7 @@ class Crawl:
             left = max(opts.max_pages - p["done"], 0)
             p["eta_s"] = round(min(left, p["outstanding"]) / p["recent_pages_per_s"], 1)
         p["backlog"] = self.store.frontier.backlog(5)
-        p["summary_path"] = self.state.flags().get("summary_path")
+        p["summary_path"] = self.store.status.flags().get("summary_path")
         # Workers wait (and cannot record why) while Redis is full: ask Redis itself.
         mem = memory(self.client)
         p["redis_oom"] = mem is not None and mem.refuses_writes()
@@ -231,22 +219,24 @@ class Crawl:
 
     @property
     def finished(self) -> bool:
-        return self.status in FINAL_STATUSES
+        return self.status.final
 
     @property
-    def status(self) -> str:
-        raw = self.client.hget(self.ck.state, "status")
-        return raw.decode() if raw else "unknown"
+    def status(self) -> Status:
+        try:
+            return self.store.status.status()
+        except UnknownCrawl:  # not started yet, or expired
+            return Status.UNKNOWN
 
     def exists(self) -> bool:
-        return bool(self.client.exists(self.ck.config))
+        return stores.exists(self._r, self.id)
 
     def wait(self, timeout: float | None = None, poll: float = 0.25) -> dict[str, Any]:
         """Block until the crawl is finished (its counter reached zero); returns the summary."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while not self.finished:
             if deadline is not None and time.monotonic() > deadline:
-                p = self.state.progress()
+                p = self.stats.progress()
                 left = {k: p[k] for k in ("status", "done", "queued", "in_flight", "retrying")}
                 raise TimeoutError(f"crawl {self.id} not finished after {timeout}s: {left}")
             time.sleep(poll)
@@ -256,7 +246,7 @@ class Crawl:
         """The crawl's ``summary.json`` once the finishing worker has written it (the status
         flips just before), else the same figures computed from Redis now."""
         path = self.output_dir / "summary.json"
-        finished_at = float(self.state.flags().get("finished_at", 0) or 0)
+        finished_at = float(self.store.status.flags().get("finished_at", 0) or 0)
         for _ in range(40 if finished_at else 0):
             if path.exists():
                 data = dict(json.loads(path.read_text("utf-8")))
@@ -264,7 +254,7 @@ class Crawl:
                 if finished_at and (data.get("finished_at") or 0) >= finished_at - 1e-3:
                     return _without_zeros(data)
             time.sleep(0.05)
-        return _without_zeros(self.state.summary())
+        return _without_zeros(self.stats.summary())
 
     def pages(self, latest: bool = True) -> Iterator[dict[str, Any]]:
         """Records of this crawl's ``pages-*.jsonl`` (on this host). The files are append-only
@@ -316,69 +306,30 @@ class Crawl:
     # --- steering ----------------------------------------------------------------------------
     def pause(self) -> bool:
         """Stop releasing this crawl's URLs (in-flight ones finish). False if it is finished."""
-        return self._steer({"paused": "1", "status": "paused"})
+        return self.store.status.pause()  # UnknownCrawl: nothing is written for an unknown id
 
     def resume(self) -> bool:
-        return self._steer({"paused": "0", "status": "running"})
+        return self.store.status.resume()
 
     def cancel(self) -> bool:
         """Drop pending work unfetched; the crawl finishes as ``cancelled``. False if it was
         finished already."""
-        if not self._steer({"cancelled": "1", "paused": "0"}, wake=True):
-            return False
-        self.state.copy_cancelled()
-        return True
-
-    def _steer(self, mapping: dict[str, str], wake: bool = False) -> bool:
-        """Apply ``mapping`` to the crawl's state unless it is finished, atomically (WATCH):
-        a crawl finishing meanwhile is never revived as paused or running."""
-        self.options  # noqa: B018  (UnknownCrawl: nothing is written for an unknown id)
-
-        def apply(pipe: redis.client.Pipeline) -> bool:
-            status = pipe.hget(self.ck.state, "status")
-            # "finishing": emptied, its finisher at work (recorder.py); it can only finish.
-            if status is None or status.decode() in (*FINAL_STATUSES, "finishing"):
-                return False
-            pipe.multi()
-            pipe.hset(self.ck.state, mapping=mapping)
-            return True
-
-        steered = bool(self.client.transaction(apply, self.ck.state, value_from_callable=True))
-        # After the transaction: the listing is outside the crawl's hash slot (Redis Cluster).
-        if steered and wake:
-            self.client.sadd(self.keys.running, self.id)
-        return steered
+        return self.store.status.cancel()
 
     def failed(self) -> list[dict[str, Any]]:
         self.options  # noqa: B018  (UnknownCrawl)
-        return self.state.dead_letters()
+        return self.store.ledger.dead_letters()
 
     def retry_failed(self) -> int:
         """Put every dead-lettered URL back into the frontier; returns how many."""
         records = self.failed()
         if not records:
             return 0
-        # The replayed URLs will be counted again when they reach their new final state.
-        ck = self.ck
-        pipe = self.client.pipeline(transaction=False)
-        for r in records:  # each record's counters are in its URL's partition
-            pk = ck.for_url(r["url"])
-            if r.get("error"):
-                pipe.hincrby(pk.stats, f"failed:{r['error']}", -1)
-                pipe.hincrby(pk.stats, "failed", -1)
-            else:  # recorded, but its extraction (or on_item task) failed
-                pipe.hincrby(pk.stats, "extract_errors", -1)
-            pipe.hincrby(pk.stats, "done", -1)
-            pipe.hdel(pk.failed, r["url"])
-        pipe.execute()
+        self.store.ledger.replay_dead_letters(records)
         admitted = self.store.frontier.admit(
             ((r["url"], int(r["depth"])) for r in records), force=True
         )
-        # Running again only once the replays are counted: a crawl that looked drained in
-        # between would be marked finishing (Ledger.settle).
-        self.client.hset(self.ck.state, mapping={"status": "running"})
-        self.client.hdel(self.ck.state, "finished_at")
-        self.client.sadd(self.keys.running, self.id)
+        self.store.status.reopen()
         return admitted.admitted
 
 
@@ -392,14 +343,13 @@ def _without_zeros(summary: dict[str, Any]) -> dict[str, Any]:
 
 def list_crawls(client: redis.Redis, keys: Keys, limit: int = 50) -> list[dict[str, Any]]:
     """The newest crawls: id, status, seeds, started_at and their progress counters."""
-    ids = [i.decode() for i in client.zrevrange(keys.crawls, 0, limit - 1)]
     r = Redis.connect(client, keys.prefix)
     out = []
-    for crawl_id in ids:
+    for crawl_id in stores.recent(r, limit):
         opts = CrawlStore.read_options(r, crawl_id)
         if opts is None:
             continue  # expired
-        p = CrawlStore(r, opts).ledger.progress()
+        p = CrawlStore(r, opts).stats.progress()
         if p["cancelled"] and p["elapsed_s"]:
             p["pages_per_s"] = round(max(p["done"] - p["cancelled"], 0) / p["elapsed_s"], 2)
         out.append({**p, "seeds": list(opts.seeds), "started_at": opts.started_at})

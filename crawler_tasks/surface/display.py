@@ -10,13 +10,14 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from ..state.formats import Status
 from ..state.health import Memory, admission_paused
 from .crawl import Crawl
 
 
 def rate(p: dict[str, Any]) -> float:
     """Pages/s to show: of the last seconds while running, of the whole crawl once over."""
-    final = p["status"] in ("finished", "cancelled")
+    final = Status(p["status"]).final
     return float(p["pages_per_s"] if final else p["recent_pages_per_s"])
 
 
@@ -71,7 +72,7 @@ def watch(
         while True:
             p = crawl.progress()
             live.update(table(p))
-            if p["status"] in ("finished", "cancelled"):
+            if Status(p["status"]).final:
                 return p
             time.sleep(interval)
 
@@ -80,7 +81,7 @@ def _watch_plain(crawl: Crawl, every: float, out: IO[str]) -> dict[str, Any]:
     last = 0.0
     while True:
         p = crawl.progress()
-        done = p["status"] in ("finished", "cancelled")
+        done = Status(p["status"]).final
         if done or time.monotonic() - last >= every:
             print(line(p), file=out, flush=True)
             last = time.monotonic()

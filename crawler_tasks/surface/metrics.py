@@ -10,31 +10,20 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ..settings import Settings
+from ..state import store as stores
+from ..state.formats import Counter, Status
 from ..state.health import memory
-from ..state.keys import Keys
+from ..state.store import Redis
 from .crawl import Crawl
 
 #: Crawls exported: the most recent ones (finished crawls keep their final numbers).
 MAX_CRAWLS = 20
 
-#: Counters exported per crawl, with their help text.
-_COUNTERS = {
-    "discovered": "links found in fetched pages",
-    "admitted": "URLs admitted to the frontier",
-    "deduplicated": "links dropped as already seen",
-    "fetched": "URLs fetched (any HTTP status)",
-    "parsed": "pages parsed",
-    "failed": "URLs that failed for good",
-    "robots_disallowed": "URLs not fetched: disallowed by robots.txt",
-    "robots_unreachable": "URLs not fetched: robots.txt unreachable",
-    "cancelled": "URLs dropped unfetched by a cancel",
-    "bytes": "bytes of response bodies fetched",
-    "done": "URLs that reached a final state",
-    "items": "items returned by the crawl's extraction hook",
-    "extract_errors": "pages whose extraction hook (or on_item send) failed",
-}
+#: Counters exported per crawl, with their help text (declared with each Counter).
+_COUNTERS = {c.value: c.help for c in Counter if c.help and not c.gauge}
+#: Gauges exported per crawl: the counters that go down too, and progress() figures.
 _GAUGES = {
-    "queued": "URLs waiting in the frontier",
+    **{c.value: c.help for c in Counter if c.help and c.gauge},
     "in_flight": "URLs released to workers and not yet final",
     "outstanding": "URLs admitted and not yet final",
     "retrying": "URLs waiting for a retry",
@@ -46,10 +35,10 @@ class CrawlCollector(Collector):
     def __init__(self, client: redis.Redis, settings: Settings) -> None:
         self.client = client
         self.settings = settings
-        self.keys = Keys(settings.key_prefix)
+        self.r = Redis.connect(client, settings.key_prefix)
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
-        ids = [i.decode() for i in self.client.zrevrange(self.keys.crawls, 0, MAX_CRAWLS - 1)]
+        ids = stores.recent(self.r, MAX_CRAWLS)
         counters = {
             n: CounterMetricFamily(f"crawler_{n}", text, labels=["crawl"])
             for n, text in _COUNTERS.items()
@@ -69,15 +58,15 @@ class CrawlCollector(Collector):
         )
         for crawl_id in ids:
             crawl = Crawl(crawl_id, settings=self.settings, client=self.client)
-            p = crawl.state.progress()
-            c = crawl.state.counters()
+            p = crawl.stats.progress()
+            c = crawl.stats.counters()
             for n in _COUNTERS:
                 counters[n].add_metric([crawl_id], c.get(n, 0))
-            for n in _GAUGES:
-                gauges[n].add_metric([crawl_id], p.get(n, 0))
-            for reason, n in crawl.state.summary()["failures"].items():
+            for n in _GAUGES:  # a progress() figure, or a counter progress() does not show
+                gauges[n].add_metric([crawl_id], p.get(n, c.get(n, 0)))
+            for reason, n in crawl.stats.summary()["failures"].items():
                 failures.add_metric([crawl_id, reason], n)
-            if p["status"] not in ("finished", "cancelled"):
+            if not Status(p["status"]).final:
                 for d in crawl.domains(10):
                     backlog.add_metric([crawl_id, d["domain"]], d["pending"])
                     rate.add_metric([crawl_id, d["domain"]], d["rate"])

@@ -21,8 +21,9 @@ import redis
 
 from ..errors import WorkerLost
 from ..settings import Settings
+from ..state import store as stores
 from ..state import workers
-from ..state.formats import Inflight
+from ..state.formats import Inflight, Steering
 from ..state.frontier import CANCEL_DRAIN
 from ..state.politeness import cluster_rates
 from ..state.store import CrawlStore
@@ -111,8 +112,8 @@ class Dispatcher:
         ctx = self._context()
         older_than = self.settings.visibility_timeout + self.settings.total_timeout
         n = 0
-        for raw in ctx.client.smembers(ctx.keys.running):
-            store = ctx.store(raw.decode())
+        for crawl_id in stores.running(ctx.r):
+            store = ctx.store(crawl_id)
             if store is None:
                 continue
             for url, depth in store.ledger.stale_releases(older_than):
@@ -130,15 +131,16 @@ class Dispatcher:
         living = workers.alive(ctx.client, ctx.keys, s.worker_dead_seconds)
         idle = self._idle_queues()
         n = 0
-        for raw in ctx.client.smembers(ctx.keys.running):
-            store = ctx.store(raw.decode())
+        for crawl_id in stores.running(ctx.r):
+            store = ctx.store(crawl_id)
             if store is None:
                 continue
             for url, entry, value in store.ledger.stuck(living, s.lost_message_seconds, idle):
                 n += self._take_back(ctx, store, url, entry, value)
             sweep_orphans(ctx, store)
-            # A process that died between finishing the last URL and Ledger.settle.
-            if store.ledger.steering() != "finishing" and store.ledger.settle():
+            # A process that died between finishing the last URL and CrawlStatus.finishing.
+            finishing = store.status.steering() is Steering.FINISHING
+            if not finishing and store.status.finishing():
                 crawl_finished(ctx, store)
         return n
 
@@ -172,12 +174,12 @@ class Dispatcher:
         busy = self.more = False
         running, budget = self._survey(ctx)
         rates = self._cluster_rates(ctx)
-        for raw in running:
-            store = ctx.store(raw.decode())
+        for crawl_id in running:
+            store = ctx.store(crawl_id)
             if store is None or budget == 0:
                 continue
-            state = store.ledger.steering()
-            if state == "finishing":
+            state = store.status.steering()
+            if state is Steering.FINISHING:
                 self._finish_abandoned(ctx, store)
                 continue
             parts = len(store.ck.parts)
@@ -187,15 +189,21 @@ class Dispatcher:
                 if budget == 0:
                     break
                 released = self._release(ctx, store, part, budget, rates, state)
-                if budget is not None and state != "cancelled":
+                if budget is not None and state is not Steering.CANCELLED:
                     budget = max(0, budget - released)
                 busy = busy or released > 0
-                limit = CANCEL_DRAIN if state == "cancelled" else s.dispatch_batch
+                limit = CANCEL_DRAIN if state is Steering.CANCELLED else s.dispatch_batch
                 self.more = self.more or released >= limit
         return busy
 
     def _release(
-        self, ctx: Context, store: CrawlStore, part: int, budget: int | None, rates: str, state: str
+        self,
+        ctx: Context,
+        store: CrawlStore,
+        part: int,
+        budget: int | None,
+        rates: str,
+        state: Steering,
     ) -> int:
         """release.lua on one partition, and the follow-up of what it handed out."""
         s = self.settings
@@ -229,7 +237,7 @@ class Dispatcher:
             self._rates, self._rates_read = cluster_rates(ctx.client, ctx.keys), now
         return self._rates
 
-    def _survey(self, ctx: Context) -> tuple[set[bytes], int | None]:
+    def _survey(self, ctx: Context) -> tuple[list[str], int | None]:
         """The running crawls, and how many URLs to release now: while the broker's fetch
         queues hold messages, every pool slot is taken (a free slot takes a message at once),
         and a host released now would wait behind them; so release only up to
@@ -238,19 +246,19 @@ class Dispatcher:
         Redis has no room for the links of what would be fetched (room.py).
         One round trip when the broker is the crawl state's Redis (the default)."""
         if ctx.room.full():
-            return set(), 0
+            return [], 0
         limit = self.settings.dispatch_queue_max
         broker = self._broker_client(ctx)
         if limit <= 0 or broker is None:
-            return ctx.client.smembers(ctx.keys.running), None
+            return stores.running(ctx.r), None
         pipe = broker.pipeline(transaction=False)
         for queue in FETCH_QUEUES:
             pipe.llen(queue)
         shared = broker is ctx.client
-        if shared:
+        if shared:  # stores.running's SMEMBERS, in this round trip
             pipe.smembers(ctx.keys.running)
         got = pipe.execute()
-        running = got[-1] if shared else ctx.client.smembers(ctx.keys.running)
+        running = [m.decode() for m in got[-1]] if shared else stores.running(ctx.r)
         queued = sum(got[: len(FETCH_QUEUES)])
         return running, max(0, limit - queued) * self.settings.urls_per_message
 
@@ -263,7 +271,7 @@ class Dispatcher:
         return self._broker
 
     def _finish_abandoned(self, ctx: Context, store: CrawlStore) -> None:
-        """A crawl left "finishing" longer than a live finisher takes: its finisher died."""
-        finished_at = float(store.ledger.flags().get("finished_at", 0) or 0)
+        """A crawl left finishing longer than a live finisher takes: its finisher died."""
+        finished_at = float(store.status.flags().get("finished_at", 0) or 0)
         if finished_at and time.time() - finished_at > self.settings.orphan_record_seconds:
             crawl_finished(ctx, store)

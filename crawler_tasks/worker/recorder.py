@@ -32,7 +32,7 @@ from typing import Any
 from ..errors import CrawlerError, InternalError
 from ..state import events, formats
 from ..state.admission import RedirectClaims
-from ..state.formats import Counter
+from ..state.formats import Counter, Status
 from ..state.store import CrawlStore
 from ..state.workers import alive
 from . import faults
@@ -158,7 +158,7 @@ def finalize(ctx: Context, store: CrawlStore, final: Final) -> str:
 
 def _settled(ctx: Context, store: CrawlStore, final: Final, left: int) -> str:
     """After finish.lua left ``left`` URLs outstanding in the URL's partition."""
-    if left == 0 and store.ledger.settle():  # its partition emptied: is the crawl drained?
+    if left == 0 and store.status.finishing():  # its partition emptied: is it drained?
         crawl_finished(ctx, store)
     return final.error or "done"
 
@@ -190,7 +190,7 @@ def recover(ctx: Context, store: CrawlStore, url: str) -> str:
     entry = store.ledger.unwritten(url)
     if entry is not None:
         write_orphan(ctx, store, url, entry)
-    if store.ledger.settle():  # its finisher may have died too
+    if store.status.finishing():  # its finisher may have died too
         crawl_finished(ctx, store)
     return "recovered"
 
@@ -215,53 +215,42 @@ def sweep_orphans(ctx: Context, store: CrawlStore) -> int:
 
 def crawl_finished(ctx: Context, store: CrawlStore) -> bool:
     """The end of a crawl, once; False if another process is running it (or it is done)."""
-    opts, ck, client = store.opts, store.ck, store.client
+    opts, status = store.opts, store.status
     if not _finisher_lock(ctx, store):
         return False
-    flags = store.ledger.flags()
-    if flags.get("status") != "finishing":
-        client.delete(ck.finisher)
+    flags = status.flags()
+    if flags.get("status") != Status.FINISHING.value:
+        status.unlock_finisher()
         return False
     _write_all_orphans(ctx, store)
-    if store.recrawl is not None and client.hsetnx(ck.state, "gone_counted", "1"):
-        client.hset(ck.stats, formats.change("gone"), store.recrawl.gone())
-    summary = store.ledger.summary()
-    summary["status"] = flags.get("final_status", "finished")
+    if store.recrawl is not None and status.first("gone_counted"):
+        store.stats.put(formats.change("gone"), store.recrawl.gone())
+    summary = store.stats.summary()
+    final = Status(flags.get("final_status", Status.FINISHED.value))
+    summary["status"] = final.value
     path = write_summary(f"{opts.output or ctx.settings.output_dir}/{opts.crawl_id}", summary)
     faults.point("after_summary")
-    client.hset(ck.state, "summary_path", str(path))
-    for pattern in ck.patterns:
-        for key in client.scan_iter(match=pattern, count=1000):
-            client.expire(key, ctx.settings.finished_ttl)
-    events.emit(client, ck, "crawl_finished", opts.crawl_id, summary=summary)
+    status.note(summary_path=path)
+    status.expire(ctx.settings.finished_ttl)
+    events.emit(store.client, store.ck, "crawl_finished", opts.crawl_id, summary=summary)
     if opts.on_finished and not flags.get("on_finished_sent"):
         ctx.on_finished(opts.on_finished, opts.crawl_id, summary)
-        client.hset(ck.state, "on_finished_sent", "1")
-    # The crawl's keys share a slot, the listing of running crawls does not (Redis Cluster):
-    # status first, so a finisher dying in between leaves a finished crawl that is still
-    # listed (harmless: nothing to release), never a running one that is not.
-    pipe = client.pipeline()
-    pipe.hset(ck.state, "status", summary["status"])
-    pipe.delete(ck.finisher)
-    pipe.execute()
-    client.srem(ctx.keys.running, opts.crawl_id)
-    log.info("crawl %s %s in %.1fs", opts.crawl_id, summary["status"], summary["duration_s"])
+        status.note(on_finished_sent=1)
+    status.finished(final)
+    log.info("crawl %s %s in %.1fs", opts.crawl_id, final, summary["duration_s"])
     return True
 
 
 def _finisher_lock(ctx: Context, store: CrawlStore) -> bool:
     """One finisher at a time; the lock of a finisher that stopped beating is taken over."""
     lock_s = int(ctx.settings.orphan_record_seconds * 2 + 60)
-    client, key = store.client, store.ck.finisher
-    if client.set(key, ctx.worker_id, nx=True, ex=lock_s):
+    if store.status.lock_finisher(ctx.worker_id, lock_s):
         return True
-    holder = client.get(key)
-    if holder is None or holder.decode() in alive(
-        client, ctx.keys, ctx.settings.worker_dead_seconds
-    ):
+    holder = store.status.finisher()
+    if holder is None or holder in alive(store.client, ctx.keys, ctx.settings.worker_dead_seconds):
         return False
-    log.warning("crawl %s: the finisher %s died; finishing it here", store.id, holder.decode())
-    client.set(key, ctx.worker_id, ex=lock_s)
+    log.warning("crawl %s: the finisher %s died; finishing it here", store.id, holder)
+    store.status.take_finisher(ctx.worker_id, lock_s)
     return True
 
 

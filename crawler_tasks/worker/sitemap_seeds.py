@@ -51,37 +51,31 @@ class Sitemaps:
         self.ctx = ctx
         self.store = store
         self.opts = store.opts
-        self.ck = store.ck
 
     def discover(self, origin: str, robots: Robots) -> int:
         """Admit ``origin``'s robots.txt ``Sitemap:`` URLs, the first time this crawl sees it.
         Returns how many sitemap files were admitted now."""
         if not self.ctx.first_sitemap_look(self.opts.crawl_id, origin):
             return 0
-        if self.ctx.client.set(self.ck.sitemap_origin(origin), "1", nx=True):
+        if self.store.sitemaps.first_origin(origin):
             return self._add_files(robots.sitemaps[:MAX_PER_ROBOTS])
         return 0
 
     def is_sitemap(self, url: str) -> bool:
-        return bool(self.ctx.client.sismember(self.ck.for_url(url).sitemaps, url))
+        return self.store.sitemaps.is_sitemap(url)
 
     def _add_files(self, urls: list[str]) -> int:
         """Mark ``urls`` as sitemap files of the crawl and admit them, within MAX_FILES."""
         urls = normalised(urls)
         if not urls:
             return 0
-        total = int(self.ctx.client.hincrby(self.ck.stats, Counter.SITEMAP_FILES.value, len(urls)))
+        total = self.store.stats.add(Counter.SITEMAP_FILES.value, len(urls))
         room = len(urls) - max(0, total - MAX_FILES)
         if room < len(urls):  # give back what does not fit, so the counter stays exact
-            self.ctx.client.hincrby(
-                self.ck.stats, Counter.SITEMAP_FILES.value, max(room, 0) - len(urls)
-            )
+            self.store.stats.add(Counter.SITEMAP_FILES.value, max(room, 0) - len(urls))
         urls = urls[: max(room, 0)]
         if urls:
-            pipe = self.ctx.client.pipeline(transaction=False)
-            for url in urls:  # each in its own partition's set
-                pipe.sadd(self.ck.for_url(url).sitemaps, url)
-            pipe.execute()
+            self.store.sitemaps.mark(urls)
             self.store.admission.links(urls, 0)
         return len(urls)
 

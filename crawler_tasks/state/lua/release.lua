@@ -23,6 +23,7 @@
 -- options) and the cluster-wide rates of `crawler set-rate`.
 -- KEYS[1] ready  KEYS[2] inflight  KEYS[3] stats
 -- KEYS[4] retry zset ("domain<TAB>depth|url" scored by when the retry is due)
+-- ARGV (built by formats.ReleaseCall):
 -- ARGV[1] max domains per call  ARGV[2] queue prefix  ARGV[3] lease prefix
 -- ARGV[4] domain-state prefix   ARGV[5] lease seconds  ARGV[6] default rate (req/s)
 -- ARGV[7] burst  ARGV[8] concurrency per domain  ARGV[9] max entries drained when cancelled
@@ -30,7 +31,7 @@
 -- ARGV[11] max entries released (what the fetch pools can start now; the dispatcher's budget)
 -- ARGV[12] cluster-wide rates, "domain<TAB>req/s" pairs joined by tabs ("" = none)
 -- ARGV[13] the crawl owner's rates, the same way
--- ARGV[14] the crawl's state: "run", "paused" or "cancelled"
+-- ARGV[14] the crawl's steering (formats.Steering): "run", "paused" or "cancelled"
 -- Returns {mode, domain1, entry1, domain2, entry2, ...}; mode is "fetch", or "cancel" when
 -- the crawl was cancelled and the entries are drained without politeness (not to be fetched).
 

@@ -1,0 +1,172 @@
+"""A crawl's status and steering (its state hash): paused, resumed, cancelled, finishing,
+finished; whether it is drained; the finisher's lock and the end of the crawl.
+
+Every write of a crawl's status goes through :class:`CrawlStatus`, with the values of
+:class:`~crawler_tasks.state.formats.Status`, except finishing.lua's (run by
+:meth:`CrawlStatus.finishing`, its literals pinned by ``tests/test_formats.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+
+from .formats import Status, Steering
+from .keys import CrawlKeys, Keys
+from .scripts import Scripts
+
+
+class CrawlStatus:
+    def __init__(
+        self, client: redis.Redis, keys: Keys, ck: CrawlKeys, crawl_id: str, scripts: Scripts
+    ) -> None:
+        self.client = client
+        self.keys = keys  # the listing of running crawls
+        self.ck = ck
+        self.crawl_id = crawl_id
+        self.scripts = scripts
+
+    # --- reading ---------------------------------------------------------------------------
+    def flags(self) -> dict[str, str]:
+        """The whole state hash: status, started_at, finished_at, paused, cancelled..."""
+        raw = self.client.hgetall(self.ck.state)
+        return {k.decode(): v.decode() for k, v in raw.items()}
+
+    def status(self) -> Status:
+        raw = self.client.hget(self.ck.state, "status")
+        return Status(raw.decode()) if raw else Status.UNKNOWN
+
+    def steering(self) -> Steering:
+        """What release.lua is told (or FINISHING: nothing to release, finish it)."""
+        paused, cancelled, status = self.client.hmget(
+            self.ck.state, "paused", "cancelled", "status"
+        )
+        if status == Status.FINISHING.value.encode():
+            return Steering.FINISHING
+        if cancelled == b"1":
+            return Steering.CANCELLED
+        return Steering.PAUSED if paused == b"1" else Steering.RUN
+
+    # --- steering (the crawl's owner) --------------------------------------------------------
+    def pause(self) -> bool:
+        """Stop releasing the crawl's URLs (in-flight ones finish). False if it is finished."""
+        return self._steer({"paused": "1", "status": Status.PAUSED.value})
+
+    def resume(self) -> bool:
+        return self._steer({"paused": "0", "status": Status.RUNNING.value})
+
+    def cancel(self) -> bool:
+        """Drop pending work unfetched; the crawl finishes as cancelled. False if it was
+        finished already."""
+        if not self._steer({"cancelled": "1", "paused": "0"}, wake=True):
+            return False
+        # Every partition learns it too: start.lua stops fetches there.
+        pipe = self.client.pipeline(transaction=False)
+        for pk in self.ck.parts:
+            pipe.hset(pk.flow, "cancelled", "1")
+        pipe.execute()
+        return True
+
+    def _steer(self, mapping: dict[str, str], wake: bool = False) -> bool:
+        """Apply ``mapping`` to the state hash unless the crawl is finished, atomically
+        (WATCH): a crawl finishing meanwhile is never revived as paused or running."""
+
+        def apply(pipe: redis.client.Pipeline) -> bool:
+            raw = pipe.hget(self.ck.state, "status")
+            # Finishing: emptied, its finisher at work (recorder.py); it can only finish.
+            if raw is None or raw.decode() in _NOT_STEERABLE:
+                return False
+            pipe.multi()
+            pipe.hset(self.ck.state, mapping=mapping)
+            return True
+
+        steered = bool(self.client.transaction(apply, self.ck.state, value_from_callable=True))
+        # After the transaction: the listing is outside the crawl's hash slot (Redis Cluster).
+        if steered and wake:
+            self.client.sadd(self.keys.running, self.crawl_id)
+        return steered
+
+    def reopen(self) -> None:
+        """Running again (retry_failed), once its replays are counted: a crawl that looked
+        drained in between would be marked finishing."""
+        self.client.hset(self.ck.state, mapping={"status": Status.RUNNING.value})
+        self.client.hdel(self.ck.state, "finished_at")
+        self.client.sadd(self.keys.running, self.crawl_id)
+
+    # --- completion --------------------------------------------------------------------------
+    def drained(self) -> bool:
+        """True if no URL of the crawl is outstanding. Each partition counts the URLs admitted
+        into it ("in") and those that reached a final state ("out"), but no command reads all
+        partitions at once; so every "out" is read first, then every "in": if the sums are
+        equal, then at the moment between the two reads every admitted URL was final, and as
+        a URL is admitted only by a task of an outstanding one (its children are admitted
+        before it finishes), nothing can be admitted after that."""
+        parts = self.ck.parts
+        if len(parts) == 1:
+            got = self.client.hmget(parts[0].flow, "in", "out")
+            return int(got[0] or 0) == int(got[1] or 0)
+        return self.flow("out") >= self.flow("in")
+
+    def flow(self, field: str) -> int:
+        """``field`` ("in" or "out") of the flow hashes, summed over the partitions."""
+        pipe = self.client.pipeline(transaction=False)
+        for pk in self.ck.parts:
+            pipe.hget(pk.flow, field)
+        return sum(int(v or 0) for v in pipe.execute())
+
+    def finishing(self) -> bool:
+        """True if the crawl is finishing: marked now (finishing.lua) because it is drained,
+        or earlier. Called when a partition empties, by redelivered tasks and dispatchers."""
+        status = self.client.hget(self.ck.state, "status")
+        if status == Status.FINISHING.value.encode():
+            return True
+        if status not in _RUNNING or not self.drained():
+            return False
+        return bool(self.scripts.finishing(keys=[self.ck.state], client=self.client))
+
+    # --- the end of the crawl (recorder.crawl_finished) ------------------------------------------
+    def lock_finisher(self, worker: str, seconds: int) -> bool:
+        """Take the finisher's lock if nobody holds it."""
+        return bool(self.client.set(self.ck.finisher, worker, nx=True, ex=seconds))
+
+    def finisher(self) -> str | None:
+        """The worker process holding the finisher's lock."""
+        raw = self.client.get(self.ck.finisher)
+        return None if raw is None else raw.decode()
+
+    def take_finisher(self, worker: str, seconds: int) -> None:
+        """Take over the lock of a finisher that died."""
+        self.client.set(self.ck.finisher, worker, ex=seconds)
+
+    def unlock_finisher(self) -> None:
+        self.client.delete(self.ck.finisher)
+
+    def note(self, **fields: Any) -> None:
+        """Record facts of the crawl's end: summary_path, on_finished_sent."""
+        self.client.hset(self.ck.state, mapping={k: str(v) for k, v in fields.items()})
+
+    def first(self, field: str) -> bool:
+        """True the first time ``field`` is set (HSETNX): something done once per crawl."""
+        return bool(self.client.hsetnx(self.ck.state, field, "1"))
+
+    def expire(self, seconds: int) -> None:
+        """Every key of the crawl expires in ``seconds`` (a finished crawl)."""
+        for pattern in self.ck.patterns:
+            for key in self.client.scan_iter(match=pattern, count=1000):
+                self.client.expire(key, seconds)
+
+    def finished(self, final: Status) -> None:
+        """The crawl's final status, once its summary and records are written."""
+        # The crawl's keys share a slot, the listing of running crawls does not (Redis
+        # Cluster): status first, so a finisher dying in between leaves a finished crawl that
+        # is still listed (harmless: nothing to release), never a running one that is not.
+        pipe = self.client.pipeline()
+        pipe.hset(self.ck.state, "status", final.value)
+        pipe.delete(self.ck.finisher)
+        pipe.execute()
+        self.client.srem(self.keys.running, self.crawl_id)
+
+
+_NOT_STEERABLE = (Status.FINISHED.value, Status.CANCELLED.value, Status.FINISHING.value)
+_RUNNING = (Status.RUNNING.value.encode(), Status.PAUSED.value.encode())
