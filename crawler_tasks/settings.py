@@ -178,6 +178,10 @@ class Settings:
     task_events: bool = False
     #: Port of ``crawler metrics`` (Prometheus exposition).
     metrics_port: int = 9808
+    #: Seconds a finished (or cancelled) crawl stays in ``crawler metrics`` after it ended;
+    #: then its series stop, so that the exporter's series do not grow with every crawl ever
+    #: run. Its numbers stay in ``crawler status`` and ``summary.json``.
+    metrics_finished_seconds: float = 3600.0
 
     @property
     def state_url(self) -> str:

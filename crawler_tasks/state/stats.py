@@ -32,6 +32,17 @@ class Stats:
 
     # --- counters ------------------------------------------------------------------------
     def counters(self) -> dict[str, int]:
+        """Every counter as shown: ``done`` counts the URLs that reached a final state of
+        their own, not those a cancel dropped unfetched (``cancelled``), everywhere the
+        figures appear (progress, status, list, summary, metrics)."""
+        c = self.raw_counters()
+        if c.get(Counter.CANCELLED.value):
+            c[Counter.DONE.value] = max(
+                0, c.get(Counter.DONE.value, 0) - c[Counter.CANCELLED.value]
+            )
+        return c
+
+    def raw_counters(self) -> dict[str, int]:
         """Every counter, the crawl-wide hash and the partitions' summed."""
         pipe = self.client.pipeline(transaction=False)
         for key in (self.ck.stats, *(pk.stats for pk in self.ck.parts)):

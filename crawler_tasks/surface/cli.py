@@ -240,7 +240,7 @@ def _run(
 def _summary_text(s: dict[str, Any]) -> str:
     c = s.get("counters", {})
     cancelled = c.get("cancelled", 0)
-    done = c.get("done", 0) - cancelled
+    done = c.get("done", 0)  # cancelled URLs are not in it (Stats.counters)
     rate = done / s["duration_s"] if s.get("duration_s") else 0.0
     pages = (
         f"  pages: {done} done, {c.get('fetched', 0)} fetched, {c.get('parsed', 0)} parsed, "

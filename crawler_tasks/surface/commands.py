@@ -60,6 +60,9 @@ def list_cmd(broker: str | None, limit: int) -> None:
         return
     click.echo("CRAWL ID\tSTATUS\tAGE\tDONE\tQUEUED\tFAILED\tPAGES/S\tSEEDS")
     for c in crawls:
+        if "unreadable" in c:
+            click.echo(f"skipped crawl {c['crawl_id']}: unreadable: {c['unreadable']}", err=True)
+            continue
         seeds = c["seeds"][0] + (f" (+{len(c['seeds']) - 1})" if len(c["seeds"]) > 1 else "")
         click.echo(
             f"{c['crawl_id']}\t{c['status']}\t{age(time.time() - c['started_at'])}\t{c['done']}"

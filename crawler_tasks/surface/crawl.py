@@ -201,9 +201,6 @@ class Crawl:
         # Pages/s of the last RATE_WINDOW s: a young crawl has not lived that long yet.
         if 0 < p["elapsed_s"] < RATE_WINDOW and not Status(p["status"]).final:
             p["recent_pages_per_s"] *= RATE_WINDOW / max(p["elapsed_s"], 1.0)
-        # Pages/s counts pages that reached a final state, not URLs dropped by a cancel.
-        if p["cancelled"] and p["elapsed_s"]:
-            p["pages_per_s"] = round(max(p["done"] - p["cancelled"], 0) / p["elapsed_s"], 2)
         if opts.max_pages and p["recent_pages_per_s"] > 0 and not p["paused"]:
             left = max(opts.max_pages - p["done"], 0)
             p["eta_s"] = round(min(left, p["outstanding"]) / p["recent_pages_per_s"], 1)
@@ -342,15 +339,21 @@ def _without_zeros(summary: dict[str, Any]) -> dict[str, Any]:
 
 
 def list_crawls(client: redis.Redis, keys: Keys, limit: int = 50) -> list[dict[str, Any]]:
-    """The newest crawls: id, status, seeds, started_at and their progress counters."""
+    """The newest crawls: id, status, seeds, started_at and their progress counters. A crawl
+    whose state cannot be read is listed with ``unreadable`` (why) instead of failing the
+    whole listing."""
     r = Redis.connect(client, keys.prefix)
     out = []
     for crawl_id in stores.recent(r, limit):
-        opts = CrawlStore.read_options(r, crawl_id)
-        if opts is None:
-            continue  # expired
-        p = CrawlStore(r, opts).stats.progress()
-        if p["cancelled"] and p["elapsed_s"]:
-            p["pages_per_s"] = round(max(p["done"] - p["cancelled"], 0) / p["elapsed_s"], 2)
+        try:
+            opts = CrawlStore.read_options(r, crawl_id)
+            if opts is None:
+                continue  # expired
+            p = CrawlStore(r, opts).stats.progress()
+        except (redis.ConnectionError, redis.TimeoutError):
+            raise
+        except Exception as exc:  # one bad crawl (an older version's, a bug) is not all
+            out.append({"crawl_id": crawl_id, "unreadable": f"{type(exc).__name__}: {exc}"})
+            continue
         out.append({**p, "seeds": list(opts.seeds), "started_at": opts.started_at})
     return out

@@ -3,18 +3,24 @@ counters at scrape time, to sit beside Flower's own task-level ``/metrics`` in G
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Iterator
+from typing import Any
 
 import redis
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from ..errors import UnknownCrawl
 from ..settings import Settings
 from ..state import store as stores
 from ..state.formats import Counter, Status
 from ..state.health import memory
 from ..state.store import Redis
 from .crawl import Crawl
+
+log = logging.getLogger(__name__)
 
 #: Crawls exported: the most recent ones (finished crawls keep their final numbers).
 MAX_CRAWLS = 20
@@ -32,10 +38,25 @@ _GAUGES = {
 
 
 class CrawlCollector(Collector):
+    """Every recent crawl's figures; a finished crawl only for ``metrics_finished_seconds``
+    after its end."""
+
     def __init__(self, client: redis.Redis, settings: Settings) -> None:
         self.client = client
         self.settings = settings
         self.r = Redis.connect(client, settings.key_prefix)
+
+    def _figures(self, crawl_id: str) -> dict[str, Any]:
+        crawl = Crawl(crawl_id, settings=self.settings, client=self.client)
+        summary = crawl.stats.summary()
+        summary["progress"] = crawl.stats.progress()
+        final = Status(summary["progress"]["status"]).final
+        summary["domains"] = [] if final else crawl.domains(10)
+        return summary
+
+    def _shown(self, summary: dict[str, Any]) -> bool:
+        ended = summary.get("finished_at") or 0
+        return not ended or time.time() - ended <= self.settings.metrics_finished_seconds
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         ids = stores.recent(self.r, MAX_CRAWLS)
@@ -56,21 +77,34 @@ class CrawlCollector(Collector):
         rate = GaugeMetricFamily(
             "crawler_domain_rate", "effective requests/s per domain", labels=["crawl", "domain"]
         )
+        unreadable = 0
         for crawl_id in ids:
-            crawl = Crawl(crawl_id, settings=self.settings, client=self.client)
-            p = crawl.stats.progress()
-            c = crawl.stats.counters()
+            try:
+                summary = self._figures(crawl_id)
+            except UnknownCrawl:
+                continue  # expired since the listing was read
+            except Exception:  # one bad crawl must not take the endpoint down for all
+                log.warning("crawler metrics: skipped crawl %s", crawl_id, exc_info=True)
+                unreadable += 1
+                continue
+            if not self._shown(summary):
+                continue
+            p, c = summary["progress"], summary["counters"]
             for n in _COUNTERS:
                 counters[n].add_metric([crawl_id], c.get(n, 0))
             for n in _GAUGES:  # a progress() figure, or a counter progress() does not show
                 gauges[n].add_metric([crawl_id], p.get(n, c.get(n, 0)))
-            for reason, n in crawl.stats.summary()["failures"].items():
+            for reason, n in summary["failures"].items():
                 failures.add_metric([crawl_id, reason], n)
-            if not Status(p["status"]).final:
-                for d in crawl.domains(10):
-                    backlog.add_metric([crawl_id, d["domain"]], d["pending"])
-                    rate.add_metric([crawl_id, d["domain"]], d["rate"])
+            for d in summary["domains"]:
+                backlog.add_metric([crawl_id, d["domain"]], d["pending"])
+                rate.add_metric([crawl_id, d["domain"]], d["rate"])
         yield from counters.values()
+        yield GaugeMetricFamily(
+            "crawler_unreadable_crawls",
+            "crawls skipped because their state could not be read (the exporter's log says why)",
+            value=unreadable,
+        )
         yield from gauges.values()
         mem = memory(self.client)
         yield GaugeMetricFamily(
