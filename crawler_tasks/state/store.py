@@ -60,8 +60,12 @@ class Redis:
 class Process:
     """Process settings the components need (not part of the crawl: they change no output)."""
 
-    max_crawl_delay: float = 30.0
-    body_ttl: int = 3600
+    max_crawl_delay: float
+    body_ttl: int
+
+    @classmethod
+    def of(cls, settings: Settings) -> Process:
+        return cls(settings.max_crawl_delay, settings.body_ttl)
 
 
 class CrawlStore:
@@ -72,7 +76,8 @@ class CrawlStore:
         process: Process | None = None,
         known: KnownURLs | None = None,
     ) -> None:
-        process = process or Process()
+        # Without a process's settings, their defaults (declared once, in Settings).
+        process = process or Process.of(Settings())
         self.r = r
         self.opts = opts
         self.id = opts.crawl_id
@@ -163,22 +168,28 @@ def _is_private_literal(host: str) -> bool:
     return not is_public_address(host)
 
 
-def start(
-    r: Redis,
-    settings: Settings,
+def plan(
+    settings: Settings | None,
     seeds: Iterable[str],
     *,
     crawl_id: str | None = None,
-    process: Process | None = None,
     **options: Any,
-) -> CrawlStore:
-    """Validate and register a new crawl and admit its seeds (start_crawl, schedules)."""
+) -> CrawlOptions:
+    """A new crawl's options, seeds and options checked (the one check of each command:
+    start_crawl, ``crawler crawl``, a schedule added or run); nothing is written. Without
+    ``settings``, the defaults of options built without them."""
     urls = check_seeds(list(seeds), bool(options.get("allow_private_networks", False)))
-    opts = CrawlOptions.build(
-        crawl_id or new_crawl_id(), tuple(urls), settings, time.time(), **options
+    return CrawlOptions.build(crawl_id or new_crawl_id(), tuple(urls), settings, 0.0, **options)
+
+
+def start(r: Redis, opts: CrawlOptions, process: Process | None = None) -> CrawlStore:
+    """Register a crawl planned by :func:`plan` and admit its seeds: its partitions placed
+    (``partitions`` 0: automatic) and its start time stamped now."""
+    partitions = opts.partitions or connection.default_partitions(r.client)
+    opts = dataclasses.replace(
+        opts,
+        partitions=partitions,
+        partition_tags=connection.placed_tags(r.client, opts.crawl_id, partitions),
+        started_at=time.time(),
     )
-    if not opts.partitions:
-        opts = dataclasses.replace(opts, partitions=connection.default_partitions(r.client))
-    tags = connection.placed_tags(r.client, opts.crawl_id, opts.partitions)
-    opts = dataclasses.replace(opts, partition_tags=tags)
     return CrawlStore.create(r, opts, process)

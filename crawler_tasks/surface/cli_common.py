@@ -3,6 +3,7 @@ user's mistake into one line on stderr with exit code 2 (never a traceback)."""
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
@@ -13,6 +14,7 @@ import redis
 from ..errors import ConfigError
 from ..settings import Settings, redact
 from ..state import connection
+from ..state.options import INTERNAL
 
 #: Exit code of a command given bad input or pointed at a broker it cannot use.
 USAGE = 2
@@ -21,6 +23,15 @@ INTERRUPTED = 130
 
 broker_option = click.option(
     "--broker", help="Broker/state Redis URL (default: $CRAWLER_BROKER_URL)."
+)
+
+
+option_items = click.option(
+    "--option",
+    "option_items",
+    multiple=True,
+    metavar="KEY=JSON",
+    help="Any crawl option, VALUE as JSON or a bare word (a string); repeatable.",
 )
 
 
@@ -95,3 +106,24 @@ def run_main(run: Callable[[], Any]) -> NoReturn:
         click.echo(f"error: broker connection lost: {one_line(str(exc))}", err=True)
         sys.exit(USAGE)
     sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def parse_options(items: tuple[str, ...]) -> dict[str, Any]:
+    """``--option KEY=VALUE`` items (``crawler crawl``, ``schedule add``) as crawl options:
+    VALUE as JSON, or a bare word as a string (``priority=low``). Names and values are checked
+    with the rest of the crawl's options."""
+    opts = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise Fail(f"--option {item!r}: expected KEY=VALUE (VALUE as JSON or a word)")
+        if key in INTERNAL:
+            raise Fail(f"--option {key}: set by the crawler itself, not a crawl option")
+        try:
+            opts[key] = json.loads(value)
+        except json.JSONDecodeError as exc:
+            # A bracket or quote means JSON was meant: a typo must not become a string.
+            if value.lstrip()[:1] in ("[", "{", '"'):
+                raise Fail(f"--option {key}: bad JSON {value!r}: {exc.msg}") from None
+            opts[key] = value
+    return opts

@@ -33,7 +33,15 @@ from ..state.politeness import effective_rate
 from ..state.store import CrawlStore, Redis, check_seeds, new_crawl_id
 from ..worker.output import read_pages
 
-__all__ = ["Crawl", "start_crawl", "list_crawls", "check_seeds", "new_crawl_id"]
+__all__ = [
+    "Crawl",
+    "start_crawl",
+    "plan",
+    "launch",
+    "list_crawls",
+    "check_seeds",
+    "new_crawl_id",
+]
 
 FINAL_STATUSES = ("finished", "cancelled")
 
@@ -60,23 +68,37 @@ def start_crawl(
     :class:`~crawler_tasks.errors.ConfigError` before anything is written.
     """
     settings = settings or connect_settings(broker)
+    opts = plan(seeds, settings, crawl_id=crawl_id, output=output, rates=rates, **options)
+    return launch(opts, settings=settings, client=client)
+
+
+def plan(
+    seeds: Iterable[str],
+    settings: Settings,
+    *,
+    output: str | os.PathLike[str] | None = None,
+    **options: Any,
+) -> CrawlOptions:
+    """A new crawl's options from what a user gave (start_crawl keywords, ``crawler crawl``
+    flags), checked once: ConfigError or InvalidSeed before anything is written."""
+    # Without an explicit output, each worker writes under its own CRAWLER_OUTPUT_DIR.
+    output_dir = str(Path(output).resolve()) if output else ""
+    return stores.plan(settings, seeds, output=output_dir, **options)
+
+
+def launch(opts: CrawlOptions, *, settings: Settings, client: redis.Redis | None = None) -> Crawl:
+    """Store and seed a crawl :func:`plan` made: RedisFull (nothing left behind) if Redis
+    cannot hold it."""
     client = client or connection.connect(settings.state_url)
     connection.check_broker(settings.broker_url, client)
     r = Redis.connect(client, settings.key_prefix)
-    if rates:
-        options["rates"] = rates
-    # Without an explicit output, each worker writes under its own CRAWLER_OUTPUT_DIR.
-    output_dir = str(Path(output).resolve()) if output else ""
-    seeds, crawl_id = list(seeds), crawl_id or new_crawl_id()
-    urls = check_seeds(seeds, bool(options.get("allow_private_networks", False)))
-    bloom = CrawlOptions.build(crawl_id, tuple(urls), settings, time.time(), **options).bloom
-    if _no_room(client, bloom.bits // 8):
-        raise RedisFull(_full_message(client, bloom, options))
+    if _no_room(client, opts.bloom.bits // 8):
+        raise RedisFull(_full_message(client, opts))
     try:
-        store = stores.start(r, settings, seeds, crawl_id=crawl_id, output=output_dir, **options)
+        store = stores.start(r, opts)
     except redis.exceptions.OutOfMemoryError:
-        _unregister(client, r.keys, crawl_id, options.get("schedule"))
-        raise RedisFull(_full_message(client, bloom, options)) from None
+        _unregister(client, r.keys, opts.crawl_id, opts.schedule)
+        raise RedisFull(_full_message(client, opts)) from None
     return Crawl(store.id, settings=settings, client=client, store=store)
 
 
@@ -122,10 +144,10 @@ def _no_room(client: redis.Redis, need: int) -> bool:
     return False
 
 
-def _full_message(client: redis.Redis, bloom: Any, options: dict[str, Any]) -> str:
-    info = client.info("memory")
+def _full_message(client: redis.Redis, opts: CrawlOptions) -> str:
+    info, bloom = client.info("memory"), opts.bloom
     mb = 1024 * 1024
-    bounded = bool(options.get("max_pages"))
+    bounded = bool(opts.max_pages)
     why = f"its dedupe filter takes {bloom.bits / 8 / mb:.1f} MB up front" + (
         "" if bounded else f" (no max_pages: sized for {bloom.capacity:,} URLs)"
     )
