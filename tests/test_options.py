@@ -153,3 +153,15 @@ def test_crawl_option_and_named_flags_make_one_crawl() -> None:
     args = [SEED, "--option", "max_pages=9", "--option", "allow_private_networks=true"]
     opts = cli.crawl_options(cli.crawl.make_context("crawl", args), load(env={}))
     assert opts.max_pages == 9 and opts.allow_private_networks
+
+
+def test_the_readme_lists_every_option_and_crawl_flag() -> None:
+    readme = (Path(cli.__file__).parent.parent.parent / "README.md").read_text("utf-8")
+    section = readme[readme.index("### Crawl options") :].split("\n## ", 1)[0]
+    assert [n for n in user_option_names() if f"`{n}" not in section] == []
+    flags = [p.opts[0] for p in cli.crawl.params if p.name not in cli._NOT_OPTIONS]
+    assert [f for f in flags if f"`{f}" not in readme] == []
+    for f in dataclasses.fields(CrawlOptions):  # each CRAWLER_* default named next to its option
+        setting = f.metadata.get("setting", "")
+        if setting and not setting.startswith("bloom_"):
+            assert f"CRAWLER_{setting.upper()}" in section, setting
