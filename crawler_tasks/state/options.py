@@ -137,6 +137,11 @@ class CrawlOptions:
         ``options``): unknown names are refused with a did-you-mean, types and ranges checked.
         ``crawl_id``, ``seeds`` and ``started_at`` are given by the caller."""
         check_names(values, allowed=INTERNAL)
+        return cls._checked(settings, values)
+
+    @classmethod
+    def _checked(cls, settings: Settings | None, values: dict[str, Any]) -> CrawlOptions:
+        """Options from ``values`` (names known) over the settings' defaults, values checked."""
         base = cls.defaults(settings) if settings is not None else {}
         data = {**base, **{k: v for k, v in values.items() if v is not None}}
         for key in ("seeds", "allowed_domains", "include", "exclude"):
@@ -173,16 +178,16 @@ class CrawlOptions:
         **options: Any,
     ) -> CrawlOptions:
         """Options of a new crawl: ``options`` (user keywords, validated here) over the
-        defaults that come from ``settings``. Used by start_crawl, the CLI and schedules."""
+        defaults that come from ``settings``. Used by ``store.plan``: start_crawl, the CLI and
+        schedules."""
         check_names(options)
         if not _CRAWL_ID.match(crawl_id):
             raise ConfigError(
                 f"crawl id {crawl_id!r}: use 1-100 letters, digits, '.', '_' or '-' "
                 "(it is part of every key name and of the hash tag that keeps a crawl together)"
             )
-        return cls.from_user(
-            settings, crawl_id=crawl_id, seeds=seeds, started_at=started_at, **options
-        )
+        values = {**options, "crawl_id": crawl_id, "seeds": seeds, "started_at": started_at}
+        return cls._checked(settings, values)
 
     @property
     def scope(self) -> Scope:

@@ -135,6 +135,18 @@ class CrawlStore:
         return store
 
 
+def unregister(r: Redis, opts: CrawlOptions) -> None:
+    """Undo a :func:`start` cut short by a full Redis (deleting is allowed at maxmemory)."""
+    ck = r.keys.crawl(opts.crawl_id)
+    pipe = r.client.pipeline(transaction=False)  # a full Redis refuses MULTI
+    pipe.delete(ck.config, ck.state)
+    pipe.zrem(r.keys.crawls, opts.crawl_id)
+    if opts.schedule:
+        pipe.zrem(r.keys.schedule_runs(opts.schedule), opts.crawl_id)
+    pipe.srem(r.keys.running, opts.crawl_id)
+    pipe.execute()
+
+
 def new_crawl_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
 

@@ -42,13 +42,13 @@ class Fail(click.ClickException):
 
 
 def settings_for(broker: str | None) -> Settings:
-    from .crawl import check_redis_url, connect_settings
+    from .crawl import connect_settings
 
     try:
         settings = connect_settings(broker)
     except ValueError as exc:  # a CRAWLER_* variable that is not a number
         raise Fail(str(exc)) from None
-    check_redis_url(settings.state_url)
+    connection.check_redis_url(settings.state_url)
     return settings
 
 

@@ -17,15 +17,15 @@ import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import redis
 
-from ..errors import ConfigError, RedisFull, UnknownCrawl
-from ..settings import Settings, load, redact
+from ..errors import RedisFull, UnknownCrawl
+from ..settings import Settings, load
 from ..state import connection
 from ..state import store as stores
-from ..state.health import memory, refuses_writes
+from ..state.connection import check_redis_url
+from ..state.health import memory, no_room_for
 from ..state.keys import CrawlKeys, Keys
 from ..state.ledger import RATE_WINDOW, Ledger
 from ..state.options import CrawlOptions
@@ -92,12 +92,12 @@ def launch(opts: CrawlOptions, *, settings: Settings, client: redis.Redis | None
     client = client or connection.connect(settings.state_url)
     connection.check_broker(settings.broker_url, client)
     r = Redis.connect(client, settings.key_prefix)
-    if _no_room(client, opts.bloom.bits // 8):
+    if no_room_for(client, opts.bloom.bits // 8):
         raise RedisFull(_full_message(client, opts))
     try:
         store = stores.start(r, opts)
     except redis.exceptions.OutOfMemoryError:
-        _unregister(client, r.keys, opts.crawl_id, opts.schedule)
+        stores.unregister(r, opts)
         raise RedisFull(_full_message(client, opts)) from None
     return Crawl(store.id, settings=settings, client=client, store=store)
 
@@ -108,40 +108,6 @@ def connect_settings(broker: str | None) -> Settings:
         return load()
     check_redis_url(broker)
     return load(broker_url=broker, redis_url="")
-
-
-def check_redis_url(url: str) -> None:
-    """ConfigError for a URL redis-py could not connect with, naming it (password masked)."""
-    parts = urlsplit(url)
-    why = ""
-    if parts.scheme not in ("redis", "rediss", "unix"):
-        why = "scheme must be redis://, rediss:// or unix://"
-    elif parts.scheme != "unix" and not parts.hostname:
-        why = "no host"
-    else:
-        try:
-            parts.port  # noqa: B018  (raises ValueError for a port that is not a number)
-        except ValueError:
-            why = "the port is not a number"
-    if why:
-        raise ConfigError(f"malformed Redis URL {redact(url)!r}: {why}")
-
-
-def _no_room(client: redis.Redis, need: int) -> bool:
-    """True if Redis refuses writes, or would once the crawl's dedupe filter (``need`` bytes,
-    allocated by its first admit) is in: a Lua script that starts under ``maxmemory`` may end
-    far above it, so check before."""
-    if refuses_writes(client):
-        return True
-    for node in connection.node_clients(client):  # the crawl's slot may be on any master
-        try:
-            info = node.info("memory")
-        except redis.ResponseError:  # INFO forbidden (managed Redis): let the writes tell
-            return False
-        limit = int(info.get("maxmemory", 0) or 0)
-        if limit and int(info.get("used_memory", 0)) + need > limit:
-            return True
-    return False
 
 
 def _full_message(client: redis.Redis, opts: CrawlOptions) -> str:
@@ -156,18 +122,6 @@ def _full_message(client: redis.Redis, opts: CrawlOptions) -> str:
         f"maxmemory {int(info.get('maxmemory', 0)) / mb:.1f} MB, and {why}. Raise maxmemory, "
         "free memory" + ("" if bounded else ", or set max_pages (or CRAWLER_BLOOM_CAPACITY)")
     )
-
-
-def _unregister(client: redis.Redis, keys: Keys, crawl_id: str, schedule: str | None) -> None:
-    """Undo a registration cut short by a full Redis (deleting is allowed at maxmemory)."""
-    ck = keys.crawl(crawl_id)
-    pipe = client.pipeline(transaction=False)  # a full Redis refuses MULTI
-    pipe.delete(ck.config, ck.state)
-    pipe.zrem(keys.crawls, crawl_id)
-    if schedule:
-        pipe.zrem(keys.schedule_runs(schedule), crawl_id)
-    pipe.srem(keys.running, crawl_id)
-    pipe.execute()
 
 
 class Crawl:
