@@ -25,7 +25,7 @@ from click.core import ParameterSource
 from ..errors import ConfigError
 from ..settings import Settings, load, redact
 from ..state import connection
-from ..state.options import CrawlOptions
+from ..state.options import PRIORITIES, CrawlOptions
 from .cli_common import (
     INTERRUPTED,
     Fail,
@@ -138,6 +138,11 @@ for _command in COMMANDS:
     main.add_command(_command)
 
 
+def _default(name: str) -> str:
+    """A crawl option's default, for a flag's help: the flags declare none of their own."""
+    return f"default: {CrawlOptions.__dataclass_fields__[name].default}"
+
+
 @main.command()
 @click.argument("seeds", nargs=-1, required=True)
 @click.option("--broker", help="Broker/state Redis URL (default: $CRAWLER_BROKER_URL).")
@@ -147,16 +152,24 @@ for _command in COMMANDS:
     help="Directory every worker writes to (default: each worker's CRAWLER_OUTPUT_DIR).",
 )
 @click.option("--max-depth", type=int, help="Links followed from a seed.")
-@click.option("--max-pages", type=int, default=0, help="URLs admitted at most (0: no limit).")
-@click.option("--priority", type=click.Choice(["high", "medium", "low"]), default="high")
-@click.option("--order", type=click.Choice(["bfs", "dfs"]), default="bfs")
+@click.option(
+    "--max-pages", type=int, help=f"URLs admitted at most, 0: no limit ({_default('max_pages')})."
+)
+@click.option(
+    "--priority", type=click.Choice(PRIORITIES), help=f"Highest queue ({_default('priority')})."
+)
+@click.option(
+    "--order", type=click.Choice(["bfs", "dfs"]), help=f"Per domain ({_default('order')})."
+)
 @click.option("--max-pages-per-host", type=int, help="URLs admitted per domain at most.")
 @click.option("--allowed-domain", "allowed_domains", multiple=True, help="Repeatable.")
 @click.option("--include", multiple=True, help="Regex a URL must match (repeatable).")
 @click.option("--exclude", multiple=True, help="Regex a URL must not match (repeatable).")
 @click.option("--rate", "rates", multiple=True, help="HOST=RATE req/s; inf = no limit.")
-@click.option("--default-rate", type=float, help="Requests/s per domain for this crawl.")
-@click.option("--concurrency", type=int, help="Requests in flight per domain.")
+@click.option("--default-rate", type=float, help="Requests/s per domain ($CRAWLER_DEFAULT_RATE).")
+@click.option(
+    "--concurrency", type=int, help="In flight per domain ($CRAWLER_DEFAULT_CONCURRENCY)."
+)
 @click.option("--allow-private-networks", is_flag=True, help="Allow loopback/private hosts.")
 @click.option("--sitemaps", is_flag=True, help="Enqueue robots.txt Sitemap: URLs as seeds.")
 @click.option("--header", "headers", multiple=True, help="'Name: value' on every request.")
@@ -164,9 +177,13 @@ for _command in COMMANDS:
 @click.option("--auth", multiple=True, help="HOST=env:NAME, NAME holding user:password.")
 @click.option("--proxy", help="http://host:port, or env:NAME when it has credentials.")
 @click.option("--extract", help="Extraction hook run on every page: package.module:function.")
-@click.option("--extract-timeout", type=float, help="Seconds a hook may take per page (30).")
+@click.option(
+    "--extract-timeout",
+    type=float,
+    help=f"Seconds a hook may take per page ({_default('extract_timeout')}).",
+)
 @click.option("--on-item", help="Celery task (by name) that receives each page's items.")
-@click.option("--on-item-queue", help="The queue of the --on-item task (default: items).")
+@click.option("--on-item-queue", help=f"The --on-item task's queue ({_default('on_item_queue')}).")
 @option_items
 @click.option("--embedded", is_flag=True, help="Private Redis + local workers for this run.")
 @click.option("--no-wait", is_flag=True, help="Return once the crawl is started.")
