@@ -261,7 +261,10 @@ _KINDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "float": ("a number", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)),
     "bool": ("true or false", lambda v: isinstance(v, bool)),
     "str": ("a string", lambda v: isinstance(v, str)),
-    "tuple": ("a list of strings", lambda v: all(isinstance(x, str) for x in v)),
+    "tuple": (
+        "a list of strings",
+        lambda v: isinstance(v, (tuple, list)) and all(isinstance(x, str) for x in v),
+    ),
     "dict": ("a mapping", lambda v: isinstance(v, dict)),
 }
 

@@ -227,7 +227,7 @@ def crawl_options(ctx: click.Context, settings: Settings) -> CrawlOptions:
     named["rates"] = _parse_rates(named["rates"])
     named.update(_request_settings(named))
     named = {k: v for k, v in named.items() if v not in (None, ())}
-    # --option over the named flags' defaults (--max-pages 0, --priority high...).
+    # --option over what a flag gives when it is not used (False of --sitemaps...).
     return plan(ctx.params["seeds"], settings, **{**named, **extra})
 
 
