@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from crawler_tasks.errors import ConfigError
 from crawler_tasks.settings import Settings, load
 from crawler_tasks.state.options import CrawlOptions, user_option_names
 from crawler_tasks.surface import cli
@@ -165,3 +166,15 @@ def test_the_readme_lists_every_option_and_crawl_flag() -> None:
         setting = f.metadata.get("setting", "")
         if setting and not setting.startswith("bloom_"):
             assert f"CRAWLER_{setting.upper()}" in section, setting
+
+
+#: A value of another type than each kind of field takes.
+WRONG = {"int": "x", "float": "x", "bool": "x", "str": 5, "tuple": 5, "dict": 5}
+
+
+@pytest.mark.parametrize("name", user_option_names())
+def test_a_value_of_the_wrong_type_is_refused_by_name(name: str) -> None:
+    field = next(f for f in dataclasses.fields(CrawlOptions) if f.name == name)
+    value = WRONG[str(field.type).split("|")[0].split("[")[0].strip()]
+    with pytest.raises(ConfigError, match=name):
+        CrawlOptions.from_user(load(env={}), seeds=(SEED,), **{name: value})
