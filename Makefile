@@ -32,7 +32,8 @@ test: $(STAMP)
 # no worker processes. `make test` runs these too.
 FAST_TESTS := tests/test_urls.py tests/test_parse.py tests/test_robots.py tests/test_seen.py \
 	tests/test_fetch.py tests/test_sitegen.py tests/test_layers.py tests/test_formats.py \
-	tests/test_pipeline.py tests/test_partitions.py tests/test_hooks.py tests/test_request_settings.py
+	tests/test_pipeline.py tests/test_partitions.py tests/test_hooks.py tests/test_request_settings.py \
+	tests/test_options.py
 
 ## test-fast: the tests that need no worker process (under a minute)
 test-fast: $(STAMP)

@@ -8,7 +8,9 @@ environment they were started with, whatever their working directory.
 Two kinds of fields. Process settings (connections, pools, timeouts, paths) are read by each
 process from its own environment. *Crawl defaults* (marked "Crawl default") are read only by
 the process that starts a crawl, into the crawl's ``CrawlOptions``: a running crawl keeps the
-values it started with, whichever host runs its tasks.
+values it started with, whichever host runs its tasks. Their value is declared here only; the
+option that takes it names the field (``rate: float = setting("default_rate")`` in
+state/options.py), and tests/test_options.py checks every such pair.
 
 Secrets (Redis passwords) come only from the environment; they are never written to Redis, to
 task arguments, or to logs (see :func:`redact`).

@@ -68,6 +68,18 @@ CASES = [
     (f"crawl {SEED} --default-rate -2 {{live}}", "rate"),
     (f"crawl {SEED} --include [unclosed {{live}}", "regex"),
     (f"crawl {SEED} --no-wait --embedded {{live}}", "--no-wait"),
+    # crawl --option KEY=JSON
+    (f"crawl {SEED} --max-depth 3 --option max_depth=2 {{live}}", "--max-depth"),
+    (f"crawl {SEED} --default-rate 2 --option rate=3 {{live}}", "--default-rate"),
+    (f"crawl {SEED} --rate a.example=2 --option rates={{{{}}}} {{live}}", "--rate"),
+    (f"crawl {SEED} --option max_depht=3 {{live}}", "did you mean 'max_depth'"),
+    (f"crawl {SEED} --option 'headers={{{{bad' {{live}}", "bad JSON"),
+    (f"crawl {SEED} --option max_retries=many {{live}}", "max_retries"),
+    (f"crawl {SEED} --option obey_robots=maybe {{live}}", "obey_robots"),
+    (f"crawl {SEED} --option include=5 {{live}}", "include"),
+    (f"crawl {SEED} --option rate=0 {{live}}", "rate"),
+    (f"crawl {SEED} --option crawl_id=mine {{live}}", "crawl_id"),
+    (f"crawl {SEED} --option max_depth {{live}}", "KEY=VALUE"),
     # set-rate
     ("set-rate a.example abc {live}", "abc"),
     ("set-rate a.example 0 {live}", "> 0"),
@@ -81,6 +93,9 @@ CASES = [
     ("schedule remove nope {live}", "nope"),
     (f"schedule add s {SEED} --every-hours 1 --option partitions=-1 {{live}}", "partitions"),
     (f"schedule add s {SEED} --every-hours 1 --option partitions=5000 {{live}}", "1024"),
+    (f"schedule add s {SEED} --every-hours 1 --option 'include=[1' {{live}}", "bad JSON"),
+    (f"schedule add s {SEED} --every-hours 1 --option max_retries=many {{live}}", "max_retries"),
+    ("schedule add s http://127.0.0.1/ --every-hours 1 {live}", "allow-private"),
     # metrics
     ("metrics --port {busy} {live}", "{busy}"),
 ]

@@ -9,13 +9,14 @@ cluster (Celery cannot use one: celery/celery#2852): it stays a standalone Redis
 from __future__ import annotations
 
 from typing import Any, cast
+from urllib.parse import urlsplit
 
 import redis
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
 from ..errors import ConfigError
-from ..settings import redact
+from ..settings import redact, unescaped_userinfo
 
 
 def is_cluster(url: str, timeout: float = 2.0) -> bool:
@@ -104,3 +105,22 @@ def check_broker(broker_url: str, state: redis.Redis | None = None) -> None:
             "broker: set CRAWLER_BROKER_URL to a standalone Redis or to RabbitMQ (amqp://) and "
             "CRAWLER_REDIS_URL to the cluster"
         )
+
+
+def check_redis_url(url: str) -> None:
+    """ConfigError for a URL redis-py could not connect with, naming it (password masked)."""
+    parts = urlsplit(url)
+    why = ""
+    if parts.scheme not in ("redis", "rediss", "unix"):
+        why = "scheme must be redis://, rediss:// or unix://"
+    elif unescaped_userinfo(url):
+        why = "the password holds '@' or '/': percent-encode it ('@' is %40, '/' is %2F)"
+    elif parts.scheme != "unix" and not parts.hostname:
+        why = "no host"
+    else:
+        try:
+            parts.port  # noqa: B018  (raises ValueError for a port that is not a number)
+        except ValueError:
+            why = "the port is not a number"
+    if why:
+        raise ConfigError(f"malformed Redis URL {redact(url)!r}: {why}")

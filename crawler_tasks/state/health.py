@@ -71,5 +71,22 @@ def refuses_writes(client: redis.Redis) -> bool:
     return m is not None and m.refuses_writes()
 
 
+def no_room_for(client: redis.Redis, need: int) -> bool:
+    """True if Redis refuses writes, or would once a new crawl's dedupe filter (``need`` bytes,
+    allocated by its first admit) is in: a Lua script that starts under ``maxmemory`` may end
+    far above it, so check before."""
+    if refuses_writes(client):
+        return True
+    for node in node_clients(client):  # the crawl's slot may be on any master
+        try:
+            info = node.info("memory")
+        except redis.ResponseError:  # INFO forbidden (managed Redis): let the writes tell
+            return False
+        limit = int(info.get("maxmemory", 0) or 0)
+        if limit and int(info.get("used_memory", 0)) + need > limit:
+            return True
+    return False
+
+
 def _mb(n: int) -> str:
     return f"{n / 2**20:.1f} MB" if n < 2**30 else f"{n / 2**30:.1f} GB"

@@ -13,6 +13,7 @@ import difflib
 import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +23,17 @@ from ..web.urls import Scope
 from .bloom import BloomShape
 
 PRIORITIES = ("high", "medium", "low")
+_SETTING_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Settings)}
+_SAME: Any = object()
+
+
+def setting(name: str, unset: Any = _SAME) -> Any:
+    """An option whose default is the setting ``name`` (``CRAWLER_<NAME>``) of the process that
+    starts the crawl. The value is declared once, in :class:`Settings`; the link once, here.
+    ``unset``: the value of options built without settings, where it is not the setting's
+    default ("" user agent: each worker's own setting; 0 Bloom capacity: sized by max_pages)."""
+    default = _SETTING_DEFAULTS[name] if unset is _SAME else unset
+    return field(default=default, metadata={"setting": name})
 
 
 @dataclass(frozen=True)
@@ -33,7 +45,7 @@ class CrawlOptions:
     #: URLs admitted at most; 0 = unlimited. Also sizes the Bloom filter.
     max_pages: int = 0
     #: URLs admitted per host (politeness domain), seeds included; 0 = unlimited.
-    max_pages_per_host: int = 0
+    max_pages_per_host: int = setting("max_pages_per_host")
     allowed_domains: tuple[str, ...] = ()
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
@@ -44,42 +56,42 @@ class CrawlOptions:
     allow_private_networks: bool = False
     #: Owner overrides, host -> requests/s (math.inf: no limit and no Crawl-delay).
     rates: dict[str, float] = field(default_factory=dict)
-    rate: float = 1.0
-    burst: int = 1
-    concurrency: int = 1
+    rate: float = setting("default_rate")
+    burst: int = setting("default_burst")
+    concurrency: int = setting("default_concurrency")
     obey_robots: bool = True
     sitemaps: bool = False
     output: str = ""
-    user_agent: str = ""
-    robots_agent: str = ""
-    domain_key: str = "host"
-    bloom_capacity: int = 0
-    bloom_error_rate: float = 0.001
-    bloom_shard_bits: int = 1 << 26
+    user_agent: str = setting("user_agent", unset="")
+    robots_agent: str = setting("robots_agent", unset="")
+    domain_key: str = setting("domain_key")
+    bloom_capacity: int = setting("bloom_capacity", unset=0)
+    bloom_error_rate: float = setting("bloom_error_rate")
+    bloom_shard_bits: int = setting("bloom_shard_bits")
     #: Partitions of the crawl's state in Redis (state/keys.py): fixed at start; 0 (only
     #: before start) = automatic, see ``Settings.partitions``. Each partition has its own Bloom
     #: filter sized for the whole crawl (a partition may hold most URLs of a one-site crawl).
-    partitions: int = 0
+    partitions: int = setting("partitions")
     #: Hash tags of the partitions on a Redis Cluster (connection.placed_tags); () = "0".."P-1".
     partition_tags: tuple[str, ...] = ()
-    max_url_length: int = 2048
-    max_repeated_segments: int = 3
+    max_url_length: int = setting("max_url_length")
+    max_repeated_segments: int = setting("max_repeated_segments")
     #: Retries of a retryable failure before it is final; back-off in seconds (doubling,
     #: full jitter, capped).
-    max_retries: int = 3
-    retry_backoff: float = 2.0
-    retry_backoff_max: float = 60.0
+    max_retries: int = setting("max_retries")
+    retry_backoff: float = setting("retry_backoff")
+    retry_backoff_max: float = setting("retry_backoff_max")
     #: Seconds a host may be down (refusing connections, timing out: its circuit open) before
     #: its URLs' failures count against their retries again; until then they wait for it.
-    max_host_outage: float = 120.0
+    max_host_outage: float = setting("max_host_outage")
     #: Links kept per page; ``rel=nofollow`` honoured.
-    max_links_per_page: int = 5000
-    honour_nofollow: bool = True
+    max_links_per_page: int = setting("max_links_per_page")
+    honour_nofollow: bool = setting("honour_nofollow")
     #: Bytes of decoded body kept (longer bodies are cut); redirect hops followed.
-    max_body_bytes: int = 10 * 1024 * 1024
-    max_redirects: int = 10
+    max_body_bytes: int = setting("max_body_bytes")
+    max_redirects: int = setting("max_redirects")
     #: Non-HTML responses go to the WARC file too.
-    warc_non_html: bool = True
+    warc_non_html: bool = setting("warc_non_html")
     schedule: str | None = None
     on_finished: str | None = None
     #: Request settings (worker/requestopts.py): headers for every request; cookies
@@ -125,10 +137,17 @@ class CrawlOptions:
         ``options``): unknown names are refused with a did-you-mean, types and ranges checked.
         ``crawl_id``, ``seeds`` and ``started_at`` are given by the caller."""
         check_names(values, allowed=INTERNAL)
+        return cls._checked(settings, values)
+
+    @classmethod
+    def _checked(cls, settings: Settings | None, values: dict[str, Any]) -> CrawlOptions:
+        """Options from ``values`` (names known) over the settings' defaults, values checked."""
         base = cls.defaults(settings) if settings is not None else {}
         data = {**base, **{k: v for k, v in values.items() if v is not None}}
         for key in ("seeds", "allowed_domains", "include", "exclude"):
             raw = data.get(key) or ()
+            if not isinstance(raw, (str, list, tuple)):
+                raise ConfigError(f"{key} must be a list of strings, not {raw!r}")
             data[key] = (raw,) if isinstance(raw, str) else tuple(raw)
         data["rates"] = _rates(data.get("rates") or {})
         for key in ("auth", "cookies"):  # per host: host names as URLs have them
@@ -137,34 +156,16 @@ class CrawlOptions:
         if "rate" in data:
             data["rate"] = _number("rate", data["rate"])
         data.setdefault("crawl_id", "-")
+        _check_types(data)
         return cls(**data)
 
     @classmethod
     def defaults(cls, settings: Settings) -> dict[str, Any]:
-        """Options that default to a setting."""
+        """Options that default to a setting (fields declared with :func:`setting`)."""
         return {
-            "rate": settings.default_rate,
-            "burst": settings.default_burst,
-            "concurrency": settings.default_concurrency,
-            "user_agent": settings.user_agent,
-            "robots_agent": settings.robots_agent,
-            "domain_key": settings.domain_key,
-            "bloom_capacity": settings.bloom_capacity,
-            "bloom_error_rate": settings.bloom_error_rate,
-            "bloom_shard_bits": settings.bloom_shard_bits,
-            "partitions": settings.partitions,
-            "max_url_length": settings.max_url_length,
-            "max_repeated_segments": settings.max_repeated_segments,
-            "max_pages_per_host": settings.max_pages_per_host,
-            "max_retries": settings.max_retries,
-            "retry_backoff": settings.retry_backoff,
-            "retry_backoff_max": settings.retry_backoff_max,
-            "max_host_outage": settings.max_host_outage,
-            "max_links_per_page": settings.max_links_per_page,
-            "honour_nofollow": settings.honour_nofollow,
-            "max_body_bytes": settings.max_body_bytes,
-            "max_redirects": settings.max_redirects,
-            "warc_non_html": settings.warc_non_html,
+            f.name: getattr(settings, f.metadata["setting"])
+            for f in dataclasses.fields(cls)
+            if "setting" in f.metadata
         }
 
     @classmethod
@@ -177,16 +178,16 @@ class CrawlOptions:
         **options: Any,
     ) -> CrawlOptions:
         """Options of a new crawl: ``options`` (user keywords, validated here) over the
-        defaults that come from ``settings``. Used by start_crawl, the CLI and schedules."""
+        defaults that come from ``settings``. Used by ``store.plan``: start_crawl, the CLI and
+        schedules."""
         check_names(options)
         if not _CRAWL_ID.match(crawl_id):
             raise ConfigError(
                 f"crawl id {crawl_id!r}: use 1-100 letters, digits, '.', '_' or '-' "
                 "(it is part of every key name and of the hash tag that keeps a crawl together)"
             )
-        return cls.from_user(
-            settings, crawl_id=crawl_id, seeds=seeds, started_at=started_at, **options
-        )
+        values = {**options, "crawl_id": crawl_id, "seeds": seeds, "started_at": started_at}
+        return cls._checked(settings, values)
 
     @property
     def scope(self) -> Scope:
@@ -255,9 +256,38 @@ def check_names(names: Any, allowed: tuple[str, ...] = ()) -> None:
         raise ConfigError(f"unknown crawl option {name!r}{hint}")
 
 
+_KINDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "int": ("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool)),
+    "float": ("a number", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)),
+    "bool": ("true or false", lambda v: isinstance(v, bool)),
+    "str": ("a string", lambda v: isinstance(v, str)),
+    "tuple": (
+        "a list of strings",
+        lambda v: isinstance(v, (tuple, list)) and all(isinstance(x, str) for x in v),
+    ),
+    "dict": ("a mapping", lambda v: isinstance(v, dict)),
+}
+
+
+def _check_types(data: dict[str, Any]) -> None:
+    """Each value of the type its field declares: a user's value (a schedule's TOML, JSON from
+    ``--option``) of the wrong type is refused when the crawl is created, not by a worker."""
+    for f in dataclasses.fields(CrawlOptions):
+        if f.name not in data:
+            continue
+        value, kinds = data[f.name], [k.strip() for k in str(f.type).split("|")]
+        if value is None and "None" in kinds:
+            continue
+        what, ok = _KINDS[kinds[0].split("[")[0]]
+        if not ok(value):
+            raise ConfigError(f"{f.name} must be {what}, not {value!r}")
+
+
 def _rates(rates: Any) -> dict[str, float]:
+    if not isinstance(rates, dict):
+        raise ConfigError(f"rates must map hosts to requests/s, not {rates!r}")
     out = {}
-    for host, r in dict(rates).items():
+    for host, r in rates.items():
         out[str(host).lower()] = _number(f"rate for {host!r}", r)
     return out
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import InitVar, asdict, dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,7 @@ from celery.schedules import crontab, schedule
 
 from ..errors import ConfigError
 from .keys import Keys
-from .options import CrawlOptions, check_names
+from .store import plan
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -43,8 +43,11 @@ class Schedule:
     every_seconds: float | None = None
     cron: str | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    #: Check the seeds and options: False for a definition read back from Redis (checked when
+    #: it was added; each run checks them again with the settings it starts with).
+    check: InitVar[bool] = True
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, check: bool) -> None:
         periods = [p for p in (self.every_hours, self.every_seconds, self.cron) if p]
         if len(periods) != 1:
             raise ConfigError(
@@ -59,12 +62,15 @@ class Schedule:
             if period is not None and not period > 0:
                 raise ConfigError(f"schedule {self.name!r}: {what} must be > 0, not {period}")
         self.celery_schedule()  # a cron that does not parse is refused now, not at beat time
-        # The same rules as start_crawl, so a run never fails inside a worker on its options.
+        if check:
+            self._check_options()
+
+    def _check_options(self) -> None:
+        """The same rules as start_crawl, so a run never fails inside a worker on them."""
         if "schedule" in self.options:
             raise ConfigError(f"schedule {self.name!r}: 'schedule' is set by each run")
         try:
-            check_names(self.options)
-            CrawlOptions.from_user(None, seeds=tuple(self.seeds), **self.options)
+            plan(None, self.seeds, **self.options)
         except ConfigError as exc:
             raise ConfigError(f"schedule {self.name!r}: {exc}") from None
 
@@ -88,12 +94,12 @@ class Schedule:
         return schedule(run_every=timedelta(seconds=seconds))
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Schedule:
+    def from_dict(cls, data: dict[str, Any], check: bool = True) -> Schedule:
         known = {"name", "seeds", "every_hours", "every_seconds", "cron", "options"}
         unknown = set(data) - known
         if unknown:
             raise ConfigError(f"schedule {data.get('name')!r}: unknown keys {sorted(unknown)}")
-        return cls(**data)
+        return cls(**data, check=check)
 
 
 def load_file(path: str | Path) -> list[Schedule]:
@@ -130,12 +136,13 @@ class Schedules:
 
     def get(self, name: str) -> Schedule | None:
         raw = self.client.hget(self.keys.schedules, name)
-        return Schedule.from_dict(json.loads(raw)) if raw else None
+        return Schedule.from_dict(json.loads(raw), check=False) if raw else None
 
     def all(self) -> list[Schedule]:
         raw = self.client.hgetall(self.keys.schedules)
         return sorted(
-            (Schedule.from_dict(json.loads(v)) for v in raw.values()), key=lambda s: s.name
+            (Schedule.from_dict(json.loads(v), check=False) for v in raw.values()),
+            key=lambda s: s.name,
         )
 
     def runs(self, name: str, limit: int = 20) -> list[str]:

@@ -67,8 +67,12 @@ class Redis:
 class Process:
     """Process settings the components need (not part of the crawl: they change no output)."""
 
-    max_crawl_delay: float = 30.0
-    body_ttl: int = 3600
+    max_crawl_delay: float
+    body_ttl: int
+
+    @classmethod
+    def of(cls, settings: Settings) -> Process:
+        return cls(settings.max_crawl_delay, settings.body_ttl)
 
 
 class CrawlStore:
@@ -79,7 +83,8 @@ class CrawlStore:
         process: Process | None = None,
         known: KnownURLs | None = None,
     ) -> None:
-        process = process or Process()
+        # Without a process's settings, their defaults (declared once, in Settings).
+        process = process or Process.of(Settings())
         self.r = r
         self.opts = opts
         self.id = opts.crawl_id
@@ -142,15 +147,15 @@ class CrawlStore:
         return store
 
 
-def unregister(r: Redis, crawl_id: str, schedule: str | None) -> None:
-    """Undo a registration cut short by a full Redis (deleting is allowed at maxmemory)."""
-    ck = r.keys.crawl(crawl_id)
+def unregister(r: Redis, opts: CrawlOptions) -> None:
+    """Undo a :func:`start` cut short by a full Redis (deleting is allowed at maxmemory)."""
+    ck = r.keys.crawl(opts.crawl_id)
     pipe = r.client.pipeline(transaction=False)  # a full Redis refuses MULTI
     pipe.delete(ck.config, ck.state)
-    pipe.zrem(r.keys.crawls, crawl_id)
-    if schedule:
-        pipe.zrem(r.keys.schedule_runs(schedule), crawl_id)
-    pipe.srem(r.keys.running, crawl_id)
+    pipe.zrem(r.keys.crawls, opts.crawl_id)
+    if opts.schedule:
+        pipe.zrem(r.keys.schedule_runs(opts.schedule), opts.crawl_id)
+    pipe.srem(r.keys.running, opts.crawl_id)
     pipe.execute()
 
 
@@ -202,22 +207,28 @@ def _is_private_literal(host: str) -> bool:
     return not is_public_address(host)
 
 
-def start(
-    r: Redis,
-    settings: Settings,
+def plan(
+    settings: Settings | None,
     seeds: Iterable[str],
     *,
     crawl_id: str | None = None,
-    process: Process | None = None,
     **options: Any,
-) -> CrawlStore:
-    """Validate and register a new crawl and admit its seeds (start_crawl, schedules)."""
+) -> CrawlOptions:
+    """A new crawl's options, seeds and options checked (the one check of each command:
+    start_crawl, ``crawler crawl``, a schedule added or run); nothing is written. Without
+    ``settings``, the defaults of options built without them."""
     urls = check_seeds(list(seeds), bool(options.get("allow_private_networks", False)))
-    opts = CrawlOptions.build(
-        crawl_id or new_crawl_id(), tuple(urls), settings, time.time(), **options
+    return CrawlOptions.build(crawl_id or new_crawl_id(), tuple(urls), settings, 0.0, **options)
+
+
+def start(r: Redis, opts: CrawlOptions, process: Process | None = None) -> CrawlStore:
+    """Register a crawl planned by :func:`plan` and admit its seeds: its partitions placed
+    (``partitions`` 0: automatic) and its start time stamped now."""
+    partitions = opts.partitions or connection.default_partitions(r.client)
+    opts = dataclasses.replace(
+        opts,
+        partitions=partitions,
+        partition_tags=connection.placed_tags(r.client, opts.crawl_id, partitions),
+        started_at=time.time(),
     )
-    if not opts.partitions:
-        opts = dataclasses.replace(opts, partitions=connection.default_partitions(r.client))
-    tags = connection.placed_tags(r.client, opts.crawl_id, opts.partitions)
-    opts = dataclasses.replace(opts, partition_tags=tags)
     return CrawlStore.create(r, opts, process)

@@ -20,11 +20,21 @@ from typing import Any
 
 import click
 import redis
+from click.core import ParameterSource
 
 from ..errors import ConfigError
 from ..settings import Settings, load, redact
 from ..state import connection
-from .cli_common import INTERRUPTED, Fail, client_for, run_main, settings_for
+from ..state.options import PRIORITIES, CrawlOptions
+from .cli_common import (
+    INTERRUPTED,
+    Fail,
+    client_for,
+    option_items,
+    parse_options,
+    run_main,
+    settings_for,
+)
 from .commands import COMMANDS
 
 
@@ -128,6 +138,11 @@ for _command in COMMANDS:
     main.add_command(_command)
 
 
+def _default(name: str) -> str:
+    """A crawl option's default, for a flag's help: the flags declare none of their own."""
+    return f"default: {CrawlOptions.__dataclass_fields__[name].default}"
+
+
 @main.command()
 @click.argument("seeds", nargs=-1, required=True)
 @click.option("--broker", help="Broker/state Redis URL (default: $CRAWLER_BROKER_URL).")
@@ -137,16 +152,24 @@ for _command in COMMANDS:
     help="Directory every worker writes to (default: each worker's CRAWLER_OUTPUT_DIR).",
 )
 @click.option("--max-depth", type=int, help="Links followed from a seed.")
-@click.option("--max-pages", type=int, default=0, help="URLs admitted at most (0: no limit).")
-@click.option("--priority", type=click.Choice(["high", "medium", "low"]), default="high")
-@click.option("--order", type=click.Choice(["bfs", "dfs"]), default="bfs")
+@click.option(
+    "--max-pages", type=int, help=f"URLs admitted at most, 0: no limit ({_default('max_pages')})."
+)
+@click.option(
+    "--priority", type=click.Choice(PRIORITIES), help=f"Highest queue ({_default('priority')})."
+)
+@click.option(
+    "--order", type=click.Choice(["bfs", "dfs"]), help=f"Per domain ({_default('order')})."
+)
 @click.option("--max-pages-per-host", type=int, help="URLs admitted per domain at most.")
 @click.option("--allowed-domain", "allowed_domains", multiple=True, help="Repeatable.")
 @click.option("--include", multiple=True, help="Regex a URL must match (repeatable).")
 @click.option("--exclude", multiple=True, help="Regex a URL must not match (repeatable).")
 @click.option("--rate", "rates", multiple=True, help="HOST=RATE req/s; inf = no limit.")
-@click.option("--default-rate", type=float, help="Requests/s per domain for this crawl.")
-@click.option("--concurrency", type=int, help="Requests in flight per domain.")
+@click.option("--default-rate", type=float, help="Requests/s per domain ($CRAWLER_DEFAULT_RATE).")
+@click.option(
+    "--concurrency", type=int, help="In flight per domain ($CRAWLER_DEFAULT_CONCURRENCY)."
+)
 @click.option("--allow-private-networks", is_flag=True, help="Allow loopback/private hosts.")
 @click.option("--sitemaps", is_flag=True, help="Enqueue robots.txt Sitemap: URLs as seeds.")
 @click.option("--header", "headers", multiple=True, help="'Name: value' on every request.")
@@ -154,44 +177,58 @@ for _command in COMMANDS:
 @click.option("--auth", multiple=True, help="HOST=env:NAME, NAME holding user:password.")
 @click.option("--proxy", help="http://host:port, or env:NAME when it has credentials.")
 @click.option("--extract", help="Extraction hook run on every page: package.module:function.")
-@click.option("--extract-timeout", type=float, help="Seconds a hook may take per page (30).")
+@click.option(
+    "--extract-timeout",
+    type=float,
+    help=f"Seconds a hook may take per page ({_default('extract_timeout')}).",
+)
 @click.option("--on-item", help="Celery task (by name) that receives each page's items.")
-@click.option("--on-item-queue", help="The queue of the --on-item task (default: items).")
+@click.option("--on-item-queue", help=f"The --on-item task's queue ({_default('on_item_queue')}).")
+@option_items
 @click.option("--embedded", is_flag=True, help="Private Redis + local workers for this run.")
 @click.option("--no-wait", is_flag=True, help="Return once the crawl is started.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-def crawl(
-    seeds: tuple[str, ...],
-    broker: str | None,
-    embedded: bool,
-    no_wait: bool,
-    as_json: bool,
-    rates: tuple[str, ...],
-    default_rate: float | None,
-    concurrency: int | None,
-    **options: Any,
-) -> int:
-    """Crawl from SEED URLs; waits and shows progress unless --no-wait."""
-    from ..state.options import CrawlOptions
-    from .crawl import check_seeds
-
-    urls = check_seeds(seeds, options["allow_private_networks"])
-    options.update(rate=default_rate, concurrency=concurrency, rates=_parse_rates(rates))
-    options.update(_request_settings(options))
-    options = {k: v for k, v in options.items() if v not in (None, ())}
-    # Every option checked before anything is started or written.
-    CrawlOptions.from_user(None, seeds=tuple(urls), **options)
+def crawl(broker: str | None, embedded: bool, no_wait: bool, as_json: bool, **_: Any) -> int:
+    """Crawl from SEED URLs; waits and shows progress unless --no-wait. Any crawl option
+    (README, "Crawl options") can be given as --option KEY=JSON."""
     settings = settings_for(broker)
+    opts = crawl_options(click.get_current_context(), settings)
     if no_wait:
         _check_no_wait(settings, embedded)
     with (
         tempfile.TemporaryDirectory(prefix="crawler-logs-") as logs,
         cluster(settings, embedded, logs) as live,
     ):
-        summary, interrupted = _run(live, seeds, no_wait, options)
+        summary, interrupted = _run(live, opts, no_wait)
     if summary is not None:
         click.echo(json.dumps(summary, indent=2) if as_json else _summary_text(summary))
     return INTERRUPTED if interrupted else 0
+
+
+#: Parameters of ``crawler crawl`` that are not crawl options.
+_NOT_OPTIONS = ("seeds", "broker", "embedded", "no_wait", "as_json", "option_items")
+#: Named flags whose crawl option has another name.
+_RENAMED = {"default_rate": "rate"}
+
+
+def crawl_options(ctx: click.Context, settings: Settings) -> CrawlOptions:
+    """The crawl a ``crawler crawl`` command line asks for: named flags and ``--option``
+    items, checked once, before anything is started or written."""
+    from .crawl import plan
+
+    params = {k: v for k, v in ctx.params.items() if k not in _NOT_OPTIONS}
+    extra = parse_options(ctx.params["option_items"])
+    for name in params:
+        key = _RENAMED.get(name, name)
+        if key in extra and ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE:
+            flag = next(p.opts[0] for p in ctx.command.params if p.name == name)
+            raise Fail(f"--option {key}: also given as {flag}; give it once")
+    named = {_RENAMED.get(k, k): v for k, v in params.items()}
+    named["rates"] = _parse_rates(named["rates"])
+    named.update(_request_settings(named))
+    named = {k: v for k, v in named.items() if v not in (None, ())}
+    # --option over what a flag gives when it is not used (False of --sitemaps...).
+    return plan(ctx.params["seeds"], settings, **{**named, **extra})
 
 
 def _check_no_wait(settings: Settings, embedded: bool) -> None:
@@ -209,14 +246,14 @@ def _check_no_wait(settings: Settings, embedded: bool) -> None:
 
 
 def _run(
-    settings: Settings, seeds: tuple[str, ...], no_wait: bool, options: dict[str, Any]
+    settings: Settings, opts: CrawlOptions, no_wait: bool
 ) -> tuple[dict[str, Any] | None, bool]:
     from rich.console import Console
 
-    from .crawl import start_crawl
+    from .crawl import launch
     from .display import watch
 
-    handle = start_crawl(list(seeds), settings=settings, **options)
+    handle = launch(opts, settings=settings)
     where = (
         handle.output_dir
         if handle.options.output

@@ -3,6 +3,7 @@ user's mistake into one line on stderr with exit code 2 (never a traceback)."""
 
 from __future__ import annotations
 
+import json
 import signal
 import sys
 import threading
@@ -15,6 +16,7 @@ import redis
 from ..errors import ConfigError
 from ..settings import Settings, redact
 from ..state import connection
+from ..state.options import INTERNAL
 
 #: Exit code of a command given bad input or pointed at a broker it cannot use.
 USAGE = 2
@@ -28,6 +30,15 @@ broker_option = click.option(
 )
 
 
+option_items = click.option(
+    "--option",
+    "option_items",
+    multiple=True,
+    metavar="KEY=JSON",
+    help="Any crawl option, VALUE as JSON or a bare word (a string); repeatable.",
+)
+
+
 class Fail(click.ClickException):
     """A mistake of the user's: printed as one line, exit code 2."""
 
@@ -35,13 +46,13 @@ class Fail(click.ClickException):
 
 
 def settings_for(broker: str | None) -> Settings:
-    from .crawl import check_redis_url, connect_settings
+    from .crawl import connect_settings
 
     try:
         settings = connect_settings(broker)
     except ValueError as exc:  # a CRAWLER_* variable that is not a number
         raise Fail(str(exc)) from None
-    check_redis_url(settings.state_url)
+    connection.check_redis_url(settings.state_url)
     return settings
 
 
@@ -107,3 +118,24 @@ def run_main(run: Callable[[], Any]) -> NoReturn:
 
 def _terminated(signum: int, frame: Any) -> NoReturn:
     raise SystemExit(TERMINATED)
+
+
+def parse_options(items: tuple[str, ...]) -> dict[str, Any]:
+    """``--option KEY=VALUE`` items (``crawler crawl``, ``schedule add``) as crawl options:
+    VALUE as JSON, or a bare word as a string (``priority=low``). Names and values are checked
+    with the rest of the crawl's options."""
+    opts = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise Fail(f"--option {item!r}: expected KEY=VALUE (VALUE as JSON or a word)")
+        if key in INTERNAL:
+            raise Fail(f"--option {key}: set by the crawler itself, not a crawl option")
+        try:
+            opts[key] = json.loads(value)
+        except json.JSONDecodeError as exc:
+            # A bracket or quote means JSON was meant: a typo must not become a string.
+            if value.lstrip()[:1] in ("[", "{", '"'):
+                raise Fail(f"--option {key}: bad JSON {value!r}: {exc.msg}") from None
+            opts[key] = value
+    return opts

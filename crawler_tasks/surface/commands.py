@@ -10,8 +10,8 @@ from typing import Any
 
 import click
 
-from ..errors import ConfigError, InvalidSeed
-from .cli_common import Fail, broker_option, connect, handle
+from ..errors import ConfigError
+from .cli_common import Fail, broker_option, connect, handle, option_items, parse_options
 from .export import export
 
 
@@ -183,26 +183,13 @@ def _schedules(broker: str | None) -> Any:
     return Schedules(make_app(settings), client, Keys(settings.key_prefix))
 
 
-def parse_options(items: tuple[str, ...]) -> dict[str, Any]:
-    opts = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise Fail(f"--option {item!r}: expected KEY=VALUE (VALUE as JSON or a word)")
-        try:
-            opts[key] = json.loads(value)
-        except json.JSONDecodeError:
-            opts[key] = value
-    return opts
-
-
 @schedule.command("add")
 @click.argument("name")
 @click.argument("seeds", nargs=-1, required=True)
 @click.option("--every-hours", type=float)
 @click.option("--every-seconds", type=float)
 @click.option("--cron", help="'minute hour day month weekday'")
-@click.option("--option", "options", multiple=True, help="KEY=JSON crawl option (repeatable).")
+@option_items
 @broker_option
 def schedule_add(
     name: str,
@@ -210,18 +197,16 @@ def schedule_add(
     every_hours: float | None,
     every_seconds: float | None,
     cron: str | None,
-    options: tuple[str, ...],
+    option_items: tuple[str, ...],
     broker: str | None,
 ) -> None:
     """Add or replace schedule NAME crawling SEEDS."""
     from ..state.schedules import Schedule
-    from .crawl import check_seeds
 
-    opts = parse_options(options)
-    try:
-        check_seeds(seeds, bool(opts.get("allow_private_networks")))
+    opts = parse_options(option_items)
+    try:  # the seeds and options checked, once, before anything is written
         item = Schedule(name, list(seeds), every_hours, every_seconds, cron, opts)
-    except (InvalidSeed, ConfigError) as exc:
+    except ConfigError as exc:
         raise Fail(str(exc)) from None
     _schedules(broker).add(item)
     click.echo(f"schedule {name} added")

@@ -17,16 +17,16 @@ import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import redis
 
-from ..errors import ConfigError, RedisFull, UnknownCrawl
-from ..settings import Settings, load, redact, unescaped_userinfo
+from ..errors import RedisFull, UnknownCrawl
+from ..settings import Settings, load
 from ..state import connection
 from ..state import store as stores
+from ..state.connection import check_redis_url
 from ..state.formats import Status
-from ..state.health import memory, refuses_writes
+from ..state.health import memory, no_room_for
 from ..state.keys import CrawlKeys, Keys
 from ..state.options import CrawlOptions
 from ..state.politeness import effective_rate
@@ -34,7 +34,15 @@ from ..state.stats import RATE_WINDOW, Stats
 from ..state.store import CrawlStore, Redis, check_seeds, new_crawl_id
 from ..worker.output import latest_items, latest_pages, read_pages
 
-__all__ = ["Crawl", "start_crawl", "list_crawls", "check_seeds", "new_crawl_id"]
+__all__ = [
+    "Crawl",
+    "start_crawl",
+    "plan",
+    "launch",
+    "list_crawls",
+    "check_seeds",
+    "new_crawl_id",
+]
 
 
 def start_crawl(
@@ -59,23 +67,37 @@ def start_crawl(
     :class:`~crawler_tasks.errors.ConfigError` before anything is written.
     """
     settings = settings or connect_settings(broker)
+    opts = plan(seeds, settings, crawl_id=crawl_id, output=output, rates=rates, **options)
+    return launch(opts, settings=settings, client=client)
+
+
+def plan(
+    seeds: Iterable[str],
+    settings: Settings,
+    *,
+    output: str | os.PathLike[str] | None = None,
+    **options: Any,
+) -> CrawlOptions:
+    """A new crawl's options from what a user gave (start_crawl keywords, ``crawler crawl``
+    flags), checked once: ConfigError or InvalidSeed before anything is written."""
+    # Without an explicit output, each worker writes under its own CRAWLER_OUTPUT_DIR.
+    output_dir = str(Path(output).resolve()) if output else ""
+    return stores.plan(settings, seeds, output=output_dir, **options)
+
+
+def launch(opts: CrawlOptions, *, settings: Settings, client: redis.Redis | None = None) -> Crawl:
+    """Store and seed a crawl :func:`plan` made: RedisFull (nothing left behind) if Redis
+    cannot hold it."""
     client = client or connection.connect(settings.state_url)
     connection.check_broker(settings.broker_url, client)
     r = Redis.connect(client, settings.key_prefix)
-    if rates:
-        options["rates"] = rates
-    # Without an explicit output, each worker writes under its own CRAWLER_OUTPUT_DIR.
-    output_dir = str(Path(output).resolve()) if output else ""
-    seeds, crawl_id = list(seeds), crawl_id or new_crawl_id()
-    urls = check_seeds(seeds, bool(options.get("allow_private_networks", False)))
-    bloom = CrawlOptions.build(crawl_id, tuple(urls), settings, time.time(), **options).bloom
-    if _no_room(client, bloom.bits // 8):
-        raise RedisFull(_full_message(client, bloom, options))
+    if no_room_for(client, opts.bloom.bits // 8):
+        raise RedisFull(_full_message(client, opts))
     try:
-        store = stores.start(r, settings, seeds, crawl_id=crawl_id, output=output_dir, **options)
+        store = stores.start(r, opts)
     except redis.exceptions.OutOfMemoryError:
-        stores.unregister(r, crawl_id, options.get("schedule"))
-        raise RedisFull(_full_message(client, bloom, options)) from None
+        stores.unregister(r, opts)
+        raise RedisFull(_full_message(client, opts)) from None
     return Crawl(store.id, settings=settings, client=client, store=store)
 
 
@@ -87,46 +109,10 @@ def connect_settings(broker: str | None) -> Settings:
     return load(broker_url=broker, redis_url="")
 
 
-def check_redis_url(url: str) -> None:
-    """ConfigError for a URL redis-py could not connect with, naming it (password masked)."""
-    parts = urlsplit(url)
-    why = ""
-    if parts.scheme not in ("redis", "rediss", "unix"):
-        why = "scheme must be redis://, rediss:// or unix://"
-    elif unescaped_userinfo(url):
-        why = "the password holds '@' or '/': percent-encode it ('@' is %40, '/' is %2F)"
-    elif parts.scheme != "unix" and not parts.hostname:
-        why = "no host"
-    else:
-        try:
-            parts.port  # noqa: B018  (raises ValueError for a port that is not a number)
-        except ValueError:
-            why = "the port is not a number"
-    if why:
-        raise ConfigError(f"malformed Redis URL {redact(url)!r}: {why}")
-
-
-def _no_room(client: redis.Redis, need: int) -> bool:
-    """True if Redis refuses writes, or would once the crawl's dedupe filter (``need`` bytes,
-    allocated by its first admit) is in: a Lua script that starts under ``maxmemory`` may end
-    far above it, so check before."""
-    if refuses_writes(client):
-        return True
-    for node in connection.node_clients(client):  # the crawl's slot may be on any master
-        try:
-            info = node.info("memory")
-        except redis.ResponseError:  # INFO forbidden (managed Redis): let the writes tell
-            return False
-        limit = int(info.get("maxmemory", 0) or 0)
-        if limit and int(info.get("used_memory", 0)) + need > limit:
-            return True
-    return False
-
-
-def _full_message(client: redis.Redis, bloom: Any, options: dict[str, Any]) -> str:
-    info = client.info("memory")
+def _full_message(client: redis.Redis, opts: CrawlOptions) -> str:
+    info, bloom = client.info("memory"), opts.bloom
     mb = 1024 * 1024
-    bounded = bool(options.get("max_pages"))
+    bounded = bool(opts.max_pages)
     why = f"its dedupe filter takes {bloom.bits / 8 / mb:.1f} MB up front" + (
         "" if bounded else f" (no max_pages: sized for {bloom.capacity:,} URLs)"
     )
@@ -343,7 +329,7 @@ def list_crawls(client: redis.Redis, keys: Keys, limit: int = 50) -> list[dict[s
     whose state cannot be read is listed with ``unreadable`` (why) instead of failing the
     whole listing."""
     r = Redis.connect(client, keys.prefix)
-    out = []
+    out: list[dict[str, Any]] = []
     for crawl_id in stores.recent(r, limit):
         try:
             opts = CrawlStore.read_options(r, crawl_id)

@@ -179,7 +179,8 @@ def start_scheduled(self: Any, name: str) -> str | None:
     item = Schedules(app, ctx.client, ctx.keys).get(name)
     if item is None:
         return None  # removed since beat read it
-    return store.start(ctx.r, ctx.settings, item.seeds, schedule=name, **item.options).id
+    opts = store.plan(ctx.settings, item.seeds, schedule=name, **item.options)
+    return store.start(ctx.r, opts).id
 
 
 @beat_init.connect
