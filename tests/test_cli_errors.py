@@ -80,13 +80,23 @@ CASES = [
     (f"crawl {SEED} --option rate=0 {{live}}", "rate"),
     (f"crawl {SEED} --option crawl_id=mine {{live}}", "crawl_id"),
     (f"crawl {SEED} --option max_depth {{live}}", "KEY=VALUE"),
+    (f"crawl {SEED} --output /proc/version/out {{live}}", "not a directory"),
+    (f"crawl {SEED} --output /proc/sys/out {{live}}", "cannot write there"),
+    (f"crawl {SEED} --allowed-domain http://127.0.0.1:8600/ {{live}}", "allowed domain"),
+    (f"crawl {SEED} --option 'allowed_domains=[\"http://x/\"]' {{live}}", "allowed domain"),
     # set-rate
     ("set-rate a.example abc {live}", "abc"),
     ("set-rate a.example 0 {live}", "> 0"),
+    ("set-rate http://127.0.0.1:8600/ 5 {live}", "here: 127.0.0.1"),
+    ("set-rate a.example:8080 5 {live}", "not a URL or host:port"),
+    ("set-rate 'a b' 5 {live}", "host name"),
     # schedules
     (f"schedule add s {SEED} --cron 'bogus cron' {{live}}", "cron"),
     (f"schedule add s {SEED} --cron '99 * * * *' {{live}}", "99"),
     (f"schedule add s {SEED} --every-hours -1 {{live}}", "every_hours"),
+    (f"schedule add s {SEED} --every-hours 0 {{live}}", "every_hours must be > 0"),
+    ("schedule add s http://127.0.0.1:9/ --every-hours 1 {live}", "--option allow_private"),
+    (f"crawl {SEED} --concurrency 100000 {{live}}", "concurrency must be <= 1000"),
     (f"schedule add s {SEED} --every-hours 1 --option max_depht=3 {{live}}", "max_depth"),
     (f"schedule add s {SEED} --every-hours 1 --option rate=0 {{live}}", "rate"),
     (f"schedule add s {SEED} --every-hours 1 --every-seconds 5 {{live}}", "exactly one"),
@@ -183,9 +193,14 @@ def test_python_api_refuses_bad_options_and_unknown_ids(settings, client):
             start_crawl([SEED], settings=settings, **bad)
     with pytest.raises(ConfigError, match="did you mean 'max_depth'"):
         start_crawl([SEED], settings=settings, max_depht=3)
+    with pytest.raises(ConfigError, match="invalid allowed domain"):
+        start_crawl([SEED], settings=settings, allowed_domains=["http://127.0.0.1:8600/"])
     with pytest.raises(UnknownCrawl):
         Crawl("nope", settings=settings).pause()
     assert not list(client.scan_iter("crawler:*"))
+    # One URL as a string is that seed, not its characters.
+    crawl = start_crawl(SEED, settings=settings)
+    assert crawl.options.seeds == (SEED,)
 
 
 @pytest.mark.parametrize(

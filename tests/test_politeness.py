@@ -309,6 +309,10 @@ def test_set_rate_command_is_cluster_wide(settings, client, redis_url):
         assert len(released(crawl)) == 1
         assert crawl.domains()[0]["rate"] == pytest.approx(0.25)
         assert float(client.hget(crawl.ck.domain("127.0.0.43"), "iv")) == pytest.approx(4.0)
+    # Shared across crawls, now and later: the command and each crawl's status say so.
+    assert "every crawl of this host" in result.output
+    shown = CliRunner().invoke(cli, ["status", two.id, "--broker", redis_url])
+    assert "set-rate=0.25/s (all crawls)" in shown.output, shown.output
     CliRunner().invoke(cli, ["set-rate", "127.0.0.43", "default", "--broker", redis_url])
     assert client.hget(Keys(settings.key_prefix).rates, "127.0.0.43") is None
 

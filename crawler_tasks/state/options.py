@@ -130,6 +130,9 @@ class CrawlOptions:
                 raise ConfigError(f"rate for {host!r} must be > 0 (use inf for no limit)")
         _check_hooks(self)
         _check_requests(self)
+        # Builds the scope as every worker will (allowed domains, patterns): a crawl that
+        # could not be admitted must fail here, before anything of it is written.
+        self.scope  # noqa: B018
 
     @classmethod
     def from_user(cls, settings: Settings | None, **values: Any) -> CrawlOptions:
@@ -239,6 +242,9 @@ _INTS = (
     "partitions",
 )
 _MINIMUM = {"burst": 0, "concurrency": 1, "bloom_capacity": 0, "partitions": 0}
+#: Upper bounds: requests in flight to one host (more is an attack, not a crawl; a fetch pool
+#: has 256 threads per process), tokens of one host's burst, partitions of the state.
+_MAXIMUM = {"concurrency": 1000, "burst": 1000, "partitions": 1024}
 
 
 def user_option_names() -> list[str]:
@@ -363,8 +369,8 @@ def _check_values(o: CrawlOptions) -> None:
             raise ConfigError(f"{name} must be an integer, not {value!r}")
         if value < _MINIMUM.get(name, 0):
             raise ConfigError(f"{name} must be >= {_MINIMUM.get(name, 0)}, not {value}")
-    if o.partitions > 1024:
-        raise ConfigError(f"partitions must be <= 1024, not {o.partitions}")
+        if name in _MAXIMUM and value > _MAXIMUM[name]:
+            raise ConfigError(f"{name} must be <= {_MAXIMUM[name]}, not {value}")
     depth = o.max_depth
     if depth is not None and (isinstance(depth, bool) or not isinstance(depth, int)):
         raise ConfigError(f"max_depth must be an integer, not {o.max_depth!r}")

@@ -48,19 +48,19 @@ class Schedule:
     check: InitVar[bool] = True
 
     def __post_init__(self, check: bool) -> None:
-        periods = [p for p in (self.every_hours, self.every_seconds, self.cron) if p]
+        for what, period in (
+            ("every_hours", self.every_hours),
+            ("every_seconds", self.every_seconds),
+        ):
+            if period is not None and not period > 0:  # 0 is a period given, and wrong
+                raise ConfigError(f"schedule {self.name!r}: {what} must be > 0, not {period}")
+        periods = [p for p in (self.every_hours, self.every_seconds, self.cron) if p is not None]
         if len(periods) != 1:
             raise ConfigError(
                 f"schedule {self.name!r}: give exactly one of every_hours, every_seconds or cron"
             )
         if not self.seeds:
             raise ConfigError(f"schedule {self.name!r}: no seeds")
-        for what, period in (
-            ("every_hours", self.every_hours),
-            ("every_seconds", self.every_seconds),
-        ):
-            if period is not None and not period > 0:
-                raise ConfigError(f"schedule {self.name!r}: {what} must be > 0, not {period}")
         self.celery_schedule()  # a cron that does not parse is refused now, not at beat time
         if check:
             self._check_options()

@@ -178,10 +178,13 @@ def new_crawl_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
 
 
-def check_seeds(seeds: Iterable[str], allow_private: bool) -> list[str]:
-    """Normalised seeds, or InvalidSeed naming the first one that cannot be crawled."""
+def check_seeds(seeds: Iterable[str] | str, allow_private: bool) -> list[str]:
+    """Normalised seeds, or InvalidSeed naming the first one that cannot be crawled. One URL
+    given as a string is that one seed (not its characters)."""
     out = []
-    for seed in seeds:
+    for seed in [seeds] if isinstance(seeds, str) else seeds:
+        if not isinstance(seed, str):
+            raise InvalidSeed(repr(seed), "a seed is a URL string")
         try:
             url = normalize(seed)
         except InvalidURL as exc:
@@ -190,8 +193,9 @@ def check_seeds(seeds: Iterable[str], allow_private: bool) -> list[str]:
         if not allow_private and (host == "localhost" or _is_private_literal(host)):
             raise InvalidSeed(
                 seed,
-                "private or loopback address: allow it with --allow-private-networks "
-                "(allow_private_networks=True)",
+                "private or loopback address: allow it with the crawl option "
+                "allow_private_networks (crawler crawl --allow-private-networks; "
+                "--option allow_private_networks=true; allow_private_networks=True)",
             )
         out.append(url)
     if not out:
@@ -209,7 +213,7 @@ def _is_private_literal(host: str) -> bool:
 
 def plan(
     settings: Settings | None,
-    seeds: Iterable[str],
+    seeds: Iterable[str] | str,
     *,
     crawl_id: str | None = None,
     **options: Any,
@@ -217,7 +221,7 @@ def plan(
     """A new crawl's options, seeds and options checked (the one check of each command:
     start_crawl, ``crawler crawl``, a schedule added or run); nothing is written. Without
     ``settings``, the defaults of options built without them."""
-    urls = check_seeds(list(seeds), bool(options.get("allow_private_networks", False)))
+    urls = check_seeds(seeds, bool(options.get("allow_private_networks", False)))
     return CrawlOptions.build(crawl_id or new_crawl_id(), tuple(urls), settings, 0.0, **options)
 
 

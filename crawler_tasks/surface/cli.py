@@ -193,6 +193,7 @@ def crawl(broker: str | None, embedded: bool, no_wait: bool, as_json: bool, **_:
     (README, "Crawl options") can be given as --option KEY=JSON."""
     settings = settings_for(broker)
     opts = crawl_options(click.get_current_context(), settings)
+    _check_output(opts.output, settings.output_dir if embedded else "")
     if no_wait:
         _check_no_wait(settings, embedded)
     with (
@@ -229,6 +230,17 @@ def crawl_options(ctx: click.Context, settings: Settings) -> CrawlOptions:
     named = {k: v for k, v in named.items() if v not in (None, ())}
     # --option over what a flag gives when it is not used (False of --sitemaps...).
     return plan(ctx.params["seeds"], settings, **{**named, **extra})
+
+
+def _check_output(explicit: str, local: str) -> None:
+    """The output this command knows is written on this host (--output, or the embedded
+    workers' CRAWLER_OUTPUT_DIR) must be writable: refused before the crawl exists."""
+    from ..worker.output import unwritable
+
+    for flag, directory in (("--output", explicit), ("CRAWLER_OUTPUT_DIR", local)):
+        why = unwritable(directory) if directory else None
+        if why:
+            raise Fail(f"{flag} {directory}: cannot write there ({why})")
 
 
 def _check_no_wait(settings: Settings, embedded: bool) -> None:

@@ -32,9 +32,10 @@ def status(crawl_id: str, broker: str | None, as_json: bool) -> None:
 
     click.echo(line(p))
     for d in p["domains"]:
+        shared = f" set-rate={d['cluster_rate']}/s (all crawls)" if d.get("cluster_rate") else ""
         click.echo(
             f"  {d['domain']}: pending={d['pending']} in_flight={d['in_flight']} "
-            f"rate={d['rate']:.3g}/s slowdown={d['slowdown']:.2f}"
+            f"rate={d['rate']:.3g}/s slowdown={d['slowdown']:.2f}{shared}"
         )
     b = p["bloom"]
     click.echo(f"  bloom: fill={b['fill_ratio']:.4f} est. false positives={fp_rate(b)}")
@@ -141,9 +142,37 @@ def set_rate_cmd(domain: str, rate: str, broker: str | None) -> None:
     from ..state.politeness import set_rate
 
     value = parse_rate(rate)
+    host = parse_host(domain)
     settings, client = connect(broker)
-    set_rate(client, Keys(settings.key_prefix), domain.lower(), value)
-    click.echo(f"{domain}: {rate} requests/s")
+    set_rate(client, Keys(settings.key_prefix), host, value)
+    if value is None:
+        click.echo(f"{host}: set-rate removed; each crawl's own rate applies again")
+    else:
+        click.echo(
+            f"{host}: {rate} requests/s, cluster-wide: every crawl of this host, running or "
+            f"started later, until `crawler set-rate {host} default` (a crawl's own "
+            "rates={host: r} still wins)"
+        )
+
+
+def parse_host(text: str) -> str:
+    """A politeness domain as buckets are keyed: a host name or IP address, no URL, no port."""
+    import ipaddress
+
+    from ..errors import InvalidURL
+    from ..web.urls import host_of, normalize
+
+    with contextlib.suppress(ValueError):
+        return str(ipaddress.IPv6Address(text.strip("[]")))
+    if any(c in text for c in "/@:?# ") or not text:
+        hint = ""
+        with contextlib.suppress(InvalidURL, ValueError):
+            hint = f" (here: {host_of(normalize(text))})"
+        raise Fail(f"set-rate {text!r}: give a host name, not a URL or host:port{hint}")
+    try:
+        return host_of(normalize(f"http://{text}/"))
+    except InvalidURL as exc:
+        raise Fail(f"set-rate {text!r}: not a host name: {exc}") from None
 
 
 @click.command()
