@@ -56,23 +56,103 @@ def test_crawl_starts_local_workers_when_none_consume_the_queues(redis_url, tmp_
 
 
 @pytest.mark.parametrize("scheme", ["redis", "rediss"])
-def test_unreachable_broker_falls_back_to_embedded(tmp_path, scheme):
+def test_an_explicit_broker_that_does_not_answer_is_never_replaced(tmp_path, scheme):
     dead = f"{scheme}://:s3cret@127.0.0.1:{free_port()}/0"
-    with running_sites(["127.0.0.17"], 8, 2) as (_, servers):
-        result = run(
-            "crawl",
-            servers[0].base_url + "/",
-            "--broker",
-            dead,
-            "--allow-private-networks",
-            "--output",
-            str(tmp_path),
-            "--json",
-            "--rate",
-            "127.0.0.17=inf",
-        )
-    assert result.returncode == 0, result.stderr
-    assert "unreachable: running embedded" in result.stderr
+    result = run("crawl", "http://127.0.0.1:9/", "--broker", dead, "--allow-private-networks")
+    assert result.returncode == 2, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"error: broker {scheme}://:***@127.0.0.1:") and "refused" in line
     assert "s3cret" not in result.stderr + result.stdout  # the password is masked
-    assert f"broker {scheme}://:***@127.0.0.1:" in result.stderr
-    assert json.loads(result.stdout)["status"] == "finished"
+    assert "embedded" not in result.stderr
+
+
+def test_only_the_default_broker_falls_back_to_embedded(tmp_path):
+    """Nothing named a broker: the built-in default that does not answer gives way to a
+    private Redis and local workers (the CLI cannot be pointed at a dead default here without
+    touching the machine's own Redis on 6379: its fallback is driven directly)."""
+    from crawler_tasks.settings import load
+    from crawler_tasks.surface.cli import cluster
+
+    dead = load(env={}, broker_url=f"redis://127.0.0.1:{free_port()}/0")
+    with cluster(dead, False, str(tmp_path), explicit=False) as live:
+        assert live.broker_url != dead.broker_url
+        import redis
+
+        assert redis.Redis.from_url(live.broker_url).ping()
+
+
+def _serve_raw(reply: bytes):  # type: ignore[no-untyped-def]
+    """A TCP server on loopback that answers anything with ``reply`` and closes."""
+    import socket
+    import threading
+
+    srv = socket.create_server(("127.0.0.1", 0))
+
+    def loop() -> None:
+        while True:
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(1024)
+                conn.sendall(reply)
+
+    threading.Thread(target=loop, daemon=True).start()
+    return srv
+
+
+@pytest.mark.parametrize(
+    ("broker", "says"),
+    [
+        ("redis://127.0.0.1:{http}/0", "it answered, but it is not Redis"),
+        ("redis://127.0.0.1:{locked}/0", "authentication failed"),
+        ("redis://:Pw9zq@127.0.0.1:{locked}/0", "authentication failed"),
+    ],
+)
+def test_broker_mistakes_are_one_line_naming_what_failed(broker, says, tmp_path):
+    import shutil
+
+    http = _serve_raw(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+    port = free_port()
+    locked = subprocess.Popen(
+        [shutil.which("redis-server") or "redis-server", "--port", str(port), "--save", "",
+         "--requirepass", "right", "--dir", str(tmp_path)],
+        stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        url = broker.format(http=http.getsockname()[1], locked=port)
+        import time
+
+        time.sleep(0.3)
+        for args in (["crawl", "http://a.example/"], ["list"]):
+            result = run(*args, "--broker", url)
+            assert result.returncode == 2, result.stderr
+            (line,) = result.stderr.strip().splitlines()
+            assert says in line and "Pw9zq" not in line, line
+            assert "HTTP/1.1 400" in line or "{http}" not in broker
+    finally:
+        http.close()
+        locked.terminate()
+        locked.wait(10)
+
+
+def test_rabbitmq_mistakes_are_one_line(redis_url):
+    if shutil_which("rabbitmqctl") is None:
+        pytest.skip("no RabbitMQ on this machine")
+    cases = [
+        ("amqp://guest:wrong@127.0.0.1:5672//", "access refused: wrong user or password"),
+        ("amqp://guest:guest@127.0.0.1:5672/no-such-vhost-crawler", "vhost"),
+    ]
+    for broker, says in cases:
+        env = {"CRAWLER_BROKER_URL": broker, "CRAWLER_REDIS_URL": redis_url}
+        result = run("crawl", "http://a.example/", env=env)
+        assert result.returncode == 2, result.stderr
+        (line,) = result.stderr.strip().splitlines()
+        assert says in line and "guest:***@" in line, line
+
+
+def shutil_which(name: str) -> str | None:
+    import shutil
+
+    return shutil.which(name)

@@ -44,13 +44,15 @@ CASES = [
     ("cancel nope {live}", "nope"),
     ("failed nope {live}", "nope"),
     ("retry-failed nope {live}", "nope"),
-    # unreachable broker
-    ("list {dead}", "unreachable"),
-    ("status someid {dead}", "unreachable"),
-    ("pause someid {dead}", "unreachable"),
-    ("set-rate a.example 2 {dead}", "unreachable"),
-    ("schedule list {dead}", "unreachable"),
-    ("metrics {dead}", "unreachable"),
+    # unreachable broker: an explicit one is never replaced by an embedded one
+    ("list {dead}", "connection refused"),
+    ("status someid {dead}", "connection refused"),
+    ("pause someid {dead}", "connection refused"),
+    ("set-rate a.example 2 {dead}", "connection refused"),
+    ("schedule list {dead}", "connection refused"),
+    ("metrics {dead}", "connection refused"),
+    (f"crawl {SEED} {{dead}}", "connection refused"),
+    ("status nope {live}", "at redis://127.0.0.1:"),
     # malformed broker URLs
     (f"crawl {SEED} --broker notaurl", "notaurl"),
     (f"crawl {SEED} --broker redis://host:notaport/0", "port"),

@@ -124,3 +124,51 @@ def check_redis_url(url: str) -> None:
             why = "the port is not a number"
     if why:
         raise ConfigError(f"malformed Redis URL {redact(url)!r}: {why}")
+
+
+def redis_problem(url: str, timeout: float = 2.0) -> str | None:
+    """Why the Redis at ``url`` cannot be used, in a few words (None: it answers PING). Asked
+    once, without redis-py's retries, so that a wrong port or password says so at once."""
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    client = redis.Redis.from_url(
+        url, socket_connect_timeout=timeout, socket_timeout=timeout, retry=Retry(NoBackoff(), 0)
+    )
+    try:
+        client.ping()
+        return None
+    except redis.AuthenticationError:
+        return "authentication failed: its password is missing or wrong"
+    except redis.TimeoutError:
+        return f"no answer within {timeout:g} s"
+    except redis.ConnectionError as exc:
+        if isinstance(exc.__cause__, ConnectionRefusedError) or "refused" in str(exc).lower():
+            return "connection refused: nothing listens there"
+        said = _greeting(url, timeout)
+        if said is not None and not said.startswith(("+", "-", "$", "*", ":", "%", ">")):
+            return f"it answered, but it is not Redis (it said {said!r})"
+        return f"unreachable: {exc}"
+    except redis.ResponseError as exc:
+        if str(exc).startswith(("NOAUTH", "WRONGPASS")):
+            return "authentication failed: its password is missing or wrong"
+        return f"refused us: {exc}"
+    except redis.RedisError as exc:  # a protocol error: something else speaks there
+        return f"it answered, but it is not Redis ({type(exc).__name__}: {exc})"
+    finally:
+        client.close()
+
+
+def _greeting(url: str, timeout: float) -> str | None:
+    """The first bytes a TCP server at ``url`` sends back to PING (None if not told)."""
+    import socket
+
+    parts = urlsplit(url)
+    if parts.scheme != "redis" or not parts.hostname:
+        return None  # TLS or a socket file: redis-py's own message is the best there is
+    try:
+        with socket.create_connection((parts.hostname, parts.port or 6379), timeout) as sock:
+            sock.sendall(b"PING\r\n")
+            return sock.recv(40).decode("latin-1").split("\r\n")[0]
+    except OSError:
+        return None

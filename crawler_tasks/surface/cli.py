@@ -11,6 +11,7 @@ import functools
 import http.server
 import json
 import math
+import os
 import sys
 import tempfile
 import threading
@@ -19,7 +20,6 @@ from importlib import resources
 from typing import Any
 
 import click
-import redis
 from click.core import ParameterSource
 
 from ..errors import ConfigError
@@ -29,21 +29,12 @@ from ..state.options import PRIORITIES, CrawlOptions
 from .cli_common import (
     INTERRUPTED,
     Fail,
-    client_for,
     option_items,
     parse_options,
     run_main,
     settings_for,
 )
 from .commands import COMMANDS
-
-
-def _reachable(settings: Settings) -> bool:
-    try:
-        client_for(settings).ping()
-        return True
-    except (redis.ConnectionError, redis.TimeoutError, OSError):
-        return False
 
 
 def _has_crawl_workers(settings: Settings) -> bool:
@@ -92,15 +83,22 @@ def _request_settings(options: dict[str, Any]) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def cluster(settings: Settings, embedded: bool, log_dir: str | None) -> Iterator[Settings]:
-    """Yield settings pointing at a broker with crawl workers, starting what is missing."""
+def cluster(
+    settings: Settings, embedded: bool, log_dir: str | None, explicit: bool = True
+) -> Iterator[Settings]:
+    """Yield settings pointing at a broker with crawl workers, starting what is missing. A
+    broker the user named (``explicit``: --broker, CRAWLER_BROKER_URL, CRAWLER_REDIS_URL) that
+    cannot be used is one line and exit 2; only the built-in default falls back to a private
+    Redis, and says so."""
     from .embedded import local_workers, private_redis
+    from .probe import problem
 
     with contextlib.ExitStack() as stack:
-        if not embedded and not _reachable(settings):
-            click.echo(
-                f"broker {redact(settings.broker_url)} unreachable: running embedded", err=True
-            )
+        why = None if embedded else problem(settings)
+        if why is not None and explicit:
+            raise Fail(why)
+        if why is not None:
+            click.echo(f"{why}: running embedded (no broker configured)", err=True)
             embedded = True
         if not embedded:
             try:
@@ -176,6 +174,7 @@ def _default(name: str) -> str:
 @click.option("--cookie", "cookies", multiple=True, help="HOST:NAME=VALUE (repeatable).")
 @click.option("--auth", multiple=True, help="HOST=env:NAME, NAME holding user:password.")
 @click.option("--proxy", help="http://host:port, or env:NAME when it has credentials.")
+@click.option("--user-agent", help="User-Agent header of every request ($CRAWLER_USER_AGENT).")
 @click.option("--extract", help="Extraction hook run on every page: package.module:function.")
 @click.option(
     "--extract-timeout",
@@ -198,7 +197,7 @@ def crawl(broker: str | None, embedded: bool, no_wait: bool, as_json: bool, **_:
         _check_no_wait(settings, embedded)
     with (
         tempfile.TemporaryDirectory(prefix="crawler-logs-") as logs,
-        cluster(settings, embedded, logs) as live,
+        cluster(settings, embedded, logs, explicit=_broker_named(broker)) as live,
     ):
         summary, interrupted = _run(live, opts, no_wait)
     if summary is not None:
@@ -232,6 +231,12 @@ def crawl_options(ctx: click.Context, settings: Settings) -> CrawlOptions:
     return plan(ctx.params["seeds"], settings, **{**named, **extra})
 
 
+def _broker_named(broker: str | None) -> bool:
+    """The user named a broker (flag or environment): it is never replaced by a fallback."""
+    names = ("CRAWLER_BROKER_URL", "CRAWLER_REDIS_URL")
+    return broker is not None or any(os.environ.get(name) for name in names)
+
+
 def _check_output(explicit: str, local: str) -> None:
     """The output this command knows is written on this host (--output, or the embedded
     workers' CRAWLER_OUTPUT_DIR) must be writable: refused before the crawl exists."""
@@ -245,11 +250,14 @@ def _check_output(explicit: str, local: str) -> None:
 
 def _check_no_wait(settings: Settings, embedded: bool) -> None:
     """--no-wait returns at once: the crawl must be served by workers that stay."""
+    from .probe import problem
+
     where = redact(settings.broker_url)
     if embedded:
         raise Fail("--no-wait cannot be used with --embedded (embedded runs end with the command)")
-    if not _reachable(settings):
-        raise Fail(f"--no-wait needs a running broker; {where} is unreachable")
+    why = problem(settings)
+    if why is not None:
+        raise Fail(f"--no-wait needs a running broker: {why}")
     if not _has_crawl_workers(settings):
         raise Fail(
             f"--no-wait: no worker consumes the crawl queues at {where}; start workers "
@@ -275,6 +283,8 @@ def _run(
     if no_wait:
         click.echo(handle.id)
         return None, False
+    _say_pace(opts)
+    interrupted = False
     try:
         # Progress on stderr: stdout carries only the summary (``--json`` pipes cleanly).
         watch(handle, console=Console(stderr=True))
@@ -282,8 +292,29 @@ def _run(
         click.echo(f"\ninterrupted: cancelling crawl {handle.id}", err=True)
         handle.cancel()
         handle.wait(timeout=30)
-        return handle.summary(), True
-    return handle.summary(), False
+        interrupted = True
+    summary = handle.summary()
+    summary["output_dir"] = str(handle.output_dir)
+    first = next((f for f in handle.failed() if f.get("extract_error")), None)
+    if first is not None:
+        summary["first_extract_error"] = f"{first['url']}: {first['extract_error']}"
+    return summary, interrupted
+
+
+def _say_pace(opts: CrawlOptions) -> None:
+    """Once, when the user chose no pace: politeness is what sets it, and how to raise it."""
+    if opts.rates or ParameterSource.COMMANDLINE in _rate_sources():
+        return
+    click.echo(
+        f"pace: {opts.rate:g} request/s per host (politeness; robots.txt Crawl-delay may lower "
+        "it). On a site of your own raise it: --rate HOST=10 (or --default-rate)",
+        err=True,
+    )
+
+
+def _rate_sources() -> set[ParameterSource | None]:
+    ctx = click.get_current_context()
+    return {ctx.get_parameter_source(name) for name in ("default_rate", "rates")}
 
 
 def _summary_text(s: dict[str, Any]) -> str:
@@ -308,6 +339,10 @@ def _summary_text(s: dict[str, Any]) -> str:
     ]
     if s.get("failures"):
         lines.append(f"  failures: {s['failures']}")
+    if s.get("first_extract_error"):
+        lines.append(f"  first extract error: {s['first_extract_error']}")
+    if s.get("output_dir"):
+        lines.append(f"  files: {s['output_dir']}")
     if s.get("changes"):
         lines.append(f"  changes since the previous run: {s['changes']}")
     return "\n".join(lines)

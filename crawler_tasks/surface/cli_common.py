@@ -62,14 +62,13 @@ def client_for(settings: Settings) -> redis.Redis:
 
 def connect(broker: str | None) -> tuple[Settings, redis.Redis]:
     """Settings and a client of a Redis that answers, or one line saying why not."""
+    from .probe import problem
+
     settings = settings_for(broker)
+    why = problem(settings)
+    if why is not None:
+        raise Fail(why)
     client = client_for(settings)
-    try:
-        client.ping()
-    except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
-        raise Fail(f"broker {redact(settings.state_url)} unreachable: {exc}") from None
-    except redis.ResponseError as exc:  # e.g. a password it does not accept
-        raise Fail(f"broker {redact(settings.state_url)} refused us: {exc}") from None
     try:
         connection.check_broker(settings.broker_url, client)
     except ConfigError as exc:
@@ -78,12 +77,20 @@ def connect(broker: str | None) -> tuple[Settings, redis.Redis]:
 
 
 def handle(crawl_id: str, broker: str | None) -> Any:
-    """A handle on an existing crawl (UnknownCrawl, one line, for an id Redis does not know)."""
+    """A handle on an existing crawl; one line naming the broker searched for an id it does
+    not know."""
+    from ..errors import UnknownCrawl
     from .crawl import Crawl
 
     settings, client = connect(broker)
     crawl = Crawl(crawl_id, settings=settings, client=client)
-    crawl.options  # noqa: B018
+    try:
+        crawl.options  # noqa: B018
+    except UnknownCrawl:
+        raise Fail(
+            f"no crawl {crawl_id!r} at {redact(settings.state_url)} (never started, or "
+            "expired; another broker? --broker or CRAWLER_BROKER_URL)"
+        ) from None
     return crawl
 
 

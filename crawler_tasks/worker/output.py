@@ -233,7 +233,8 @@ class Outputs:
 
 
 def write_summary(directory: str | os.PathLike[str], summary: dict[str, Any]) -> Path:
-    path = Path(directory)
+    """Write ``summary.json`` whole; its absolute path (status shows it on any host)."""
+    path = Path(directory).resolve()
     path.mkdir(parents=True, exist_ok=True)
     tmp = path / f".summary.json.{os.getpid()}"
     tmp.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n", "utf-8")
