@@ -156,3 +156,21 @@ def shutil_which(name: str) -> str | None:
     import shutil
 
     return shutil.which(name)
+
+
+def test_the_summary_says_where_the_files_are_the_pace_and_the_first_extract_error(
+    redis_url, tmp_path
+):
+    hooks = os.path.join(os.path.dirname(__file__), "hooks")
+    env = {"PYTHONPATH": os.pathsep.join([hooks, os.environ.get("PYTHONPATH", "")])}
+    with running_sites(["127.0.0.18"], 3, 2) as (_, servers):
+        result = run(
+            "crawl", servers[0].base_url + "/", "--broker", redis_url, "--allow-private-networks",
+            "--output", str(tmp_path), "--extract", "extract_hooks:moody_everywhere", env=env,
+        )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "pace: 1 request/s per host (politeness" in result.stderr
+    crawl_id = result.stdout.split()[1]
+    assert f"  files: {tmp_path / crawl_id}" in result.stdout
+    assert "  first extract error: http://127.0.0.18:" in result.stdout
+    assert "ValueError: no price on this page" in result.stdout

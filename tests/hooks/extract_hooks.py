@@ -66,3 +66,10 @@ def scrapy_style(page: Page):  # type: ignore[no-untyped-def]
     yield from page.follow_all(css="button::attr(data-href)")
     for a in page.css("a.next"):
         yield page.follow(a)
+
+
+def moody_everywhere(page: Page) -> dict[str, Any]:
+    """Raises on every page but the first (its path is /)."""
+    if page.url.rstrip("/").count("/") > 2:
+        raise ValueError("no price on this page")
+    return {"url": page.url}
