@@ -86,6 +86,8 @@ CASES = [
     (f"crawl {SEED} --output /proc/sys/out {{live}}", "cannot write there"),
     (f"crawl {SEED} --allowed-domain http://127.0.0.1:8600/ {{live}}", "allowed domain"),
     (f"crawl {SEED} --option 'allowed_domains=[\"http://x/\"]' {{live}}", "allowed domain"),
+    (f"crawl {SEED} --extract json:nope {{live}}", "json has no 'nope'"),
+    (f"crawl {SEED} --extract json:__name__ {{live}}", "is not a function"),
     # set-rate
     ("set-rate a.example abc {live}", "abc"),
     ("set-rate a.example 0 {live}", "> 0"),

@@ -20,7 +20,7 @@ from typing import Any
 
 import redis
 
-from ..errors import RedisFull, UnknownCrawl
+from ..errors import ConfigError, RedisFull, UnknownCrawl
 from ..settings import Settings, load
 from ..state import connection
 from ..state import store as stores
@@ -82,7 +82,34 @@ def plan(
     flags), checked once: ConfigError or InvalidSeed before anything is written."""
     # Without an explicit output, each worker writes under its own CRAWLER_OUTPUT_DIR.
     output_dir = str(Path(output).resolve()) if output else ""
-    return stores.plan(settings, seeds, output=output_dir, **options)
+    opts = stores.plan(settings, seeds, output=output_dir, **options)
+    if opts.extract:
+        check_hook_here(opts.extract)
+    return opts
+
+
+def check_hook_here(path: str) -> None:
+    """A hook whose module this process can import is checked now (it must name a function);
+    one it cannot import is the workers' to import (README: where hooks run)."""
+    import importlib
+    import importlib.util
+
+    module, _, name = path.partition(":")
+    try:
+        if importlib.util.find_spec(module) is None:
+            return
+    except (ImportError, ValueError):  # a parent package missing here: the workers' affair
+        return
+    try:
+        obj: Any = importlib.import_module(module)
+    except Exception as exc:
+        raise ConfigError(f"extract {path}: importing {module} failed: {exc!r}") from None
+    for part in name.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            raise ConfigError(f"extract {path}: {module} has no {name!r}")
+    if not callable(obj):
+        raise ConfigError(f"extract {path}: {name} is not a function")
 
 
 def launch(opts: CrawlOptions, *, settings: Settings, client: redis.Redis | None = None) -> Crawl:
