@@ -73,8 +73,9 @@ class Settings:
     retry_backoff: float = 2.0
     #: Crawl default. Seconds, cap of one retry back-off (must stay below ``visibility_timeout``).
     retry_backoff_max: float = 60.0
-    #: Crawl default. Seconds a host may be down (connections refused or timing out, its
-    #: circuit open) before its URLs' failures count against their retries again.
+    #: Crawl default. Seconds a host may stay down (connections refused or timing out, its
+    #: circuit open: probed every 10 s at most, its URLs waiting, their retries spared) before
+    #: it is declared dead for the crawl and its pending URLs fail with ``host_down``.
     max_host_outage: float = 120.0
 
     # --- parsing -------------------------------------------------------------------------------

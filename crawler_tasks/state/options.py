@@ -81,8 +81,9 @@ class CrawlOptions:
     max_retries: int = setting("max_retries")
     retry_backoff: float = setting("retry_backoff")
     retry_backoff_max: float = setting("retry_backoff_max")
-    #: Seconds a host may be down (refusing connections, timing out: its circuit open) before
-    #: its URLs' failures count against their retries again; until then they wait for it.
+    #: Seconds a host may stay down (refusing connections, timing out: its circuit open, its
+    #: URLs waiting with their retries spared) before it is declared dead for the crawl and
+    #: its pending URLs fail with ``host_down``.
     max_host_outage: float = setting("max_host_outage")
     #: Links kept per page; ``rel=nofollow`` honoured.
     max_links_per_page: int = setting("max_links_per_page")

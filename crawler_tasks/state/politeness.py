@@ -195,6 +195,9 @@ def _describe(
     domain: str, state: dict, pending: int, inflight: int, own: Any, cluster: Any
 ) -> dict[str, Any]:
     s = {k.decode(): float(v) for k, v in state.items()}
+    # Down: its circuit is open (done.lua: 3 connection failures in a row, no success since).
+    down = s.get("fails", 0) >= 3 and "down_since" in s
+    now = time.time()
     return {
         "domain": domain,
         "pending": pending,
@@ -205,6 +208,9 @@ def _describe(
         "not_before": s.get("not_before"),
         "override": own,
         "cluster_rate": cluster.decode() if cluster else None,
+        "down_since": s["down_since"] if down else None,
+        "next_probe_s": round(max(0.0, s.get("not_before", now) - now), 1) if down else None,
+        "dead": s.get("dead") == 1.0,
     }
 
 

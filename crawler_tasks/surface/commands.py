@@ -32,13 +32,26 @@ def status(crawl_id: str, broker: str | None, as_json: bool) -> None:
 
     click.echo(line(p))
     for d in p["domains"]:
-        shared = f" set-rate={d['cluster_rate']}/s (all crawls)" if d.get("cluster_rate") else ""
-        click.echo(
-            f"  {d['domain']}: pending={d['pending']} in_flight={d['in_flight']} "
-            f"rate={d['rate']:.3g}/s slowdown={d['slowdown']:.2f}{shared}"
-        )
+        click.echo(f"  {d['domain']}: {domain_line(d)}")
     b = p["bloom"]
     click.echo(f"  bloom: fill={b['fill_ratio']:.4f} est. false positives={fp_rate(b)}")
+
+
+def domain_line(d: dict[str, Any]) -> str:
+    """One host's state for ``crawler status``: pace, and why it waits when it does."""
+    text = (
+        f"pending={d['pending']} in_flight={d['in_flight']} rate={d['rate']:.3g}/s "
+        f"slowdown={d['slowdown']:.2f}"
+    )
+    if d.get("cluster_rate"):
+        text += f" set-rate={d['cluster_rate']}/s (all crawls)"
+    if d.get("dead"):
+        text += " DEAD: down longer than max_host_outage, its URLs failed"
+    elif d.get("down_since"):
+        since = time.strftime("%H:%M:%S", time.localtime(d["down_since"]))
+        down_for = time.time() - d["down_since"]
+        text += f" DOWN since {since} ({down_for:.0f}s), next probe in {d['next_probe_s']:.0f}s"
+    return text
 
 
 def fp_rate(bloom: dict[str, float]) -> str:

@@ -12,10 +12,12 @@
 --   * ok: recover 20 % of the slow-down; throttle (429/503): halve the rate; error (timeout,
 --     5xx): slow down by half again. The factor is capped at ARGV[5].
 --   * ARGV[4]: Retry-After seconds (0 none): nothing is released before now + that.
---   * down (the host refused the connection or timed out): as error, and a circuit breaker:
---     from the 3rd consecutive "down" the host is closed for 5 s, doubling per further
---     "down" up to 60 s (not_before), so a host in an outage costs one probe per pause, not
---     one request per pending URL; "ok" closes the circuit. The caller learns for how long the
+--   * down (the host refused the connection or timed out connecting): a circuit breaker,
+--     not a slow-down (an outage is not overload: a host that comes back is fetched at its
+--     pace at once): from the 3rd consecutive "down" the host is closed for 5 s, then 10 s
+--     between probes (not_before), so a host in an outage costs one probe per pause, not one
+--     request per pending URL, and a host that is back is seen within ~10 s; "ok" closes the
+--     circuit. The caller learns for how long the
 --     host has been down (``down_since``), to spare its URLs' retry budgets meanwhile. Down
 --     for ARGV[6] seconds or more, the host is declared dead for this crawl ("dead" = 1):
 --     the caller fails its pending URLs at once (host_down) instead of probing for each.
@@ -73,9 +75,7 @@ if event == 'ok' then
   slow = math.max(1, slow * 0.8)
 elseif event == 'throttle' then
   slow = math.min(cap, slow * 2)
-elseif event == 'down' then
-  slow = math.min(cap, slow * 1.5)
-else
+elseif event ~= 'down' then  -- error: a timeout or 5xx; "down" is the circuit's (below)
   slow = math.min(cap, slow * 1.5)
 end
 if slow < 1.01 then slow = 1 end
@@ -90,7 +90,9 @@ if event == 'down' then
     if down_for >= (tonumber(ARGV[6]) or 120) then
       if redis.call('HSETNX', KEYS[3], 'dead', '1') == 1 then dead = 1 end
     else
-      seconds = math.max(seconds, math.min(5 * 2 ^ (fails - 3), 60))
+      -- Probes 10 s apart at most: the cost of seeing a host that is back (issue: a 60 s
+      -- cap found it 43 s late) against one connection attempt per 10 s while it is down.
+      seconds = math.max(seconds, math.min(5 * 2 ^ (fails - 3), 10))
     end
   end
 elseif event == 'ok' and f[6] then
