@@ -167,10 +167,10 @@ class Settings:
     orphan_record_seconds: float = 30.0
     #: Seconds without a heartbeat after which a worker process counts as dead and the URLs it
     #: was fetching or parsing are taken back (instead of waiting for visibility_timeout).
-    worker_dead_seconds: float = 30.0
+    worker_dead_seconds: float = 10.0
     #: Seconds a released fetch or a published parse may wait unstarted, while its broker
     #: queue is empty, before its message counts as lost with a worker and it is sent again.
-    lost_message_seconds: float = 60.0
+    lost_message_seconds: float = 15.0
 
     # --- operations ----------------------------------------------------------------------------
     #: TOML file of recrawl schedules loaded when beat starts; empty = the checkout's

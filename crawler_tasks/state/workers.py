@@ -18,8 +18,9 @@ from .keys import Keys
 
 log = logging.getLogger(__name__)
 
-#: Seconds between two heartbeats of a process.
-HEARTBEAT_EVERY = 5.0
+#: Seconds between two heartbeats of a process: a fifth of the default worker_dead_seconds,
+#: so that a live process is never taken for dead by one late beat.
+HEARTBEAT_EVERY = 2.0
 #: Seconds after which a silent worker's entry is deleted from the hash.
 FORGET_AFTER = 24 * 3600
 

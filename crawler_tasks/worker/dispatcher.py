@@ -44,8 +44,9 @@ IdleQueues = Callable[[], set[str]]
 FETCH_QUEUES = ("crawl.high", "crawl.medium", "crawl.low")
 #: Seconds between two looks for lost fetch messages.
 REAP_EVERY = 60.0
-#: Seconds between two looks for URLs of dead workers and unwritten records.
-RECLAIM_EVERY = 5.0
+#: Seconds between two looks for URLs of dead workers and unwritten records (an HSCAN of
+#: each running crawl's in-flight hash: a few hundred entries on a broad crawl).
+RECLAIM_EVERY = 2.0
 
 
 class Dispatcher:
