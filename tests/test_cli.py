@@ -174,3 +174,44 @@ def test_the_summary_says_where_the_files_are_the_pace_and_the_first_extract_err
     assert f"  files: {tmp_path / crawl_id}" in result.stdout
     assert "  first extract error: http://127.0.0.18:" in result.stdout
     assert "ValueError: no price on this page" in result.stdout
+
+
+def test_seeds_file_every_seed_crawled_checked_first_and_stdin(redis_url, tmp_path):
+    """More seeds than the crawl's options keep (seeds.KEPT): the rest stream in batches."""
+    from crawler_tasks.surface.seeds import KEPT
+
+    with running_sites(["127.0.0.19", "127.0.0.20"], 70, 2) as (graph, servers):
+        urls = sorted(graph.pages)
+        assert len(urls) > KEPT
+        seeds = tmp_path / "seeds.txt"
+        seeds.write_text("# my seeds\n\n" + "\n".join(urls) + "\n")
+        common = ["--broker", redis_url, "--allow-private-networks", "--max-depth", "0"]
+        common += ["--rate", "127.0.0.19=inf", "--rate", "127.0.0.20=inf", "--json"]
+        result = run("crawl", "--seeds-file", str(seeds), *common, "--output", str(tmp_path))
+        assert result.returncode == 0, result.stderr
+        summary = json.loads(result.stdout)
+        assert summary["counters"]["admitted"] == len(urls)
+        assert summary["counters"]["done"] == len(urls)
+        # The same from standard input.
+        piped = subprocess.run(
+            [sys.executable, "-m", "crawler_tasks.surface.cli", "crawl", "--seeds-file", "-",
+             *common, "--output", str(tmp_path / "again")],
+            input="\n".join(urls[:KEPT + 5]), capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert piped.returncode == 0, piped.stderr
+        assert json.loads(piped.stdout)["counters"]["done"] == KEPT + 5
+
+
+def test_a_bad_line_in_a_seeds_file_is_named_before_anything_is_written(redis_url, tmp_path):
+    import redis
+
+    seeds = tmp_path / "seeds.txt"
+    seeds.write_text("http://a.example/\nhttp://b.example/\nhtp:/broken\n")
+    before = set(redis.Redis.from_url(redis_url).scan_iter())
+    result = run("crawl", "--seeds-file", str(seeds), "--broker", redis_url)
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert "htp:/broken" in line and "line 3 of" in line
+    assert set(redis.Redis.from_url(redis_url).scan_iter()) == before
+    result = run("crawl", "--broker", redis_url)
+    assert result.returncode == 2 and "--seeds-file" in result.stderr

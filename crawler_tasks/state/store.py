@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import itertools
 import secrets
 import time
 from collections.abc import Iterable
@@ -124,8 +125,15 @@ class CrawlStore:
         return None if raw is None else CrawlOptions.from_json(raw)
 
     @classmethod
-    def create(cls, r: Redis, opts: CrawlOptions, process: Process | None = None) -> CrawlStore:
-        """Register a new crawl (options, state, listings) and admit its seeds at depth 0."""
+    def create(
+        cls,
+        r: Redis,
+        opts: CrawlOptions,
+        process: Process | None = None,
+        more_seeds: Iterable[str] = (),
+    ) -> CrawlStore:
+        """Register a new crawl (options, state, listings) and admit its seeds at depth 0:
+        ``opts.seeds``, then ``more_seeds`` (normalised; a seeds file) in batches."""
         ck = r.keys.crawl(opts.crawl_id)
         if not r.client.set(ck.config, opts.to_json(), nx=True):
             raise ConfigError(f"crawl {opts.crawl_id!r} exists already")
@@ -141,6 +149,9 @@ class CrawlStore:
         pipe.execute()
         store = cls(r, opts, process)
         store.frontier.admit((u, 0) for u in opts.seeds)
+        seeds = iter(more_seeds)
+        while batch := list(itertools.islice(seeds, SEED_BATCH)):
+            store.frontier.admit((u, 0) for u in batch)
         # Listed for the dispatchers only once its seeds are counted: before, the crawl would
         # look drained to CrawlStatus.finishing.
         r.client.sadd(r.keys.running, opts.crawl_id)
@@ -172,6 +183,10 @@ def recent(r: Redis, limit: int) -> list[str]:
 def running(r: Redis) -> list[str]:
     """Ids of the crawls the dispatchers release work for."""
     return [i.decode() for i in r.client.smembers(r.keys.running)]
+
+
+#: Seeds admitted per admit.lua call beyond the crawl's own (a seeds file's).
+SEED_BATCH = 10_000
 
 
 def new_crawl_id() -> str:
@@ -225,7 +240,9 @@ def plan(
     return CrawlOptions.build(crawl_id or new_crawl_id(), tuple(urls), settings, 0.0, **options)
 
 
-def start(r: Redis, opts: CrawlOptions, process: Process | None = None) -> CrawlStore:
+def start(
+    r: Redis, opts: CrawlOptions, process: Process | None = None, more_seeds: Iterable[str] = ()
+) -> CrawlStore:
     """Register a crawl planned by :func:`plan` and admit its seeds: its partitions placed
     (``partitions`` 0: automatic) and its start time stamped now."""
     partitions = opts.partitions or connection.default_partitions(r.client)
@@ -235,4 +252,4 @@ def start(r: Redis, opts: CrawlOptions, process: Process | None = None) -> Crawl
         partition_tags=connection.placed_tags(r.client, opts.crawl_id, partitions),
         started_at=time.time(),
     )
-    return CrawlStore.create(r, opts, process)
+    return CrawlStore.create(r, opts, process, more_seeds)

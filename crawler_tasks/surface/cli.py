@@ -15,9 +15,9 @@ import os
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from click.core import ParameterSource
@@ -26,6 +26,7 @@ from ..errors import ConfigError
 from ..settings import Settings, load, redact
 from ..state import connection
 from ..state.options import PRIORITIES, CrawlOptions
+from ..web.urls import host_of, normalize
 from .cli_common import (
     INTERRUPTED,
     Fail,
@@ -35,6 +36,9 @@ from .cli_common import (
     settings_for,
 )
 from .commands import COMMANDS
+
+if TYPE_CHECKING:
+    from .seeds import SeedsFile
 
 
 def _has_crawl_workers(settings: Settings) -> bool:
@@ -142,7 +146,11 @@ def _default(name: str) -> str:
 
 
 @main.command()
-@click.argument("seeds", nargs=-1, required=True)
+@click.argument("seeds", nargs=-1)
+@click.option(
+    "--seeds-file",
+    help="More seeds, one URL a line ('-': standard input); checked whole, admitted in batches.",
+)
 @click.option("--broker", help="Broker/state Redis URL (default: $CRAWLER_BROKER_URL).")
 @click.option(
     "--output",
@@ -191,29 +199,47 @@ def crawl(broker: str | None, embedded: bool, no_wait: bool, as_json: bool, **_:
     """Crawl from SEED URLs; waits and shows progress unless --no-wait. Any crawl option
     (README, "Crawl options") can be given as --option KEY=JSON."""
     settings = settings_for(broker)
-    opts = crawl_options(click.get_current_context(), settings)
-    _check_output(opts.output, settings.output_dir if embedded else "")
-    if no_wait:
-        _check_no_wait(settings, embedded)
-    with (
-        tempfile.TemporaryDirectory(prefix="crawler-logs-") as logs,
-        cluster(settings, embedded, logs, explicit=_broker_named(broker)) as live,
-    ):
-        summary, interrupted = _run(live, opts, no_wait)
+    ctx = click.get_current_context()
+    with contextlib.ExitStack() as stack:
+        seeds_file = _seeds_file(ctx, stack)
+        opts = crawl_options(ctx, settings, seeds_file)
+        _check_output(opts.output, settings.output_dir if embedded else "")
+        if no_wait:
+            _check_no_wait(settings, embedded)
+        logs = stack.enter_context(tempfile.TemporaryDirectory(prefix="crawler-logs-"))
+        live = stack.enter_context(cluster(settings, embedded, logs, _broker_named(broker)))
+        more = seeds_file.rest() if seeds_file else ()
+        summary, interrupted = _run(live, opts, no_wait, more)
     if summary is not None:
         click.echo(json.dumps(summary, indent=2) if as_json else _summary_text(summary))
     return INTERRUPTED if interrupted else 0
 
 
 #: Parameters of ``crawler crawl`` that are not crawl options.
-_NOT_OPTIONS = ("seeds", "broker", "embedded", "no_wait", "as_json", "option_items")
+_NOT_OPTIONS = ("seeds", "seeds_file", "broker", "embedded", "no_wait", "as_json", "option_items")
+
+
+def _seeds_file(ctx: click.Context, stack: contextlib.ExitStack) -> SeedsFile | None:
+    from .seeds import SeedsFile
+
+    path = ctx.params["seeds_file"]
+    if path is None:
+        if not ctx.params["seeds"]:
+            raise Fail("give seed URLs, or --seeds-file FILE (one URL a line, '-': stdin)")
+        return None
+    seeds_file = SeedsFile(path)
+    stack.callback(seeds_file.close)
+    return seeds_file
 #: Named flags whose crawl option has another name.
 _RENAMED = {"default_rate": "rate"}
 
 
-def crawl_options(ctx: click.Context, settings: Settings) -> CrawlOptions:
+def crawl_options(
+    ctx: click.Context, settings: Settings, seeds_file: SeedsFile | None = None
+) -> CrawlOptions:
     """The crawl a ``crawler crawl`` command line asks for: named flags and ``--option``
-    items, checked once, before anything is started or written."""
+    items, and the seeds file's every line, checked once, before anything is started or
+    written."""
     from .crawl import plan
 
     params = {k: v for k, v in ctx.params.items() if k not in _NOT_OPTIONS}
@@ -227,8 +253,15 @@ def crawl_options(ctx: click.Context, settings: Settings) -> CrawlOptions:
     named["rates"] = _parse_rates(named["rates"])
     named.update(_request_settings(named))
     named = {k: v for k, v in named.items() if v not in (None, ())}
-    # --option over what a flag gives when it is not used (False of --sitemaps...).
-    return plan(ctx.params["seeds"], settings, **{**named, **extra})
+    options = {**named, **extra}  # --option over what an unused flag gives (False...)
+    seeds = list(ctx.params["seeds"])
+    if seeds_file is not None:
+        private = bool(options.get("allow_private_networks"))
+        seeds += seeds_file.check(private)
+        if not options.get("allowed_domains"):  # the default scope: every seed's host
+            hosts = dict.fromkeys(host_of(normalize(u)) for u in ctx.params["seeds"])
+            options["allowed_domains"] = [*hosts, *seeds_file.hosts]
+    return plan(seeds, settings, **options)
 
 
 def _broker_named(broker: str | None) -> bool:
@@ -266,14 +299,14 @@ def _check_no_wait(settings: Settings, embedded: bool) -> None:
 
 
 def _run(
-    settings: Settings, opts: CrawlOptions, no_wait: bool
+    settings: Settings, opts: CrawlOptions, no_wait: bool, more_seeds: Iterable[str] = ()
 ) -> tuple[dict[str, Any] | None, bool]:
     from rich.console import Console
 
     from .crawl import launch
     from .display import watch
 
-    handle = launch(opts, settings=settings)
+    handle = launch(opts, settings=settings, more_seeds=more_seeds)
     where = (
         handle.output_dir
         if handle.options.output

@@ -112,16 +112,22 @@ def check_hook_here(path: str) -> None:
         raise ConfigError(f"extract {path}: {name} is not a function")
 
 
-def launch(opts: CrawlOptions, *, settings: Settings, client: redis.Redis | None = None) -> Crawl:
-    """Store and seed a crawl :func:`plan` made: RedisFull (nothing left behind) if Redis
-    cannot hold it."""
+def launch(
+    opts: CrawlOptions,
+    *,
+    settings: Settings,
+    client: redis.Redis | None = None,
+    more_seeds: Iterable[str] = (),
+) -> Crawl:
+    """Store and seed a crawl :func:`plan` made (and ``more_seeds``, checked and normalised:
+    a seeds file's): RedisFull (nothing left behind) if Redis cannot hold it."""
     client = client or connection.connect(settings.state_url)
     connection.check_broker(settings.broker_url, client)
     r = Redis.connect(client, settings.key_prefix)
     if no_room_for(client, opts.bloom.bits // 8):
         raise RedisFull(_full_message(client, opts))
     try:
-        store = stores.start(r, opts)
+        store = stores.start(r, opts, more_seeds=more_seeds)
     except redis.exceptions.OutOfMemoryError:
         stores.unregister(r, opts)
         raise RedisFull(_full_message(client, opts)) from None
