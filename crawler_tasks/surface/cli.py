@@ -230,6 +230,8 @@ def _seeds_file(ctx: click.Context, stack: contextlib.ExitStack) -> SeedsFile | 
     seeds_file = SeedsFile(path)
     stack.callback(seeds_file.close)
     return seeds_file
+
+
 #: Named flags whose crawl option has another name.
 _RENAMED = {"default_rate": "rate"}
 
