@@ -136,3 +136,54 @@ def test_secrets_stay_out_of_redis_worker_logs_and_output(settings, redis_url, w
     assert "env:SITE_AUTH" in redis_text
     for text in (redis_text, logs, output_text(crawl.output_dir)):
         assert "worker-secret-pw" not in text and cookie not in text
+
+
+def test_an_on_item_task_no_worker_knows_is_refused_and_a_queue_nobody_serves_is_said(
+    redis_url, worker_logs, tmp_path
+):  # type: ignore[no-untyped-def]
+    import os
+    import subprocess
+    import sys
+
+    env = {"PYTHONPATH": HOOKS}
+
+    def crawl(task: str, queue: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "crawler_tasks.surface.cli", "crawl", server.base_url + "/",
+             "--broker", redis_url, "--allow-private-networks", "--rate", "127.0.0.151=inf",
+             "--extract", "extract_hooks:two_items", "--on-item", task, "--on-item-queue", queue,
+             "--output", str(tmp_path)],
+            capture_output=True, text=True, timeout=120, env={**os.environ, **env},
+        )  # fmt: skip
+
+    with (
+        serve_hosts(None, ["127.0.0.151"], extra_routes=SITE) as (server,),
+        local_workers(redis_url, parsers=1, fetchers=1, log_dir=str(worker_logs), extra_env=env),
+    ):
+        user = fetch_worker(redis_url, worker_logs, "items", "--include", "extract_hooks", **env)
+        try:
+            wait_until(lambda: "items" in _queues(redis_url), timeout=30)
+            unknown = crawl("extract_hooks.nope", "items")
+            unserved = crawl("extract_hooks.store", "nobody-serves-this")
+        finally:
+            stop_process(user)
+    assert unknown.returncode == 2
+    (line,) = unknown.stderr.strip().splitlines()
+    assert "no worker of queue 'items' knows this task" in line
+    assert unserved.returncode == 0, unserved.stderr
+    assert "no worker consumes queue 'nobody-serves-this'" in unserved.stderr
+    crawl_id = unserved.stderr.split("crawl ", 1)[1].split()[0]
+    shown = subprocess.run(
+        [sys.executable, "-m", "crawler_tasks.surface.cli", "status", crawl_id, "--broker",
+         redis_url],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert "on_item: 4 batches waiting in queue 'nobody-serves-this'" in shown.stdout, shown
+
+
+def _queues(redis_url: str) -> set[str]:
+    from crawler_tasks.settings import load
+    from crawler_tasks.worker.app import make_app
+
+    replies = make_app(load(env={}, broker_url=redis_url)).control.inspect(timeout=1.0)
+    return {q["name"] for qs in (replies.active_queues() or {}).values() for q in qs}

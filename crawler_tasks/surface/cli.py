@@ -49,6 +49,33 @@ def _has_crawl_workers(settings: Settings) -> bool:
     return "crawl.high" in names and "parse" in names
 
 
+def _check_on_item(settings: Settings, opts: CrawlOptions) -> None:
+    """An --on-item task no worker of its queue knows would lose every batch (Celery drops a
+    message of an unknown task): refused. No worker on the queue at all: the batches wait
+    there, which the user is told now (and ``crawler status`` shows the queue's length)."""
+    if not opts.on_item:
+        return
+    from ..worker.app import make_app
+
+    inspect = make_app(settings).control.inspect(timeout=1.0)
+    queues = inspect.active_queues() or {}
+    serving = [w for w, qs in queues.items() if any(q["name"] == opts.on_item_queue for q in qs)]
+    if not serving:
+        click.echo(
+            f"warning: no worker consumes queue {opts.on_item_queue!r}: the --on-item batches "
+            f"wait there until one does (celery -A crawler_tasks worker -Q {opts.on_item_queue} "
+            "--include YOUR.MODULE)",
+            err=True,
+        )
+        return
+    registered = inspect.registered() or {}
+    if not any(opts.on_item in registered.get(w, ()) for w in serving):
+        raise Fail(
+            f"--on-item {opts.on_item}: no worker of queue {opts.on_item_queue!r} knows this "
+            "task (start it with --include of its module); its items would be dropped"
+        )
+
+
 def _parse_rates(values: tuple[str, ...]) -> dict[str, float]:
     rates = {}
     for item in values:
@@ -208,6 +235,7 @@ def crawl(broker: str | None, embedded: bool, no_wait: bool, as_json: bool, **_:
             _check_no_wait(settings, embedded)
         logs = stack.enter_context(tempfile.TemporaryDirectory(prefix="crawler-logs-"))
         live = stack.enter_context(cluster(settings, embedded, logs, _broker_named(broker)))
+        _check_on_item(live, opts)
         more = seeds_file.rest() if seeds_file else ()
         summary, interrupted = _run(live, opts, no_wait, more)
     if summary is not None:

@@ -25,16 +25,35 @@ def status(crawl_id: str, broker: str | None, as_json: bool) -> None:
     p = crawl.progress()
     p["domains"] = crawl.domains(10)
     p["bloom"] = crawl.bloom()
+    if crawl.options.on_item:
+        p["on_item_waiting"] = _waiting(crawl.settings, crawl.options.on_item_queue)
     if as_json:
         click.echo(json.dumps(p, indent=2, default=str))
         return
     from .display import line
 
     click.echo(line(p))
+    if p.get("on_item_waiting"):
+        click.echo(
+            f"  on_item: {p['on_item_waiting']} batches waiting in queue "
+            f"{crawl.options.on_item_queue!r} (is a worker consuming it?)"
+        )
     for d in p["domains"]:
         click.echo(f"  {d['domain']}: {domain_line(d)}")
     b = p["bloom"]
     click.echo(f"  bloom: fill={b['fill_ratio']:.4f} est. false positives={fp_rate(b)}")
+
+
+def _waiting(settings: Any, queue: str) -> int | None:
+    """Messages in the broker's ``queue`` (None if the broker cannot tell now)."""
+    from ..worker.app import make_app
+    from ..worker.tasks import queue_length
+
+    try:
+        with make_app(settings).connection_for_read() as conn:
+            return queue_length(conn, queue)
+    except Exception:  # noqa: BLE001 - a figure of status, not worth a failure
+        return None
 
 
 def domain_line(d: dict[str, Any]) -> str:

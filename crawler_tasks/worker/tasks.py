@@ -237,12 +237,17 @@ def idle_queues() -> set[str]:
 
 
 def _empty(conn: Any, queue: str) -> bool:
+    return queue_length(conn, queue) == 0
+
+
+def queue_length(conn: Any, queue: str) -> int:
+    """Messages waiting in the broker's ``queue`` (0 for one that does not exist)."""
     # A channel per question: after a passive declare fails, an AMQP channel is closed.
     with conn.channel() as channel:
         try:
-            return int(channel.queue_declare(queue=queue, passive=True).message_count) == 0
+            return int(channel.queue_declare(queue=queue, passive=True).message_count)
         except ChannelError:  # Redis: an empty list does not exist; AMQP: not declared yet
-            return True
+            return 0
 
 
 class DispatcherStep(bootsteps.StartStopStep):
