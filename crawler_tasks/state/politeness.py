@@ -138,9 +138,6 @@ class Politeness:
         raw = self.scripts.drain(keys=keys, args=[pk.queue(domain), domain], client=self.client)
         return [formats.parse_entry(e.decode("utf-8", "surrogateescape")) for e in raw]
 
-    def is_dead(self, domain: str) -> bool:
-        return self.client.hget(self.ck.domain(domain), "dead") == b"1"
-
     def _done(
         self, url: str, domain: str, outcome: str, retry_after: float, sent: float = -1.0
     ) -> tuple[float, float, bool]:

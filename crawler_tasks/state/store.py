@@ -44,7 +44,7 @@ from .validators import Recrawl, Validators
 
 
 @dataclass(frozen=True)
-class Redis:
+class RedisHandle:
     """What every store of one process shares: the client, key names, registered scripts."""
 
     client: redis.Redis
@@ -52,7 +52,7 @@ class Redis:
     scripts: Scripts
 
     @classmethod
-    def connect(cls, client: redis.Redis, prefix: str) -> Redis:
+    def connect(cls, client: redis.Redis, prefix: str) -> RedisHandle:
         return cls(client, Keys(prefix), Scripts(client))
 
 
@@ -67,7 +67,7 @@ class Process:
 class CrawlStore:
     def __init__(
         self,
-        r: Redis,
+        r: RedisHandle,
         opts: CrawlOptions,
         process: Process | None = None,
         known: KnownURLs | None = None,
@@ -104,12 +104,14 @@ class CrawlStore:
         return self.frontier.domain_of(url)
 
     @staticmethod
-    def read_options(r: Redis, crawl_id: str) -> CrawlOptions | None:
+    def read_options(r: RedisHandle, crawl_id: str) -> CrawlOptions | None:
         raw = r.client.get(r.keys.crawl(crawl_id).config)
         return None if raw is None else CrawlOptions.from_json(raw)
 
     @classmethod
-    def create(cls, r: Redis, opts: CrawlOptions, process: Process | None = None) -> CrawlStore:
+    def create(
+        cls, r: RedisHandle, opts: CrawlOptions, process: Process | None = None
+    ) -> CrawlStore:
         """Register a new crawl (options, state, listings) and admit its seeds at depth 0."""
         ck = r.keys.crawl(opts.crawl_id)
         if not r.client.set(ck.config, opts.to_json(), nx=True):
@@ -164,7 +166,7 @@ def _is_private_literal(host: str) -> bool:
 
 
 def start(
-    r: Redis,
+    r: RedisHandle,
     settings: Settings,
     seeds: Iterable[str],
     *,

@@ -30,7 +30,7 @@ from ..state.keys import CrawlKeys, Keys
 from ..state.ledger import RATE_WINDOW, Ledger
 from ..state.options import CrawlOptions
 from ..state.politeness import effective_rate
-from ..state.store import CrawlStore, Redis, check_seeds, new_crawl_id
+from ..state.store import CrawlStore, RedisHandle, check_seeds, new_crawl_id
 from ..worker.output import read_pages
 
 __all__ = ["Crawl", "start_crawl", "list_crawls", "check_seeds", "new_crawl_id"]
@@ -62,7 +62,7 @@ def start_crawl(
     settings = settings or connect_settings(broker)
     client = client or connection.connect(settings.state_url)
     connection.check_broker(settings.broker_url, client)
-    r = Redis.connect(client, settings.key_prefix)
+    r = RedisHandle.connect(client, settings.key_prefix)
     if rates:
         options["rates"] = rates
     # Without an explicit output, each worker writes under its own CRAWLER_OUTPUT_DIR.
@@ -164,7 +164,9 @@ class Crawl:
         self.settings = settings or connect_settings(broker)
         self.client = client or connection.connect(self.settings.state_url)
         self._r = (
-            store.r if store is not None else Redis.connect(self.client, self.settings.key_prefix)
+            store.r
+            if store is not None
+            else RedisHandle.connect(self.client, self.settings.key_prefix)
         )
         self.keys = self._r.keys
         self._store = store
@@ -399,7 +401,7 @@ def _without_zeros(summary: dict[str, Any]) -> dict[str, Any]:
 def list_crawls(client: redis.Redis, keys: Keys, limit: int = 50) -> list[dict[str, Any]]:
     """The newest crawls: id, status, seeds, started_at and their progress counters."""
     ids = [i.decode() for i in client.zrevrange(keys.crawls, 0, limit - 1)]
-    r = Redis.connect(client, keys.prefix)
+    r = RedisHandle.connect(client, keys.prefix)
     out = []
     for crawl_id in ids:
         opts = CrawlStore.read_options(r, crawl_id)

@@ -25,7 +25,7 @@ from ..state.bloom import BloomFilter, KnownURLs
 from ..state.frontier import Frontier
 from ..state.options import CrawlOptions
 from ..state.robots_cache import RobotsCache
-from ..state.store import CrawlStore, Process, Redis
+from ..state.store import CrawlStore, Process, RedisHandle
 from ..state.workers import Heartbeat
 from ..web.fetcher import Fetcher, Response
 from . import requestopts
@@ -76,7 +76,7 @@ class Context:
     ) -> None:
         self.settings = settings
         self.client = redis_client(settings)
-        self.r = Redis.connect(self.client, settings.key_prefix)
+        self.r = RedisHandle.connect(self.client, settings.key_prefix)
         self.keys = self.r.keys
         self.fetcher = Fetcher.from_settings(settings)
         self.outputs = Outputs()

@@ -52,8 +52,7 @@ from ..state.neardup import NearDuplicates
 from ..state.politeness import parse_retry_after
 from ..state.store import CrawlStore
 from ..web.fetcher import Response
-from ..web.page import Page as ParsedPage
-from ..web.page import extract, is_html
+from ..web.page import ParsedHTML, extract, is_html
 from ..web.robots import Robots
 from ..web.urls import origin_of
 from . import hooks
@@ -387,7 +386,7 @@ def _parsed(
 
 
 def _follow(
-    ctx: Context, store: CrawlStore, final: Final, meta: dict[str, Any], page: ParsedPage
+    ctx: Context, store: CrawlStore, final: Final, meta: dict[str, Any], page: ParsedHTML
 ) -> None:
     """What the page leads to: its canonical URL instead of its links (``canonical``), or
     its links (as the hook changed them, none for a skipped near-duplicate), admitted."""
@@ -444,8 +443,8 @@ def _canonical(enabled: bool, canonical: str | None, final_url: str) -> str | No
 
 
 def _hook(
-    ctx: Context, store: CrawlStore, url: str, depth: int, meta: dict[str, Any], page: ParsedPage
-) -> hooks.Outcome:
+    ctx: Context, store: CrawlStore, url: str, depth: int, meta: dict[str, Any], page: ParsedHTML
+) -> hooks.HookResult:
     """The crawl's extraction hook on this page, and its items sent to ``on_item``."""
     opts = store.opts
     view = hooks.Page(
