@@ -71,7 +71,10 @@ class CrawlStore:
         opts: CrawlOptions,
         process: Process | None = None,
         known: KnownURLs | None = None,
+        admission_client: redis.Redis | None = None,
     ) -> None:
+        """``admission_client``: the client admission writes through (a worker's waits for
+        room while Redis is full, worker/room.py); the store's own client by default."""
         process = process or Process()
         self.r = r
         self.opts = opts
@@ -81,9 +84,10 @@ class CrawlStore:
             opts.crawl_id, opts.partitions or 1, opts.domain_key, opts.partition_tags
         )
         self.ledger = Ledger(r.client, self.ck, opts.crawl_id, r.scripts)
-        self.bloom = BloomFilter(r.client, self.ck, opts.bloom, r.scripts)
-        self.frontier = Frontier(r.client, self.ck, opts, r.scripts, known)
-        self.admission = Admission(r.client, self.ck, opts, self.frontier, self.bloom)
+        admits = admission_client or r.client
+        self.bloom = BloomFilter(admits, self.ck, opts.bloom, r.scripts)
+        self.frontier = Frontier(r.client, self.ck, opts, r.scripts, known, admits)
+        self.admission = Admission(admits, self.ck, opts, self.frontier, self.bloom)
         self.politeness = Politeness(
             r.client,
             self.ck,
