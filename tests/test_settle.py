@@ -135,8 +135,29 @@ def test_lease_is_returned_once(settings, context):  # type: ignore[no-untyped-d
     [url] = [u for _, _, u in crawl.store.frontier.release_all(10, LEASE_SECONDS).entries]
     with pytest.raises(KeyError), polite.lease(url, HOST, keep_on=(KeyError,)) as kept:
         raise KeyError("redis away")
-    assert kept.ended is None and crawl.client.zcard(crawl.ck.lease(HOST)) == 1
+    assert kept.held and crawl.client.zcard(crawl.ck.lease(HOST)) == 1
     with pytest.raises(NovelBug), polite.lease(url, HOST) as lease:
         raise NovelBug("in the block")
     assert lease.ended is LeaseEnd.ERROR and crawl.client.zcard(crawl.ck.lease(HOST)) == 0
     assert isinstance(lease, Lease)
+
+
+def test_a_crawl_runtime_is_built_with_its_store(settings, context):  # type: ignore[no-untyped-def]
+    """One frontier per store, admission's writes through the client that waits for room;
+    the crawl's runtime beside it, whose request profile keys the robots.txt cache."""
+    from crawler_tasks.worker.room import PatientClient
+
+    same = {"settings": settings, "allow_private_networks": True, "user_agent": "a/1"}
+    one = start_crawl([f"http://{HOST}:9/"], **same)
+    two = start_crawl([f"http://{HOST}:9/"], **same)
+    other = start_crawl([f"http://{HOST}:9/"], **{**same, "user_agent": "b/1"})
+    store = context.store(one.id)
+    assert store is not None and store.admission.frontier is store.frontier
+    assert isinstance(store.admission.client, PatientClient)
+    assert store.frontier.admit_client is store.admission.client
+    assert store.frontier.client is context.client  # the release fails at once, never waits
+    runtimes = [context.crawl(context.store(c.id)) for c in (one, two, other)]  # type: ignore[arg-type]
+    assert runtimes[0] is context.crawl(store)
+    assert runtimes[0].profile == runtimes[1].profile != runtimes[2].profile
+    assert runtimes[0].robots is runtimes[1].robots is not runtimes[2].robots
+    assert runtimes[0].profile.request_headers({})["User-Agent"] == "a/1"

@@ -246,20 +246,21 @@ class Lease:
         self.url = url
         self.domain = domain
         self.keep_on = keep_on
-        #: How it ended (None while it is held).
+        #: How it ended (None while it is held, or when it was not this task's).
         self.ended: LeaseEnd | None = None
+        self.held = True
 
     def release(self, end: LeaseEnd, retry_after: float = 0.0, sent: float = -1.0) -> Done:
         """Return the lease (done.lua with ``end``) unless it was returned already; done.lua's
         reply, or a neutral one for a second call."""
-        if self.ended is not None:
+        if not self.held:
             return Done(1.0)
-        self.ended = end
+        self.held, self.ended = False, end
         return self.politeness._done(self.url, self.domain, end, retry_after, sent)
 
     def disown(self) -> None:
         """Not this task's to return (start.lua says another delivery holds the URL)."""
-        self.ended = self.ended or LeaseEnd.OK
+        self.held = False
 
     def __enter__(self) -> Lease:
         return self
@@ -270,7 +271,7 @@ class Lease:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self.ended is not None or isinstance(exc, self.keep_on):
+        if not self.held or isinstance(exc, self.keep_on):
             return
         if exc is None:
             self.release(LeaseEnd.ERROR)

@@ -7,7 +7,9 @@ ledgers and filters of their own::
     store.opts         CrawlOptions (immutable after start)
     store.ledger       completion accounting, retries, dead letters, progress (ledger.py)
     store.frontier     per-domain queues, admit.lua / release.lua (frontier.py)
-    store.admission    scope, depth, per-host budgets, redirect claims (admission.py)
+    store.admission    scope, depth, per-host budgets, redirect claims (admission.py); its
+                       writes (and the frontier's admit.lua) go through the client the store
+                       was built with for admission (a worker's waits for room: room.py)
     store.bloom        the crawl's dedupe filter (bloom.py)
     store.politeness   per-domain buckets and leases (politeness.py)
     store.bodies       fetched bodies waiting for their parse (bodies.py)
