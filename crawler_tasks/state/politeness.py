@@ -136,15 +136,9 @@ class Politeness:
     ) -> float:
         """Return the lease of a finished request and pace the next one (done.lua): from
         when it was sent, ``sent`` seconds ago, if it went well; from now if it failed or if
-        ``sent`` is unknown (-1). ``outcome`` is ok, throttle, error or down. Returns the
-        slow-down factor."""
-        return self._done(url, domain, outcome, retry_after, sent)[0]
-
-    def down(self, url: str, domain: str) -> tuple[float, bool]:
-        """The host refused the connection or timed out: (seconds it has been down while its
-        circuit is open, or -1; True if this call declared it dead). See done.lua."""
-        reply = self._done(url, domain, LeaseEnd.DOWN, 0.0)
-        return reply.down_for, reply.dead
+        ``sent`` is unknown (-1). ``outcome`` is ok, throttle, error or down (a task
+        returns its lease once through :class:`Lease`). Returns the slow-down factor."""
+        return self._done(url, domain, outcome, retry_after, sent).slow
 
     def drain(self, domain: str) -> list[tuple[int, str]]:
         """A dead host's pending (depth, url), taken out of the frontier as in flight."""
