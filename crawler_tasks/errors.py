@@ -11,8 +11,10 @@ string recorded in ``pages*.jsonl`` and the dead-letter list::
     │   └── RedisFull                Redis at maxmemory cannot hold a new crawl
     ├── RetryableError               worth trying again later: back into the frontier with
     │   │                            back-off and jitter, at most ``max_retries`` times
-    │   ├── FetchTimeout             connect/read timeout or total deadline exceeded
-    │   ├── ConnectionFailed         refused, reset, DNS failure, TLS handshake error
+    │   ├── FetchTimeout             read timeout or total deadline exceeded
+    │   │   └── ConnectTimeout       (and Unreachable) timed out connecting to the host
+    │   ├── ConnectionFailed         reset, TLS handshake error after connecting
+    │   │   └── ConnectFailed        (and Unreachable) refused, no route: no connection
     │   ├── ServerError              5xx, 408 or 429 (carries ``retry_after`` seconds)
     │   ├── WorkerLost               the worker handling the URL died (heartbeat stopped)
     │   └── AdmissionPaused          Redis had no room for a page's links for too long: the
@@ -27,6 +29,9 @@ string recorded in ``pages*.jsonl`` and the dead-letter list::
         ├── BadEncoding              a body its ``Content-Encoding`` cannot decode (bad gzip)
         ├── InvalidURL               not a URL we can normalise
         └── InternalError            a bug met this URL; recorded so the crawl still finishes
+
+``Unreachable`` marks the failures to connect at all (what a host outage looks like: the host's
+circuit breaker counts them, politeness.py); their ``reason`` is their parent's.
 
 ``details`` (keyword arguments) add context; the fetcher adds ``redirects`` (the hops followed
 before the failure) and ``final_url`` (the URL it failed on) to every error it raises.
@@ -96,6 +101,19 @@ class FetchTimeout(RetryableError):
 
 
 class ConnectionFailed(RetryableError):
+    reason = "connection_error"
+
+
+class Unreachable(RetryableError):
+    """Not one byte exchanged: the host could not be connected to (refused, no such name,
+    connect timeout). A mixin of :class:`ConnectTimeout` and :class:`ConnectFailed`."""
+
+
+class ConnectTimeout(Unreachable, FetchTimeout):
+    reason = "timeout"
+
+
+class ConnectFailed(Unreachable, ConnectionFailed):
     reason = "connection_error"
 
 

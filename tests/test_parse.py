@@ -11,17 +11,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from crawler_tasks.web.page import DROP_REASONS, Page, extract, is_html
+from crawler_tasks.web.page import DROP_REASONS, ParsedHTML, extract, is_html
 
 URL = "http://example.com/dir/page.html"
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-def parse(html: str, **kwargs: object) -> Page:
+def parse(html: str, **kwargs: object) -> ParsedHTML:
     return extract(html.encode("utf-8"), URL, **kwargs)  # type: ignore[arg-type]
 
 
-def dropped(page: Page) -> dict[str, int]:
+def dropped(page: ParsedHTML) -> dict[str, int]:
     return {reason: n for reason, n in page.links_dropped.items() if n}
 
 
@@ -47,7 +47,7 @@ def no_internal_error() -> Iterator[None]:
     assert not handler.records, handler.records[0].exc_info
 
 
-def check_invariants(page: Page, max_links: int = 5000, max_url_length: int = 2048) -> None:
+def check_invariants(page: ParsedHTML, max_links: int = 5000, max_url_length: int = 2048) -> None:
     assert set(page.links_dropped) == set(DROP_REASONS)
     assert all(n >= 0 for n in page.links_dropped.values())
     assert len(page.links) == len(set(page.links)) <= max_links

@@ -170,6 +170,30 @@ class Outcome(str, Enum):
         return self.value
 
 
+class LeaseEnd(str, Enum):
+    """How the lease of a released URL ends: done.lua's event (ARGV[3]; see its header)."""
+
+    OK = "ok"  # a response, paced from when the request was sent
+    ERROR = "error"  # a timeout, a 5xx, a reset: paced from now, slowed down
+    THROTTLE = "throttle"  # 429/503: the pace halves, Retry-After honoured
+    DOWN = "down"  # could not connect: as error, and the host's circuit breaker counts it
+    EXTRA = "extra"  # a request the release did not pay for (robots.txt): charged, no lease
+    REFUND = "refund"  # the request will not be sent: its token given back, lease returned
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Started(int, Enum):
+    """start.lua's reply for one URL: what the task that begins it should do."""
+
+    DUPLICATE = 0  # not in flight: a duplicate delivery, nothing to do
+    GO_ON = 1  # in flight: the task goes on
+    UNRECORDED = 2  # final, but the process that finished it died before its record
+    CANCELLED = 3  # (fetch only) the crawl was cancelled
+    HOST_DEAD = 4  # (fetch only) its host was declared dead in this crawl (done.lua)
+
+
 def status(code: int) -> str:
     return f"status:{code}"
 

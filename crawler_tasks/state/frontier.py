@@ -64,8 +64,12 @@ class Frontier:
         opts: CrawlOptions,
         scripts: Scripts,
         known: KnownURLs | None = None,
+        admit_client: redis.Redis | None = None,
     ) -> None:
         self.client = client
+        #: Admission's writes go through this one: a worker's waits in place while Redis
+        #: refuses writes for memory (worker/room.py), the release never does.
+        self.admit_client = admit_client or client
         self.ck = ck
         self.opts = opts
         self.scripts = scripts
@@ -138,9 +142,9 @@ class Frontier:
         keys = [pk.flow, pk.stats, pk.ready]
         keys += [pk.bloom(i) for i in range(self.shape.shards)]
         args = call.args([(domain, value) for domain, value, _ in batch])
-        result: list[int] = self.scripts.admit(keys=keys, args=args, client=self.client)
+        result: list[int] = self.scripts.admit(keys=keys, args=args, client=self.admit_client)
         if cap > int(result[0]):  # give back the room duplicates did not take
-            self.client.hincrby(self.ck.state, "reserved", int(result[0]) - cap)
+            self.admit_client.hincrby(self.ck.state, "reserved", int(result[0]) - cap)
         if known is not None and hashes and int(result[2]) == 0:
             known.remember(hashes)  # each one admitted or a duplicate: its bits are set
         return result
@@ -153,7 +157,7 @@ class Frontier:
         if len(self.ck.parts) == 1:
             return self.opts.max_pages, -1
         granted = self.scripts.reserve(
-            keys=[self.ck.state], args=[self.opts.max_pages, wanted], client=self.client
+            keys=[self.ck.state], args=[self.opts.max_pages, wanted], client=self.admit_client
         )
         return -1, int(granted)
 

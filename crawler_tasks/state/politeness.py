@@ -47,15 +47,20 @@ and is only a bandwidth cap, not politeness.
 from __future__ import annotations
 
 import email.utils
+import logging
 import math
 import time
-from typing import Any
+from types import TracebackType
+from typing import Any, NamedTuple
 
 import redis
 
 from . import formats
+from .formats import LeaseEnd
 from .keys import CrawlKeys, Keys
 from .scripts import Scripts
+
+log = logging.getLogger(__name__)
 
 #: Largest slow-down factor adaptive back-off reaches (1 req/s becomes 1 req / 32 s).
 MAX_SLOWDOWN = 32.0
@@ -116,20 +121,24 @@ class Politeness:
         self.max_crawl_delay = max_crawl_delay
         self.max_host_outage = max_host_outage
 
+    def lease(self, url: str, domain: str, keep_on: tuple[type[BaseException], ...] = ()) -> Lease:
+        """The lease release.lua took for ``url``, to be returned exactly once (see
+        :class:`Lease`)."""
+        return Lease(self, url, domain, keep_on)
+
     def done(
-        self, url: str, domain: str, outcome: str, retry_after: float = 0.0, sent: float = -1.0
+        self,
+        url: str,
+        domain: str,
+        outcome: LeaseEnd | str,
+        retry_after: float = 0.0,
+        sent: float = -1.0,
     ) -> float:
         """Return the lease of a finished request and pace the next one (done.lua): from
         when it was sent, ``sent`` seconds ago, if it went well; from now if it failed or if
-        ``sent`` is unknown (-1). ``outcome`` is ok, throttle, error or down. Returns the
-        slow-down factor."""
-        return self._done(url, domain, outcome, retry_after, sent)[0]
-
-    def down(self, url: str, domain: str) -> tuple[float, bool]:
-        """The host refused the connection or timed out: (seconds it has been down while its
-        circuit is open, or -1; True if this call declared it dead). See done.lua."""
-        _slow, down_for, dead = self._done(url, domain, "down", 0.0)
-        return down_for, dead
+        ``sent`` is unknown (-1). ``outcome`` is ok, throttle, error or down (a task
+        returns its lease once through :class:`Lease`). Returns the slow-down factor."""
+        return self._done(url, domain, outcome, retry_after, sent).slow
 
     def drain(self, domain: str) -> list[tuple[int, str]]:
         """A dead host's pending (depth, url), taken out of the frontier as in flight."""
@@ -138,14 +147,24 @@ class Politeness:
         raw = self.scripts.drain(keys=keys, args=[pk.queue(domain), domain], client=self.client)
         return [formats.parse_entry(e.decode("utf-8", "surrogateescape")) for e in raw]
 
-    def is_dead(self, domain: str) -> bool:
-        return self.client.hget(self.ck.domain(domain), "dead") == b"1"
-
     def _done(
-        self, url: str, domain: str, outcome: str, retry_after: float, sent: float = -1.0
-    ) -> tuple[float, float, bool]:
+        self,
+        url: str,
+        domain: str,
+        outcome: LeaseEnd | str,
+        retry_after: float,
+        sent: float = -1.0,
+    ) -> Done:
         pk = self.ck.for_domain(domain)
-        args = [url, domain, outcome, retry_after, MAX_SLOWDOWN, self.max_host_outage, sent]
+        args = [
+            url,
+            domain,
+            str(LeaseEnd(outcome)),
+            retry_after,
+            MAX_SLOWDOWN,
+            self.max_host_outage,
+            sent,
+        ]
         raw = self.scripts.done(
             keys=[pk.ready, pk.lease(domain), pk.domain(domain), pk.queue(domain)],
             args=args,
@@ -153,17 +172,17 @@ class Politeness:
         )
         text = raw.decode() if isinstance(raw, bytes) else str(raw)
         slow, down_for, dead = (text.split("|") + ["-1", "0"])[:3]
-        return float(slow), float(down_for), dead == "1"
+        return Done(float(slow), float(down_for), dead == "1")
 
     def extra_request(self, domain: str) -> None:
         """A request the release did not pay for (robots.txt) has just ended: charge it."""
-        self.done("", domain, "extra")
+        self.done("", domain, LeaseEnd.EXTRA)
 
     def refund(self, url: str, domain: str) -> None:
         """The request released for ``url`` will not be sent (robots.txt disallows it): give
         its token back and return its lease uncharged (the ``done`` that follows is a no-op
         for the bucket)."""
-        self.done(url, domain, "refund")
+        self.done(url, domain, LeaseEnd.REFUND)
 
     def set_crawl_delay(self, domain: str, delay: float | None) -> None:
         """robots.txt's Crawl-delay, capped by ``max_crawl_delay``: applies from the end of the
@@ -189,6 +208,72 @@ class Politeness:
             own_text = None if own is None else "inf" if math.isinf(own) else repr(own)
             out.append(_describe(d, state, pending, inflight, own_text, cluster))
         return out
+
+
+class Done(NamedTuple):
+    """done.lua's reply: the slow-down factor; after ``down``, the seconds the host has been
+    down while its circuit is open (-1 when it is not) and whether it was declared dead now."""
+
+    slow: float
+    down_for: float = -1.0
+    dead: bool = False
+
+
+class Lease:
+    """The lease of one released URL (release.lua took it), returned exactly once.
+
+    A fetch that forgets to return its lease leaves the host waiting for the lease's expiry
+    (``lease_seconds``), so the return is not left to each branch: :meth:`release` returns it
+    the first time and does nothing after, and leaving a ``with`` block with the lease still
+    held returns it as an ``error`` (also when an exception leaves the block). An exception of
+    ``keep_on`` (Redis being away: the task runs again and its rerun returns the lease) keeps
+    it, as does :meth:`disown` for a lease that is not this task's (a duplicate delivery)."""
+
+    def __init__(
+        self,
+        politeness: Politeness,
+        url: str,
+        domain: str,
+        keep_on: tuple[type[BaseException], ...] = (),
+    ) -> None:
+        self.politeness = politeness
+        self.url = url
+        self.domain = domain
+        self.keep_on = keep_on
+        #: How it ended (None while it is held, or when it was not this task's).
+        self.ended: LeaseEnd | None = None
+        self.held = True
+
+    def release(self, end: LeaseEnd, retry_after: float = 0.0, sent: float = -1.0) -> Done:
+        """Return the lease (done.lua with ``end``) unless it was returned already; done.lua's
+        reply, or a neutral one for a second call."""
+        if not self.held:
+            return Done(1.0)
+        self.held, self.ended = False, end
+        return self.politeness._done(self.url, self.domain, end, retry_after, sent)
+
+    def disown(self) -> None:
+        """Not this task's to return (start.lua says another delivery holds the URL)."""
+        self.held = False
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if not self.held or isinstance(exc, self.keep_on):
+            return
+        if exc is None:
+            self.release(LeaseEnd.ERROR)
+            return
+        try:  # the exception that left the block is the one to report, not this one
+            self.release(LeaseEnd.ERROR)
+        except Exception:
+            log.warning("the lease of %.300s could not be returned", self.url, exc_info=True)
 
 
 def _describe(

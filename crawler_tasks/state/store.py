@@ -9,7 +9,9 @@ ledgers and filters of their own::
     store.status       status and steering: pause, cancel, finishing, finished (status.py)
     store.stats        counters, progress() and summary.json figures, rates (stats.py)
     store.frontier     per-domain queues, admit.lua / release.lua (frontier.py)
-    store.admission    scope, depth, per-host budgets, redirect claims (admission.py)
+    store.admission    scope, depth, per-host budgets, redirect claims (admission.py); its
+                       writes (and the frontier's admit.lua) go through the client the store
+                       was built with for admission (a worker's waits for room: room.py)
     store.bloom        the crawl's dedupe filter (bloom.py)
     store.politeness   per-domain buckets and leases (politeness.py)
     store.bodies       fetched bodies waiting for their parse (bodies.py)
@@ -52,7 +54,7 @@ from .validators import Recrawl, Validators
 
 
 @dataclass(frozen=True)
-class Redis:
+class RedisHandle:
     """What every store of one process shares: the client, key names, registered scripts."""
 
     client: redis.Redis
@@ -60,7 +62,7 @@ class Redis:
     scripts: Scripts
 
     @classmethod
-    def connect(cls, client: redis.Redis, prefix: str) -> Redis:
+    def connect(cls, client: redis.Redis, prefix: str) -> RedisHandle:
         return cls(client, Keys(prefix), Scripts(client))
 
 
@@ -79,11 +81,14 @@ class Process:
 class CrawlStore:
     def __init__(
         self,
-        r: Redis,
+        r: RedisHandle,
         opts: CrawlOptions,
         process: Process | None = None,
         known: KnownURLs | None = None,
+        admission_client: redis.Redis | None = None,
     ) -> None:
+        """``admission_client``: the client admission writes through (a worker's waits for
+        room while Redis is full, worker/room.py); the store's own client by default."""
         # Without a process's settings, their defaults (declared once, in Settings).
         process = process or Process.of(Settings())
         self.r = r
@@ -96,9 +101,10 @@ class CrawlStore:
         self.ledger = Ledger(r.client, self.ck, opts.crawl_id, r.scripts)
         self.status = CrawlStatus(r.client, r.keys, self.ck, opts.crawl_id, r.scripts)
         self.stats = Stats(r.client, self.ck, opts.crawl_id, self.status)
-        self.bloom = BloomFilter(r.client, self.ck, opts.bloom, r.scripts)
-        self.frontier = Frontier(r.client, self.ck, opts, r.scripts, known)
-        self.admission = Admission(r.client, self.ck, opts, self.frontier, self.bloom)
+        admits = admission_client or r.client
+        self.bloom = BloomFilter(admits, self.ck, opts.bloom, r.scripts)
+        self.frontier = Frontier(r.client, self.ck, opts, r.scripts, known, admits)
+        self.admission = Admission(admits, self.ck, opts, self.frontier, self.bloom)
         self.politeness = Politeness(
             r.client,
             self.ck,
@@ -120,14 +126,14 @@ class CrawlStore:
         return self.frontier.domain_of(url)
 
     @staticmethod
-    def read_options(r: Redis, crawl_id: str) -> CrawlOptions | None:
+    def read_options(r: RedisHandle, crawl_id: str) -> CrawlOptions | None:
         raw = r.client.get(r.keys.crawl(crawl_id).config)
         return None if raw is None else CrawlOptions.from_json(raw)
 
     @classmethod
     def create(
         cls,
-        r: Redis,
+        r: RedisHandle,
         opts: CrawlOptions,
         process: Process | None = None,
         more_seeds: Iterable[str] = (),
@@ -158,7 +164,7 @@ class CrawlStore:
         return store
 
 
-def unregister(r: Redis, opts: CrawlOptions) -> None:
+def unregister(r: RedisHandle, opts: CrawlOptions) -> None:
     """Undo a :func:`start` cut short by a full Redis (deleting is allowed at maxmemory)."""
     ck = r.keys.crawl(opts.crawl_id)
     pipe = r.client.pipeline(transaction=False)  # a full Redis refuses MULTI
@@ -170,17 +176,17 @@ def unregister(r: Redis, opts: CrawlOptions) -> None:
     pipe.execute()
 
 
-def exists(r: Redis, crawl_id: str) -> bool:
+def exists(r: RedisHandle, crawl_id: str) -> bool:
     """The crawl is registered and not expired (its options are there)."""
     return bool(r.client.exists(r.keys.crawl(crawl_id).config))
 
 
-def recent(r: Redis, limit: int) -> list[str]:
+def recent(r: RedisHandle, limit: int) -> list[str]:
     """Ids of the ``limit`` newest crawls (expired ones included until their listing goes)."""
     return [i.decode() for i in r.client.zrevrange(r.keys.crawls, 0, limit - 1)]
 
 
-def running(r: Redis) -> list[str]:
+def running(r: RedisHandle) -> list[str]:
     """Ids of the crawls the dispatchers release work for."""
     return [i.decode() for i in r.client.smembers(r.keys.running)]
 
@@ -241,7 +247,10 @@ def plan(
 
 
 def start(
-    r: Redis, opts: CrawlOptions, process: Process | None = None, more_seeds: Iterable[str] = ()
+    r: RedisHandle,
+    opts: CrawlOptions,
+    process: Process | None = None,
+    more_seeds: Iterable[str] = (),
 ) -> CrawlStore:
     """Register a crawl planned by :func:`plan` and admit its seeds: its partitions placed
     (``partitions`` 0: automatic) and its start time stamped now."""

@@ -31,7 +31,7 @@ from ..state.keys import CrawlKeys, Keys
 from ..state.options import CrawlOptions
 from ..state.politeness import effective_rate
 from ..state.stats import RATE_WINDOW, Stats
-from ..state.store import CrawlStore, Redis, check_seeds, new_crawl_id
+from ..state.store import CrawlStore, RedisHandle, check_seeds, new_crawl_id
 from ..worker.output import latest_items, latest_pages, read_pages
 
 __all__ = [
@@ -123,7 +123,7 @@ def launch(
     a seeds file's): RedisFull (nothing left behind) if Redis cannot hold it."""
     client = client or connection.connect(settings.state_url)
     connection.check_broker(settings.broker_url, client)
-    r = Redis.connect(client, settings.key_prefix)
+    r = RedisHandle.connect(client, settings.key_prefix)
     if no_room_for(client, opts.bloom.bits // 8):
         raise RedisFull(_full_message(client, opts))
     try:
@@ -172,7 +172,9 @@ class Crawl:
         self.settings = settings or connect_settings(broker)
         self.client = client or connection.connect(self.settings.state_url)
         self._r = (
-            store.r if store is not None else Redis.connect(self.client, self.settings.key_prefix)
+            store.r
+            if store is not None
+            else RedisHandle.connect(self.client, self.settings.key_prefix)
         )
         self.keys = self._r.keys
         self._store = store
@@ -361,7 +363,7 @@ def list_crawls(client: redis.Redis, keys: Keys, limit: int = 50) -> list[dict[s
     """The newest crawls: id, status, seeds, started_at and their progress counters. A crawl
     whose state cannot be read is listed with ``unreadable`` (why) instead of failing the
     whole listing."""
-    r = Redis.connect(client, keys.prefix)
+    r = RedisHandle.connect(client, keys.prefix)
     out: list[dict[str, Any]] = []
     for crawl_id in stores.recent(r, limit):
         try:

@@ -17,7 +17,7 @@ from ..settings import Settings
 from ..state import store as stores
 from ..state.formats import Counter, Status
 from ..state.health import memory
-from ..state.store import Redis
+from ..state.store import RedisHandle
 from .crawl import Crawl
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ class CrawlCollector(Collector):
     def __init__(self, client: redis.Redis, settings: Settings) -> None:
         self.client = client
         self.settings = settings
-        self.r = Redis.connect(client, settings.key_prefix)
+        self.r = RedisHandle.connect(client, settings.key_prefix)
 
     def _figures(self, crawl_id: str) -> dict[str, Any]:
         crawl = Crawl(crawl_id, settings=self.settings, client=self.client)

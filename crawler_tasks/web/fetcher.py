@@ -41,7 +41,9 @@ from urllib3.response import HTTPResponse
 
 from ..errors import (
     BadEncoding,
+    ConnectFailed,
     ConnectionFailed,
+    ConnectTimeout,
     CrawlerError,
     FetchTimeout,
     InvalidURL,
@@ -105,7 +107,7 @@ class Fetcher:
         self._verify: bool | str = ca_bundle or True  # ca_bundle: a private CA (and the tests)
         self._context = netguard.ConnectionContext()
         #: Given to every request: empty for good (the crawl's cookies are headers, per host,
-        #: see requestopts.py; nothing writes to it).
+        #: see profile.py; nothing writes to it).
         self._no_cookies = RequestsCookieJar()
         self._session = requests.Session()
         # Proxies from the environment would bypass the address guard; .netrc is none of ours.
@@ -151,7 +153,8 @@ class Fetcher:
         (``http://[user:pass@]host:port``), the connection goes to the proxy's address, vetted
         like any host; the target's address is vetted as resolved here.
 
-        Raises FetchTimeout, ConnectionFailed, BlockedAddress, UnsupportedScheme,
+        Raises FetchTimeout, ConnectionFailed (ConnectTimeout and ConnectFailed when no
+        connection was made: errors.Unreachable), BlockedAddress, UnsupportedScheme,
         TooManyRedirects, TooLarge, BadEncoding or InvalidURL.
         """
         chain = _Chain(url, allow_private, headers, follow, netguard.Deadline(self._total_timeout))
@@ -433,8 +436,8 @@ def _translate(exc: BaseException, expired: bool) -> CrawlerError:
     if isinstance(exc, requests.ConnectionError):
         connect = connect or _is_connect_failure(exc)
     if isinstance(exc, timeouts) or connect_timeout:
-        return FetchTimeout(message, connect=connect)
-    return ConnectionFailed(message, connect=connect)
+        return ConnectTimeout(message) if connect else FetchTimeout(message)
+    return ConnectFailed(message) if connect else ConnectionFailed(message)
 
 
 def _accept_encoding() -> str:

@@ -1,6 +1,6 @@
 """HTML page -> metadata and outlinks. Pure functions: no Redis, no network.
 
-:func:`extract` never raises: a hostile or broken body yields a (possibly empty) :class:`Page`.
+:func:`extract` never raises: a hostile or broken body yields a (possibly empty) :class:`ParsedHTML`.
 
 Decoding takes the first that applies: a byte-order mark; UTF-8 when the non-ASCII bytes are
 all valid UTF-8 (mislabelled UTF-8 is common, legacy text that happens to be valid UTF-8 is not,
@@ -87,7 +87,7 @@ class _Limits(NamedTuple):
 
 
 @dataclass
-class Page:
+class ParsedHTML:
     title: str | None = None
     description: str | None = None  # <meta name=description>
     language: str | None = None  # <html lang>, else meta http-equiv, else Content-Language
@@ -134,10 +134,10 @@ def extract(
     honour_nofollow: bool = True,
     keep_tree: bool = False,
     fingerprint: bool = False,
-) -> Page:
+) -> ParsedHTML:
     """Metadata and outlinks of HTML ``body`` fetched from ``url`` (post-redirect). Never raises.
 
-    ``keep_tree`` keeps the decoded text and the parsed tree in the Page (for a user's
+    ``keep_tree`` keeps the decoded text and the parsed tree in the ParsedHTML (for a user's
     extraction hook): the visible-text walk works on a copy, so the tree is whole; copying a
     tree costs a fraction of parsing it again."""
     try:
@@ -145,7 +145,7 @@ def extract(
         if content_type is None:
             content_type = _header(headers, "content-type")
         noindex, nofollow = _robots(_header(headers, "x-robots-tag"))
-        page = Page(noindex=noindex, nofollow=nofollow, language=_language(headers))
+        page = ParsedHTML(noindex=noindex, nofollow=nofollow, language=_language(headers))
         page.encoding, text = _decode(bytes(body), content_type)
         doc = _parse(text, html=keep_tree)
         if keep_tree:
@@ -159,7 +159,7 @@ def extract(
         return page
     except Exception:  # a bug must not kill the fetch task over one page; the log shows it
         log.warning("parse of %.300s failed", url, exc_info=True)
-        return Page()
+        return ParsedHTML()
 
 
 def _header(headers: Mapping[str, str], name: str) -> str | None:
@@ -271,7 +271,7 @@ def _parse_once(text: str, html: bool = False) -> tuple[etree._Element | None, b
     return doc, not parser.error_log.filter_from_fatals()
 
 
-def _fill(page: Page, doc: etree._Element, url: str, limits: _Limits) -> None:
+def _fill(page: ParsedHTML, doc: etree._Element, url: str, limits: _Limits) -> None:
     base_el = doc.find(".//base[@href]")
     base = (resolve(url, base_el.get("href")) if base_el is not None else None) or url
     page.title = _title(doc)
@@ -316,7 +316,7 @@ def _title(doc: etree._Element) -> str | None:
     return None
 
 
-def _read_head(page: Page, doc: etree._Element, base: str, max_url_length: int) -> None:
+def _read_head(page: ParsedHTML, doc: etree._Element, base: str, max_url_length: int) -> None:
     meta_language = None
     for el in doc.iter("meta"):
         name = (el.get("name") or "").strip().lower()
@@ -350,7 +350,7 @@ def _hrefs(doc: etree._Element) -> dict[str, bool]:
 
 
 def _select(
-    hrefs: dict[str, bool], base: str, page: Page, limits: _Limits
+    hrefs: dict[str, bool], base: str, page: ParsedHTML, limits: _Limits
 ) -> tuple[list[str], dict[str, int]]:
     legacy = None if page.encoding.startswith("utf") else page.encoding
     dropped = dict.fromkeys(DROP_REASONS, 0)

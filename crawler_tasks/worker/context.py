@@ -1,13 +1,13 @@
 """What one worker process holds: its Redis client and scripts, HTTP fetcher, robots caches,
-open output files, and a small cache of the crawls it works on (:class:`CrawlStore`, with this
-process's memory of known URLs per crawl). Built once per process (after the fork, for prefork
-pools) by :class:`~crawler_tasks.worker.app.Runtime` and passed to the pipeline functions;
-nothing here is global. Everything about one crawl lives in its store.
+open output files, and a small cache of the crawls it works on: for each, its
+:class:`CrawlStore` (Redis, with this process's memory of known URLs) and its
+:class:`~crawler_tasks.worker.crawl_runtime.CrawlRuntime` (fetching, robots.txt, output),
+built together. Built once per process (after the fork, for prefork pools) by :class:`Runtime`
+and passed to the pipeline functions; nothing here is global.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
@@ -20,17 +20,16 @@ import redis
 
 from ..settings import Settings
 from ..state import connection
-from ..state.admission import Admission
-from ..state.bloom import BloomFilter, KnownURLs
-from ..state.frontier import Frontier
+from ..state.bloom import KnownURLs
 from ..state.options import CrawlOptions
 from ..state.robots_cache import RobotsCache
-from ..state.store import CrawlStore, Process, Redis
+from ..state.store import CrawlStore, Process, RedisHandle
 from ..state.workers import Heartbeat
-from ..web.fetcher import Fetcher, Response
-from . import requestopts
+from ..web.fetcher import Fetcher
+from ..web.profile import RequestProfile
+from .crawl_runtime import CrawlRuntime, robots_getter
 from .hooks import Hooks
-from .output import CrawlOutput, Outputs
+from .output import Outputs
 from .room import Room
 
 log = logging.getLogger(__name__)
@@ -76,7 +75,7 @@ class Context:
     ) -> None:
         self.settings = settings
         self.client = redis_client(settings)
-        self.r = Redis.connect(self.client, settings.key_prefix)
+        self.r = RedisHandle.connect(self.client, settings.key_prefix)
         self.keys = self.r.keys
         self.fetcher = Fetcher.from_settings(settings)
         self.outputs = Outputs()
@@ -92,9 +91,10 @@ class Context:
         #: The users' extraction hooks this process imported (worker/hooks.py).
         self.hooks = Hooks()
         self._process = Process(settings.max_crawl_delay, settings.body_ttl)
-        self._stores: OrderedDict[str, CrawlStore] = OrderedDict()
-        self._robots: dict[tuple[bool, str, str], RobotsCache] = {}
+        self._stores: OrderedDict[str, tuple[CrawlStore, CrawlRuntime]] = OrderedDict()
+        self._robots: dict[RequestProfile, RobotsCache] = {}
         self._lock = threading.Lock()  # threads pools share the caches
+        self._robots_lock = threading.Lock()
         self.sitemap_origins: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._batch: ThreadPoolExecutor | None = None
 
@@ -126,30 +126,48 @@ class Context:
     def store(self, crawl_id: str) -> CrawlStore | None:
         """The crawl's store, or None for a crawl whose options are gone (expired)."""
         with self._lock:
-            store = self._stores.get(crawl_id)
-        if store is not None:
-            return store
+            pair = self._stores.get(crawl_id)
+        if pair is not None:
+            return pair[0]
         opts = CrawlStore.read_options(self.r, crawl_id)
         if opts is None:
             return None
+        with self._lock:
+            pair = self._stores.get(crawl_id)
+            if pair is None:
+                pair = self._stores[crawl_id] = self._new_crawl(opts)
+            while len(self._stores) > STORES:
+                self._stores.popitem(last=False)
+        return pair[0]
+
+    def crawl(self, store: CrawlStore) -> CrawlRuntime:
+        """The runtime built with ``store`` (fetching, robots.txt, output of its crawl)."""
+        with self._lock:
+            pair = self._stores.get(store.id)
+        if pair is not None and pair[0] is store:
+            return pair[1]
+        return self._runtime(store.opts)  # a store this cache no longer holds
+
+    def _new_crawl(self, opts: CrawlOptions) -> tuple[CrawlStore, CrawlRuntime]:
         # started_at tells a crawl from an earlier one with the same id; without it the
         # filter's contents are not known to this process.
         known = KnownURLs(KNOWN_MAX) if opts.started_at else None
-        with self._lock:
-            store = self._stores.setdefault(crawl_id, self._new_store(opts, known))
-            while len(self._stores) > STORES:
-                self._stores.popitem(last=False)
-        return store
-
-    def _new_store(self, opts: CrawlOptions, known: KnownURLs | None) -> CrawlStore:
-        store = CrawlStore(self.r, opts, self._process, known)
         # Admission writes wait in place while Redis refuses them for memory (room.py); the
         # dispatcher's release and everything else keep failing at once, as they should.
-        client = self.room.client_for(self.client)
-        frontier = Frontier(client, store.ck, opts, self.r.scripts, known)
-        bloom = BloomFilter(client, store.ck, opts.bloom, self.r.scripts)
-        store.admission = Admission(client, store.ck, opts, frontier, bloom)
-        return store
+        admits = self.room.client_for(self.client)
+        store = CrawlStore(self.r, opts, self._process, known, admission_client=admits)
+        return store, self._runtime(opts)
+
+    def _runtime(self, opts: CrawlOptions) -> CrawlRuntime:
+        profile = RequestProfile.build(opts, self.settings.user_agent)
+        root = opts.output or self.settings.output_dir
+        return CrawlRuntime(
+            opts,
+            profile,
+            self.fetcher,
+            self.robots(profile),
+            lambda: self.outputs.get(opts.crawl_id, root),
+        )
 
     def first_sitemap_look(self, crawl_id: str, origin: str) -> bool:
         """True the first time this process looks at ``origin``'s sitemaps for a crawl."""
@@ -161,78 +179,20 @@ class Context:
                 self.sitemap_origins.popitem(last=False)
             return True
 
-    def robots(self, opts: CrawlOptions) -> RobotsCache:
-        """robots.txt as the crawl asks for it: with its address policy and user agent."""
-        # The crawl's request settings (env references, no secrets) decide how it is fetched.
-        how = (opts.headers, opts.cookies, opts.auth, opts.proxy)
-        key = (opts.allow_private_networks, opts.user_agent, json.dumps(how, sort_keys=True))
-        with self._lock:
-            cache = self._robots.get(key)
+    def robots(self, profile: RequestProfile) -> RobotsCache:
+        """robots.txt as crawls of ``profile`` ask for it (address policy, user agent,
+        headers, proxy): one cache for all of them."""
+        with self._robots_lock:  # its own: _new_crawl calls this holding self._lock
+            cache = self._robots.get(profile)
             if cache is None:
-                cache = self._robots[key] = RobotsCache(
+                cache = self._robots[profile] = RobotsCache(
                     self.client,
                     self.keys,
                     ttl=self.settings.robots_ttl,
                     error_ttl=self.settings.robots_error_ttl,
-                    http_get=lambda url: self._robots_get(url, opts),
+                    http_get=robots_getter(self.fetcher, profile),
                 )
         return cache
-
-    def _robots_get(self, url: str, opts: CrawlOptions) -> tuple[int | None, str | None, bytes]:
-        try:
-            resp = self.fetcher.get(
-                url,
-                allow_private=opts.allow_private_networks,
-                headers=self._headers(opts, {}),
-                follow=lambda _t: "manual",
-                host_headers=requestopts.host_headers(opts),
-                proxy=requestopts.proxy(opts),
-            )
-        except Exception as exc:  # any failure to get robots.txt means "unreachable"
-            log.info("robots.txt %s unreachable: %s", url, exc)
-            return None, None, b""
-        location = resp.redirects[-1][1] if resp.redirects else None
-        return resp.status, location, resp.body
-
-    def fetch(
-        self, opts: CrawlOptions, url: str, follow: Callable[[str], str | None], extra: dict
-    ) -> Response:
-        """GET ``url`` as the crawl asks: its user agent, request settings, limits and
-        address policy."""
-        return self.fetcher.get(
-            url,
-            allow_private=opts.allow_private_networks,
-            headers=self._headers(opts, extra),
-            follow=follow,
-            max_body_bytes=opts.max_body_bytes,
-            max_redirects=opts.max_redirects,
-            host_headers=requestopts.host_headers(opts),
-            proxy=requestopts.proxy(opts),
-        )
-
-    def _headers(self, opts: CrawlOptions, extra: dict[str, str]) -> dict[str, str]:
-        agent = opts.user_agent or self.settings.user_agent
-        return {**requestopts.headers(opts), "User-Agent": agent, **extra}
-
-    def output(self, opts: CrawlOptions) -> CrawlOutput:
-        return self.outputs.get(opts.crawl_id, opts.output or self.settings.output_dir)
-
-    def write_warc(self, opts: CrawlOptions, response: Response) -> None:
-        if not opts.warc_non_html and response.content_type not in (
-            "text/html",
-            "application/xhtml+xml",
-        ):
-            return
-        self.output(opts).warc(
-            response.final_url,
-            response.status,
-            "",
-            response.raw_headers,
-            response.body,
-            requestopts.recorded_headers(opts, opts.user_agent or self.settings.user_agent),
-            http_version=response.http_version,
-            ip=response.ip,
-        )
 
 
 def _outcome(call: Callable[[], Any]) -> tuple[bool, Any]:

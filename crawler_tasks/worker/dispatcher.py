@@ -23,7 +23,7 @@ from ..errors import WorkerLost
 from ..settings import Settings
 from ..state import store as stores
 from ..state import workers
-from ..state.formats import Inflight, Steering
+from ..state.formats import Inflight, LeaseEnd, Steering
 from ..state.frontier import CANCEL_DRAIN
 from ..state.politeness import cluster_rates
 from ..state.store import CrawlStore
@@ -31,6 +31,7 @@ from .context import Context
 from .logs import Throttled
 from .outage import REDIS_UNAVAILABLE
 from .recorder import Final, crawl_finished, finalize, sweep_orphans
+from .settle import Decision, settle
 
 log = logging.getLogger(__name__)
 
@@ -148,18 +149,20 @@ class Dispatcher:
     def _take_back(
         self, ctx: Context, store: CrawlStore, url: str, entry: Inflight, value: str
     ) -> int:
+        """A URL whose worker or message was lost: final after ``max_retries``, else back to
+        the frontier (a fetch; its lease returned as an error) or its parse published again."""
         fetching = entry.stage in ("r", "s")
+        lease = store.politeness.lease(url, entry.domain) if fetching else None
         lost = WorkerLost(f"{entry.stage}:{entry.worker}: its worker or message was lost")
         if store.ledger.count_attempt(url) > store.opts.max_retries:
-            if fetching:
-                store.politeness.done(url, entry.domain, "error")
-            finalize(ctx, store, Final.failed(url, entry.depth, lost))
+            failed = Decision.record(Final.failed(url, entry.depth, lost), LeaseEnd.ERROR)
+            settle(ctx, store, url, entry.depth, failed, lease)
             return 1
         if not store.ledger.reclaim(url, entry, value):
-            return 0  # moved on meanwhile
+            return 0  # moved on meanwhile: the lease is not ours to return
         log.warning("crawl %s: took %.300s back (%s)", store.id, url, lost)
-        if fetching:  # its lease, or the host waits for the lease to expire
-            store.politeness.done(url, entry.domain, "error")
+        if lease is not None:  # its lease, or the host waits for the lease to expire
+            lease.release(LeaseEnd.ERROR)
         else:
             store.ledger.mark_parse_queued(url)
             self._publish_parse(store.id, url, entry.depth)

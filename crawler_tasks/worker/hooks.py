@@ -120,7 +120,7 @@ class Result:
 
 
 @dataclass
-class Outcome:
+class HookResult:
     """What became of one hook call."""
 
     links: list[str]
@@ -152,7 +152,7 @@ class Hooks:
                 self._cache[path] = fn
         return fn
 
-    def run(self, path: str, page: Page, timeout: float) -> Outcome:
+    def run(self, path: str, page: Page, timeout: float) -> HookResult:
         """Call the hook on ``page`` in a thread of its own with a deadline; never raises."""
         box: dict[str, Any] = {}
 
@@ -166,11 +166,11 @@ class Hooks:
         thread.start()
         thread.join(timeout)
         if thread.is_alive():
-            return Outcome(list(page.links), error="timeout")
+            return HookResult(list(page.links), error="timeout")
         if "error" in box:
-            return Outcome(list(page.links), error=box["error"])
+            return HookResult(list(page.links), error=box["error"])
         items, follow, drop = box["result"]
-        return Outcome(_links(page, follow, drop), items)
+        return HookResult(_links(page, follow, drop), items)
 
 
 def _describe(exc: BaseException) -> str:

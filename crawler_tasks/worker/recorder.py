@@ -138,7 +138,7 @@ def finalize(ctx: Context, store: CrawlStore, final: Final) -> str:
     if not final.recorded:
         left = store.ledger.finish(final.url, None, counters)
         return "duplicate" if left < 0 else _settled(ctx, store, final, left)
-    out = ctx.output(store.opts)
+    out = ctx.crawl(store).output()
     record["rid"] = uuid.uuid4().hex
     entry = formats.Unwritten(record["rid"], str(out.pages_path), time.time(), record)
     left = store.ledger.finish(final.url, entry, counters)
@@ -174,7 +174,7 @@ def write_orphan(ctx: Context, store: CrawlStore, url: str, entry: formats.Unwri
     # Items go first: if they made it and the page line did not, they are not repeated.
     items = bool(entry.record.get(ITEMS))
     with_items = items and not _on_disk(entry, items_path(Path(entry.path)))
-    out = ctx.output(store.opts)
+    out = ctx.crawl(store).output()
     record = {k: v for k, v in entry.record.items() if with_items or k != ITEMS}
     mine = formats.Unwritten(entry.rid, str(out.pages_path), time.time(), record)
     if not store.ledger.claim(url, entry, mine):

@@ -3,7 +3,7 @@
 A sitemap file is a request to a host like any page, so it is not fetched on the side: it goes
 through the frontier and waits for its host's token, lease and Retry-After.
 
-1. The first time a crawl sees an origin's robots.txt (``pipeline._robots``), the ``Sitemap:``
+1. The first time a crawl sees an origin's robots.txt (``fetch_step._robots``), the ``Sitemap:``
    URLs it lists (at most :data:`MAX_PER_ROBOTS`) are added to the crawl's set of sitemap
    files and admitted at depth 0, through the crawl's scope check. A marker created with
    ``SET NX`` per crawl and origin (``CrawlKeys.sitemap_origin``) makes that happen once per
@@ -80,12 +80,12 @@ class Sitemaps:
         return len(urls)
 
     def fetch(self, url: str) -> dict[str, Any]:
-        """Fetch and use one sitemap file; returns the fields of its ``pipeline.Final``."""
-        ctx, opts = self.ctx, self.opts
+        """Fetch and use one sitemap file; returns the fields of its ``recorder.Final``."""
+        ctx = self.ctx
         scope = self.store.admission.scope
         try:
-            response = ctx.fetch(
-                opts, url, lambda target: "out_of_scope" if scope.check(target) else None, {}
+            response = ctx.crawl(self.store).fetch(
+                url, lambda target: "out_of_scope" if scope.check(target) else None, {}
             )
         except CrawlerError as exc:
             error = f"sitemap_{exc.reason}"
@@ -106,7 +106,7 @@ class Sitemaps:
                 Counter.BYTES.value: len(body),
             },
         }
-        ctx.write_warc(opts, response)
+        ctx.crawl(self.store).write_warc(response)
         if not 200 <= status < 300:
             return _failed(result, Outcome.SITEMAP_STATUS)
             return result

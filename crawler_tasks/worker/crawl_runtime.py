@@ -1,0 +1,78 @@
+"""What one crawl needs of this worker process beside its store: its request profile, the
+fetcher as the crawl asks for it, its robots.txt cache, its output files and WARC writing.
+Built next to the crawl's :class:`~crawler_tasks.state.store.CrawlStore` and cached with it
+(worker/context.py), so nothing that runs a crawl passes its options around again."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from ..state.options import CrawlOptions
+from ..state.robots_cache import RobotsCache
+from ..web.fetcher import Fetcher, Response
+from ..web.profile import RequestProfile
+from .output import CrawlOutput
+
+log = logging.getLogger(__name__)
+
+#: Content types whose responses every crawl writes to its WARC (``warc_non_html`` adds others).
+WARC_HTML = ("text/html", "application/xhtml+xml")
+
+
+class CrawlRuntime:
+    def __init__(
+        self,
+        opts: CrawlOptions,
+        profile: RequestProfile,
+        fetcher: Fetcher,
+        robots: RobotsCache,
+        output: Callable[[], CrawlOutput],
+    ) -> None:
+        self.opts = opts
+        #: How the crawl requests (also the key of its robots.txt cache).
+        self.profile = profile
+        self.fetcher = fetcher
+        self.robots = robots
+        self._output = output
+
+    def fetch(self, url: str, follow: Callable[[str], str | None], extra: dict) -> Response:
+        """GET ``url`` as the crawl asks: its user agent, request settings, limits and
+        address policy; ``extra``: more headers (a recrawl's validators)."""
+        return self.fetcher.get(url, follow=follow, **self.profile.fetch_args(extra))
+
+    def output(self) -> CrawlOutput:
+        """The crawl's output files in this process."""
+        return self._output()
+
+    def write_warc(self, response: Response) -> None:
+        if not self.opts.warc_non_html and response.content_type not in WARC_HTML:
+            return
+        self.output().warc(
+            response.final_url,
+            response.status,
+            "",
+            response.raw_headers,
+            response.body,
+            self.profile.recorded_headers(),
+            http_version=response.http_version,
+            ip=response.ip,
+        )
+
+
+def robots_getter(
+    fetcher: Fetcher, profile: RequestProfile
+) -> Callable[[str], tuple[int | None, str | None, bytes]]:
+    """How a robots.txt cache of ``profile`` requests: (status, redirect target, body), or
+    (None, None, b"") when robots.txt could not be had."""
+
+    def get(url: str) -> tuple[int | None, str | None, bytes]:
+        try:
+            resp = fetcher.get(url, **profile.robots_args())
+        except Exception as exc:  # any failure to get robots.txt means "unreachable"
+            log.info("robots.txt %s unreachable: %s", url, exc)
+            return None, None, b""
+        location = resp.redirects[-1][1] if resp.redirects else None
+        return resp.status, location, resp.body
+
+    return get
