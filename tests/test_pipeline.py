@@ -249,3 +249,20 @@ def test_robots_disallowed_links_are_counted_never_fetched_nor_recorded(settings
     assert summary["skipped"].get("robots_disallowed", 0) > 0  # judged at admission
     assert c["discovered"] == c["admitted"] + c["deduplicated"] + sum(summary["skipped"].values())
     assert summary["status"] == "finished"
+
+
+def test_cancel_while_urls_wait_for_a_retry_finishes(settings, driver):  # type: ignore[no-untyped-def]
+    """A URL waiting out a retry's back-off is dropped by a cancel too (it used to wait for a
+    release that a cancelled crawl never does: the crawl never finished)."""
+    busy = {"/": lambda h: h.send_body(503, b"busy", "text/html")}
+    with serve_hosts(None, ["127.0.0.79"], extra_routes=busy) as (server,):
+        crawl = start_crawl(
+            [server.base_url + "/"], settings=settings, allow_private_networks=True,
+            obey_robots=False, rate=math.inf, retry_backoff=60.0,
+        )  # fmt: skip
+        while crawl.stats.progress()["retrying"] == 0:
+            driver.step()
+        assert crawl.cancel()
+        summary = driver.run(crawl)
+    assert summary["status"] == "cancelled"
+    assert summary["counters"]["cancelled"] == 1

@@ -95,7 +95,7 @@ class CrawlOptions:
     warc_non_html: bool = setting("warc_non_html")
     schedule: str | None = None
     on_finished: str | None = None
-    #: Request settings (worker/requestopts.py): headers for every request; cookies
+    #: Request settings (web/profile.py): headers for every request; cookies
     #: (host -> {name: value}) and basic auth (host -> "env:NAME" of "user:pass") per host; an
     #: http(s) proxy. Secrets only as "env:NAME", read by the workers when they request.
     headers: dict[str, str] = field(default_factory=dict)
@@ -103,7 +103,7 @@ class CrawlOptions:
     auth: dict[str, str] = field(default_factory=dict)
     proxy: str | None = None
     #: A page whose <link rel=canonical> names another URL: follow that URL (at the page's
-    #: depth) instead of the page's links (worker/pipeline.py ``_canonical``).
+    #: depth) instead of the page's links (worker/parse_step.py ``_canonical``).
     canonical: bool = False
     #: SimHash fingerprints of pages' text; a near-duplicate (<= 3 bits) of an earlier page
     #: gets ``duplicate_of``; with ``skip_near_duplicates`` its links are not followed.

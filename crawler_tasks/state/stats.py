@@ -106,6 +106,7 @@ class Stats:
             "elapsed_s": round(elapsed, 3),
             "pages_per_s": round(done / elapsed, 2) if elapsed else 0.0,
             "recent_pages_per_s": self.recent_rate(),
+            "output": self.status.output_problem(flags),
         }
 
     def summary(self) -> dict[str, Any]:

@@ -8,6 +8,7 @@ Every write of a crawl's status goes through :class:`CrawlStatus`, with the valu
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import redis
@@ -15,6 +16,9 @@ import redis
 from .formats import Status, Steering
 from .keys import CrawlKeys, Keys
 from .scripts import Scripts
+
+#: Seconds releases pause after a failed write of the crawl's output.
+OUTPUT_PAUSE = 10.0
 
 
 class CrawlStatus:
@@ -38,15 +42,41 @@ class CrawlStatus:
         return Status(raw.decode()) if raw else Status.UNKNOWN
 
     def steering(self) -> Steering:
-        """What release.lua is told (or FINISHING: nothing to release, finish it)."""
-        paused, cancelled, status = self.client.hmget(
-            self.ck.state, "paused", "cancelled", "status"
+        """What release.lua is told (or FINISHING: nothing to release, finish it). While the
+        crawl's output cannot be written (:meth:`output_failed`), nothing is released: a
+        fetched page could not be kept."""
+        paused, cancelled, status, blocked = self.client.hmget(
+            self.ck.state, "paused", "cancelled", "status", "output_blocked_until"
         )
         if status == Status.FINISHING.value.encode():
             return Steering.FINISHING
         if cancelled == b"1":
             return Steering.CANCELLED
-        return Steering.PAUSED if paused == b"1" else Steering.RUN
+        if paused == b"1" or (blocked is not None and float(blocked) > time.time()):
+            return Steering.PAUSED
+        return Steering.RUN
+
+    # --- output faults (a full or failing disk: worker/output.py) ----------------------------
+    def output_failed(self, why: str, pause: float = OUTPUT_PAUSE) -> None:
+        """Writing the crawl's files failed (``why``: "disk full at DIR"): releases pause for
+        ``pause`` s, after which one more fetch finds out whether there is room again; the
+        records wait in Redis meanwhile. Shown by progress() as ``output``."""
+        now = time.time()
+        self.client.hset(
+            self.ck.state,
+            mapping={"output_problem": why, "output_blocked_until": repr(now + pause)},
+        )
+
+    def output_ok(self) -> None:
+        """A write succeeded again after :meth:`output_failed`."""
+        self.client.hdel(self.ck.state, "output_problem", "output_blocked_until")
+
+    def output_problem(self, flags: dict[str, str] | None = None) -> str | None:
+        """What keeps the crawl's output from being written, if anything did lately."""
+        flags = self.flags() if flags is None else flags
+        until = float(flags.get("output_blocked_until", 0) or 0)
+        recent = until + OUTPUT_PAUSE * 3 > time.time()
+        return flags.get("output_problem") if recent else None
 
     # --- steering (the crawl's owner) --------------------------------------------------------
     def pause(self) -> bool:
@@ -58,7 +88,11 @@ class CrawlStatus:
 
     def cancel(self) -> bool:
         """Drop pending work unfetched; the crawl finishes as cancelled. False if it was
-        finished already."""
+        finished already. A crawl stuck finishing (its output cannot be written) can be
+        cancelled too: its finisher then gives up the files it cannot write."""
+        if self.status() is Status.FINISHING:
+            self.client.hset(self.ck.state, mapping={"cancelled": "1"})
+            return True
         if not self._steer({"cancelled": "1", "paused": "0"}, wake=True):
             return False
         # Every partition learns it too: start.lua stops fetches there.

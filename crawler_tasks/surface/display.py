@@ -22,12 +22,16 @@ def rate(p: dict[str, Any]) -> float:
 
 
 def paused(p: dict[str, Any]) -> str:
-    """The paused state to append to a status line (``admission paused: Redis out of memory
-    (used X of maxmemory Y)``), or "" while workers admit new URLs."""
+    """What holds the crawl back, to append to a status line: its output cannot be written
+    (``output: disk full at DIR``), or Redis is nearly full (``admission paused: Redis out of
+    memory (used X of maxmemory Y)``); "" when nothing does."""
+    text = ""
+    if p.get("output"):
+        text += f" — output: {p['output']} (writing paused; resumes when there is room)"
     mem = p.get("redis_memory")
-    if not p.get("admission_paused") or not mem:
-        return ""
-    return " — " + admission_paused(Memory(mem["used_bytes"], mem["maxmemory_bytes"]))
+    if p.get("admission_paused") and mem:
+        text += " — " + admission_paused(Memory(mem["used_bytes"], mem["maxmemory_bytes"]))
+    return text
 
 
 def line(p: dict[str, Any]) -> str:

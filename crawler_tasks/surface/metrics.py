@@ -77,6 +77,11 @@ class CrawlCollector(Collector):
         rate = GaugeMetricFamily(
             "crawler_domain_rate", "effective requests/s per domain", labels=["crawl", "domain"]
         )
+        unwritable = GaugeMetricFamily(
+            "crawler_output_unwritable",
+            "1 while the crawl's output cannot be written (disk full...): releases pause",
+            labels=["crawl"],
+        )
         unreadable = 0
         for crawl_id in ids:
             try:
@@ -90,6 +95,7 @@ class CrawlCollector(Collector):
             if not self._shown(summary):
                 continue
             p, c = summary["progress"], summary["counters"]
+            unwritable.add_metric([crawl_id], 1 if p.get("output") else 0)
             for n in _COUNTERS:
                 counters[n].add_metric([crawl_id], c.get(n, 0))
             for n in _GAUGES:  # a progress() figure, or a counter progress() does not show
@@ -100,6 +106,7 @@ class CrawlCollector(Collector):
                 backlog.add_metric([crawl_id, d["domain"]], d["pending"])
                 rate.add_metric([crawl_id, d["domain"]], d["rate"])
         yield from counters.values()
+        yield unwritable
         yield GaugeMetricFamily(
             "crawler_unreadable_crawls",
             "crawls skipped because their state could not be read (the exporter's log says why)",

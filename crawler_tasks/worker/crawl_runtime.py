@@ -35,6 +35,9 @@ class CrawlRuntime:
         self.fetcher = fetcher
         self.robots = robots
         self._output = output
+        #: A write of this crawl's output failed in this process and none succeeded since
+        #: (recorder.write_record clears the crawl's output problem on the next success).
+        self.output_failing = False
 
     def fetch(self, url: str, follow: Callable[[str], str | None], extra: dict) -> Response:
         """GET ``url`` as the crawl asks: its user agent, request settings, limits and

@@ -275,7 +275,11 @@ class Dispatcher:
         return self._broker
 
     def _finish_abandoned(self, ctx: Context, store: CrawlStore) -> None:
-        """A crawl left finishing longer than a live finisher takes: its finisher died."""
-        finished_at = float(store.status.flags().get("finished_at", 0) or 0)
+        """A crawl left finishing longer than a live finisher takes: its finisher died, or
+        its output could not be written (tried again once the output pause is over)."""
+        flags = store.status.flags()
+        finished_at = float(flags.get("finished_at", 0) or 0)
+        if float(flags.get("output_blocked_until", 0) or 0) > time.time():
+            return
         if finished_at and time.time() - finished_at > self.settings.orphan_record_seconds:
             crawl_finished(ctx, store)

@@ -188,5 +188,5 @@ def item_task_failed(ctx: Context, crawl_id: str, url: str, depth: int, error: s
         return
     record = {"url": url, "depth": depth, "error": None, "extract_error": error}
     store.ledger.dead_letter(url, record)
-    store.client.hincrby(store.ck.stats, Counter.EXTRACT_ERRORS.value, 1)
+    store.stats.add(Counter.EXTRACT_ERRORS.value)
     log.warning("crawl %s: %s on %.300s", crawl_id, error, url)

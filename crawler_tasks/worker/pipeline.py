@@ -30,13 +30,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from ..errors import AdmissionPaused
+from ..errors import AdmissionPaused, OutputUnavailable
 from ..state.formats import Started
 from . import fetch_step, parse_step
 from .context import Context
 from .outage import REDIS_UNAVAILABLE
 from .parse_step import item_task_failed
-from .recorder import Final, finalize
+from .recorder import Final, finalize, output_failed
 from .settle import requeue, settle
 
 __all__ = ["begin", "fetch_url", "item_task_failed", "parse_url"]
@@ -103,15 +103,20 @@ def _guarded(
         raise
     except AdmissionPaused:
         return _hand_back(ctx, crawl_id, url, depth, parse=parse)
+    except OutputUnavailable as exc:  # the disk's fault, not the URL's: fetched again later
+        store = ctx.store(crawl_id)
+        if store is not None:
+            output_failed(ctx, store, exc)
+        return _hand_back(ctx, crawl_id, url, depth, parse=parse)
     except Exception as exc:
         return _internal_error(ctx, crawl_id, url, depth, exc)
 
 
 def _hand_back(ctx: Context, crawl_id: str, url: str, depth: int, *, parse: bool) -> str:
-    """Redis had no room for the page's links for ``admission_wait`` s: nothing of the page was
-    written, its lease is returned (the fetch step's ``with``), so its URL goes back to the
-    frontier as it was, its retries untouched (the dispatcher releases nothing until there is
-    room)."""
+    """Redis had no room for the page's links for ``admission_wait`` s, or the output disk
+    none for its WARC record: nothing of the page was written, its lease is returned (the
+    fetch step's ``with``), so its URL goes back to the frontier as it was, its retries
+    untouched (the dispatcher releases nothing until there is room)."""
     store = ctx.store(crawl_id)
     if store is None:
         return "duplicate"

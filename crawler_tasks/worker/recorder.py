@@ -17,6 +17,12 @@ cannot be read here, can leave a URL with two lines.
 orphans, recrawl ``gone`` count, ``summary.json``, key expiry, the ``crawl_finished`` event,
 the owner's ``on_finished`` task, and only then the final status. A process that dies in it
 leaves the crawl "finishing"; the dispatcher (or the redelivered task) runs it again.
+
+A disk that is full or fails (:class:`~crawler_tasks.errors.OutputUnavailable`) is an
+environment fault, not a URL's: the record stays in Redis as unwritten (the dispatchers' sweep
+writes it once there is room), the crawl's releases pause and ``status`` says why; the
+finisher waits for room too, and gives up the files it cannot write only when the crawl is
+cancelled.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import CrawlerError, InternalError
+from ..errors import CrawlerError, InternalError, OutputUnavailable
 from ..state import events, formats
 from ..state.admission import RedirectClaims
 from ..state.formats import Counter, Status
@@ -37,9 +43,11 @@ from ..state.store import CrawlStore
 from ..state.workers import alive
 from . import faults
 from .context import Context
-from .output import ITEMS, items_path, write_summary
+from .logs import Throttled
+from .output import ITEMS, describe, items_path, write_summary
 
 log = logging.getLogger(__name__)
+_unwritable = Throttled(log, "writing crawl output", every=30.0)
 
 DEAD_LETTER_FIELDS = (
     "url", "depth", "error", "status", "detail", "attempts", "fetched_at", "extract_error"
@@ -147,9 +155,9 @@ def finalize(ctx: Context, store: CrawlStore, final: Final) -> str:
     faults.point("after_finish")
     if final.extra.get("redirects") and not failed:
         RedirectClaims.release(store.client, store.ck, final.url)
-    out.final(record)
-    faults.point("after_record")
-    store.ledger.written(final.url)
+    if write_record(ctx, store, record):  # else it waits in Redis for room (the sweep)
+        faults.point("after_record")
+        store.ledger.written(final.url)
     kind = "request_failed" if final.error else "request_completed"
     payload = {k: record[k] for k in ("url", "status", "error", "depth")}
     events.emit(store.client, store.ck, kind, store.id, record=payload)
@@ -163,7 +171,33 @@ def _settled(ctx: Context, store: CrawlStore, final: Final, left: int) -> str:
     return final.error or "done"
 
 
-def write_orphan(ctx: Context, store: CrawlStore, url: str, entry: formats.Unwritten) -> bool:
+def write_record(
+    ctx: Context, store: CrawlStore, record: dict[str, Any], *, with_items: bool = True
+) -> bool:
+    """``record`` on disk; False (and the crawl told, see :func:`output_failed`) if the
+    output cannot be written now: the record then waits in Redis as unwritten."""
+    runtime = ctx.crawl(store)
+    try:
+        runtime.output().final(record, with_items=with_items)
+    except OutputUnavailable as exc:
+        output_failed(ctx, store, exc)
+        return False
+    if runtime.output_failing:  # room again: the crawl may release URLs again
+        runtime.output_failing = False
+        store.status.output_ok()
+    return True
+
+
+def output_failed(ctx: Context, store: CrawlStore, exc: OutputUnavailable) -> None:
+    """Writing failed for a reason of the disk: pause the crawl's releases and say why."""
+    ctx.crawl(store).output_failing = True
+    store.status.output_failed(str(exc))
+    _unwritable.failed(exc, expected=True)
+
+
+def write_orphan(
+    ctx: Context, store: CrawlStore, url: str, entry: formats.Unwritten, strict: bool = False
+) -> bool:
     """Put an unwritten record on disk unless its writer got it there; True if written now.
     Its redelivered task, the dispatcher's sweep and the finisher can meet one orphan at once:
     the one that claims it (claim.lua) writes it. The entry then names this process's file and
@@ -179,7 +213,10 @@ def write_orphan(ctx: Context, store: CrawlStore, url: str, entry: formats.Unwri
     mine = formats.Unwritten(entry.rid, str(out.pages_path), time.time(), record)
     if not store.ledger.claim(url, entry, mine):
         return False  # written, or claimed by another process, since it was read
-    out.final(record, with_items=with_items)
+    if not write_record(ctx, store, record, with_items=with_items):
+        if strict:  # the finisher: it cannot go on without this record
+            raise OutputUnavailable(str(out.dir), store.status.output_problem() or "unwritable")
+        return False
     log.warning("crawl %s: wrote the record of %.300s left by a dead process", store.id, url)
     store.ledger.written(url)
     return True
@@ -214,7 +251,9 @@ def sweep_orphans(ctx: Context, store: CrawlStore) -> int:
 
 
 def crawl_finished(ctx: Context, store: CrawlStore) -> bool:
-    """The end of a crawl, once; False if another process is running it (or it is done)."""
+    """The end of a crawl, once; False if another process is running it (or it is done), or
+    if its output cannot be written now (it stays finishing, status says why, and a
+    dispatcher tries again once the pause is over)."""
     opts, status = store.opts, store.status
     if not _finisher_lock(ctx, store):
         return False
@@ -222,15 +261,20 @@ def crawl_finished(ctx: Context, store: CrawlStore) -> bool:
     if flags.get("status") != Status.FINISHING.value:
         status.unlock_finisher()
         return False
-    _write_all_orphans(ctx, store)
-    if store.recrawl is not None and status.first("gone_counted"):
-        store.stats.put(formats.change("gone"), store.recrawl.gone())
-    summary = store.stats.summary()
     final = Status(flags.get("final_status", Status.FINISHED.value))
-    summary["status"] = final.value
-    path = write_summary(f"{opts.output or ctx.settings.output_dir}/{opts.crawl_id}", summary)
-    faults.point("after_summary")
-    status.note(summary_path=path)
+    try:
+        summary = _files_of_the_end(ctx, store, final)
+    except OutputUnavailable as exc:
+        if status.flags().get("cancelled") != "1":
+            output_failed(ctx, store, exc)
+            status.unlock_finisher()
+            log.warning("crawl %s: finishing waits for its output: %s", opts.crawl_id, exc)
+            return False
+        # Cancelled while its output cannot be written: what is not on disk is given up.
+        final = Status.CANCELLED
+        status.note(output_given_up=str(exc))
+        summary = store.stats.summary()
+        summary["status"] = final.value
     status.expire(ctx.settings.finished_ttl)
     events.emit(store.client, store.ck, "crawl_finished", opts.crawl_id, summary=summary)
     if opts.on_finished and not flags.get("on_finished_sent"):
@@ -239,6 +283,24 @@ def crawl_finished(ctx: Context, store: CrawlStore) -> bool:
     status.finished(final)
     log.info("crawl %s %s in %.1fs", opts.crawl_id, final, summary["duration_s"])
     return True
+
+
+def _files_of_the_end(ctx: Context, store: CrawlStore, final: Status) -> dict[str, Any]:
+    """Every record on disk, then ``summary.json``; OutputUnavailable if the disk refuses."""
+    opts, status = store.opts, store.status
+    _write_all_orphans(ctx, store)
+    if store.recrawl is not None and status.first("gone_counted"):
+        store.stats.put(formats.change("gone"), store.recrawl.gone())
+    summary = store.stats.summary()
+    summary["status"] = final.value
+    directory = f"{opts.output or ctx.settings.output_dir}/{opts.crawl_id}"
+    try:
+        path = write_summary(directory, summary)
+    except OSError as exc:
+        raise OutputUnavailable(directory, describe(exc)) from exc
+    faults.point("after_summary")
+    status.note(summary_path=path)
+    return summary
 
 
 def _finisher_lock(ctx: Context, store: CrawlStore) -> bool:
@@ -262,7 +324,7 @@ def _write_all_orphans(ctx: Context, store: CrawlStore) -> None:
     while True:
         old, young = store.ledger.orphans(wait)
         for url, entry in old:
-            write_orphan(ctx, store, url, entry)
+            write_orphan(ctx, store, url, entry, strict=True)
         if not old and not young:
             return
         time.sleep(0.05)

@@ -52,9 +52,29 @@ local function pairs_of(text)
 end
 local cluster_rates, owner_rates = pairs_of(ARGV[12]), pairs_of(ARGV[13])
 
+-- The retry members of up to ``n`` (all: due or not) back to the head of their domain's queue.
+local function requeue_retries(due, n)
+  local members
+  if due then
+    members = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0, n)
+  else
+    members = redis.call('ZRANGE', KEYS[4], 0, n - 1)
+  end
+  for _, m in ipairs(members) do
+    local tab = string.find(m, '\t', 1, true)
+    local d = string.sub(m, 1, tab - 1)
+    redis.call('LPUSH', qprefix .. d, string.sub(m, tab + 1))
+    redis.call('ZADD', KEYS[1], 'NX', now, d)
+    redis.call('ZREM', KEYS[4], m)
+  end
+  if #members > 0 then redis.call('HINCRBY', KEYS[3], 'queued', #members) end
+end
+
 if ARGV[14] == 'cancelled' then
-  -- Cancelled: hand pending entries back as in flight so they reach a final state.
+  -- Cancelled: hand pending entries back as in flight so they reach a final state; URLs
+  -- waiting for a retry's back-off too (they would wait forever: nothing else moves them).
   local out, budget = {'cancel'}, tonumber(ARGV[9])
+  requeue_retries(false, budget)
   for _, d in ipairs(redis.call('ZRANGE', KEYS[1], 0, limit - 1)) do
     local entries = redis.call('LPOP', qprefix .. d, budget)
     if entries then
@@ -75,15 +95,7 @@ if ARGV[14] == 'paused' then return {'fetch'} end
 
 -- Retries that are due go back to the head of their domain's queue, so they too wait for the
 -- domain's token, lease and Retry-After.
-local due_retries = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0, limit)
-for _, m in ipairs(due_retries) do
-  local tab = string.find(m, '\t', 1, true)
-  local d = string.sub(m, 1, tab - 1)
-  redis.call('LPUSH', qprefix .. d, string.sub(m, tab + 1))
-  redis.call('ZADD', KEYS[1], 'NX', now, d)
-  redis.call('ZREM', KEYS[4], m)
-end
-if #due_retries > 0 then redis.call('HINCRBY', KEYS[3], 'queued', #due_retries) end
+requeue_retries(true, limit)
 
 -- (seconds between two requests to domain d (0 = unlimited), burst slack in seconds, 1 if the
 -- crawl's owner set d's rate else 0).

@@ -1,0 +1,109 @@
+"""A full output disk mid-crawl (a real tmpfs the test mounts; root only) is an environment
+fault, not a page failure: no URL fails and no host slows down, writing pauses and status says
+``output: disk full at DIR``, the crawl resumes by itself once there is room, and every file
+stays valid (warcio reads every WARC record, one pages line per URL)."""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import wait_until
+from sitegen import reachable, running_sites
+from test_faults import start, wait
+from warcio.archiveiterator import ArchiveIterator
+
+from crawler_tasks.surface.display import line
+from crawler_tasks.surface.embedded import local_workers
+from crawler_tasks.web.urls import normalize
+
+
+@contextlib.contextmanager
+def tmpfs(path: Path, size: str) -> Iterator[Path]:
+    path.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {mounted.stderr.decode().strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def fill(disk: Path, leave: int) -> Path:
+    """A file taking all of ``disk`` but ``leave`` bytes."""
+    import os
+
+    st = os.statvfs(disk)
+    filler = disk / "filler"
+    filler.write_bytes(b"\0" * max(0, st.f_bavail * st.f_frsize - leave))
+    return filler
+
+
+def test_a_disk_that_fills_mid_crawl_loses_nothing_and_resumes(
+    settings, redis_url, tmp_path, worker_logs
+):  # type: ignore[no-untyped-def]
+    with (
+        tmpfs(tmp_path / "disk", "2m") as disk,
+        running_sites(["127.0.0.96", "127.0.0.97"], 120, 4) as (graph, servers),
+        local_workers(redis_url, fetchers=1, parsers=1, log_dir=str(worker_logs)),
+    ):
+        filler = fill(disk, 60_000)  # room for a few dozen pages' records and WARC records
+        seeds, crawl = start(settings, servers, output=str(disk / "out"))
+        p = wait_until(lambda: (q := crawl.progress())["output"] and q, timeout=120)
+        assert p["output"] == f"disk full at {crawl.output_dir}", p["output"]
+        assert f"output: disk full at {crawl.output_dir}" in line(p)
+        full_at = p["done"]
+        time.sleep(5)  # writing paused: nothing is released, nothing fails
+        assert crawl.progress()["failed"] == 0
+        filler.unlink()  # room again: the crawl goes on by itself
+        summary = wait(crawl, 240)
+        check_files(crawl, graph, seeds, summary, full_at)
+
+
+def check_files(crawl, graph, seeds, summary, full_at: int) -> None:  # type: ignore[no-untyped-def]
+    """While the tmpfs is still mounted: every record once, every WARC record readable."""
+    records = list(crawl.pages(latest=False))
+    per_url = Counter(r["url"] for r in records)
+    assert not [u for u, n in per_url.items() if n > 1], "a URL recorded twice"
+    expected = {normalize(u) for u in reachable(graph, seeds)}
+    assert set(per_url) == expected and full_at < len(expected)
+    assert summary["status"] == "finished" and summary["counters"].get("failed", 0) == 0
+    assert summary["counters"]["done"] == len(expected)
+    assert all(d["slowdown"] == 1.0 for d in crawl.domains(10)), crawl.domains(10)
+    responses = []
+    for path in sorted(crawl.output_dir.glob("crawl-*.warc.gz")):
+        with open(path, "rb") as f:  # warcio raises on a cut or joined record
+            responses += [r for r in ArchiveIterator(f) if r.rec_type == "response"]
+    html = {r["url"] for r in records if (r.get("content_type") or "").startswith("text/html")}
+    assert len(responses) >= len(html)
+    assert crawl.progress()["output"] is None
+
+
+def test_output_that_cannot_be_written_is_said_and_cancel_ends_the_crawl(
+    settings, redis_url, tmp_path, worker_logs
+):  # type: ignore[no-untyped-def]
+    """A read-only output (start_crawl from Python: no CLI on this host checked it): nothing
+    fails, status names the problem, and cancel ends the crawl: its finisher gives up the
+    files it cannot write instead of leaving the crawl finishing forever."""
+    with (
+        tmpfs(tmp_path / "ro", "64k") as ro,
+        running_sites(["127.0.0.98"], 6, 2) as (_graph, servers),
+        local_workers(redis_url, fetchers=1, parsers=1, log_dir=str(worker_logs)),
+    ):
+        subprocess.run(["mount", "-o", "remount,ro", str(ro)], check=True)
+        _seeds, crawl = start(settings, servers, output=str(ro / "out"))
+        p = wait_until(lambda: (q := crawl.progress())["output"] and q, timeout=60)
+        assert p["output"].startswith("read-only file system at "), p["output"]
+        assert p["failed"] == 0
+        assert crawl.cancel()
+        summary = wait(crawl, 60)
+    assert summary["status"] == "cancelled"
+    assert crawl.store.status.flags()["output_given_up"].startswith("read-only file system")
