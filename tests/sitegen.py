@@ -226,70 +226,121 @@ def generate(
         html_paths = [_html_path(i, slug) for i in range(pages_per_host)]
         for path in html_paths:
             pages[host + path] = Page(url=host + path)
-        leaves: list[str] = []
-        for i in range(n_non_html):
-            pattern, ctype = _NON_HTML_KINDS[i % len(_NON_HTML_KINDS)]
-            path = pattern.format(i)
-            pages[host + path] = Page(host + path, 200, ctype, body=_non_html_body(path, ctype, i))
-            leaves.append(path)
-        broken: list[str] = []
-        for i in range(n_broken):
-            path = f"/missing/{i}"
-            pages[host + path] = Page(host + path, 404, HTML_TYPE)
-            broken.append(path)
-
-        # Spanning tree over a shuffled order: parent(order[j]) = order[(j - 1) // fanout].
-        order = list(range(1, pages_per_host))
-        rng.shuffle(order)
-        order.insert(0, 0)
-        children: list[list[int]] = [[] for _ in range(pages_per_host)]
-        for j in range(1, pages_per_host):
-            children[order[(j - 1) // fanout]].append(order[j])
-        # Every leaf (non-HTML file, 404 target) is linked at least once from a random page.
-        attached: list[list[str]] = [[] for _ in range(pages_per_host)]
-        for path in leaves + broken:
-            attached[rng.randrange(pages_per_host)].append(path)
-
-        nav_paths = html_paths[:nav]
-        others = [h for h in hosts if h != host]
+        leaves, broken = _add_leaves(pages, host, n_non_html, n_broken)
+        children, attached = _tree(rng, pages_per_host, fanout, leaves + broken)
+        site = _Site(
+            host=host,
+            html_paths=html_paths,
+            leaves=leaves,
+            broken=broken,
+            others=[h for h in hosts if h != host],
+            ratios=(broken_ratio, non_html_ratio, cross_host_ratio),
+        )
         for index, from_path in enumerate(html_paths):
-            page = pages[host + from_path]
             targets: list[tuple[str, str]] = [(host, html_paths[c]) for c in children[index]]
             targets += [(host, p) for p in attached[index]]
-            while len(targets) < links_per_page:
-                roll = rng.random()
-                if targets and rng.random() < 0.05:
-                    targets.append(rng.choice(targets))  # duplicate link on the same page
-                elif broken and roll < broken_ratio:
-                    targets.append((host, rng.choice(broken)))
-                elif leaves and roll < broken_ratio + non_html_ratio:
-                    targets.append((host, rng.choice(leaves)))
-                elif others and roll < broken_ratio + non_html_ratio + cross_host_ratio:
-                    targets.append((rng.choice(others), html_paths[rng.randrange(pages_per_host)]))
-                elif rng.random() < 0.1:
-                    targets.append((host, "/"))  # back to the root: a cycle
-                else:
-                    targets.append((host, html_paths[rng.randrange(pages_per_host)]))
+            _add_random_targets(rng, site, targets, links_per_page)
             rng.shuffle(targets)
-
-            hrefs = list(nav_paths)
-            links = [host + p for p in nav_paths]
-            for target_host, target_path in targets:
-                url = target_host + target_path
-                if target_host != host:
-                    href = url if rng.random() < 0.8 else url.split(":", 1)[1]  # "//host:port/p"
-                else:
-                    href = _href(rng, from_path, url, target_path)
-                if rng.random() < 0.1:
-                    href += f"#sec{rng.randrange(5)}"
-                hrefs.append(href)
-                links.append(url)
-            if rng.random() < 0.3:
-                hrefs.append("#top")
-                links.append(page.url)
-            page.hrefs = hrefs
-            page.links = links
+            _link(rng, pages[host + from_path], host, from_path, targets, html_paths[:nav])
     return Graph(pages=pages, hosts=hosts)
+
+
+@dataclass
+class _Site:
+    """One host of a graph being generated: what its pages' random links may point at."""
+
+    host: str
+    html_paths: list[str]
+    leaves: list[str]  # non-HTML files
+    broken: list[str]  # 404 targets
+    others: list[str]  # the other hosts
+    ratios: tuple[float, float, float]  # broken, non-HTML, cross-host
+
+
+def _add_leaves(
+    pages: dict[str, Page], host: str, n_non_html: int, n_broken: int
+) -> tuple[list[str], list[str]]:
+    """Add ``host``'s non-HTML files and 404 targets to ``pages``; returns their paths."""
+    leaves: list[str] = []
+    for i in range(n_non_html):
+        pattern, ctype = _NON_HTML_KINDS[i % len(_NON_HTML_KINDS)]
+        path = pattern.format(i)
+        pages[host + path] = Page(host + path, 200, ctype, body=_non_html_body(path, ctype, i))
+        leaves.append(path)
+    broken: list[str] = []
+    for i in range(n_broken):
+        path = f"/missing/{i}"
+        pages[host + path] = Page(host + path, 404, HTML_TYPE)
+        broken.append(path)
+    return leaves, broken
+
+
+def _tree(
+    rng: random.Random, n_pages: int, fanout: int, leaf_paths: list[str]
+) -> tuple[list[list[int]], list[list[str]]]:
+    """(children, attached) per page index: a spanning tree from page 0 over a shuffled order,
+    and every leaf (non-HTML file, 404 target) attached to one random page, so each is linked."""
+    # parent(order[j]) = order[(j - 1) // fanout]
+    order = list(range(1, n_pages))
+    rng.shuffle(order)
+    order.insert(0, 0)
+    children: list[list[int]] = [[] for _ in range(n_pages)]
+    for j in range(1, n_pages):
+        children[order[(j - 1) // fanout]].append(order[j])
+    attached: list[list[str]] = [[] for _ in range(n_pages)]
+    for path in leaf_paths:
+        attached[rng.randrange(n_pages)].append(path)
+    return children, attached
+
+
+def _add_random_targets(
+    rng: random.Random, site: _Site, targets: list[tuple[str, str]], links_per_page: int
+) -> None:
+    """Fill ``targets`` up to ``links_per_page`` with random (host, path) extras."""
+    broken_ratio, non_html_ratio, cross_host_ratio = site.ratios
+    host, html_paths = site.host, site.html_paths
+    while len(targets) < links_per_page:
+        roll = rng.random()
+        if targets and rng.random() < 0.05:
+            targets.append(rng.choice(targets))  # duplicate link on the same page
+        elif site.broken and roll < broken_ratio:
+            targets.append((host, rng.choice(site.broken)))
+        elif site.leaves and roll < broken_ratio + non_html_ratio:
+            targets.append((host, rng.choice(site.leaves)))
+        elif site.others and roll < broken_ratio + non_html_ratio + cross_host_ratio:
+            targets.append((rng.choice(site.others), html_paths[rng.randrange(len(html_paths))]))
+        elif rng.random() < 0.1:
+            targets.append((host, "/"))  # back to the root: a cycle
+        else:
+            targets.append((host, html_paths[rng.randrange(len(html_paths))]))
+
+
+def _link(
+    rng: random.Random,
+    page: Page,
+    host: str,
+    from_path: str,
+    targets: list[tuple[str, str]],
+    nav_paths: list[str],
+) -> None:
+    """Set ``page``'s hrefs (spelled in assorted ways) and links: the nav, then ``targets``."""
+    hrefs = list(nav_paths)
+    links = [host + p for p in nav_paths]
+    for target_host, target_path in targets:
+        url = target_host + target_path
+        if target_host != host:
+            href = url if rng.random() < 0.8 else url.split(":", 1)[1]  # "//host:port/p"
+        else:
+            href = _href(rng, from_path, url, target_path)
+        if rng.random() < 0.1:
+            href += f"#sec{rng.randrange(5)}"
+        hrefs.append(href)
+        links.append(url)
+    if rng.random() < 0.3:
+        hrefs.append("#top")
+        links.append(page.url)
+    page.hrefs = hrefs
+    page.links = links
 
 
 def has_skipped_extension(url: str) -> bool:
@@ -344,20 +395,31 @@ def reachable(
     while frontier and (max_depth is None or level < max_depth):
         next_frontier: list[str] = []
         for url in frontier:
-            page = graph.pages.get(url)
-            if page is None or not page.is_html:
-                continue
-            for link in page.links:
-                link = urldefrag(link)[0]
-                if link in depth or has_skipped_extension(link) or not host_ok(link):
-                    continue
-                if refused is not None and refused(link):
-                    continue
-                depth[link] = level + 1
-                next_frontier.append(link)
+            for link in _followed(graph, url, lambda u: u not in depth and host_ok(u), refused):
+                if link not in depth:  # two links of one page may differ by a fragment only
+                    depth[link] = level + 1
+                    next_frontier.append(link)
         frontier = next_frontier
         level += 1
     return depth
+
+
+def _followed(
+    graph: Graph, url: str, wanted: Callable[[str], bool], refused: Callable[[str], bool] | None
+) -> list[str]:
+    """The fragment-free links of ``url``'s page a crawler follows: ``wanted``, not of a skipped
+    extension, not ``refused``; none when ``url`` is not an HTML page of the graph."""
+    page = graph.pages.get(url)
+    if page is None or not page.is_html:
+        return []
+    links = (urldefrag(link)[0] for link in page.links)
+    return [
+        link
+        for link in links
+        if wanted(link)
+        and not has_skipped_extension(link)
+        and not (refused is not None and refused(link))
+    ]
 
 
 def render_html(page: Page) -> bytes:

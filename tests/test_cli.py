@@ -71,7 +71,7 @@ def test_only_the_default_broker_falls_back_to_embedded(tmp_path):
     private Redis and local workers (the CLI cannot be pointed at a dead default here without
     touching the machine's own Redis on 6379: its fallback is driven directly)."""
     from crawler_tasks.settings import load
-    from crawler_tasks.surface.cli import cluster
+    from crawler_tasks.surface.crawl_command import cluster
 
     dead = load(env={}, broker_url=f"redis://127.0.0.1:{free_port()}/0")
     with cluster(dead, False, str(tmp_path), explicit=False) as live:

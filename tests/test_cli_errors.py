@@ -17,8 +17,8 @@ from sitegen import running_sites
 from crawler_tasks import start_crawl
 from crawler_tasks.errors import ConfigError, UnknownCrawl
 from crawler_tasks.settings import load
-from crawler_tasks.surface.cli import _has_crawl_workers
 from crawler_tasks.surface.crawl import Crawl
+from crawler_tasks.surface.crawl_command import _has_crawl_workers
 from crawler_tasks.surface.embedded import free_port
 
 

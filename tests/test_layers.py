@@ -93,6 +93,29 @@ def test_the_check_catches_an_upward_import(tmp_path: Path) -> None:
     assert "crawler_tasks.worker.pipeline" in found
 
 
+#: House rule: a module longer than this is split along a seam (issue 21).
+MAX_MODULE_LINES = 400
+
+
+def oversized(paths: list[Path], root: Path) -> list[str]:
+    """ "path: N lines" (relative to ``root``) for each of ``paths`` over MAX_MODULE_LINES."""
+    lengths = {p: len(p.read_text("utf-8").splitlines()) for p in paths}
+    return [f"{p.relative_to(root)}: {n} lines" for p, n in lengths.items() if n > MAX_MODULE_LINES]
+
+
+def test_no_module_is_over_400_lines() -> None:
+    found = oversized(MODULES, PACKAGE)
+    assert not found, f"modules over {MAX_MODULE_LINES} lines (split them): {found}"
+
+
+def test_the_size_check_catches_a_long_module(tmp_path: Path) -> None:
+    """The rule above is not vacuous: 401 lines are found and named, 400 are not."""
+    long, short = tmp_path / "long.py", tmp_path / "short.py"
+    long.write_text("x = 1\n" * (MAX_MODULE_LINES + 1), "utf-8")
+    short.write_text("x = 1\n" * MAX_MODULE_LINES, "utf-8")
+    assert oversized([long, short], tmp_path) == [f"long.py: {MAX_MODULE_LINES + 1} lines"]
+
+
 def test_public_api_is_unchanged() -> None:
     import crawler_tasks
 

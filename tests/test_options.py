@@ -15,7 +15,7 @@ import pytest
 from crawler_tasks.errors import ConfigError
 from crawler_tasks.settings import Settings, load
 from crawler_tasks.state.options import CrawlOptions, user_option_names
-from crawler_tasks.surface import cli
+from crawler_tasks.surface import crawl_command
 
 SEED = "http://a.example/"
 LINKED = [f for f in dataclasses.fields(CrawlOptions) if "setting" in f.metadata]
@@ -57,7 +57,7 @@ def test_a_crawl_default_comes_from_its_one_setting(option: dataclasses.Field[An
 
 def test_every_setting_marked_crawl_default_is_an_options_default() -> None:
     """The "Crawl default" comments of settings.py name exactly the settings options use."""
-    source = (Path(cli.__file__).parent.parent / "settings.py").read_text("utf-8")
+    source = (Path(crawl_command.__file__).parent.parent / "settings.py").read_text("utf-8")
     lines = source.splitlines()
     marked = set()
     for node in ast.walk(ast.parse(source)):
@@ -141,26 +141,32 @@ def test_crawl_option_flag_takes_every_option(name: str) -> None:
     value = _sample(field)
     assert value != field.default, "the sample must differ from the default"
     args = [SEED, "--option", f"{name}={json.dumps(value)}"]
-    ctx = cli.crawl.make_context("crawl", args)
-    opts = cli.crawl_options(ctx, load(env={}))
+    ctx = crawl_command.crawl.make_context("crawl", args)
+    opts = crawl_command.crawl_options(ctx, load(env={}))
     assert getattr(opts, name) == _expected(name, value)
 
 
 def test_crawl_option_and_named_flags_make_one_crawl() -> None:
     args = [SEED, "--max-depth", "2", "--option", "max_retries=7", "--option", "priority=low"]
-    opts = cli.crawl_options(cli.crawl.make_context("crawl", args), load(env={}))
+    opts = crawl_command.crawl_options(
+        crawl_command.crawl.make_context("crawl", args), load(env={})
+    )
     assert (opts.max_depth, opts.max_retries, opts.priority) == (2, 7, "low")
     # --option overrides a named flag's default (not given on the command line).
     args = [SEED, "--option", "max_pages=9", "--option", "allow_private_networks=true"]
-    opts = cli.crawl_options(cli.crawl.make_context("crawl", args), load(env={}))
+    opts = crawl_command.crawl_options(
+        crawl_command.crawl.make_context("crawl", args), load(env={})
+    )
     assert opts.max_pages == 9 and opts.allow_private_networks
 
 
 def test_the_readme_lists_every_option_and_crawl_flag() -> None:
-    readme = (Path(cli.__file__).parent.parent.parent / "README.md").read_text("utf-8")
+    readme = (Path(crawl_command.__file__).parent.parent.parent / "README.md").read_text("utf-8")
     section = readme[readme.index("### Crawl options") :].split("\n## ", 1)[0]
     assert [n for n in user_option_names() if f"`{n}" not in section] == []
-    flags = [p.opts[0] for p in cli.crawl.params if p.name not in cli._NOT_OPTIONS]
+    flags = [
+        p.opts[0] for p in crawl_command.crawl.params if p.name not in crawl_command._NOT_OPTIONS
+    ]
     assert [f for f in flags if f"`{f}" not in readme] == []
     for f in dataclasses.fields(CrawlOptions):  # each CRAWLER_* default named next to its option
         setting = f.metadata.get("setting", "")

@@ -17,8 +17,8 @@ from test_formats import undescribed
 from crawler_tasks import start_crawl
 from crawler_tasks.state.formats import Unwritten
 from crawler_tasks.state.store import CrawlStore
-from crawler_tasks.surface.cli import _summary_text
 from crawler_tasks.surface.crawl import list_crawls
+from crawler_tasks.surface.crawl_command import _summary_text
 from crawler_tasks.web.urls import normalize
 from crawler_tasks.worker.recorder import Final, write_orphan
 

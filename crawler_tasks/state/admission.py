@@ -59,21 +59,9 @@ class Admission:
                 skipped[formats.skipped("max_depth")] = len(links)
             return skipped
         links, known = self._drop_known(links)
-        keep = []
-        for url in links:
-            reason = self.scope.check(url)
-            if reason is None:
-                keep.append((url, depth))
-            else:
-                name = formats.skipped(reason)
-                skipped[name] = skipped.get(name, 0) + 1
+        keep = self._in_scope(links, depth, skipped)
         # Refused links are counted by admit.lua: once per URL, however many pages link it.
-        refused: list[tuple[str, int]] = []
-        if keep and disallowed is not None:
-            allowed: list[tuple[str, int]] = []
-            for link in keep:
-                (refused if disallowed(link[0]) else allowed).append(link)
-            keep = allowed
+        keep, refused = _split_disallowed(keep, disallowed)
         if keep and self.opts.max_pages_per_host:
             if refused:
                 self.frontier.admit([], known=known, refused=refused)
@@ -87,6 +75,21 @@ class Admission:
         if known:
             self._count_duplicates(known)
         return skipped
+
+    def _in_scope(
+        self, links: list[str], depth: int, skipped: dict[str, int]
+    ) -> list[tuple[str, int]]:
+        """(url, depth) of the links the crawl's scope keeps; the others counted in ``skipped``
+        by reason."""
+        keep = []
+        for url in links:
+            reason = self.scope.check(url)
+            if reason is None:
+                keep.append((url, depth))
+            else:
+                name = formats.skipped(reason)
+                skipped[name] = skipped.get(name, 0) + 1
+        return keep
 
     def _count_duplicates(self, n: int) -> None:
         pipe = self.client.pipeline(transaction=False)
@@ -189,3 +192,16 @@ class RedirectClaims:
         """``url`` ended well: its claims are no longer needed (a failed URL keeps them for
         retry-failed). Not atomic with finish: a leftover entry only costs its bytes."""
         client.hdel(ck.for_url(url).redirects, url)
+
+
+def _split_disallowed(
+    links: list[tuple[str, int]], disallowed: Callable[[str], bool] | None
+) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
+    """(allowed, refused by robots.txt) of ``links``, each in order."""
+    if disallowed is None:
+        return links, []
+    allowed: list[tuple[str, int]] = []
+    refused: list[tuple[str, int]] = []
+    for link in links:
+        (refused if disallowed(link[0]) else allowed).append(link)
+    return allowed, refused

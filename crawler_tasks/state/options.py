@@ -365,13 +365,7 @@ def _check_values(o: CrawlOptions) -> None:
     if not o.rate > 0:
         raise ConfigError(f"rate must be > 0 requests/s (inf for no limit), not {o.rate!r}")
     for name in _INTS:
-        value = getattr(o, name)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{name} must be an integer, not {value!r}")
-        if value < _MINIMUM.get(name, 0):
-            raise ConfigError(f"{name} must be >= {_MINIMUM.get(name, 0)}, not {value}")
-        if name in _MAXIMUM and value > _MAXIMUM[name]:
-            raise ConfigError(f"{name} must be <= {_MAXIMUM[name]}, not {value}")
+        _check_int(name, getattr(o, name))
     depth = o.max_depth
     if depth is not None and (isinstance(depth, bool) or not isinstance(depth, int)):
         raise ConfigError(f"max_depth must be an integer, not {o.max_depth!r}")
@@ -382,3 +376,13 @@ def _check_values(o: CrawlOptions) -> None:
             re.compile(pattern)
         except re.error as exc:
             raise ConfigError(f"invalid regex {pattern!r}: {exc}") from None
+
+
+def _check_int(name: str, value: object) -> None:
+    """An integer option within its bounds (``_MINIMUM``, default 0; ``_MAXIMUM``)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{name} must be an integer, not {value!r}")
+    if value < _MINIMUM.get(name, 0):
+        raise ConfigError(f"{name} must be >= {_MINIMUM.get(name, 0)}, not {value}")
+    if name in _MAXIMUM and value > _MAXIMUM[name]:
+        raise ConfigError(f"{name} must be <= {_MAXIMUM[name]}, not {value}")

@@ -12,10 +12,10 @@ Limits, all enforced whatever the server does:
   in Celery's thread pool);
 * the body is streamed and decoded (gzip/deflate, br when a brotli module is installed) in
   bounded steps and cut at ``max_body_bytes`` *decoded* bytes, so neither an endless body nor a
-  decompression bomb costs more than about ``max_body_bytes`` of memory;
-* every hop's host is resolved and vetted by :func:`crawler_tasks.netguard.check_host` and the
-  connection pinned to a vetted address (see that module); a redirect to a forbidden IP literal
-  (``169.254.169.254``) fails with ``BlockedAddress`` before ``follow`` or the network see it.
+  decompression bomb costs more than about ``max_body_bytes`` of memory (:mod:`.body`);
+* every hop's host is resolved and vetted by :func:`.netguard.check_host` and the connection
+  pinned to a vetted address (see that module and :mod:`.pinning`); a redirect to a forbidden
+  IP literal (``169.254.169.254``) fails with ``BlockedAddress`` before ``follow`` or the network see it.
 
 Every :class:`~crawler_tasks.errors.CrawlerError` raised carries ``details["redirects"]`` (the
 hops followed so far) and ``details["final_url"]`` (the URL being fetched when it failed).
@@ -24,7 +24,6 @@ hops followed so far) and ``details["final_url"]`` (the URL being fetched when i
 from __future__ import annotations
 
 import importlib.util
-import io
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -53,12 +52,17 @@ from ..errors import (
 )
 from ..settings import Settings
 from . import netguard
+from .body import (
+    content_length,
+    discard,
+    http_version,
+    media_type,
+    read_body,
+    redirect_location,
+)
+from .pinning import ConnectionContext, Deadline, PinnedAdapter
 from .urls import normalize
 
-REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
-_CHUNK = 64 * 1024
-#: Largest redirect body read to keep its connection alive; larger ones close the connection.
-_DRAIN_LIMIT = 64 * 1024
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
@@ -105,7 +109,7 @@ class Fetcher:
         self._max_body_bytes = max_body_bytes
         self._max_redirects = max_redirects
         self._verify: bool | str = ca_bundle or True  # ca_bundle: a private CA (and the tests)
-        self._context = netguard.ConnectionContext()
+        self._context = ConnectionContext()
         #: Given to every request: empty for good (the crawl's cookies are headers, per host,
         #: see profile.py; nothing writes to it).
         self._no_cookies = RequestsCookieJar()
@@ -115,7 +119,7 @@ class Fetcher:
         self._session.headers.update(
             {"User-Agent": user_agent, "Accept-Encoding": _accept_encoding()}
         )
-        adapter = netguard.PinnedAdapter(self._context, pool_size)
+        adapter = PinnedAdapter(self._context, pool_size)
         self._session.mount("http://", adapter)
         self._session.mount("https://", adapter)
 
@@ -157,7 +161,7 @@ class Fetcher:
         connection was made: errors.Unreachable), BlockedAddress, UnsupportedScheme,
         TooManyRedirects, TooLarge, BadEncoding or InvalidURL.
         """
-        chain = _Chain(url, allow_private, headers, follow, netguard.Deadline(self._total_timeout))
+        chain = _Chain(url, allow_private, headers, follow, Deadline(self._total_timeout))
         chain.max_body_bytes = max_body_bytes or self._max_body_bytes
         chain.max_redirects = self._max_redirects if max_redirects is None else max_redirects
         chain.host_headers, chain.proxy = host_headers, proxy
@@ -187,14 +191,14 @@ class Fetcher:
         while True:
             resp = self._request(chain)
             try:
-                location = _redirect_location(resp)
+                location = redirect_location(resp)
                 if location is None:
                     return self._read(chain, resp)
                 target = self._next_hop(chain, resp.status_code, location)
                 reason = chain.follow(target) if chain.follow is not None else None
                 if reason is not None:
                     return self._read(chain, resp, stop_reason=reason)
-                _discard(resp)
+                discard(resp)
             except BaseException:
                 resp.close()  # unread body: the connection cannot be reused
                 raise
@@ -267,15 +271,15 @@ class Fetcher:
         self, chain: _Chain, resp: requests.Response, stop_reason: str | None = None
     ) -> Response:
         raw = cast(HTTPResponse, resp.raw)
-        length = _content_length(raw)
+        length = content_length(raw)
         if length is not None and length > chain.max_body_bytes:
             raise TooLarge(
                 f"Content-Length {length} above {chain.max_body_bytes}",
                 content_length=length,
                 status=resp.status_code,
-                content_type=_media_type(raw.headers.get("content-type")),
+                content_type=media_type(raw.headers.get("content-type")),
             )
-        body, truncated = _read_body(raw, chain.max_body_bytes, chain.deadline)
+        body, truncated = read_body(raw, chain.max_body_bytes, chain.deadline)
         if truncated:
             resp.close()
         else:
@@ -285,14 +289,14 @@ class Fetcher:
             final_url=chain.current,
             status=resp.status_code,
             headers={k.lower(): v for k, v in raw.headers.items()},
-            content_type=_media_type(raw.headers.get("content-type")),
+            content_type=media_type(raw.headers.get("content-type")),
             body=body,
             truncated=truncated,
             redirects=chain.redirects,
             elapsed=time.monotonic() - chain.started,
             ip=chain.ip,
             raw_headers=list(raw.headers.iteritems()),
-            http_version=_http_version(raw),
+            http_version=http_version(raw),
             stop_reason=stop_reason,
             sent_at=chain.deadline.sent_at,
         )
@@ -306,7 +310,7 @@ class _Chain:
     allow_private: bool
     headers: Mapping[str, str] | None
     follow: Callable[[str], str | None] | None
-    deadline: netguard.Deadline
+    deadline: Deadline
     started: float = field(default_factory=time.monotonic)
     current: str = ""  #: the URL being fetched
     ip: str | None = None  #: the address it is fetched from
@@ -334,36 +338,6 @@ def _pinned_proxy(chain: _Chain) -> str:
     return f"{parts.scheme}://{userinfo + '@' if userinfo else ''}{host}:{port}"
 
 
-def _read_body(raw: HTTPResponse, limit: int, deadline: netguard.Deadline) -> tuple[bytes, bool]:
-    """At most ``limit`` decoded bytes of the body, and whether there was more.
-
-    ``read(amt, decode_content=True)`` decompresses at most ``amt`` bytes per call (urllib3 2
-    passes ``max_length`` to zlib), so a bomb never inflates past ``limit`` + one step. BytesIO
-    hands its buffer over without a copy: the peak stays near ``limit``, not twice that.
-    """
-    body = io.BytesIO()
-    size = 0
-    while True:
-        chunk = raw.read(min(_CHUNK, limit + 1 - size), decode_content=True)
-        deadline.check()  # a socket the deadline shut down reads as a clean end of body
-        if not chunk:
-            return body.getvalue(), False
-        if size + len(chunk) > limit:
-            body.write(chunk[: limit - size])
-            return body.getvalue(), True
-        body.write(chunk)
-        size += len(chunk)
-
-
-def _discard(resp: requests.Response) -> None:
-    """Drop a redirect's body, keeping its connection alive when the body is small."""
-    raw = cast(HTTPResponse, resp.raw)
-    length = _content_length(raw)
-    if length is not None and length <= _DRAIN_LIMIT:
-        raw.drain_conn()  # bounded by Content-Length; releases the connection to the pool
-    resp.close()
-
-
 def _require_http(url: str, **details: object) -> None:
     scheme = url.partition(":")[0].strip().lower() if ":" in url else ""
     if scheme not in _DEFAULT_PORTS:
@@ -379,36 +353,6 @@ def _host_port(url: str) -> tuple[str, int]:
     if not parts.hostname:
         raise InvalidURL(f"no host in {url!r}")
     return parts.hostname, port
-
-
-def _redirect_location(resp: requests.Response) -> str | None:
-    if resp.status_code not in REDIRECT_STATUSES:
-        return None
-    location = (resp.headers.get("location") or "").strip()
-    if not location:
-        return None
-    try:  # http.client decodes headers as latin-1; servers send UTF-8 in practice
-        return location.encode("latin-1").decode("utf-8")
-    except UnicodeError:
-        return location
-
-
-def _content_length(raw: HTTPResponse) -> int | None:
-    """The Content-Length header (the largest of repeated values), None when absent or bad."""
-    values = raw.headers.getlist("content-length")
-    try:
-        return max(int(part) for v in values for part in v.split(",")) if values else None
-    except ValueError:
-        return None
-
-
-def _media_type(value: str | None) -> str | None:
-    media = (value or "").partition(";")[0].strip().lower()
-    return media or None
-
-
-def _http_version(raw: HTTPResponse) -> str:
-    return raw.version_string if raw.version_string.startswith("HTTP/1") else "HTTP/1.1"
 
 
 def _is_connect_failure(exc: requests.ConnectionError) -> bool:

@@ -2,13 +2,9 @@
 
 :func:`extract` never raises: a hostile or broken body yields a (possibly empty) :class:`ParsedHTML`.
 
-Decoding takes the first that applies: a byte-order mark; UTF-8 when the non-ASCII bytes are
-all valid UTF-8 (mislabelled UTF-8 is common, legacy text that happens to be valid UTF-8 is not,
-so this beats declarations); the ``Content-Type`` charset, then ``<meta>``, whichever decodes
-with few errors; ``charset_normalizer`` detection (windows-1252 wins ties: the WHATWG default);
-the first declaration, else windows-1252, with replacement characters. The text is re-encoded
-as UTF-8 for a parser pinned to UTF-8, so libxml2 never obeys or chokes on in-document
-declarations.
+The body is decoded by :func:`.encoding.decode` (see that module for the order of evidence);
+the text is re-encoded as UTF-8 for a parser pinned to UTF-8, so libxml2 never obeys or chokes
+on in-document declarations.
 
 Links (``<a href>``, ``<area href>``) resolve against ``<base href>``, else the page URL, with
 :func:`crawler_tasks.urls.resolve` (paths UTF-8; a legacy page's query in the page's encoding,
@@ -37,16 +33,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-import charset_normalizer
 import lxml.html
 from lxml import etree
-from w3lib.encoding import (
-    html_body_declared_encoding,
-    http_content_type_encoding,
-    read_bom,
-    to_unicode,
-)
 
+from .encoding import decode
 from .simhash import simhash
 from .urls import looks_non_html, origin_of, resolve
 
@@ -54,7 +44,6 @@ log = logging.getLogger(__name__)
 
 DROP_REASONS = ("nofollow", "non_http", "too_long", "too_many", "non_html_ext", "invalid")
 _MAX_FIELD = 2048  # characters kept of a title, description or language: bounds output rows
-_DETECT_BYTES = 32 * 1024  # charset_normalizer cost grows with input; a prefix is enough
 _INVISIBLE = ("script", "style", "noscript", "template")
 _SCHEME = re.compile(r"[\x00-\x20]*([A-Za-z][A-Za-z0-9+.\-\t\n\r]*):")
 _TAB_NL = re.compile(r"[\t\n\r]")
@@ -146,7 +135,7 @@ def extract(
             content_type = _header(headers, "content-type")
         noindex, nofollow = _robots(_header(headers, "x-robots-tag"))
         page = ParsedHTML(noindex=noindex, nofollow=nofollow, language=_language(headers))
-        page.encoding, text = _decode(bytes(body), content_type)
+        page.encoding, text = decode(bytes(body), content_type)
         doc = _parse(text, html=keep_tree)
         if keep_tree:
             page.html = text
@@ -188,63 +177,6 @@ def _robots(value: str | None) -> tuple[bool, bool]:
             words.update(part.split())
     none = "none" in words
     return none or "noindex" in words, none or "nofollow" in words
-
-
-def _decode(body: bytes, content_type: str | None) -> tuple[str, str]:
-    bom_encoding, bom = read_bom(body)
-    if bom_encoding and bom:
-        return bom_encoding, to_unicode(body[len(bom) :], bom_encoding)
-    if not body.isascii() and _is_utf8(body):
-        return "utf-8", body.decode("utf-8", "replace")
-    header = _usable(http_content_type_encoding(content_type), header=True)
-    declared = [e for e in (header, _usable(html_body_declared_encoding(body))) if e]
-    for encoding in declared:
-        text = to_unicode(body, encoding)
-        if _mostly_clean(text):
-            return encoding, text
-    detected = _detect(body) if not body.isascii() else None
-    if detected:
-        text = to_unicode(body, detected)
-        if _mostly_clean(text) or not declared:
-            return detected, text
-    # Undeclared, undetected: windows-1252, like browsers; it keeps every byte as some character
-    encoding = declared[0] if declared else "utf-8" if body.isascii() else "cp1252"
-    return encoding, to_unicode(body, encoding)
-
-
-def _usable(encoding: str | None, *, header: bool = False) -> str | None:
-    if encoding is None or not encoding.startswith(("utf-16", "utf-32")):
-        return encoding
-    # WHATWG: an ASCII <meta> can't truly declare UTF-16/32 (the bytes say it's UTF-8); a header
-    # can, and without a BOM that means little-endian.
-    return encoding[:6] + "-le" if header else "utf-8"
-
-
-def _is_utf8(body: bytes) -> bool:
-    try:
-        body.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return exc.reason == "unexpected end of data" and exc.start >= len(body) - 3
-    return True
-
-
-def _mostly_clean(text: str) -> bool:
-    """Few decoding errors: a stray byte in an otherwise right encoding is no reason to switch."""
-    bad = text.count("\ufffd")
-    return bad == 0 or bad * 10 <= len(text) - len(text.encode("ascii", "ignore")) - bad
-
-
-def _detect(body: bytes) -> str | None:
-    matches = charset_normalizer.from_bytes(body[:_DETECT_BYTES])
-    best = matches.best()
-    if best is None:
-        return None
-    # Short or repetitive text leaves several code pages tied, listed in no useful order: prefer
-    # windows-1252 (the WHATWG default), then one in which some language was recognised.
-    tied = [m for m in matches if (m.chaos, m.coherence) == (best.chaos, best.coherence)]
-    if any("cp1252" in m.could_be_from_charset for m in tied):
-        return "cp1252"
-    return str(next((m for m in tied if m.language != "Unknown"), best).encoding)
 
 
 def _parse(text: str, html: bool = False) -> etree._Element | None:

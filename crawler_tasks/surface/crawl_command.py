@@ -1,0 +1,380 @@
+"""``crawler crawl SEED...``: the command line turned into a crawl's options, checked whole
+before anything is started or written, then the crawl run on a usable broker (started here
+when missing, see :func:`cluster`) with progress on stderr and a summary on stdout. Registered
+in the ``crawler`` group by ``cli``."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import tempfile
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import click
+from click.core import ParameterSource
+
+from ..errors import ConfigError
+from ..settings import Settings, load, redact
+from ..state import connection
+from ..state.options import PRIORITIES, CrawlOptions
+from ..web.urls import host_of, normalize
+from .cli_common import INTERRUPTED, Fail, option_items, parse_options, settings_for
+
+if TYPE_CHECKING:
+    from .seeds import SeedsFile
+
+
+def _has_crawl_workers(settings: Settings) -> bool:
+    from ..worker.app import make_app
+
+    replies = make_app(settings).control.inspect(timeout=1.0).active_queues() or {}
+    names = {q["name"] for queues in replies.values() for q in queues}
+    return "crawl.high" in names and "parse" in names
+
+
+def _check_on_item(settings: Settings, opts: CrawlOptions) -> None:
+    """An --on-item task no worker of its queue knows would lose every batch (Celery drops a
+    message of an unknown task): refused. No worker on the queue at all: the batches wait
+    there, which the user is told now (and ``crawler status`` shows the queue's length)."""
+    if not opts.on_item:
+        return
+    from ..worker.app import make_app
+
+    inspect = make_app(settings).control.inspect(timeout=1.0)
+    queues = inspect.active_queues() or {}
+    serving = [w for w, qs in queues.items() if any(q["name"] == opts.on_item_queue for q in qs)]
+    if not serving:
+        click.echo(
+            f"warning: no worker consumes queue {opts.on_item_queue!r}: the --on-item batches "
+            f"wait there until one does (celery -A crawler_tasks worker -Q {opts.on_item_queue} "
+            "--include YOUR.MODULE)",
+            err=True,
+        )
+        return
+    registered = inspect.registered() or {}
+    if not any(opts.on_item in registered.get(w, ()) for w in serving):
+        raise Fail(
+            f"--on-item {opts.on_item}: no worker of queue {opts.on_item_queue!r} knows this "
+            "task (start it with --include of its module); its items would be dropped"
+        )
+
+
+def _parse_rates(values: tuple[str, ...]) -> dict[str, float]:
+    rates = {}
+    for item in values:
+        host, sep, rate = item.partition("=")
+        try:
+            rates[host.strip().lower()] = math.inf if rate.strip() == "inf" else float(rate)
+        except ValueError:
+            sep = ""
+        if not sep or not host:
+            raise Fail(f"--rate {item!r}: expected HOST=RATE (requests/s or inf)")
+    return rates
+
+
+def _request_settings(options: dict[str, Any]) -> dict[str, Any]:
+    """--header, --cookie and --auth as the crawl options headers, cookies and auth."""
+    headers: dict[str, str] = {}
+    cookies: dict[str, dict[str, str]] = {}
+    auth: dict[str, str] = {}
+    for item in options.pop("headers", ()):
+        name, sep, value = item.partition(":")
+        if not sep or not name.strip():
+            raise Fail(f"--header {item!r}: expected 'Name: value'")
+        headers[name.strip()] = value.strip()
+    for item in options.pop("cookies", ()):
+        host, sep, pair = item.partition(":")
+        name, eq, value = pair.partition("=")
+        if not (sep and eq and host and name):
+            raise Fail(f"--cookie {item!r}: expected HOST:NAME=VALUE")
+        cookies.setdefault(host.lower(), {})[name] = value
+    for item in options.pop("auth", ()):
+        host, sep, ref = item.partition("=")
+        if not (sep and host):
+            raise Fail(f"--auth {item!r}: expected HOST=env:NAME")
+        auth[host.lower()] = ref
+    return {"headers": headers or None, "cookies": cookies or None, "auth": auth or None}
+
+
+@contextlib.contextmanager
+def cluster(
+    settings: Settings, embedded: bool, log_dir: str | None, explicit: bool = True
+) -> Iterator[Settings]:
+    """Yield settings pointing at a broker with crawl workers, starting what is missing. A
+    broker the user named (``explicit``: --broker, CRAWLER_BROKER_URL, CRAWLER_REDIS_URL) that
+    cannot be used is one line and exit 2; only the built-in default falls back to a private
+    Redis, and says so."""
+    from .embedded import local_workers, private_redis
+    from .probe import problem
+
+    with contextlib.ExitStack() as stack:
+        why = None if embedded else problem(settings)
+        if why is not None and explicit:
+            raise Fail(why)
+        if why is not None:
+            click.echo(f"{why}: running embedded (no broker configured)", err=True)
+            embedded = True
+        if not embedded:
+            try:
+                connection.check_broker(settings.broker_url)
+            except ConfigError as exc:
+                raise Fail(str(exc)) from None
+        if embedded:
+            try:
+                url = stack.enter_context(private_redis())
+            except RuntimeError as exc:
+                raise Fail(str(exc)) from None
+            settings = load(broker_url=url, redis_url="")
+            click.echo(f"embedded: private redis-server at {url}, local workers", err=True)
+            stack.enter_context(local_workers(url, log_dir=log_dir))
+        elif not _has_crawl_workers(settings):
+            click.echo("no worker consumes the crawl queues: starting local workers", err=True)
+            stack.enter_context(local_workers(settings.broker_url, log_dir=log_dir))
+        yield settings
+
+
+def _default(name: str) -> str:
+    """A crawl option's default, for a flag's help: the flags declare none of their own."""
+    return f"default: {CrawlOptions.__dataclass_fields__[name].default}"
+
+
+@click.command()
+@click.argument("seeds", nargs=-1)
+@click.option(
+    "--seeds-file",
+    help="More seeds, one URL a line ('-': standard input); checked whole, admitted in batches.",
+)
+@click.option("--broker", help="Broker/state Redis URL (default: $CRAWLER_BROKER_URL).")
+@click.option(
+    "--output",
+    type=click.Path(file_okay=False),
+    help="Directory every worker writes to (default: each worker's CRAWLER_OUTPUT_DIR).",
+)
+@click.option("--max-depth", type=int, help="Links followed from a seed.")
+@click.option(
+    "--max-pages", type=int, help=f"URLs admitted at most, 0: no limit ({_default('max_pages')})."
+)
+@click.option(
+    "--priority", type=click.Choice(PRIORITIES), help=f"Highest queue ({_default('priority')})."
+)
+@click.option(
+    "--order", type=click.Choice(["bfs", "dfs"]), help=f"Per domain ({_default('order')})."
+)
+@click.option("--max-pages-per-host", type=int, help="URLs admitted per domain at most.")
+@click.option("--allowed-domain", "allowed_domains", multiple=True, help="Repeatable.")
+@click.option("--include", multiple=True, help="Regex a URL must match (repeatable).")
+@click.option("--exclude", multiple=True, help="Regex a URL must not match (repeatable).")
+@click.option("--rate", "rates", multiple=True, help="HOST=RATE req/s; inf = no limit.")
+@click.option("--default-rate", type=float, help="Requests/s per domain ($CRAWLER_DEFAULT_RATE).")
+@click.option(
+    "--concurrency", type=int, help="In flight per domain ($CRAWLER_DEFAULT_CONCURRENCY)."
+)
+@click.option("--allow-private-networks", is_flag=True, help="Allow loopback/private hosts.")
+@click.option("--sitemaps", is_flag=True, help="Enqueue robots.txt Sitemap: URLs as seeds.")
+@click.option("--header", "headers", multiple=True, help="'Name: value' on every request.")
+@click.option("--cookie", "cookies", multiple=True, help="HOST:NAME=VALUE (repeatable).")
+@click.option("--auth", multiple=True, help="HOST=env:NAME, NAME holding user:password.")
+@click.option("--proxy", help="http://host:port, or env:NAME when it has credentials.")
+@click.option("--user-agent", help="User-Agent header of every request ($CRAWLER_USER_AGENT).")
+@click.option("--extract", help="Extraction hook run on every page: package.module:function.")
+@click.option(
+    "--extract-timeout",
+    type=float,
+    help=f"Seconds a hook may take per page ({_default('extract_timeout')}).",
+)
+@click.option("--on-item", help="Celery task (by name) that receives each page's items.")
+@click.option("--on-item-queue", help=f"The --on-item task's queue ({_default('on_item_queue')}).")
+@option_items
+@click.option("--embedded", is_flag=True, help="Private Redis + local workers for this run.")
+@click.option("--no-wait", is_flag=True, help="Return once the crawl is started.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def crawl(broker: str | None, embedded: bool, no_wait: bool, as_json: bool, **_: Any) -> int:
+    """Crawl from SEED URLs; waits and shows progress unless --no-wait. Any crawl option
+    (README, "Crawl options") can be given as --option KEY=JSON."""
+    settings = settings_for(broker)
+    ctx = click.get_current_context()
+    with contextlib.ExitStack() as stack:
+        seeds_file = _seeds_file(ctx, stack)
+        opts = crawl_options(ctx, settings, seeds_file)
+        _check_output(opts.output, settings.output_dir if embedded else "")
+        if no_wait:
+            _check_no_wait(settings, embedded)
+        logs = stack.enter_context(tempfile.TemporaryDirectory(prefix="crawler-logs-"))
+        live = stack.enter_context(cluster(settings, embedded, logs, _broker_named(broker)))
+        _check_on_item(live, opts)
+        more = seeds_file.rest() if seeds_file else ()
+        summary, interrupted = _run(live, opts, no_wait, more)
+    if summary is not None:
+        click.echo(json.dumps(summary, indent=2) if as_json else _summary_text(summary))
+    return INTERRUPTED if interrupted else 0
+
+
+#: Parameters of ``crawler crawl`` that are not crawl options.
+_NOT_OPTIONS = ("seeds", "seeds_file", "broker", "embedded", "no_wait", "as_json", "option_items")
+
+
+def _seeds_file(ctx: click.Context, stack: contextlib.ExitStack) -> SeedsFile | None:
+    from .seeds import SeedsFile
+
+    path = ctx.params["seeds_file"]
+    if path is None:
+        if not ctx.params["seeds"]:
+            raise Fail("give seed URLs, or --seeds-file FILE (one URL a line, '-': stdin)")
+        return None
+    seeds_file = SeedsFile(path)
+    stack.callback(seeds_file.close)
+    return seeds_file
+
+
+#: Named flags whose crawl option has another name.
+_RENAMED = {"default_rate": "rate"}
+
+
+def crawl_options(
+    ctx: click.Context, settings: Settings, seeds_file: SeedsFile | None = None
+) -> CrawlOptions:
+    """The crawl a ``crawler crawl`` command line asks for: named flags and ``--option``
+    items, and the seeds file's every line, checked once, before anything is started or
+    written."""
+    from .crawl import plan
+
+    params = {k: v for k, v in ctx.params.items() if k not in _NOT_OPTIONS}
+    extra = parse_options(ctx.params["option_items"])
+    for name in params:
+        key = _RENAMED.get(name, name)
+        if key in extra and ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE:
+            flag = next(p.opts[0] for p in ctx.command.params if p.name == name)
+            raise Fail(f"--option {key}: also given as {flag}; give it once")
+    named = {_RENAMED.get(k, k): v for k, v in params.items()}
+    named["rates"] = _parse_rates(named["rates"])
+    named.update(_request_settings(named))
+    named = {k: v for k, v in named.items() if v not in (None, ())}
+    options = {**named, **extra}  # --option over what an unused flag gives (False...)
+    seeds = list(ctx.params["seeds"])
+    if seeds_file is not None:
+        private = bool(options.get("allow_private_networks"))
+        seeds += seeds_file.check(private)
+        if not options.get("allowed_domains"):  # the default scope: every seed's host
+            hosts = dict.fromkeys(host_of(normalize(u)) for u in ctx.params["seeds"])
+            options["allowed_domains"] = [*hosts, *seeds_file.hosts]
+    return plan(seeds, settings, **options)
+
+
+def _broker_named(broker: str | None) -> bool:
+    """The user named a broker (flag or environment): it is never replaced by a fallback."""
+    names = ("CRAWLER_BROKER_URL", "CRAWLER_REDIS_URL")
+    return broker is not None or any(os.environ.get(name) for name in names)
+
+
+def _check_output(explicit: str, local: str) -> None:
+    """The output this command knows is written on this host (--output, or the embedded
+    workers' CRAWLER_OUTPUT_DIR) must be writable: refused before the crawl exists."""
+    from ..worker.output import unwritable
+
+    for flag, directory in (("--output", explicit), ("CRAWLER_OUTPUT_DIR", local)):
+        why = unwritable(directory) if directory else None
+        if why:
+            raise Fail(f"{flag} {directory}: cannot write there ({why})")
+
+
+def _check_no_wait(settings: Settings, embedded: bool) -> None:
+    """--no-wait returns at once: the crawl must be served by workers that stay."""
+    from .probe import problem
+
+    where = redact(settings.broker_url)
+    if embedded:
+        raise Fail("--no-wait cannot be used with --embedded (embedded runs end with the command)")
+    why = problem(settings)
+    if why is not None:
+        raise Fail(f"--no-wait needs a running broker: {why}")
+    if not _has_crawl_workers(settings):
+        raise Fail(
+            f"--no-wait: no worker consumes the crawl queues at {where}; start workers "
+            "(README, 'Running workers') or drop --no-wait"
+        )
+
+
+def _run(
+    settings: Settings, opts: CrawlOptions, no_wait: bool, more_seeds: Iterable[str] = ()
+) -> tuple[dict[str, Any] | None, bool]:
+    from rich.console import Console
+
+    from .crawl import launch
+    from .display import watch
+
+    handle = launch(opts, settings=settings, more_seeds=more_seeds)
+    where = (
+        handle.output_dir
+        if handle.options.output
+        else f"<CRAWLER_OUTPUT_DIR of each worker>/{handle.id} (here: {handle.output_dir})"
+    )
+    click.echo(f"crawl {handle.id} started; output in {where}", err=True)
+    if no_wait:
+        click.echo(handle.id)
+        return None, False
+    _say_pace(opts)
+    interrupted = False
+    try:
+        # Progress on stderr: stdout carries only the summary (``--json`` pipes cleanly).
+        watch(handle, console=Console(stderr=True))
+    except KeyboardInterrupt:
+        click.echo(f"\ninterrupted: cancelling crawl {handle.id}", err=True)
+        handle.cancel()
+        handle.wait(timeout=30)
+        interrupted = True
+    summary = handle.summary()
+    summary["output_dir"] = str(handle.output_dir)
+    first = next((f for f in handle.failed() if f.get("extract_error")), None)
+    if first is not None:
+        summary["first_extract_error"] = f"{first['url']}: {first['extract_error']}"
+    return summary, interrupted
+
+
+def _say_pace(opts: CrawlOptions) -> None:
+    """Once, when the user chose no pace: politeness is what sets it, and how to raise it."""
+    if opts.rates or ParameterSource.COMMANDLINE in _rate_sources():
+        return
+    click.echo(
+        f"pace: {opts.rate:g} request/s per host (politeness; robots.txt Crawl-delay may lower "
+        "it). On a site of your own raise it: --rate HOST=10 (or --default-rate)",
+        err=True,
+    )
+
+
+def _rate_sources() -> set[ParameterSource | None]:
+    ctx = click.get_current_context()
+    return {ctx.get_parameter_source(name) for name in ("default_rate", "rates")}
+
+
+def _summary_text(s: dict[str, Any]) -> str:
+    c = s.get("counters", {})
+    cancelled = c.get("cancelled", 0)
+    done = c.get("done", 0)  # cancelled URLs are not in it (Stats.counters)
+    rate = done / s["duration_s"] if s.get("duration_s") else 0.0
+    pages = (
+        f"  pages: {done} done, {c.get('fetched', 0)} fetched, {c.get('parsed', 0)} parsed, "
+        f"{c.get('failed', 0)} failed, {c.get('robots_disallowed', 0)} disallowed by robots.txt"
+    )
+    if c.get("robots_unreachable"):
+        pages += f", {c['robots_unreachable']} not fetched: robots.txt unreachable"
+    if cancelled:
+        pages += f", {cancelled} cancelled unfetched"
+    if c.get("items") or c.get("extract_errors"):
+        pages += f"; {c.get('items', 0)} items, {c.get('extract_errors', 0)} extract errors"
+    lines = [
+        f"crawl {s['crawl_id']} {s['status']} in {s['duration_s']:.1f}s ({rate:.1f} pages/s)",
+        pages,
+        f"  status codes: {s.get('status_codes', {})}",
+    ]
+    if s.get("failures"):
+        lines.append(f"  failures: {s['failures']}")
+    if s.get("first_extract_error"):
+        lines.append(f"  first extract error: {s['first_extract_error']}")
+    if s.get("output_dir"):
+        lines.append(f"  files: {s['output_dir']}")
+    if s.get("changes"):
+        lines.append(f"  changes since the previous run: {s['changes']}")
+    return "\n".join(lines)

@@ -1,0 +1,269 @@
+"""The transport under every fetch: connections pinned to vetted addresses, under a deadline.
+
+requests/urllib3 resolve the hostname again when they connect; the classes here make them
+connect to the address :func:`.netguard.check_host` vetted instead (pinning), while ``host``
+(Host header, TLS SNI, certificate verification) stays the URL's hostname, so a DNS answer that
+changes between the check and the connection cannot smuggle in a private address. They also
+hand every socket that carries a request to that request's :class:`Deadline`, which cuts it off
+at the request's total deadline.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from requests import PreparedRequest
+from requests.adapters import HTTPAdapter
+from requests.utils import select_proxy
+from urllib3 import HTTPConnectionPool, HTTPSConnectionPool, PoolManager, ProxyManager
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import ConnectionPool
+from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
+from urllib3.util.connection import create_connection
+
+from ..errors import FetchTimeout
+from .netguard import parse_address
+
+if TYPE_CHECKING:
+    from urllib3._base_connection import BaseHTTPConnection
+
+
+class Deadline:
+    """The total deadline of one fetch, enforced by a timer thread (no signals: thread pools).
+
+    At the deadline it shuts down the sockets the transport attached: that wakes the fetching
+    thread wherever it blocks (TLS handshake, status line, headers, body); it then sees an
+    error or a premature end of data, and :attr:`expired` tells it why. A socket is only cut
+    while it belongs to this fetch: it is attached when the fetch's thread connects or sends
+    on it, forgotten when the connection goes back to the pool, and the lock makes cutting and
+    forgetting exclusive.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self._end = time.monotonic() + seconds
+        self._lock = threading.Lock()
+        self._sockets: list[socket.socket] = []
+        self._done = False
+        self.expired = False
+        #: time.monotonic() when the fetch's first request had been written to its socket
+        #: (politeness paces from it, see :meth:`sent`)
+        self.sent_at: float | None = None
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def remaining(self) -> float:
+        return self._end - time.monotonic()
+
+    def sent(self) -> None:
+        """The first request of the fetch is written. Not when its socket connected: a thread
+        of a busy process can wait for the GIL between the two, the server then sees the
+        request later than the pace counts from, and the next request, sent on time, can
+        reach it less than an interval later."""
+        if self.sent_at is None:
+            self.sent_at = time.monotonic()
+
+    def attach(self, sock: socket.socket) -> None:
+        with self._lock:
+            if self.expired:
+                _shutdown(sock)
+            else:
+                self._sockets.append(sock)
+
+    def forget(self) -> None:
+        with self._lock:
+            self._sockets.clear()
+
+    def check(self) -> None:
+        if self.expired or self.remaining() <= 0:
+            raise FetchTimeout("total deadline exceeded")
+
+    def finish(self) -> None:
+        self._timer.cancel()
+        with self._lock:
+            self._done = True
+            self._sockets.clear()
+
+    def _expire(self) -> None:
+        with self._lock:
+            if self._done:
+                return
+            self.expired = True
+            for sock in self._sockets:
+                _shutdown(sock)
+            self._sockets.clear()
+
+
+def _shutdown(sock: socket.socket) -> None:
+    # Closed already, or detached by the TLS wrapper (then the wrapper is attached too): ignore.
+    with contextlib.suppress(OSError):
+        # The plain socket method even on an SSLSocket: it acts on the file descriptor only and
+        # leaves the TLS object, which the fetching thread is using, alone.
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
+class ConnectionContext(threading.local):
+    """What the transport must know about the request running in this thread.
+
+    Thread-local because one adapter (one pool) serves every thread of a worker process and
+    urllib3 gives us no per-request hook below the adapter.
+    """
+
+    pinned_ip: str | None = None
+    deadline: Deadline | None = None
+
+    def attach(self, sock: socket.socket) -> None:
+        if self.deadline is not None:
+            self.deadline.attach(sock)
+
+    def forget(self) -> None:
+        if self.deadline is not None:
+            self.deadline.forget()
+
+    def sent(self) -> None:
+        if self.deadline is not None:
+            self.deadline.sent()
+
+
+class _PinnedHTTPConnection(HTTPConnection):
+    def __init__(self, *args: Any, pinned_ip: str, context: ConnectionContext, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.pinned_ip = pinned_ip
+        self._context = context
+
+    def _new_conn(self) -> socket.socket:
+        try:
+            sock = create_connection(
+                (self.pinned_ip, self.port),
+                self.timeout,
+                source_address=self.source_address,
+                socket_options=self.socket_options,
+            )
+        except TimeoutError as exc:
+            raise ConnectTimeoutError(self, f"connecting to {self.pinned_ip} timed out") from exc
+        except OSError as exc:
+            raise NewConnectionError(self, f"cannot connect to {self.pinned_ip}: {exc}") from exc
+        self._context.attach(sock)
+        return sock
+
+    def request(self, *args: Any, **kwargs: Any) -> None:
+        if self.sock is not None:  # a kept-alive connection: _new_conn is not called again
+            self._context.attach(self.sock)
+        super().request(*args, **kwargs)
+        self._context.sent()
+
+
+class _PinnedHTTPSConnection(_PinnedHTTPConnection, HTTPSConnection):
+    pass
+
+
+class _PinnedHTTPPool(HTTPConnectionPool):
+    ConnectionCls = _PinnedHTTPConnection
+
+    def _put_conn(self, conn: BaseHTTPConnection | None) -> None:
+        # Back in the pool a connection may serve another thread: the current fetch's deadline
+        # must not cut it off any more.
+        self.conn_kw["context"].forget()
+        super()._put_conn(conn)
+
+
+class _PinnedHTTPSPool(_PinnedHTTPPool, HTTPSConnectionPool):
+    ConnectionCls = _PinnedHTTPSConnection
+
+
+class _PinningPoolManager(PoolManager):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.pool_classes_by_scheme = {"http": _PinnedHTTPPool, "https": _PinnedHTTPSPool}
+
+    def connection_from_context(self, request_context: dict[str, Any]) -> HTTPConnectionPool:
+        pinned_ip = request_context.get("pinned_ip")
+        if not pinned_ip:
+            raise RuntimeError("refusing a connection to an address check_host did not vet")
+        # One pool per (hostname, address): a kept-alive connection to the address a name had
+        # before must not serve it once it resolves elsewhere.
+        key_context = {
+            k: v for k, v in request_context.items() if k not in ("pinned_ip", "context")
+        }
+        key_context["host"] = f"{request_context['host']}@{pinned_ip}"
+        scheme = request_context["scheme"].lower()
+        pool_key = self.key_fn_by_scheme[scheme](key_context)
+        return self.connection_from_pool_key(pool_key, request_context=request_context)
+
+
+class _PinnedProxyManager(ProxyManager):
+    """A proxy manager whose connections (plain, or CONNECT tunnels) go to the proxy's vetted
+    address only, with the request's deadline attached like any other connection."""
+
+    def __init__(self, proxy_url: str, context: ConnectionContext, **kw: Any) -> None:
+        super().__init__(proxy_url, **kw)
+        self.pool_classes_by_scheme = {"http": _PinnedHTTPPool, "https": _PinnedHTTPSPool}
+        host = self.proxy.host if self.proxy is not None else None
+        if host is None or parse_address(host) is None:
+            raise RuntimeError("refusing a proxy whose address check_host did not vet")
+        self._pin = {"pinned_ip": host.strip("[]"), "context": context}
+
+    def connection_from_context(self, request_context: dict[str, Any]) -> HTTPConnectionPool:
+        scheme = request_context["scheme"].lower()
+        pool_key = self.key_fn_by_scheme[scheme](request_context)
+        return self.connection_from_pool_key(
+            pool_key, request_context={**request_context, **self._pin}
+        )
+
+
+class PinnedAdapter(HTTPAdapter):
+    """A requests adapter that only connects to ``context.pinned_ip`` (refuses when unset)."""
+
+    def __init__(self, context: ConnectionContext, pool_size: int) -> None:
+        self._context = context  # before super().__init__(), which calls init_poolmanager()
+        super().__init__(pool_connections=pool_size, pool_maxsize=pool_size, max_retries=0)
+
+    def init_poolmanager(
+        self, connections: int, maxsize: int, block: bool = False, **pool_kwargs: Any
+    ) -> None:
+        self._pool_connections = connections
+        self._pool_maxsize = maxsize
+        self._pool_block = block
+        self.poolmanager = _PinningPoolManager(
+            num_pools=connections,
+            maxsize=maxsize,
+            block=block,
+            context=self._context,
+            **pool_kwargs,
+        )
+
+    def proxy_manager_for(self, proxy: str, **proxy_kwargs: Any) -> ProxyManager:
+        if proxy not in self.proxy_manager:
+            self.proxy_manager[proxy] = _PinnedProxyManager(
+                proxy,
+                self._context,
+                proxy_headers=self.proxy_headers(proxy),
+                num_pools=self._pool_connections,
+                maxsize=self._pool_maxsize,
+                block=self._pool_block,
+                **proxy_kwargs,
+            )
+        manager: ProxyManager = self.proxy_manager[proxy]
+        return manager
+
+    def get_connection_with_tls_context(
+        self,
+        request: PreparedRequest,
+        verify: bool | str | None,
+        proxies: Mapping[str, str] | None = None,
+        cert: tuple[str, str] | str | None = None,
+    ) -> ConnectionPool:
+        if proxies and select_proxy(request.url or "", proxies):
+            # Through a proxy (its address already vetted and written into its URL): the
+            # connection goes to that address (_PinnedProxyManager).
+            return super().get_connection_with_tls_context(request, verify, proxies, cert)
+        host_params, tls_kwargs = self.build_connection_pool_key_attributes(
+            request, True if verify is None else verify, cert
+        )
+        pool_kwargs: dict[str, Any] = {**tls_kwargs, "pinned_ip": self._context.pinned_ip}
+        return self.poolmanager.connection_from_host(**host_params, pool_kwargs=pool_kwargs)
