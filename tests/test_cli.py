@@ -215,3 +215,22 @@ def test_a_bad_line_in_a_seeds_file_is_named_before_anything_is_written(redis_ur
     assert set(redis.Redis.from_url(redis_url).scan_iter()) == before
     result = run("crawl", "--broker", redis_url)
     assert result.returncode == 2 and "--seeds-file" in result.stderr
+
+
+def test_a_hook_no_worker_can_import_fails_the_crawl_once(redis_url, tmp_path):
+    with running_sites(["127.0.0.21"], 30, 3) as (_, servers):
+        result = run(
+            "crawl", servers[0].base_url + "/", "--broker", redis_url, "--allow-private-networks",
+            "--rate", "127.0.0.21=2", "--output", str(tmp_path),
+            "--extract", "no_such_module_anywhere:fn",
+        )  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    assert "error: cannot import the hook no_such_module_anywhere:fn: ModuleNotFoundError" in (
+        result.stdout
+    )
+    assert " cancelled in " in result.stdout.splitlines()[0]
+    crawl_id = result.stdout.split()[1]
+    shown = run("status", crawl_id, "--json", "--broker", redis_url)
+    progress = json.loads(shown.stdout)
+    assert progress["error"].startswith("cannot import the hook no_such_module_anywhere:fn")
+    assert progress["extract_errors"] <= 2  # not one per page: the crawl stopped at once

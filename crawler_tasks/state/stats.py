@@ -107,6 +107,7 @@ class Stats:
             "pages_per_s": round(done / elapsed, 2) if elapsed else 0.0,
             "recent_pages_per_s": self.recent_rate(),
             "output": self.status.output_problem(flags),
+            "error": flags.get("error"),
         }
 
     def summary(self) -> dict[str, Any]:
@@ -126,6 +127,7 @@ class Stats:
             "finished_at": float(flags.get("finished_at", 0) or 0) or None,
             "duration_s": p["elapsed_s"],
             "pages_per_s": p["pages_per_s"],
+            "error": flags.get("error"),
             "counters": {k: v for k, v in c.items() if ":" not in k},
             **families,
             "status_codes": dict(sorted(families["status_codes"].items())),

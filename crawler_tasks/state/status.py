@@ -102,6 +102,15 @@ class CrawlStatus:
         pipe.execute()
         return True
 
+    def failed_with(self, why: str) -> bool:
+        """The crawl cannot go on (its extraction hook cannot be imported): stopped as by a
+        cancel, with ``why`` shown by status, progress() and the summary (``error``). True
+        the first time."""
+        if not self.client.hsetnx(self.ck.state, "error", why):
+            return False
+        self.cancel()
+        return True
+
     def _steer(self, mapping: dict[str, str], wake: bool = False) -> bool:
         """Apply ``mapping`` to the state hash unless the crawl is finished, atomically
         (WATCH): a crawl finishing meanwhile is never revived as paused or running."""

@@ -209,7 +209,13 @@ def crawl(broker: str | None, embedded: bool, no_wait: bool, as_json: bool, **_:
         summary, interrupted = _run(live, opts, no_wait, more)
     if summary is not None:
         click.echo(json.dumps(summary, indent=2) if as_json else _summary_text(summary))
-    return INTERRUPTED if interrupted else 0
+    if interrupted:
+        return INTERRUPTED
+    return CRAWL_FAILED if summary is not None and summary.get("error") else 0
+
+
+#: Exit status of a crawl stopped by an error of its setup (a hook no worker can import).
+CRAWL_FAILED = 1
 
 
 #: Parameters of ``crawler crawl`` that are not crawl options.
@@ -369,6 +375,8 @@ def _summary_text(s: dict[str, Any]) -> str:
         pages,
         f"  status codes: {s.get('status_codes', {})}",
     ]
+    if s.get("error"):
+        lines.insert(1, f"  error: {s['error']}")
     if s.get("failures"):
         lines.append(f"  failures: {s['failures']}")
     if s.get("first_extract_error"):

@@ -25,7 +25,7 @@ def paused(p: dict[str, Any]) -> str:
     """What holds the crawl back, to append to a status line: its output cannot be written
     (``output: disk full at DIR``), or Redis is nearly full (``admission paused: Redis out of
     memory (used X of maxmemory Y)``); "" when nothing does."""
-    text = ""
+    text = f" — error: {p['error']}" if p.get("error") else ""
     if p.get("output"):
         text += f" — output: {p['output']} (writing paused; resumes when there is room)"
     mem = p.get("redis_memory")

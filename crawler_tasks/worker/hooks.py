@@ -126,6 +126,9 @@ class HookResult:
     links: list[str]
     items: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
+    #: The hook itself could not be had (its import failed, no such function): not the
+    #: page's fault, and no other page will fare better in this worker.
+    unusable: bool = False
 
 
 class Hooks:
@@ -155,10 +158,15 @@ class Hooks:
     def run(self, path: str, page: Page, timeout: float) -> HookResult:
         """Call the hook on ``page`` in a thread of its own with a deadline; never raises."""
         box: dict[str, Any] = {}
+        try:
+            fn = self.get(path)  # imported once per process, outside the page's deadline
+        except BaseException as exc:  # the user's module: anything at all
+            error = f"cannot import the hook {path}: {_describe(exc)}"
+            return HookResult(list(page.links), error=error[:500], unusable=True)
 
         def call() -> None:
             try:
-                box["result"] = _check(self.get(path)(page), page)
+                box["result"] = _check(fn(page), page)
             except BaseException as exc:  # the user's code: anything at all
                 box["error"] = _describe(exc)
 

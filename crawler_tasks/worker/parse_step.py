@@ -176,7 +176,11 @@ def _hook(
                 ctx.send_items(opts.on_item, opts.on_item_queue, store.id, url, depth, batch)
         except Exception as exc:  # the broker refused it: the page keeps its items on disk
             outcome.error = f"on_item: {type(exc).__name__}: {exc}"[:500]
-    if outcome.error is not None:
+    if outcome.unusable and outcome.error is not None:
+        # The crawl fails once, clearly, rather than with one extract error per page.
+        if store.status.failed_with(f"{outcome.error} (in worker {ctx.worker_id})"):
+            log.error("crawl %s stopped: %s", store.id, outcome.error)
+    elif outcome.error is not None:
         log.warning("crawl %s: extract_error on %.300s: %s", store.id, url, outcome.error)
     return outcome
 
