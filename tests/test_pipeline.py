@@ -104,9 +104,11 @@ def test_the_crawls_own_request_settings_are_sent(settings, driver):  # type: ig
             retry_backoff=0.01,
             retry_backoff_max=0.02,
         )
-        driver.run(crawl)
+        summary = driver.run(crawl)
         seen = server.requests()
     assert [e.path for e in seen] == ["/busy"] * 3
+    # Every response is in the status histogram, the retried 5xx ones too.
+    assert summary["status_codes"] == {"503": 3}
     assert {e.headers.get("User-Agent") for e in seen} == {"probe-bot/9.9"}
     (record,) = crawl.pages()
     assert (record["error"], record["attempts"]) == ("server_error", 3)

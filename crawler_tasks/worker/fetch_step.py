@@ -87,6 +87,8 @@ def _answered(
         sent = time.monotonic() - response.sent_at if response.sent_at is not None else -1.0
         decision = Decision(Next.RESPONSE, LeaseEnd.OK, sent=sent)
     if status >= 500 or status in (408, 429):
+        # Counted now: the URL's final record (a retry's, or a failure) will not carry it.
+        store.stats.add(formats.status(status))
         decision.next, decision.error = Next.RETRY, ServerError(status, retry_after)
     else:
         decision.then = lambda: respond(ctx, store, url, depth, response)
