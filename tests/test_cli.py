@@ -234,3 +234,16 @@ def test_a_hook_no_worker_can_import_fails_the_crawl_once(redis_url, tmp_path):
     progress = json.loads(shown.stdout)
     assert progress["error"].startswith("cannot import the hook no_such_module_anywhere:fn")
     assert progress["extract_errors"] <= 2  # not one per page: the crawl stopped at once
+
+
+def test_an_https_seed_on_a_plain_http_server_names_the_tls_failure(redis_url, tmp_path):
+    with running_sites(["127.0.0.22"], 3, 2) as (_, servers):
+        seed = servers[0].base_url.replace("http://", "https://") + "/"
+        result = run(
+            "crawl", seed, "--broker", redis_url, "--allow-private-networks",
+            "--output", str(tmp_path),
+        )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    summary = result.stdout
+    assert "1 not fetched: robots.txt unreachable (e.g. https://127.0.0.22:" in summary
+    assert "connection_error" in summary and "SSL" in summary, summary

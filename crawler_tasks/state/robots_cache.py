@@ -99,7 +99,9 @@ class RobotsCache:
         url = origin + "/robots.txt"
         for _ in range(MAX_REDIRECTS + 1):
             status, location, body = self._http_get(url)
-            if status is None or not 300 <= status < 400 or not location:
+            if status is None:  # not had at all: ``location`` says why
+                return policy_for_response(None, body, why=location or "unreachable")
+            if not 300 <= status < 400 or not location:
                 return policy_for_response(status, body)
             url = urljoin(url, location)
             if urlsplit(url).scheme not in ("http", "https"):

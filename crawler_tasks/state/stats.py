@@ -128,6 +128,7 @@ class Stats:
             "duration_s": p["elapsed_s"],
             "pages_per_s": p["pages_per_s"],
             "error": flags.get("error"),
+            "robots_unreachable_why": flags.get("robots_unreachable_why"),
             "counters": {k: v for k, v in c.items() if ":" not in k},
             **families,
             "status_codes": dict(sorted(families["status_codes"].items())),

@@ -189,6 +189,10 @@ class CrawlStatus:
         """Record facts of the crawl's end: summary_path, on_finished_sent."""
         self.client.hset(self.ck.state, mapping={k: str(v) for k, v in fields.items()})
 
+    def first_note(self, field: str, value: str) -> None:
+        """Note ``value`` unless an earlier one is there (a first example, for the summary)."""
+        self.client.hsetnx(self.ck.state, field, value)
+
     def first(self, field: str) -> bool:
         """True the first time ``field`` is set (HSETNX): something done once per crawl."""
         return bool(self.client.hsetnx(self.ck.state, field, "1"))

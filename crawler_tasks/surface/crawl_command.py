@@ -366,6 +366,8 @@ def _summary_text(s: dict[str, Any]) -> str:
     )
     if c.get("robots_unreachable"):
         pages += f", {c['robots_unreachable']} not fetched: robots.txt unreachable"
+        if s.get("robots_unreachable_why"):
+            pages += f" (e.g. {s['robots_unreachable_why']})"
     if cancelled:
         pages += f", {cancelled} cancelled unfetched"
     if c.get("items") or c.get("extract_errors"):

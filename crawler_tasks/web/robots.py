@@ -33,6 +33,7 @@ MAX_REDIRECTS = 5
 
 Kind = Literal["parsed", "allow", "disallow"]
 #: ``http_get(url) -> (status, Location header, body)``; ``(None, None, b"")`` if unreachable.
+#: GET a URL: (status, redirect target, body); when it could not be had, (None, why, b"").
 HttpGet = Callable[[str], tuple[int | None, str | None, bytes]]
 
 _MAX_LINE_BYTES = 2083 * 8 - 1  # Google's cut; the start of a cut rule still applies
@@ -172,9 +173,12 @@ class Robots:
     """The rules of one origin. Build with :meth:`parse`, :meth:`allow_all`, :meth:`disallow_all`
     or :func:`policy_for_response`; ``kind`` and ``text`` are what the cache stores."""
 
-    def __init__(self, kind: Kind, text: str = "") -> None:
+    def __init__(self, kind: Kind, text: str = "", why: str = "") -> None:
         self.kind: Kind = kind
         self.text = text if kind == "parsed" else ""
+        #: For a robots.txt that could not be read (disallow-all): why ("HTTP 503",
+        #: "connection_error: ... certificate verify failed ..."), shown in the URLs' records.
+        self.why = why if kind == "disallow" else ""
         self._parser: Protego | None = None
         self._agents: frozenset[str] = frozenset()
         if kind == "parsed":
@@ -190,8 +194,8 @@ class Robots:
         return cls("allow")
 
     @classmethod
-    def disallow_all(cls) -> Robots:
-        return cls("disallow")
+    def disallow_all(cls, why: str = "") -> Robots:
+        return cls("disallow", why=why)
 
     def __repr__(self) -> str:
         return f"Robots({self.kind!r}, {len(self.text)} chars)"
@@ -232,7 +236,7 @@ def sitemaps(robots_txt: str) -> list[str]:
     return Robots.parse(robots_txt).sitemaps
 
 
-def policy_for_response(status: int | None, body: bytes) -> Robots:
+def policy_for_response(status: int | None, body: bytes, why: str = "") -> Robots:
     """RFC 9309 2.3.1: what a robots.txt response means; ``status`` None = unreachable.
 
     2xx: the body's rules. 4xx: "unavailable", anything may be crawled; but 408 and 429, like
@@ -240,7 +244,7 @@ def policy_for_response(status: int | None, body: bytes) -> Robots:
     until retried. A 3xx reaching here had no usable Location: unavailable.
     """
     if status is None or status >= 500 or status < 200 or status in (408, 429):
-        return Robots.disallow_all()
+        return Robots.disallow_all(why or (f"HTTP {status}" if status is not None else ""))
     if status >= 300:
         return Robots.allow_all()
     # One byte past the limit tells _clip whether the file was cut.
@@ -248,7 +252,10 @@ def policy_for_response(status: int | None, body: bytes) -> Robots:
 
 
 def dump(robots: Robots) -> str:
-    return json.dumps({"kind": robots.kind, "text": robots.text}, separators=(",", ":"))
+    value = {"kind": robots.kind, "text": robots.text}
+    if robots.why:
+        value["why"] = robots.why
+    return json.dumps(value, separators=(",", ":"))
 
 
 def load(raw: bytes | str) -> Robots | None:
@@ -260,4 +267,5 @@ def load(raw: bytes | str) -> Robots | None:
         return None
     if kind == "parsed" and isinstance(text, str):
         return Robots.parse(text)
-    return Robots(kind) if kind in ("allow", "disallow") else None
+    why = value.get("why") if isinstance(value.get("why"), str) else ""
+    return Robots(kind, why=why) if kind in ("allow", "disallow") else None

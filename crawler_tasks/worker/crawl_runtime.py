@@ -74,7 +74,8 @@ def robots_getter(
             resp = fetcher.get(url, **profile.robots_args())
         except Exception as exc:  # any failure to get robots.txt means "unreachable"
             log.info("robots.txt %s unreachable: %s", url, exc)
-            return None, None, b""
+            reason = getattr(exc, "reason", type(exc).__name__)
+            return None, f"{reason}: {exc}"[:300], b""
         location = resp.redirects[-1][1] if resp.redirects else None
         return resp.status, location, resp.body
 

@@ -175,7 +175,11 @@ def _robots(ctx: Context, store: CrawlStore, url: str, domain: str) -> Final | N
                 Outcome.ROBOTS_UNREACHABLE if unreachable else Outcome.ROBOTS_DISALLOWED
             ).value
             counter = Counter.ROBOTS_UNREACHABLE if unreachable else Counter.ROBOTS_DISALLOWED
-            return Final(url, 0, error=reason, counters={counter.value: 1}, recorded=unreachable)
+            final = Final(url, 0, error=reason, counters={counter.value: 1}, recorded=unreachable)
+            if unreachable:  # why it could not be read: a TLS or connection failure, a 5xx
+                final.extra["detail"] = f"robots.txt: {robots.why or 'unreachable'}"
+                store.status.first_note("robots_unreachable_why", f"{origin}: {robots.why}")
+            return final
         polite.set_crawl_delay(domain, robots.crawl_delay(opts.robots_agent))
     if opts.sitemaps:
         maps = Sitemaps(ctx, store)
