@@ -94,6 +94,9 @@ CASES = [
     ("set-rate http://127.0.0.1:8600/ 5 {live}", "here: 127.0.0.1"),
     ("set-rate a.example:8080 5 {live}", "not a URL or host:port"),
     ("set-rate 'a b' 5 {live}", "host name"),
+    ("set-ceiling http://127.0.0.1:8600/ 5 {live}", "here: 127.0.0.1"),
+    ("set-ceiling a.example inf {live}", "a ceiling is a number"),
+    ("set-ceiling a.example 0 {live}", "> 0"),
     # schedules
     (f"schedule add s {SEED} --cron 'bogus cron' {{live}}", "cron"),
     (f"schedule add s {SEED} --cron '99 * * * *' {{live}}", "99"),

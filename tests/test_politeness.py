@@ -399,3 +399,27 @@ def test_sitemap_parsing_is_bounded():
     assert parse(entity).locs == []
     assert parse(b"http://a/1\n\nhttp://a/2\n").locs == ["http://a/1", "http://a/2"]
     assert parse(b"<html><body>nope</body></html>").kind == "html"
+
+
+def test_a_ceiling_is_shared_by_every_crawl_of_a_host(settings, driver, redis_url):  # type: ignore[no-untyped-def]
+    """Two crawls of one host, each allowed 20 req/s of its own: with `crawler set-ceiling
+    HOST 4` the host gets at most 4 + 1 requests in any 1-s window from both together, and
+    both crawls still fetch every page."""
+    result = CliRunner().invoke(cli, ["set-ceiling", "127.0.0.44", "4", "--broker", redis_url])
+    assert result.exit_code == 0 and "for all crawls together" in result.output, result.output
+    with running_sites(["127.0.0.44"], 12, 3) as (graph, servers):
+        seeds = [servers[0].base_url + "/"]
+        crawls = [
+            start_crawl(seeds, settings=settings, allow_private_networks=True, obey_robots=False,
+                        rate=20.0, concurrency=4)
+            for _ in "12"
+        ]  # fmt: skip
+        for crawl in crawls:
+            driver.run(crawl)
+        log = servers[0].requests()
+    report = rate_report(log, window=1.0)
+    assert report["max_in_window"] <= 4 + 1, report
+    for crawl in crawls:
+        assert crawl.stats.progress()["done"] == len(reachable(graph, seeds))
+    shown = CliRunner().invoke(cli, ["set-ceiling", "127.0.0.44", "default", "--broker", redis_url])
+    assert "ceiling removed" in shown.output

@@ -24,6 +24,8 @@ that this table does not describe, or whose type differs::
     P:crawls                 zset   crawl ids by start time (``crawler list``)
     P:running                set    crawl ids the dispatchers release work for
     P:rates                  hash   cluster-wide rates set with `crawler set-rate`
+    P:ceilings               hash   host -> requests/s all crawls share (`crawler set-ceiling`)
+    P:ceil:D                 string GCRA state (tat) of host D's shared ceiling (ceiling.lua)
     P:workers                hash   worker process id -> last heartbeat (unix seconds)
     P:schedules              hash   recrawl schedules
     P:redbeat:*              -      celery beat's schedule entries and lock (RedBeat)
@@ -81,6 +83,7 @@ class Keys:
         self.running = f"{prefix}:running"
         self.schedules = f"{prefix}:schedules"
         self.rates = f"{prefix}:rates"
+        self.ceilings = f"{prefix}:ceilings"
         self.workers = f"{prefix}:workers"
 
     def crawl(
@@ -96,6 +99,9 @@ class Keys:
 
     def robots(self, origin: str) -> str:
         return f"{self.prefix}:robots:{origin}"
+
+    def ceiling(self, host: str) -> str:
+        return f"{self.prefix}:ceil:{host}"
 
     def schedule_validators(self, name: str) -> str:
         return f"{self.prefix}:sched:{name}:validators"

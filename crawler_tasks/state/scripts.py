@@ -38,4 +38,5 @@ class Scripts:
         self.reclaim = client.register_script(source("reclaim"))
         self.drain = client.register_script(source("drain"))
         self.claim = client.register_script(source("claim"))
+        self.ceiling = client.register_script(source("ceiling"))
         self.reserve = client.register_script(source("reserve"))

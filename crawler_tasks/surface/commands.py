@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import time
 from typing import Any
 
 import click
 
 from ..errors import ConfigError
+from ..state.ceilings import read as read_ceilings
 from .cli_common import Fail, broker_option, connect, handle, option_items, parse_options
 from .export import export
 
@@ -25,6 +27,9 @@ def status(crawl_id: str, broker: str | None, as_json: bool) -> None:
     p = crawl.progress()
     p["domains"] = crawl.domains(10)
     p["bloom"] = crawl.bloom()
+    shared = read_ceilings(crawl.client, crawl.store.r.keys)
+    for d in p["domains"]:
+        d["ceiling"] = shared.get(d["domain"])
     if crawl.options.on_item:
         p["on_item_waiting"] = _waiting(crawl.settings, crawl.options.on_item_queue)
     if as_json:
@@ -64,6 +69,8 @@ def domain_line(d: dict[str, Any]) -> str:
     )
     if d.get("cluster_rate"):
         text += f" set-rate={d['cluster_rate']}/s (all crawls)"
+    if d.get("ceiling"):
+        text += f" ceiling={d['ceiling']:g}/s (shared by all crawls)"
     if d.get("dead"):
         text += " DEAD: down longer than max_host_outage, its URLs failed"
     elif d.get("down_since"):
@@ -187,7 +194,32 @@ def set_rate_cmd(domain: str, rate: str, broker: str | None) -> None:
         )
 
 
-def parse_host(text: str) -> str:
+@click.command("set-ceiling")
+@click.argument("domain")
+@click.argument("rate")
+@broker_option
+def set_ceiling_cmd(domain: str, rate: str, broker: str | None) -> None:
+    """Requests/s that ALL crawls of DOMAIN share at most (each crawl's own pace still holds);
+    'default' removes it."""
+    from ..state.ceilings import set_ceiling
+    from ..state.keys import Keys
+
+    value = parse_rate(rate)
+    if value is not None and math.isinf(value):
+        raise Fail(f"set-ceiling {rate!r}: a ceiling is a number of requests/s (or default)")
+    host = parse_host(domain, "set-ceiling")
+    settings, client = connect(broker)
+    set_ceiling(client, Keys(settings.key_prefix), host, value)
+    if value is None:
+        click.echo(f"{host}: ceiling removed")
+    else:
+        click.echo(
+            f"{host}: at most {rate} requests/s for all crawls together (each crawl also keeps "
+            "its own pace), until `crawler set-ceiling " + host + " default`"
+        )
+
+
+def parse_host(text: str, command: str = "set-rate") -> str:
     """A politeness domain as buckets are keyed: a host name or IP address, no URL, no port."""
     import ipaddress
 
@@ -200,11 +232,11 @@ def parse_host(text: str) -> str:
         hint = ""
         with contextlib.suppress(InvalidURL, ValueError):
             hint = f" (here: {host_of(normalize(text))})"
-        raise Fail(f"set-rate {text!r}: give a host name, not a URL or host:port{hint}")
+        raise Fail(f"{command} {text!r}: give a host name, not a URL or host:port{hint}")
     try:
         return host_of(normalize(f"http://{text}/"))
     except InvalidURL as exc:
-        raise Fail(f"set-rate {text!r}: not a host name: {exc}") from None
+        raise Fail(f"{command} {text!r}: not a host name: {exc}") from None
 
 
 @click.command()
@@ -306,6 +338,7 @@ COMMANDS = [
     failed,
     retry_failed,
     set_rate_cmd,
+    set_ceiling_cmd,
     metrics,
     schedule,
     export,

@@ -21,8 +21,8 @@ import redis
 
 from ..errors import WorkerLost
 from ..settings import Settings
+from ..state import ceilings, workers
 from ..state import store as stores
-from ..state import workers
 from ..state.formats import Inflight, LeaseEnd, Steering
 from ..state.frontier import CANCEL_DRAIN
 from ..state.politeness import cluster_rates
@@ -66,6 +66,7 @@ class Dispatcher:
         self.settings = settings
         self._stop = threading.Event()
         self._rates, self._rates_read = "", -math.inf
+        self._ceilings: dict[str, float] = {}
         self._round = 0
         self.more = False
         self._thread: threading.Thread | None = None
@@ -220,8 +221,11 @@ class Dispatcher:
             cluster_rates=rates,
             state=state,
         )
+        entries = release.entries
+        if not release.cancelled and self._ceilings:
+            entries = self._within_ceilings(ctx, store, entries)
         tiers: dict[str, list[tuple[str, int]]] = {}
-        for _domain, depth, url in release.entries:
+        for _domain, depth, url in entries:
             if release.cancelled:  # drained unfetched: recorded as cancelled here
                 finalize(ctx, store, Final.cancelled(url, depth))
             else:
@@ -235,11 +239,35 @@ class Dispatcher:
         return len(release.entries)
 
     def _cluster_rates(self, ctx: Context) -> str:
-        """`crawler set-rate` overrides, read at most once a second (they change rarely)."""
+        """`crawler set-rate` overrides and `crawler set-ceiling` ceilings, read at most once a
+        second (they change rarely)."""
         now = time.monotonic()
         if now - self._rates_read >= 1.0:
             self._rates, self._rates_read = cluster_rates(ctx.client, ctx.keys), now
+            self._ceilings = ceilings.read(ctx.client, ctx.keys)
         return self._rates
+
+    def _within_ceilings(
+        self, ctx: Context, store: CrawlStore, entries: list[tuple[str, int, str]]
+    ) -> list[tuple[str, int, str]]:
+        """The released entries a host's shared ceiling lets go now; the others go back to
+        the frontier (due when the ceiling allows) and their crawl's bucket is refunded."""
+        by_domain: dict[str, list[tuple[str, int, str]]] = {}
+        for entry in entries:
+            by_domain.setdefault(entry[0], []).append(entry)
+        kept: list[tuple[str, int, str]] = []
+        shared = ceilings.Ceilings(ctx.client, ctx.keys, ctx.r.scripts)
+        for domain, some in by_domain.items():
+            rate = self._ceilings.get(domain)
+            if rate is None:
+                kept += some
+                continue
+            charged = shared.charge(domain, rate, len(some))
+            kept += some[: charged.allowed]
+            for _d, depth, url in some[charged.allowed :]:
+                store.politeness.refund(url, domain)
+                store.ledger.requeue(domain, depth, url, charged.wait)
+        return kept
 
     def _survey(self, ctx: Context) -> tuple[list[str], int | None]:
         """The running crawls, and how many URLs to release now: while the broker's fetch
