@@ -28,6 +28,7 @@ from sitegen import SiteServer, reachable, running_sites
 
 from crawler_tasks import start_crawl
 from crawler_tasks.surface.commands import domain_line
+from crawler_tasks.surface.display import line
 from crawler_tasks.surface.embedded import FETCH_QUEUES, stop_process, worker_command
 from crawler_tasks.web.urls import normalize
 
@@ -246,6 +247,7 @@ def test_site_down_for_30_seconds_loses_nothing(settings, redis_url, tmp_path): 
             s.stop()
         time.sleep(30)
         down = {d["domain"]: d for d in crawl.domains(10)}
+        during = crawl.progress()
         back = [SiteServer(graph, address, port).start() for address, port in ports]
         back_at = time.monotonic()
         try:
@@ -255,6 +257,8 @@ def test_site_down_for_30_seconds_loses_nothing(settings, redis_url, tmp_path): 
                 s.stop()
     assert all(d["down_since"] and d["next_probe_s"] is not None for d in down.values()), down
     assert "DOWN since" in domain_line({**next(iter(down.values())), "rate": 1.0})
+    assert {d["domain"] for d in during["hosts_down"]} == set(down)
+    assert " down " in line(during) and "next probe in" in line(during)
     seen_again = [min(r.time for r in s.requests()) - back_at for s in back]
     print(f"host back -> fetched again: {', '.join(f'{t:.1f}s' for t in seen_again)}")
     assert max(seen_again) <= 12.0

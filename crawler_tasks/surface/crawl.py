@@ -226,6 +226,7 @@ class Crawl:
             left = max(opts.max_pages - p["done"], 0)
             p["eta_s"] = round(min(left, p["outstanding"]) / p["recent_pages_per_s"], 1)
         p["backlog"] = self.store.frontier.backlog(5)
+        p["hosts_down"] = self._hosts_down([d for d, _ in p["backlog"]])
         p["summary_path"] = self.store.status.flags().get("summary_path")
         # Workers wait (and cannot record why) while Redis is full: ask Redis itself.
         mem = memory(self.client)
@@ -234,6 +235,15 @@ class Crawl:
         p["admission_paused"] = mem is not None and mem.over(fraction)
         p["redis_memory"] = mem.as_dict() if mem is not None else None
         return p
+
+    def _hosts_down(self, names: list[str]) -> list[dict[str, Any]]:
+        """Of the busiest hosts, those whose circuit is open: since when, next probe when."""
+        keep = ("domain", "down_since", "next_probe_s")
+        return [
+            {k: d[k] for k in keep}
+            for d in self.store.politeness.domains(names)
+            if d["down_since"] is not None
+        ]
 
     @property
     def finished(self) -> bool:

@@ -28,6 +28,9 @@ def paused(p: dict[str, Any]) -> str:
     text = f" — error: {p['error']}" if p.get("error") else ""
     if p.get("output"):
         text += f" — output: {p['output']} (writing paused; resumes when there is room)"
+    for d in p.get("hosts_down") or ():
+        down_for = time.time() - d["down_since"]
+        text += f" — {d['domain']} down {down_for:.0f}s, next probe in {d['next_probe_s']:.0f}s"
     mem = p.get("redis_memory")
     if p.get("admission_paused") and mem:
         text += " — " + admission_paused(Memory(mem["used_bytes"], mem["maxmemory_bytes"]))
