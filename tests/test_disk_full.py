@@ -5,15 +5,13 @@ stays valid (warcio reads every WARC record, one pages line per URL)."""
 
 from __future__ import annotations
 
-import contextlib
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from conftest import wait_until
+from disks import tmpfs
 from sitegen import reachable, running_sites
 from test_faults import start, wait
 from warcio.archiveiterator import ArchiveIterator
@@ -21,20 +19,6 @@ from warcio.archiveiterator import ArchiveIterator
 from crawler_tasks.surface.display import line
 from crawler_tasks.surface.embedded import local_workers
 from crawler_tasks.web.urls import normalize
-
-
-@contextlib.contextmanager
-def tmpfs(path: Path, size: str) -> Iterator[Path]:
-    path.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {mounted.stderr.decode().strip()}")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
 
 
 def fill(disk: Path, leave: int) -> Path:

@@ -5,33 +5,16 @@ where it stopped once there is room."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from disks import tmpfs
 from warcio.archiveiterator import ArchiveIterator
 
 from crawler_tasks.errors import OutputUnavailable
 from crawler_tasks.worker.output import CrawlOutput, read_pages
-
-
-@contextlib.contextmanager
-def tmpfs(path: Path, size: str, *options: str) -> Iterator[Path]:
-    path.mkdir()
-    opts = ",".join((f"size={size}", *options))
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(path)], capture_output=True
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {mounted.stderr.decode().strip()}")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
 
 
 def record(i: int) -> dict:  # type: ignore[type-arg]

@@ -177,13 +177,10 @@ def parse_rate(text: str) -> float | None:
 @broker_option
 def set_rate_cmd(domain: str, rate: str, broker: str | None) -> None:
     """Cluster-wide requests/s for DOMAIN (all crawls); 'default' removes it."""
-    from ..state.keys import Keys
     from ..state.politeness import set_rate
 
-    value = parse_rate(rate)
-    host = parse_host(domain)
-    settings, client = connect(broker)
-    set_rate(client, Keys(settings.key_prefix), host, value)
+    host, value = parse_host(domain), parse_rate(rate)
+    set_rate(*_keys_of(broker), host, value)
     if value is None:
         click.echo(f"{host}: set-rate removed; each crawl's own rate applies again")
     else:
@@ -202,14 +199,11 @@ def set_ceiling_cmd(domain: str, rate: str, broker: str | None) -> None:
     """Requests/s that ALL crawls of DOMAIN share at most (each crawl's own pace still holds);
     'default' removes it."""
     from ..state.ceilings import set_ceiling
-    from ..state.keys import Keys
 
-    value = parse_rate(rate)
+    host, value = parse_host(domain, "set-ceiling"), parse_rate(rate)
     if value is not None and math.isinf(value):
         raise Fail(f"set-ceiling {rate!r}: a ceiling is a number of requests/s (or default)")
-    host = parse_host(domain, "set-ceiling")
-    settings, client = connect(broker)
-    set_ceiling(client, Keys(settings.key_prefix), host, value)
+    set_ceiling(*_keys_of(broker), host, value)
     if value is None:
         click.echo(f"{host}: ceiling removed")
     else:
@@ -217,6 +211,14 @@ def set_ceiling_cmd(domain: str, rate: str, broker: str | None) -> None:
             f"{host}: at most {rate} requests/s for all crawls together (each crawl also keeps "
             "its own pace), until `crawler set-ceiling " + host + " default`"
         )
+
+
+def _keys_of(broker: str | None) -> tuple[Any, Any]:
+    """(client, key names) of the broker's Redis, for the cluster-wide host settings."""
+    from ..state.keys import Keys
+
+    settings, client = connect(broker)
+    return client, Keys(settings.key_prefix)
 
 
 def parse_host(text: str, command: str = "set-rate") -> str:
