@@ -52,6 +52,10 @@ WORKER_ENV = {
     "CRAWLER_MAX_RETRY_AFTER": "5",
 }
 
+# The module's one crawl (the ``hostile`` fixture, ~15 s) runs once under `make test`: one
+# xdist process takes the whole module (--dist loadgroup).
+pytestmark = pytest.mark.xdist_group("hostile_web")
+
 #: Expected final state of every URL of host A (hostile routes) and host C (extras);
 #: "{a}" / "{c}" stand for the hosts' base URLs.
 TABLE_A: dict[str, dict[str, Any]] = {
