@@ -7,11 +7,14 @@ any of them fails the test unless the test allows it with
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import signal
+import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import hypothesis
@@ -23,6 +26,7 @@ from crawler_tasks.settings import Settings, load
 from crawler_tasks.surface.embedded import (
     local_workers,
     private_redis,
+    stop_process,
 )
 
 # CI replays the same examples on every run (a failure there reproduces); locally each run
@@ -127,6 +131,21 @@ def worker_logs(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Path
         pytest.fail("traceback in a worker log:\n" + "\n".join(found)[-8000:], pytrace=False)
 
 
+def stop_together(procs: Iterable[subprocess.Popen[bytes]], grace: float = 10.0) -> None:
+    """Celery's warm shutdown of every process at once: SIGTERM to all, then wait for all.
+    One by one (``local_workers`` on exit), a prefork worker's ~3 s shutdown adds to the
+    threads worker's ~1 s after every test. A process still running after ``grace`` gets
+    ``stop_process`` (SIGKILL of its group)."""
+    running = [p for p in procs if p.poll() is None]
+    for proc in running:
+        proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for proc in running:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(max(0.0, deadline - time.monotonic()))
+        stop_process(proc, grace=1.0)
+
+
 @pytest.fixture
 def workers(redis_url: str, worker_logs: Path, worker_env: dict[str, str]) -> Iterator[list]:
     """The recommended layout as real processes, at the default settings (``worker_env`` adds
@@ -140,7 +159,10 @@ def workers(redis_url: str, worker_logs: Path, worker_env: dict[str, str]) -> It
         events=True,
         extra_env=worker_env,
     ) as procs:
-        yield procs
+        try:
+            yield procs
+        finally:
+            stop_together(procs)
 
 
 def wait_until(predicate, timeout: float = 30.0, interval: float = 0.1):  # type: ignore[no-untyped-def]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from cluster import Cluster, Node
-from conftest import wait_until
+from conftest import stop_together, wait_until
 from faults import rabbitmq_vhost
 from sitegen import max_concurrency, rate_report, reachable, running_sites
 from test_operations import pause_resume_cancel
@@ -72,7 +72,10 @@ def workers_on(broker: str, state: str, log_dir: Path, **env: str) -> Iterator[l
         log_dir=str(log_dir),
         extra_env={"CRAWLER_REDIS_URL": state, **env},
     ) as procs:
-        yield procs
+        try:
+            yield procs
+        finally:
+            stop_together(procs)
 
 
 def start(settings: Settings, servers, **options):  # type: ignore[no-untyped-def]

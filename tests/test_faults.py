@@ -22,12 +22,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from conftest import wait_until
+from conftest import stop_together, wait_until
 from faults import rabbitmq_vhost
 from sitegen import SiteServer, reachable, running_sites
 
 from crawler_tasks import start_crawl
-from crawler_tasks.surface.embedded import FETCH_QUEUES, stop_process, worker_command
+from crawler_tasks.surface.embedded import FETCH_QUEUES, worker_command
 from crawler_tasks.web.urls import normalize
 
 #: Faster failure detection than the defaults (30 s each), so each test stays short; one test
@@ -91,7 +91,7 @@ class Cluster:
         for proc in self.procs.values():
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGCONT)
-            stop_process(proc)
+        stop_together(self.procs.values())
 
 
 @contextmanager
