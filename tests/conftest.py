@@ -8,6 +8,7 @@ any of them fails the test unless the test allows it with
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import shutil
@@ -20,6 +21,7 @@ from pathlib import Path
 import hypothesis
 import pytest
 import redis
+from celery import Celery
 from driver import Driver
 
 from crawler_tasks.settings import Settings, load
@@ -28,6 +30,11 @@ from crawler_tasks.surface.embedded import (
     private_redis,
     stop_process,
 )
+from crawler_tasks.worker.app import broker_transport
+
+# celery_app / celery_worker (an embedded worker in a thread of the test process); the
+# fixtures below point them at the project's app and the test's Redis.
+pytest_plugins = ("celery.contrib.pytest",)
 
 # CI replays the same examples on every run (a failure there reproduces); locally each run
 # explores new ones. Either way a failure prints the blob that replays it (@reproduce_failure).
@@ -163,6 +170,64 @@ def workers(redis_url: str, worker_logs: Path, worker_env: dict[str, str]) -> It
             yield procs
         finally:
             stop_together(procs)
+
+
+class _LoggedTracebacks(logging.Handler):
+    """Every record logged with a traceback: what a worker process's log would show."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+        self.found: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.exc_info:
+            self.found.append(self.format(record))
+
+
+@pytest.fixture
+def celery_app(request: pytest.FixtureRequest, settings: Settings) -> Iterator[Celery]:
+    """The project's app (its tasks, dispatcher step and settings), for Celery's
+    ``celery_worker`` fixture: one worker in this process, consuming every queue, against the
+    test's Redis, writing under the test's output directory. For a test that needs ONE worker
+    and never kills it (the ``workers`` fixture's processes for the others). As with those,
+    a traceback logged while it runs fails the test unless ``allow_worker_errors`` allows it."""
+    from crawler_tasks.worker.tasks import app
+
+    saved = {name: app.conf[name] for name in _APP_SETTINGS}
+    app.close()  # connections of an earlier broker URL
+    app.conf.update(
+        broker_url=settings.broker_url,
+        broker_transport=broker_transport(settings.broker_url),
+        crawler_settings=settings,
+    )
+    logged = _LoggedTracebacks()
+    logging.getLogger().addHandler(logged)
+    try:
+        yield app
+    finally:
+        logging.getLogger().removeHandler(logged)
+        app.conf.crawler_runtime.close()  # the next test's context has its settings
+        app.close()
+        app.conf.update(saved)
+    allowed = [p for m in request.node.iter_markers("allow_worker_errors") for p in m.args]
+    found = [tb for tb in logged.found if not any(re.search(p, tb) for p in allowed)]
+    if found:
+        pytest.fail("traceback logged by the worker:\n" + "\n".join(found)[-8000:], pytrace=False)
+
+
+_APP_SETTINGS = ("broker_url", "broker_transport", "crawler_settings")
+
+
+@pytest.fixture(scope="session")
+def celery_worker_pool() -> str:
+    return "threads"  # as the fetch workers: the dispatcher and fetches side by side
+
+
+@pytest.fixture(scope="session")
+def celery_worker_parameters() -> dict[str, object]:
+    # Celery's ping check waits on a task result: the app keeps none (task_ignore_result).
+    return {"concurrency": 8, "perform_ping_check": False, "shutdown_timeout": 30.0}
 
 
 def wait_until(predicate, timeout: float = 30.0, interval: float = 0.1):  # type: ignore[no-untyped-def]

@@ -210,7 +210,7 @@ def test_order_dfs_goes_deep_first_bfs_level_by_level(settings, workers):
     assert dfs_order[first_b - 1] + "/b" == dfs_order[first_b], dfs_order
 
 
-def test_include_and_exclude_bound_what_is_fetched(settings, workers):
+def test_include_and_exclude_bound_what_is_fetched(settings, celery_worker):
     tree = {
         "/keep/": ("/keep/1", "/keep/2", "/keep/secret", "/other/1"),
         "/keep/1": ("/keep/3", "/other/2"),
