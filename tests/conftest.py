@@ -17,12 +17,14 @@ import subprocess
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import hypothesis
 import pytest
 import redis
 from celery import Celery
 from driver import Driver
+from scheduling import SuiteScheduling
 
 from crawler_tasks.settings import Settings, load
 from crawler_tasks.surface.embedded import (
@@ -43,6 +45,11 @@ hypothesis.settings.register_profile("local", print_blob=True)
 hypothesis.settings.load_profile(
     os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") == "true" else "local")
 )
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> SuiteScheduling:
+    """``make test`` (``pytest -n N``): see tests/scheduling.py."""
+    return SuiteScheduling(config, log)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -34,11 +34,8 @@ QUIET_SITE = {"broken_ratio": 0, "non_html_ratio": 0, "cross_host_ratio": 0}
 # Redelivery of a dead worker's messages after 4 s instead of 10 minutes (the kill tests).
 FAST_REDELIVERY = {"CRAWLER_VISIBILITY_TIMEOUT": "4", "CRAWLER_LEASE_SECONDS": "4"}
 
-# One xdist process runs this module (`make test`: --dist loadgroup), so the suite starts one
-# 3-node cluster (the module fixture below), not one per process.
-pytestmark = pytest.mark.xdist_group("redis_cluster")
 
-
+# `make test` runs this module whole on one xdist process (tests/scheduling.py): one cluster.
 @pytest.fixture(scope="module")
 def redis_cluster() -> Iterator[Cluster]:
     c = Cluster(masters=3)

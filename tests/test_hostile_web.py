@@ -52,10 +52,6 @@ WORKER_ENV = {
     "CRAWLER_MAX_RETRY_AFTER": "5",
 }
 
-# The module's one crawl (the ``hostile`` fixture, ~15 s) runs once under `make test`: one
-# xdist process takes the whole module (--dist loadgroup).
-pytestmark = pytest.mark.xdist_group("hostile_web")
-
 #: Expected final state of every URL of host A (hostile routes) and host C (extras);
 #: "{a}" / "{c}" stand for the hosts' base URLs.
 TABLE_A: dict[str, dict[str, Any]] = {
@@ -145,6 +141,7 @@ class Hostile:
         return {path_of(u): r for u, r in self.records.items() if u.startswith(base)}
 
 
+# `make test` runs this module whole on one xdist process (tests/scheduling.py): one crawl.
 @pytest.fixture(scope="module")
 def hostile(redis_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hostile]:
     client = redis.Redis.from_url(redis_server)
