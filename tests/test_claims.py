@@ -181,7 +181,7 @@ def test_urls_released_together_share_a_message_and_are_fetched_side_by_side(
 # --- crawl options through start_crawl -----------------------------------------------------------
 
 
-def test_order_dfs_goes_deep_first_bfs_level_by_level(settings, workers):
+def test_order_dfs_goes_deep_first_bfs_level_by_level(settings, celery_worker):
     """/ links /a0../a9, each /aN links /aN/b. One request at a time, 4 req/s: breadth-first
     fetches every /aN before any /aN/b; depth-first fetches /a?/b pages while /aN are still
     waiting (the first /aN's children are admitted at the head of the queue long before the
