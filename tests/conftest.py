@@ -14,6 +14,7 @@ import re
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -214,9 +215,16 @@ def celery_app(request: pytest.FixtureRequest, settings: Settings) -> Iterator[C
         yield app
     finally:
         logging.getLogger().removeHandler(logged)
+        # The worker has stopped (celery_worker ends first). A dispatcher thread still running
+        # would build its next context from the settings restored below (the import-time
+        # defaults: the machine's Redis on 6379).
+        left = [t for t in threading.enumerate() if t.name == "crawler-dispatcher"]
         app.conf.crawler_runtime.close()  # the next test's context has its settings
         app.close()
-        app.conf.update(saved)
+        if not left:
+            app.conf.update(saved)
+    if left:
+        pytest.fail("the embedded worker left its dispatcher thread running", pytrace=False)
     allowed = [p for m in request.node.iter_markers("allow_worker_errors") for p in m.args]
     found = [tb for tb in logged.found if not any(re.search(p, tb) for p in allowed)]
     if found:
