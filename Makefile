@@ -25,8 +25,12 @@ example: $(STAMP)
 	$(BIN)/python examples/products/run.py
 
 ## test: install, then run the whole suite (tests start their own redis-server and workers)
+# In parallel (pytest-xdist): the tests mostly wait (on workers, outages, politeness windows),
+# so more processes than cores pay off. Each xdist process has its own redis-server, servers
+# and files (tests/conftest.py); tests/scheduling.py decides which process runs what.
+TEST_PROCESSES ?= 4
 test: $(STAMP)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(TEST_PROCESSES)
 
 # The fast tier: pure logic, the pipeline in-process (tests/driver.py), formats and layers;
 # no worker processes. `make test` runs these too.

@@ -7,23 +7,37 @@ any of them fails the test unless the test allows it with
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import re
 import shutil
+import signal
+import subprocess
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import hypothesis
 import pytest
 import redis
+from celery import Celery
 from driver import Driver
+from scheduling import SuiteScheduling
 
 from crawler_tasks.settings import Settings, load
 from crawler_tasks.surface.embedded import (
     local_workers,
     private_redis,
+    stop_process,
 )
+from crawler_tasks.worker.app import broker_transport
+
+# celery_app / celery_worker (an embedded worker in a thread of the test process); the
+# fixtures below point them at the project's app and the test's Redis.
+pytest_plugins = ("celery.contrib.pytest",)
 
 # CI replays the same examples on every run (a failure there reproduces); locally each run
 # explores new ones. Either way a failure prints the blob that replays it (@reproduce_failure).
@@ -32,6 +46,11 @@ hypothesis.settings.register_profile("local", print_blob=True)
 hypothesis.settings.load_profile(
     os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") == "true" else "local")
 )
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> SuiteScheduling:
+    """``make test`` (``pytest -n N``): see tests/scheduling.py."""
+    return SuiteScheduling(config, log)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -127,6 +146,21 @@ def worker_logs(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Path
         pytest.fail("traceback in a worker log:\n" + "\n".join(found)[-8000:], pytrace=False)
 
 
+def stop_together(procs: Iterable[subprocess.Popen[bytes]], grace: float = 10.0) -> None:
+    """Celery's warm shutdown of every process at once: SIGTERM to all, then wait for all.
+    One by one (``local_workers`` on exit), a prefork worker's ~3 s shutdown adds to the
+    threads worker's ~1 s after every test. A process still running after ``grace`` gets
+    ``stop_process`` (SIGKILL of its group)."""
+    running = [p for p in procs if p.poll() is None]
+    for proc in running:
+        proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for proc in running:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(max(0.0, deadline - time.monotonic()))
+        stop_process(proc, grace=1.0)
+
+
 @pytest.fixture
 def workers(redis_url: str, worker_logs: Path, worker_env: dict[str, str]) -> Iterator[list]:
     """The recommended layout as real processes, at the default settings (``worker_env`` adds
@@ -140,7 +174,75 @@ def workers(redis_url: str, worker_logs: Path, worker_env: dict[str, str]) -> It
         events=True,
         extra_env=worker_env,
     ) as procs:
-        yield procs
+        try:
+            yield procs
+        finally:
+            stop_together(procs)
+
+
+class _LoggedTracebacks(logging.Handler):
+    """Every record logged with a traceback: what a worker process's log would show."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+        self.found: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.exc_info:
+            self.found.append(self.format(record))
+
+
+@pytest.fixture
+def celery_app(request: pytest.FixtureRequest, settings: Settings) -> Iterator[Celery]:
+    """The project's app (its tasks, dispatcher step and settings), for Celery's
+    ``celery_worker`` fixture: one worker in this process, consuming every queue, against the
+    test's Redis, writing under the test's output directory. For a test that needs ONE worker
+    and never kills it (the ``workers`` fixture's processes for the others). As with those,
+    a traceback logged while it runs fails the test unless ``allow_worker_errors`` allows it."""
+    from crawler_tasks.worker.tasks import app
+
+    saved = {name: app.conf[name] for name in _APP_SETTINGS}
+    app.close()  # connections of an earlier broker URL
+    app.conf.update(
+        broker_url=settings.broker_url,
+        broker_transport=broker_transport(settings.broker_url),
+        crawler_settings=settings,
+    )
+    logged = _LoggedTracebacks()
+    logging.getLogger().addHandler(logged)
+    try:
+        yield app
+    finally:
+        logging.getLogger().removeHandler(logged)
+        # The worker has stopped (celery_worker ends first). A dispatcher thread still running
+        # would build its next context from the settings restored below (the import-time
+        # defaults: the machine's Redis on 6379).
+        left = [t for t in threading.enumerate() if t.name == "crawler-dispatcher"]
+        app.conf.crawler_runtime.close()  # the next test's context has its settings
+        app.close()
+        if not left:
+            app.conf.update(saved)
+    if left:
+        pytest.fail("the embedded worker left its dispatcher thread running", pytrace=False)
+    allowed = [p for m in request.node.iter_markers("allow_worker_errors") for p in m.args]
+    found = [tb for tb in logged.found if not any(re.search(p, tb) for p in allowed)]
+    if found:
+        pytest.fail("traceback logged by the worker:\n" + "\n".join(found)[-8000:], pytrace=False)
+
+
+_APP_SETTINGS = ("broker_url", "broker_transport", "crawler_settings")
+
+
+@pytest.fixture(scope="session")
+def celery_worker_pool() -> str:
+    return "threads"  # as the fetch workers: the dispatcher and fetches side by side
+
+
+@pytest.fixture(scope="session")
+def celery_worker_parameters() -> dict[str, object]:
+    # Celery's ping check waits on a task result: the app keeps none (task_ignore_result).
+    return {"concurrency": 8, "perform_ping_check": False, "shutdown_timeout": 30.0}
 
 
 def wait_until(predicate, timeout: float = 30.0, interval: float = 0.1):  # type: ignore[no-untyped-def]

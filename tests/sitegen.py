@@ -1019,9 +1019,12 @@ def _endless(h: Handler) -> None:
         h.wfile.write(framed)
 
 
+def _gzip_bomb_body() -> bytes:
+    return _lazy_bytes("gzip-bomb", _build_gzip_bomb)
+
+
 def _gzip_bomb(h: Handler) -> None:
-    body = _lazy_bytes("gzip-bomb", _build_gzip_bomb)
-    h.send_body(200, body, HTML_TYPE, {"Content-Encoding": "gzip"})
+    h.send_body(200, _gzip_bomb_body(), HTML_TYPE, {"Content-Encoding": "gzip"})
 
 
 def _big(h: Handler) -> None:
@@ -1068,20 +1071,24 @@ def _wrong_charset(h: Handler) -> None:
         h.send_body(200, body, "text/html; charset=utf-8")
 
 
+def _binary_body() -> bytes:
+    return _lazy_bytes("binary", lambda: random.Random(1234).randbytes(64 * 1024))
+
+
 def _binary_as_html(h: Handler) -> None:
-    body = _lazy_bytes("binary", lambda: random.Random(1234).randbytes(64 * 1024))
-    h.send_body(200, body, HTML_TYPE)
+    h.send_body(200, _binary_body(), HTML_TYPE)
+
+
+def _links_100k_body() -> bytes:
+    return _lazy_bytes(
+        "links-100k",
+        lambda: _simple_page("Page /links-100k", [f"/links-100k/n/{i}" for i in range(100_000)]),
+    )
 
 
 def _links_100k(h: Handler) -> None:
     if h.path_only == "/links-100k":
-        body = _lazy_bytes(
-            "links-100k",
-            lambda: _simple_page(
-                "Page /links-100k", [f"/links-100k/n/{i}" for i in range(100_000)]
-            ),
-        )
-        h.send_body(200, body)
+        h.send_body(200, _links_100k_body())
     elif h.path_only.startswith("/links-100k/n/") and h.path_only.rsplit("/", 1)[1].isdigit():
         h.send_body(200, _simple_page(f"Page {h.path_only}"))
     else:
@@ -1176,6 +1183,11 @@ def hostile_routes(loopback: str = "http://127.0.0.1:1/") -> dict[str, RouteHand
     index page linking to one entry point of each, for seeding a crawl. Trickling routes accept
     ``?interval=`` (seconds per byte, default 0.5) and ``/slow-trickle`` ``?duration=`` (60).
     """
+    # The large bodies are built now, not by the first request for them: built there (the
+    # bomb ~0.3 s, seconds on a busy machine, holding the servers' GIL) they ate into the
+    # crawler's timeouts, and a page timed out and was fetched twice.
+    for build in (_gzip_bomb_body, _binary_body, _links_100k_body):
+        build()
     return {
         "/hostile": lambda h: h.send_body(200, _simple_page("Hostile", _HOSTILE_ENTRY_POINTS)),
         "/redirect-loop": _redirect_loop,
@@ -1201,7 +1213,7 @@ def hostile_routes(loopback: str = "http://127.0.0.1:1/") -> dict[str, RouteHand
 
 def _verify_gzip_bomb() -> tuple[int, int]:
     """(compressed, inflated) sizes; slow (inflates 1 GiB), for manual checks only."""
-    body = _lazy_bytes("gzip-bomb", _build_gzip_bomb)
+    body = _gzip_bomb_body()
     inflated = 0
     with gzip.GzipFile(fileobj=io.BytesIO(body)) as f:
         while chunk := f.read(1 << 22):

@@ -16,7 +16,7 @@ TESTS=(
   tests/test_politeness.py::test_single_host_uses_its_whole_rate
   tests/test_politeness.py::test_twenty_hosts_at_one_request_per_second_each
   tests/test_politeness.py::test_idle_domain_takes_one_plus_burst_then_waits
-  tests/test_politeness.py::test_done_paces_from_the_end_of_the_request_and_refund_gives_back
+  tests/test_politeness.py::test_paced_from_the_send_of_the_request_and_refund_gives_back
   tests/test_fetch.py::test_trickling_server_cut_at_total_timeout
   tests/test_fetch.py::test_deadline_of_one_thread_spares_the_others
   tests/test_fetch.py::test_deadline_survives_a_fetch_inside_follow

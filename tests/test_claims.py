@@ -181,7 +181,7 @@ def test_urls_released_together_share_a_message_and_are_fetched_side_by_side(
 # --- crawl options through start_crawl -----------------------------------------------------------
 
 
-def test_order_dfs_goes_deep_first_bfs_level_by_level(settings, workers):
+def test_order_dfs_goes_deep_first_bfs_level_by_level(settings, celery_worker):
     """/ links /a0../a9, each /aN links /aN/b. One request at a time, 4 req/s: breadth-first
     fetches every /aN before any /aN/b; depth-first fetches /a?/b pages while /aN are still
     waiting (the first /aN's children are admitted at the head of the queue long before the
@@ -210,7 +210,7 @@ def test_order_dfs_goes_deep_first_bfs_level_by_level(settings, workers):
     assert dfs_order[first_b - 1] + "/b" == dfs_order[first_b], dfs_order
 
 
-def test_include_and_exclude_bound_what_is_fetched(settings, workers):
+def test_include_and_exclude_bound_what_is_fetched(settings, celery_worker):
     tree = {
         "/keep/": ("/keep/1", "/keep/2", "/keep/secret", "/other/1"),
         "/keep/1": ("/keep/3", "/other/2"),

@@ -156,7 +156,7 @@ def test_no_wait_without_workers_refuses_and_writes_nothing(redis_url):
     assert not list(client.scan_iter("crawler:*"))
 
 
-def test_no_wait_with_workers_returns_and_the_crawl_finishes(redis_url, workers, tmp_path):
+def test_no_wait_with_workers_returns_and_the_crawl_finishes(redis_url, celery_worker, tmp_path):
     wait_until(lambda: _has_crawl_workers(load(env={}, broker_url=redis_url)), timeout=60)
     with running_sites(["127.0.0.48"], 6, 2) as (_, servers):
         result = run(
@@ -177,7 +177,7 @@ def test_no_wait_with_workers_returns_and_the_crawl_finishes(redis_url, workers,
     assert summary["status"] == "finished" and summary["counters"]["done"] >= 6
 
 
-def test_finished_crawl_is_not_revived_and_its_events_end(redis_url, workers, settings):
+def test_finished_crawl_is_not_revived_and_its_events_end(redis_url, celery_worker, settings):
     with running_sites(["127.0.0.49"], 4, 2) as (_, servers):
         crawl = start_crawl(
             [servers[0].base_url + "/"],

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from cluster import Cluster, Node
-from conftest import wait_until
+from conftest import stop_together, wait_until
 from faults import rabbitmq_vhost
 from sitegen import max_concurrency, rate_report, reachable, running_sites
 from test_operations import pause_resume_cancel
@@ -35,6 +35,7 @@ QUIET_SITE = {"broken_ratio": 0, "non_html_ratio": 0, "cross_host_ratio": 0}
 FAST_REDELIVERY = {"CRAWLER_VISIBILITY_TIMEOUT": "4", "CRAWLER_LEASE_SECONDS": "4"}
 
 
+# `make test` runs this module whole on one xdist process (tests/scheduling.py): one cluster.
 @pytest.fixture(scope="module")
 def redis_cluster() -> Iterator[Cluster]:
     c = Cluster(masters=3)
@@ -68,7 +69,10 @@ def workers_on(broker: str, state: str, log_dir: Path, **env: str) -> Iterator[l
         log_dir=str(log_dir),
         extra_env={"CRAWLER_REDIS_URL": state, **env},
     ) as procs:
-        yield procs
+        try:
+            yield procs
+        finally:
+            stop_together(procs)
 
 
 def start(settings: Settings, servers, **options):  # type: ignore[no-untyped-def]

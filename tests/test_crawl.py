@@ -43,7 +43,7 @@ def start(settings, servers, **options):  # type: ignore[no-untyped-def]
     return seeds, start_crawl(seeds, settings=settings, rates=rates, **opts)
 
 
-def test_crawl_reaches_exactly_the_reachable_set(settings, workers):
+def test_crawl_reaches_exactly_the_reachable_set(settings, celery_worker):
     with running_sites(["127.0.0.2", "127.0.0.3"], pages_per_host=120, links_per_page=6) as (
         graph,
         servers,
@@ -98,7 +98,7 @@ def test_crawl_reaches_exactly_the_reachable_set(settings, workers):
     assert page["title"] == "Page /" and page["status"] == 200 and page["outlinks"]
 
 
-def test_max_depth_and_max_pages_bound_the_crawl(settings, workers):
+def test_max_depth_and_max_pages_bound_the_crawl(settings, celery_worker):
     with running_sites(["127.0.0.2"], pages_per_host=200, links_per_page=5) as (graph, servers):
         seeds, by_depth = start(settings, servers, max_depth=2)
         _, by_pages = start(settings, servers, max_pages=25)
@@ -108,7 +108,7 @@ def test_max_depth_and_max_pages_bound_the_crawl(settings, workers):
     assert sum(crawled(by_pages).values()) == 25
 
 
-def test_two_crawls_at_once_do_not_interfere(settings, workers):
+def test_two_crawls_at_once_do_not_interfere(settings, celery_worker):
     with (
         running_sites(["127.0.0.4"], 80, 5, seed=1) as (g1, s1),
         running_sites(["127.0.0.5"], 60, 5, seed=2) as (g2, s2),

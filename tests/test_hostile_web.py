@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import redis
-from conftest import unexpected_tracebacks
+from conftest import stop_together, unexpected_tracebacks
 from sitegen import WRONG_CHARSET_TITLE, Request, SiteServer, hostile_routes
 from test_hostile import (
     CRAWL_LIMITS,
@@ -141,6 +141,7 @@ class Hostile:
         return {path_of(u): r for u, r in self.records.items() if u.startswith(base)}
 
 
+# `make test` runs this module whole on one xdist process (tests/scheduling.py): one crawl.
 @pytest.fixture(scope="module")
 def hostile(redis_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hostile]:
     client = redis.Redis.from_url(redis_server)
@@ -155,7 +156,10 @@ def hostile(redis_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
     with local_workers(
         redis_server, fetch_threads=8, parsers=1, fetchers=1, log_dir=str(logs), extra_env=env
     ) as workers:
-        yield _crawl(settings, client, workers, logs)
+        try:
+            yield _crawl(settings, client, workers, logs)
+        finally:
+            stop_together(workers)
     client.close()
 
 

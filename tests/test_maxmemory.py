@@ -37,6 +37,7 @@ from crawler_tasks.surface.crawl import Crawl
 from crawler_tasks.surface.display import line
 from crawler_tasks.surface.embedded import local_workers, private_redis
 from crawler_tasks.web.urls import normalize
+from crawler_tasks.worker.app import QUEUES
 from crawler_tasks.worker.room import Room
 
 HOSTS = ["127.0.0.91", "127.0.0.92", "127.0.0.93"]
@@ -271,7 +272,10 @@ def test_workers_restart_on_a_full_redis_and_serve_once_it_has_room(tmp_path, wo
     with private_redis() as url, running_sites(["127.0.0.95"], 10, 3) as (graph, servers):
         client = redis.Redis.from_url(url)
         with local_workers(url, **start):  # their queues are declared once, with room
-            time.sleep(4)
+            # Until kombu has bound every queue (a fixed wait was too short on a busy machine:
+            # the next workers then bound them on a full Redis, which this test is not about).
+            bound = [f"_kombu.binding.{q}" for q in QUEUES]
+            wait_until(lambda: client.exists(*bound) == len(bound), timeout=60)
         client.config_set("maxmemory", 1)
         with local_workers(url, **start) as procs:
             time.sleep(8)

@@ -85,7 +85,7 @@ def _get(url: str, **kw):  # type: ignore[no-untyped-def]
         return None
 
 
-def test_events_arrive_in_order_with_crawl_finished_last(settings, workers):
+def test_events_arrive_in_order_with_crawl_finished_last(settings, celery_worker):
     crawl_id = "events-test"
     handle = Crawl(crawl_id, settings=settings)
     seen: list[dict] = []
@@ -234,7 +234,7 @@ def _read_until_exit(fd: int, proc: subprocess.Popen, timeout: float) -> str:
     return out.decode(errors="replace")
 
 
-def test_metrics_export_crawl_counters(settings, workers):
+def test_metrics_export_crawl_counters(settings, celery_worker):
     with running_sites(["127.0.0.13"], 10, 3) as (_, servers):
         crawl, _ = _start(settings, servers[0])
         crawl.wait(timeout=60)

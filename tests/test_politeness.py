@@ -187,7 +187,7 @@ def test_twenty_hosts_at_one_request_per_second_each(settings, workers):
         assert max_concurrency(log) == 1
 
 
-def test_sitemaps_from_robots_reach_a_page_nothing_links_to(settings, workers):
+def test_sitemaps_from_robots_reach_a_page_nothing_links_to(settings, celery_worker):
     """robots.txt -> gzipped sitemap index -> sitemap -> /orphan, linked from no page: reached
     with ``sitemaps=True``, not without; each sitemap file fetched once."""
     with running_sites(["127.0.0.30"], 5, 3, **QUIET_SITE) as (_graph, servers):

@@ -9,6 +9,7 @@ These take 30-80 s each: they are part of ``make test`` on purpose (CI must run 
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +28,9 @@ from crawler_tasks.surface.metrics import CrawlCollector
 from crawler_tasks.web.urls import normalize
 
 PAGES = 300
+DISPATCHER_OUTAGE = re.compile(
+    r"dispatcher tick failed|publishing a fetch \(waiting for it\) failed"
+)
 DELAY = 0.25  # seconds per response: a fault always finds fetches running
 
 
@@ -131,9 +135,11 @@ def test_workers_survive_redis_sigkill_and_30s_outage(own_redis, fault_settings,
         with open(log, "rb") as f:
             f.seek(size)
             outage_log = f.read().decode(errors="replace").splitlines()
-        ticks = [x for x in outage_log if "dispatcher tick failed" in x]
-        # 30 s at one line per 10 s (was: a traceback every 50 ms, ~600 here).
-        assert 1 <= len(ticks) <= 5, (log.name, len(ticks))
+        # The dispatcher's loop logs the outage as its tick failing or, when Redis went away
+        # during a publish (more likely on a loaded machine), as that publish waiting: 30 s
+        # at one line per 10 s for each (was: a traceback every 50 ms, ~600 here).
+        ticks = [x for x in outage_log if DISPATCHER_OUTAGE.search(x)]
+        assert 1 <= len(ticks) <= 8, (log.name, len(ticks))
         assert len(outage_log) < 200, (log.name, len(outage_log))
 
 

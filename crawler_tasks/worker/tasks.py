@@ -267,5 +267,10 @@ class DispatcherStep(bootsteps.StartStopStep):
         if self.dispatcher is not None:
             self.dispatcher.stop()
 
+    # A cold shutdown calls terminate, not stop (bootsteps). In a worker process it ends the
+    # process anyway; an embedded worker (celery.contrib.testing, tests' ``celery_worker``)
+    # leaves a dispatcher thread running in the process after its worker has gone.
+    terminate = stop
+
 
 app.steps["worker"].add(DispatcherStep)
