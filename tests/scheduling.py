@@ -20,8 +20,11 @@ from typing import Any
 from xdist.scheduler import LoadScopeScheduling
 
 #: Modules built around one module-scoped fixture: a 3-master Redis Cluster (test_cluster),
-#: one hostile crawl that every test then inspects (test_hostile_web).
-ONE_PROCESS = frozenset({"tests/test_cluster.py", "tests/test_hostile_web.py"})
+#: one hostile crawl that every test then inspects (test_hostile_web), one crawl exported in
+#: every format (test_export).
+ONE_PROCESS = frozenset(
+    {"tests/test_cluster.py", "tests/test_hostile_web.py", "tests/test_export.py"}
+)
 
 #: Modules whose tests take 20-70 s each (outages, kills, maxmemory); measured with
 #: ``--durations``. A module missing here only makes the run end later, never fail.
@@ -29,6 +32,8 @@ SLOW_FIRST = (
     "tests/test_redis_faults.py",
     "tests/test_faults.py",
     "tests/test_maxmemory.py",
+    "tests/test_disk_full.py",
+    "tests/test_bench_smoke.py",
 )
 
 
