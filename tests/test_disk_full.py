@@ -37,7 +37,14 @@ def test_a_disk_that_fills_mid_crawl_loses_nothing_and_resumes(
     with (
         tmpfs(tmp_path / "disk", "2m") as disk,
         running_sites(["127.0.0.96", "127.0.0.97"], 120, 4) as (graph, servers),
-        local_workers(redis_url, fetchers=1, parsers=1, log_dir=str(worker_logs)),
+        # Not about how long a record waits before the sweep writes it (30 s by default).
+        local_workers(
+            redis_url,
+            fetchers=1,
+            parsers=1,
+            log_dir=str(worker_logs),
+            extra_env={"CRAWLER_ORPHAN_RECORD_SECONDS": "5"},
+        ),  # fmt: skip
     ):
         filler = fill(disk, 60_000)  # room for a few dozen pages' records and WARC records
         seeds, crawl = start(settings, servers, output=str(disk / "out"))
@@ -45,7 +52,7 @@ def test_a_disk_that_fills_mid_crawl_loses_nothing_and_resumes(
         assert p["output"] == f"disk full at {crawl.output_dir}", p["output"]
         assert f"output: disk full at {crawl.output_dir}" in line(p)
         full_at = p["done"]
-        time.sleep(5)  # writing paused: nothing is released, nothing fails
+        time.sleep(2)  # writing paused: nothing is released, nothing fails
         assert crawl.progress()["failed"] == 0
         filler.unlink()  # room again: the crawl goes on by itself
         summary = wait(crawl, 240)

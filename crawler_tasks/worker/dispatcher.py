@@ -309,5 +309,9 @@ class Dispatcher:
         finished_at = float(flags.get("finished_at", 0) or 0)
         if float(flags.get("output_blocked_until", 0) or 0) > time.time():
             return
-        if finished_at and time.time() - finished_at > self.settings.orphan_record_seconds:
+        # Its finisher gave up for the disk: again as soon as the pause is over.
+        waited_for_output = "output_problem" in flags
+        if waited_for_output or (
+            finished_at and time.time() - finished_at > self.settings.orphan_record_seconds
+        ):
             crawl_finished(ctx, store)

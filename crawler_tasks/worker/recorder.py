@@ -327,4 +327,8 @@ def _write_all_orphans(ctx: Context, store: CrawlStore) -> None:
             write_orphan(ctx, store, url, entry, strict=True)
         if not old and not young:
             return
+        problem = store.status.output_problem() if young else None
+        if problem:  # their writers failed for the disk: waiting for them is no use
+            directory = str(ctx.crawl(store).output().dir)
+            raise OutputUnavailable(directory, problem.removesuffix(f" at {directory}"))
         time.sleep(0.05)
