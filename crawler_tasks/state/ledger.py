@@ -95,6 +95,16 @@ class Ledger:
         raw = self.client.hget(self.ck.for_url(url).unwritten, url)
         return None if raw is None else formats.Unwritten.loads(raw)
 
+    def still_unwritten(self, url: str, mine: formats.Unwritten) -> bool:
+        """``url``'s record still waits for the writer that stored ``mine`` (nobody claimed it:
+        a claim keeps the rid but names the claimer's file and time)."""
+        entry = self.unwritten(url)
+        return entry is not None and (entry.rid, entry.path, entry.ts) == (
+            mine.rid,
+            mine.path,
+            mine.ts,
+        )
+
     def claim(self, url: str, read: formats.Unwritten, claimed: formats.Unwritten) -> bool:
         """claim.lua: take over the unwritten record ``read`` as ``claimed`` (this process's
         file, now); False if it was written or claimed by another process meanwhile."""

@@ -29,7 +29,7 @@ import threading
 import time
 import zlib
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -102,8 +102,15 @@ class CrawlOutput:
     def pages_path(self) -> Path:
         return self.dir / f"pages-{self.tag}.jsonl"
 
-    def final(self, record: dict[str, Any], with_items: bool = True) -> None:
-        """A URL's page record, its items and its edges. Items and edges first: the page line
+    def final(
+        self,
+        record: dict[str, Any],
+        with_items: bool = True,
+        still_mine: Callable[[], bool] | None = None,
+    ) -> bool:
+        """A URL's page record, its items and its edges; False if ``still_mine``, asked last,
+        just before writing, says another process has taken the record over meanwhile (this
+        one was frozen: the record is on disk elsewhere). Items and edges first: the page line
         is what says the record is on disk (see recorder.py), so a crash between them repeats
         edges, never loses them; items carry the record's rid, so the writer of an orphan
         sees they are there and leaves them (``with_items=False``)."""
@@ -120,8 +127,11 @@ class CrawlOutput:
         if edges:
             writes.append((f"edges-{self.tag}.tsv", _utf8(edges)))
         writes.append((self.pages_path.name, _utf8(line)))
-        with self._lock:
+        with self._lock:  # threads queue here: the question is asked once our turn came
+            if still_mine is not None and not still_mine():
+                return False
             self._append(writes)
+        return True
 
     def warc(
         self,

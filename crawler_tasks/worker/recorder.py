@@ -9,9 +9,11 @@ A process that dies between finish.lua and the delete leaves the record in Redis
 meets it next writes it, unless the page line with its record id is already in the dead
 writer's file (same host): the redelivered task (start.lua says so), the dispatcher's sweep,
 or the finisher, which writes every orphan before ``summary.json``; of several that meet it
-at once, the one that claims it in Redis (claim.lua). Only a writer frozen for
-longer than ``orphan_record_seconds`` inside that step, or one on another host whose file
-cannot be read here, can leave a URL with two lines.
+at once, the one that claims it in Redis (claim.lua). A writer that was frozen meanwhile
+(SIGSTOP, a paused VM) asks, once its turn at the file has come, whether its record is still
+waiting for it, and leaves it if it was taken over. Only a writer frozen between that question
+and its one write, or one on another host whose file cannot be read here, can leave a URL with
+two lines.
 
 :func:`crawl_finished` (the finisher) is a sequence of idempotent steps under a lock:
 orphans, recrawl ``gone`` count, ``summary.json``, key expiry, the ``crawl_finished`` event,
@@ -31,6 +33,7 @@ import logging
 import socket
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -155,8 +158,14 @@ def finalize(ctx: Context, store: CrawlStore, final: Final) -> str:
     faults.point("after_finish")
     if final.extra.get("redirects") and not failed:
         RedirectClaims.release(store.client, store.ck, final.url)
-    if write_record(ctx, store, record):  # else it waits in Redis for room (the sweep)
-        faults.point("after_record")
+
+    # A process frozen since finish.lua (SIGSTOP, a VM pause) may find its record written by
+    # another (the sweep, the finisher): asked just before the write, not to write it twice.
+    def mine() -> bool:
+        return store.ledger.still_unwritten(final.url, entry)
+
+    if write_record(ctx, store, record, still_mine=mine):  # else: written elsewhere, or
+        faults.point("after_record")  # waiting in Redis for room (the sweep writes it)
         store.ledger.written(final.url)
     kind = "request_failed" if final.error else "request_completed"
     payload = {k: record[k] for k in ("url", "status", "error", "depth")}
@@ -172,13 +181,20 @@ def _settled(ctx: Context, store: CrawlStore, final: Final, left: int) -> str:
 
 
 def write_record(
-    ctx: Context, store: CrawlStore, record: dict[str, Any], *, with_items: bool = True
+    ctx: Context,
+    store: CrawlStore,
+    record: dict[str, Any],
+    *,
+    with_items: bool = True,
+    still_mine: Callable[[], bool] | None = None,
 ) -> bool:
-    """``record`` on disk; False (and the crawl told, see :func:`output_failed`) if the
-    output cannot be written now: the record then waits in Redis as unwritten."""
+    """``record`` on disk; False if it was not written: the output cannot be written now (the
+    crawl told, see :func:`output_failed`; the record waits in Redis as unwritten), or
+    ``still_mine`` says another process took it over meanwhile."""
     runtime = ctx.crawl(store)
     try:
-        runtime.output().final(record, with_items=with_items)
+        if not runtime.output().final(record, with_items=with_items, still_mine=still_mine):
+            return False
     except OutputUnavailable as exc:
         output_failed(ctx, store, exc)
         return False
