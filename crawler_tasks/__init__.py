@@ -4,10 +4,22 @@
 Python shell that can reach the same Redis.
 """
 
+from typing import Any
+
 from .state.events import crawl_finished, request_completed, request_failed, request_started
 from .surface.crawl import Crawl, list_crawls, start_crawl
-from .worker import tasks as _tasks  # noqa: F401  (registers crawl.fetch and crawl.parse)
-from .worker.app import app
+
+
+def __getattr__(name: str) -> Any:
+    """``app`` on first use (Celery's ``-A crawler_tasks``, a user's ``from crawler_tasks
+    import app``), with the crawler's tasks registered: a ``crawler`` command that only talks
+    to Redis starts without importing the worker (a third of its start-up)."""
+    if name == "app":
+        from .worker import tasks as _tasks  # noqa: F401  (registers crawl.fetch, crawl.parse)
+        from .worker.app import app
+
+        return app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "app",
