@@ -21,6 +21,7 @@ def __getattr__(name: str) -> Any:
         return app
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
 __all__ = [
     "app",
     "Crawl",

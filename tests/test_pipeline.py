@@ -268,3 +268,20 @@ def test_cancel_while_urls_wait_for_a_retry_finishes(settings, driver):  # type:
         summary = driver.run(crawl)
     assert summary["status"] == "cancelled"
     assert summary["counters"]["cancelled"] == 1
+
+
+def test_nothing_is_released_once_pause_returns(settings):  # type: ignore[no-untyped-def]
+    """A dispatcher that read "run" just before pause() still releases nothing after it:
+    release.lua reads each partition's copy of the paused flag itself."""
+    from crawler_tasks.state.formats import Steering
+
+    seeds = [f"http://127.0.0.80:9/{i}" for i in range(3)]
+    crawl = start_crawl(seeds, settings=settings, allow_private_networks=True, rate=math.inf)
+    crawl.pause()
+
+    def release():  # type: ignore[no-untyped-def]
+        return crawl.store.frontier.release(0, 100, 180.0, "w", state=Steering.RUN).entries
+
+    assert release() == []
+    crawl.resume()
+    assert len(release()) == 1  # concurrency 1: one of the host's URLs

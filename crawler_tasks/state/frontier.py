@@ -194,7 +194,9 @@ class Frontier:
             steering=state,
         )
         out = self.scripts.release(
-            keys=[pk.ready, pk.inflight, pk.stats, pk.retry], args=call.args(), client=self.client
+            keys=[pk.ready, pk.inflight, pk.stats, pk.retry, pk.flow],
+            args=call.args(),
+            client=self.client,
         )
         mode = _text(out[0])
         entries = []

@@ -44,7 +44,8 @@ that this table does not describe, or whose type differs::
                                     (near_duplicates crawls; state/neardup.py)
     P:{C}:events             -      pub/sub channel of crawl events (not a key)
     P:{C/N}:flow             hash   in (URLs admitted, replays included), out (URLs final), and
-                                    a copy of the crawl's cancelled flag (start.lua): completion
+                                    copies of the crawl's cancelled flag (start.lua) and paused
+                                    flag (release.lua): completion and steering
     P:{C/N}:stats            hash   counters (formats.Counter and the formats families)
     P:{C/N}:bloom:N          string Bloom filter shard N of the partition's URLs
     P:{C/N}:q:D              list   pending frontier entries of one domain (formats.entry)

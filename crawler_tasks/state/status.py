@@ -80,11 +80,25 @@ class CrawlStatus:
 
     # --- steering (the crawl's owner) --------------------------------------------------------
     def pause(self) -> bool:
-        """Stop releasing the crawl's URLs (in-flight ones finish). False if it is finished."""
-        return self._steer({"paused": "1", "status": Status.PAUSED.value})
+        """Stop releasing the crawl's URLs (in-flight ones finish): nothing is released once
+        this returns (release.lua reads each partition's copy of the flag). False if it is
+        finished."""
+        if not self._steer({"paused": "1", "status": Status.PAUSED.value}):
+            return False
+        self._flag_partitions("paused", "1")
+        return True
 
     def resume(self) -> bool:
+        self._flag_partitions("paused", "0")
         return self._steer({"paused": "0", "status": Status.RUNNING.value})
+
+    def _flag_partitions(self, name: str, value: str) -> None:
+        """Copy a flag of the crawl into every partition's flow hash, for the Lua scripts
+        there (each touches only its partition's hash slot on a Redis Cluster)."""
+        pipe = self.client.pipeline(transaction=False)
+        for pk in self.ck.parts:
+            pipe.hset(pk.flow, name, value)
+        pipe.execute()
 
     def cancel(self) -> bool:
         """Drop pending work unfetched; the crawl finishes as cancelled. False if it was
@@ -95,11 +109,10 @@ class CrawlStatus:
             return True
         if not self._steer({"cancelled": "1", "paused": "0"}, wake=True):
             return False
-        # Every partition learns it too: start.lua stops fetches there.
-        pipe = self.client.pipeline(transaction=False)
-        for pk in self.ck.parts:
-            pipe.hset(pk.flow, "cancelled", "1")
-        pipe.execute()
+        # Every partition learns it too: start.lua stops fetches there; and a cancel ends a
+        # pause (the drain must release).
+        self._flag_partitions("cancelled", "1")
+        self._flag_partitions("paused", "0")
         return True
 
     def failed_with(self, why: str) -> bool:

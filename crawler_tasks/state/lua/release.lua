@@ -23,6 +23,9 @@
 -- options) and the cluster-wide rates of `crawler set-rate`.
 -- KEYS[1] ready  KEYS[2] inflight  KEYS[3] stats
 -- KEYS[4] retry zset ("domain<TAB>depth|url" scored by when the retry is due)
+-- KEYS[5] the partition's flow hash: its copy of the crawl's paused flag ("paused" = 1) is
+--         read here, atomically with the release, so nothing is released once pause() has
+--         returned (the dispatcher's steering argument may have been read just before it)
 -- ARGV (built by formats.ReleaseCall):
 -- ARGV[1] max domains per call  ARGV[2] queue prefix  ARGV[3] lease prefix
 -- ARGV[4] domain-state prefix   ARGV[5] lease seconds  ARGV[6] default rate (req/s)
@@ -91,7 +94,9 @@ if ARGV[14] == 'cancelled' then
   if #out > 1 then redis.call('HINCRBY', KEYS[3], 'queued', -(#out - 1) / 2) end
   return out
 end
-if ARGV[14] == 'paused' then return {'fetch'} end
+if ARGV[14] == 'paused' or redis.call('HGET', KEYS[5], 'paused') == '1' then
+  return {'fetch'}
+end
 
 -- Retries that are due go back to the head of their domain's queue, so they too wait for the
 -- domain's token, lease and Retry-After.
