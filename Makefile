@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo example test test-fast test-stress lint format bench install clean
+.PHONY: demo example test test-fast test-stress test-bench lint format bench install clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -30,7 +30,11 @@ example: $(STAMP)
 # and files (tests/conftest.py); tests/scheduling.py decides which process runs what.
 TEST_PROCESSES ?= 4
 test: $(STAMP)
-	$(BIN)/pytest -q -n $(TEST_PROCESSES)
+	$(BIN)/pytest -q -n $(TEST_PROCESSES) --ignore=tests/test_bench_smoke.py
+
+## test-bench: every bench script once at tiny sizes (~1 min; CI runs it after make test)
+test-bench: $(STAMP)
+	$(BIN)/pytest -q -n 2 -p no:randomly tests/test_bench_smoke.py
 
 # The fast tier: pure logic, the pipeline in-process (tests/driver.py), formats and layers;
 # no worker processes. `make test` runs these too.
