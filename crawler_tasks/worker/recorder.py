@@ -231,7 +231,7 @@ def write_orphan(
         return False  # written, or claimed by another process, since it was read
     if not write_record(ctx, store, record, with_items=with_items):
         if strict:  # the finisher: it cannot go on without this record
-            raise OutputUnavailable(str(out.dir), store.status.output_problem() or "unwritable")
+            raise _unavailable(ctx, store)
         return False
     log.warning("crawl %s: wrote the record of %.300s left by a dead process", store.id, url)
     store.ledger.written(url)
@@ -319,6 +319,13 @@ def _files_of_the_end(ctx: Context, store: CrawlStore, final: Status) -> dict[st
     return summary
 
 
+def _unavailable(ctx: Context, store: CrawlStore) -> OutputUnavailable:
+    """The crawl's output problem as noted (``output_failed``), as an exception."""
+    directory = str(ctx.crawl(store).output().dir)
+    problem = store.status.output_problem() or "cannot be written"
+    return OutputUnavailable(directory, problem.removesuffix(f" at {directory}"))
+
+
 def _finisher_lock(ctx: Context, store: CrawlStore) -> bool:
     """One finisher at a time; the lock of a finisher that stopped beating is taken over."""
     lock_s = int(ctx.settings.orphan_record_seconds * 2 + 60)
@@ -343,8 +350,6 @@ def _write_all_orphans(ctx: Context, store: CrawlStore) -> None:
             write_orphan(ctx, store, url, entry, strict=True)
         if not old and not young:
             return
-        problem = store.status.output_problem() if young else None
-        if problem:  # their writers failed for the disk: waiting for them is no use
-            directory = str(ctx.crawl(store).output().dir)
-            raise OutputUnavailable(directory, problem.removesuffix(f" at {directory}"))
+        if young and store.status.output_problem():
+            raise _unavailable(ctx, store)  # their writers failed for the disk: no use waiting
         time.sleep(0.05)
