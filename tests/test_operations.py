@@ -54,6 +54,15 @@ def test_flower_shows_finished_fetch_tasks(settings, workers, tmp_path):
     api = f"http://127.0.0.1:{port}/api/tasks"
     try:
         wait_until(lambda: _get(api) is not None, timeout=30)
+        # Flower's API answers before its event receiver is listening: one-page crawls until
+        # Flower shows one (on a loaded machine the main crawl's first task came too early).
+        with running_sites(["127.0.0.8"], 1, 0) as (_, (warm,)):
+
+            def listening() -> object:
+                _start(settings, warm)[0].wait(timeout=60)
+                return _get(api, params={"state": "SUCCESS"})
+
+            wait_until(listening, timeout=90, interval=0.5)
         with running_sites(["127.0.0.7"], 20, 4) as (_, servers):
             crawl, _ = _start(settings, servers[0], concurrency=4)
             crawl.wait(timeout=60)
