@@ -37,13 +37,11 @@ def _names_used_outside_errors() -> set[str]:
 
 def test_every_error_class_is_in_the_documented_tree():
     doc = errors.__doc__ or ""
-    documented = [f"── {name} " for name in _classes()] + [f"``{n}``" for n in _classes()]
     missing = [
         name
         for name in _classes()
         if name != "CrawlerError" and f"── {name} " not in doc and f"``{name}``" not in doc
     ]
-    assert documented
     assert not missing, f"not in errors.py's tree: {missing}"
 
 

@@ -27,11 +27,19 @@ if TYPE_CHECKING:
     from .seeds import SeedsFile
 
 
-def _has_crawl_workers(settings: Settings) -> bool:
+def _inspect(settings: Settings) -> Any:
+    """Celery's broadcast inspection of the broker's workers (answers within 1 s)."""
     from ..worker.app import make_app
 
-    replies = make_app(settings).control.inspect(timeout=1.0).active_queues() or {}
-    names = {q["name"] for queues in replies.values() for q in queues}
+    return make_app(settings).control.inspect(timeout=1.0)
+
+
+def _queues_by_worker(inspect: Any) -> dict[str, set[str]]:
+    return {w: {q["name"] for q in qs} for w, qs in (inspect.active_queues() or {}).items()}
+
+
+def _has_crawl_workers(settings: Settings) -> bool:
+    names = set().union(*_queues_by_worker(_inspect(settings)).values())
     return "crawl.high" in names and "parse" in names
 
 
@@ -41,11 +49,9 @@ def _check_on_item(settings: Settings, opts: CrawlOptions) -> None:
     there, which the user is told now (and ``crawler status`` shows the queue's length)."""
     if not opts.on_item:
         return
-    from ..worker.app import make_app
-
-    inspect = make_app(settings).control.inspect(timeout=1.0)
-    queues = inspect.active_queues() or {}
-    serving = [w for w, qs in queues.items() if any(q["name"] == opts.on_item_queue for q in qs)]
+    # Asked again after cluster(): the local workers it may have started answer now.
+    inspect = _inspect(settings)
+    serving = [w for w, qs in _queues_by_worker(inspect).items() if opts.on_item_queue in qs]
     if not serving:
         click.echo(
             f"warning: no worker consumes queue {opts.on_item_queue!r}: the --on-item batches "
