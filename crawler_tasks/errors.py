@@ -17,6 +17,7 @@ string recorded in ``pages*.jsonl`` and the dead-letter list::
     │   │   └── ConnectFailed        (and Unreachable) refused, no route: no connection
     │   ├── ServerError              5xx, 408 or 429 (carries ``retry_after`` seconds)
     │   ├── WorkerLost               the worker handling the URL died (heartbeat stopped)
+    │   ├── RenderFailed             its browser crashed, hung or ran past ``render_deadline``
     │   └── AdmissionPaused          Redis had no room for a page's links for too long: the
     │                                URL goes back to the frontier, no retry spent
     └── PermanentError               final for this URL: recorded, never retried
@@ -28,6 +29,8 @@ string recorded in ``pages*.jsonl`` and the dead-letter list::
         ├── TooLarge                 ``Content-Length`` above ``max_body_bytes``
         ├── BadEncoding              a body its ``Content-Encoding`` cannot decode (bad gzip)
         ├── InvalidURL               not a URL we can normalise
+        ├── RenderRefused            its page opened a dialog, a download, a pop-up or left
+        │                            for another document while rendering
         └── InternalError            a bug met this URL; recorded so the crawl still finishes
 
 ``Unreachable`` marks the failures to connect at all (what a host outage looks like: the host's
@@ -130,6 +133,10 @@ class WorkerLost(RetryableError):
     reason = "worker_lost"
 
 
+class RenderFailed(RetryableError):
+    reason = "render_failed"
+
+
 class AdmissionPaused(RetryableError):
     """Redis stayed too full to admit a page's links (``admission_wait``): the page's URL is
     handed back to the frontier (fetched again once there is room), never failed for it."""
@@ -175,6 +182,10 @@ class InvalidURL(PermanentError, ValueError):
     """Not an absolute http(s) URL we can normalise (raised by ``urls.normalize``)."""
 
     reason = "invalid_url"
+
+
+class RenderRefused(PermanentError):
+    reason = "render_refused"
 
 
 class InternalError(PermanentError):

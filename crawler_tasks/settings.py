@@ -154,6 +154,27 @@ class Settings:
     #: thread's CPU. 0 = every page goes to ``parse``.
     inline_parse_bytes: int = 262144
 
+    # --- rendering (crawl.render workers, worker/browser.py) ------------------------------------
+    #: The Chromium binary Playwright drives; empty: /usr/bin/chromium (the Debian package).
+    chromium_path: str = ""
+    #: Seconds one page may take to render (load, settle, every subrequest and its token wait)
+    #: before it is cut off: a retry of the URL, then a recorded ``render_failed``.
+    render_deadline: float = 20.0
+    #: Seconds a page is given, after ``load``, for its network to go quiet (scripts that fetch
+    #: or wait in ``setTimeout``); within ``render_deadline``.
+    render_settle: float = 3.0
+    #: Pages a browser renders before it is replaced, and its processes' RSS (MiB) past which it
+    #: is replaced at once: Chromium's memory grows with every page it has seen.
+    render_browser_pages: int = 200
+    render_max_rss_mb: int = 1024
+    #: MiB of JavaScript heap per page: a page that allocates past it crashes alone (V8 flag).
+    render_js_heap_mb: int = 256
+    #: Subrequests (scripts, XHR, CSS...) and their bytes per page; past either, refused.
+    render_max_subrequests: int = 100
+    render_max_bytes: int = 20 * 1024 * 1024
+    #: Resource types aborted unrequested (Playwright's names), comma-separated.
+    render_block: str = "image,font,media"
+
     # --- output --------------------------------------------------------------------------------
     #: Directory under which each crawl writes ``<crawl_id>/``.
     output_dir: str = "./data"

@@ -30,8 +30,16 @@ class Driver:
         #: on_item messages: (task, crawl, url, depth, items); ``fail_items`` makes sending raise.
         self.items_sent: list[tuple[str, str, str, int, list[dict[str, Any]]]] = []
         self.fail_items: Exception | None = None
-        self.ctx = Context(settings, self._enqueue_parse, self._callback, self._send_items)
-        self.dispatcher = Dispatcher(lambda: self.ctx, self._publish, settings, self._enqueue_parse)
+        self.ctx = Context(
+            settings, self._enqueue_parse, self._callback, self._send_items, self._enqueue_render
+        )
+        self.dispatcher = Dispatcher(
+            lambda: self.ctx,
+            self._publish,
+            settings,
+            self._enqueue_parse,
+            publish_render=self._enqueue_render,
+        )
 
     def close(self) -> None:
         self.ctx.close()
@@ -44,6 +52,9 @@ class Driver:
 
     def _enqueue_parse(self, crawl_id: str, url: str, depth: int) -> None:
         self.messages.append(("parse", crawl_id, url, depth))
+
+    def _enqueue_render(self, crawl_id: str, url: str, depth: int) -> None:
+        self.messages.append(("render", crawl_id, url, depth))
 
     def _callback(self, task: str, crawl_id: str, summary: dict[str, Any]) -> None:
         self.callbacks.append((task, crawl_id, summary))
@@ -61,7 +72,11 @@ class Driver:
         busy = self.dispatcher.tick()
         while self.messages:
             task, crawl_id, url, depth = self.messages.popleft()
-            run = pipeline.fetch_url if task == "fetch" else pipeline.parse_url
+            run = {
+                "fetch": pipeline.fetch_url,
+                "parse": pipeline.parse_url,
+                "render": pipeline.render_url,
+            }[task]
             self.results.append((task, url, run(self.ctx, crawl_id, url, depth)))
             busy = True
         return busy

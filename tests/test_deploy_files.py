@@ -75,7 +75,7 @@ def test_procfile_flower_and_ports_come_from_the_environment():
         for line in (ROOT / "Procfile").read_text().splitlines()
         if line and not line.startswith("#")
     )
-    assert set(lines) == {"redis", "fetch", "parse", "beat", "flower"}
+    assert set(lines) == {"redis", "fetch", "parse", "render", "beat", "flower"}
     assert "${REDIS_PORT:-6379}" in lines["redis"]
     assert "--port=${FLOWER_PORT:-5555}" in lines["flower"]
     assert "--address=${FLOWER_ADDRESS:-127.0.0.1}" in lines["flower"]

@@ -118,6 +118,8 @@ SAMPLES: dict[str, Any] = {
     "auth": {"a.example": "env:A_AUTH"},
     "bloom_error_rate": 0.01,
     "allowed_domains": ["a.example"],
+    "render": "auto",
+    "render_hosts": {"a.example": "always"},
 }
 
 

@@ -110,6 +110,12 @@ class Counter(str, Enum):
         "pages whose extraction hook (or on_item send) failed",
     )
     NEAR_DUPLICATES = "near_duplicates"  # pages with a duplicate_of (near_duplicates crawls)
+    RENDERED = "rendered", Shown.LATE, "pages rendered by a browser (render option)"
+    # Browser subrequests refused by the SSRF guard (never sent) and all others refused
+    # (robots.txt, caps, blocked types, methods); made (each charged to its host's bucket).
+    SUBREQUESTS = "subrequests"
+    SUBREQUESTS_BLOCKED = "subrequests_blocked"
+    SUBREQUESTS_REFUSED = "subrequests_refused"
 
     def __str__(self) -> str:
         return self.value
@@ -165,6 +171,28 @@ class Outcome(str, Enum):
     REDIRECT_NOT_FOLLOWED = "redirect_not_followed"
     SITEMAP_STATUS = "sitemap_status"
     SITEMAP_INVALID = "sitemap_invalid"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class RenderMode(str, Enum):
+    """The ``render`` option, and render_plan.lua's per-host decision under ``auto``."""
+
+    NEVER = "never"
+    ALWAYS = "always"
+    AUTO = "auto"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class RenderVerdict(str, Enum):
+    """render_plan.lua's state of one host under ``auto`` (its "mode" field)."""
+
+    SAMPLING = "sampling"  # its first pages are rendered and compared with their raw parse
+    RENDER = "render"  # rendering added links or text: every page is rendered
+    RAW = "raw"  # it did not: pages are parsed as fetched, one in SPOT_CHECK still rendered
 
     def __str__(self) -> str:
         return self.value
@@ -245,13 +273,15 @@ class Inflight:
     domain: str
     released_at: float  # 0: handed out by a cancel drain
     depth: int
-    stage: str = ""  # "r" released, "s" fetch started, "q" parse queued, "p" parse started
-    worker: str = ""  # the worker process of the stage (for "q": unix seconds)
+    #: "r" released, "s" fetch started, "q" parse queued, "p" parse started, "v" render
+    #: queued, "w" render started
+    stage: str = ""
+    worker: str = ""  # the worker process of the stage (for "q" and "v": unix seconds)
 
     @property
     def started(self) -> bool:
-        """A task began work on it (fetch or parse)."""
-        return self.stage in ("s", "q", "p")
+        """A task began work on it (fetch, parse or render)."""
+        return self.stage in ("s", "q", "p", "v", "w")
 
     @classmethod
     def parse(cls, value: str) -> Inflight:

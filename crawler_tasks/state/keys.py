@@ -137,6 +137,8 @@ class CrawlKeys:
         self.finisher = f"{base}:finisher"
         self.events = f"{base}:events"
         self.simhash = f"{base}:simhash"
+        #: ``render=auto``: per host, its decision and evidence (render_plan.lua).
+        self.render_plan = f"{base}:render"
         self.domain_mode = domain_mode
         tags = tags or tuple(str(n) for n in range(partitions))
         self.parts = [PartKeys(f"{prefix}:{{{crawl_id}/{tag}}}", n) for n, tag in enumerate(tags)]

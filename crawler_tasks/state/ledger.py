@@ -53,7 +53,7 @@ class Ledger:
         """reclaim.lua: take ``url`` back from a dead worker if ``value`` is still current."""
         if entry.stage in ("r", "s"):
             how, arg = "fetch", formats.retry_member(entry.domain, entry.depth, url)
-        else:  # its parse task is published again: the stage becomes "q" (mark_parse_queued)
+        else:  # its parse (render) task is published again: stage "q" ("v"), see mark_queued
             how, arg = "parse", value.rsplit("|", 1)[0]
         pk = self.ck.for_url(url)
         keys = [pk.inflight, pk.retry]
@@ -75,9 +75,9 @@ class Ledger:
         for url, raw in self._scan("inflight"):
             value = raw.decode()
             e = formats.Inflight.parse(value)
-            since = float(e.worker or now) if e.stage == "q" else e.released_at
+            since = float(e.worker or now) if e.stage in ("q", "v") else e.released_at
             late = e.stage in idle and 0 < since < now - lost_after
-            dead = e.stage in ("r", "s", "p") and bool(e.worker) and e.worker not in alive
+            dead = e.stage in ("r", "s", "p", "w") and bool(e.worker) and e.worker not in alive
             if late or dead:
                 out.append((url.decode("utf-8", "surrogateescape"), e, value))
         return out
@@ -90,6 +90,10 @@ class Ledger:
     def mark_parse_queued(self, url: str) -> None:
         """Fetched: its parse task is about to be published (stage "q")."""
         self.start(url, f"{time.time():.0f}", "q")
+
+    def mark_render_queued(self, url: str) -> None:
+        """Fetched: its render task is about to be published (stage "v"; "w" once begun)."""
+        self.start(url, f"{time.time():.0f}", "v")
 
     def unwritten(self, url: str) -> formats.Unwritten | None:
         raw = self.client.hget(self.ck.for_url(url).unwritten, url)

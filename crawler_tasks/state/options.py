@@ -21,6 +21,7 @@ from ..errors import ConfigError
 from ..settings import Settings
 from ..web.urls import Scope
 from .bloom import BloomShape
+from .render_plan import check_render
 
 PRIORITIES = ("high", "medium", "low")
 _SETTING_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Settings)}
@@ -116,6 +117,10 @@ class CrawlOptions:
     #: The user's Celery task (by name) that receives each page's items, and its queue.
     on_item: str | None = None
     on_item_queue: str = "items"
+    #: JavaScript rendering (worker/render_step.py): "never", "always" or "auto" (per host,
+    #: decided by sampling: state/render_plan.py); ``render_hosts`` overrides it per host.
+    render: str = "never"
+    render_hosts: dict[str, str] = field(default_factory=dict)
     started_at: float = 0.0
 
     def __post_init__(self) -> None:
@@ -131,6 +136,7 @@ class CrawlOptions:
                 raise ConfigError(f"rate for {host!r} must be > 0 (use inf for no limit)")
         _check_hooks(self)
         _check_requests(self)
+        check_render(self.render, self.render_hosts)
         # Builds the scope as every worker will (allowed domains, patterns): a crawl that
         # could not be admitted must fail here, before anything of it is written.
         self.scope  # noqa: B018
@@ -154,7 +160,7 @@ class CrawlOptions:
                 raise ConfigError(f"{key} must be a list of strings, not {raw!r}")
             data[key] = (raw,) if isinstance(raw, str) else tuple(raw)
         data["rates"] = _rates(data.get("rates") or {})
-        for key in ("auth", "cookies"):  # per host: host names as URLs have them
+        for key in ("auth", "cookies", "render_hosts"):  # per host: host names as URLs have them
             if isinstance(data.get(key), dict):
                 data[key] = {str(h).lower(): v for h, v in data[key].items()}
         if "rate" in data:

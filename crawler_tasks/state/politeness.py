@@ -178,6 +178,21 @@ class Politeness:
         """A request the release did not pay for (robots.txt) has just ended: charge it."""
         self.done("", domain, LeaseEnd.EXTRA)
 
+    def subrequest(self, domain: str, rate: float, burst: int) -> float:
+        """A browser subrequest to ``domain`` (subrequest.lua): 0 when its token is taken (send
+        it now), else the seconds to wait before asking again. ``rate``: the crawl's default,
+        replaced, as release.lua does, by the owner's rate or ``crawler set-rate``'s."""
+        own = self.owner_rates.get(domain)
+        if own is None:
+            cluster = self.client.hget(self.ck.cluster_rates, domain)
+            rate = float(cluster) if cluster else rate
+        else:
+            rate = own
+        base = 1 / rate if 0 < rate < math.inf else 0.0
+        args = [repr(base), burst, 0 if own is None else 1]
+        keys = [self.ck.domain(domain)]
+        return float(self.scripts.subrequest(keys=keys, args=args, client=self.client))
+
     def refund(self, url: str, domain: str) -> None:
         """The request released for ``url`` will not be sent (robots.txt disallows it): give
         its token back and return its lease uncharged (the ``done`` that follows is a no-op

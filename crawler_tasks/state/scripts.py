@@ -40,3 +40,5 @@ class Scripts:
         self.claim = client.register_script(source("claim"))
         self.ceiling = client.register_script(source("ceiling"))
         self.reserve = client.register_script(source("reserve"))
+        self.subrequest = client.register_script(source("subrequest"))
+        self.render_plan = client.register_script(source("render_plan"))

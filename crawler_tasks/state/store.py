@@ -46,6 +46,7 @@ from .keys import CrawlKeys, Keys
 from .ledger import Ledger
 from .options import CrawlOptions
 from .politeness import Politeness
+from .render_plan import RenderPlan
 from .scripts import Scripts
 from .sitemaps import SitemapMarks
 from .stats import Stats
@@ -114,6 +115,7 @@ class CrawlStore:
             opts.rates,
         )
         self.bodies = BodyStash(r.client, self.ck, process.body_ttl)
+        self.render_plan = RenderPlan(r.client, self.ck, r.scripts)
         self.sitemaps = SitemapMarks(r.client, self.ck)
         self.recrawl: Recrawl | None = None
         if opts.schedule:

@@ -234,6 +234,9 @@ class Crawl:
         fraction = self.settings.admission_memory_fraction
         p["admission_paused"] = mem is not None and mem.over(fraction)
         p["redis_memory"] = mem.as_dict() if mem is not None else None
+        # render="auto": each host's decision and its evidence (state/render_plan.py).
+        renders = opts.render != "never" or opts.render_hosts
+        p["render_hosts"] = self.store.render_plan.hosts() if renders else {}
         return p
 
     def _hosts_down(self, names: list[str]) -> list[dict[str, Any]]:

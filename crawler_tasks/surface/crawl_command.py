@@ -107,7 +107,7 @@ def _request_settings(options: dict[str, Any]) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def cluster(
-    settings: Settings, embedded: bool, log_dir: str | None, explicit: bool = True
+    settings: Settings, embedded: bool, logs: str | None, explicit: bool = True, renders: int = 0
 ) -> Iterator[Settings]:
     """Yield settings pointing at a broker with crawl workers, starting what is missing. A
     broker the user named (``explicit``: --broker, CRAWLER_BROKER_URL, CRAWLER_REDIS_URL) that
@@ -135,10 +135,10 @@ def cluster(
                 raise Fail(str(exc)) from None
             settings = load(broker_url=url, redis_url="")
             click.echo(f"embedded: private redis-server at {url}, local workers", err=True)
-            stack.enter_context(local_workers(url, log_dir=log_dir))
+            stack.enter_context(local_workers(url, log_dir=logs, renderers=renders))
         elif not _has_crawl_workers(settings):
             click.echo("no worker consumes the crawl queues: starting local workers", err=True)
-            stack.enter_context(local_workers(settings.broker_url, log_dir=log_dir))
+            stack.enter_context(local_workers(settings.broker_url, log_dir=logs, renderers=renders))
         yield settings
 
 
@@ -170,6 +170,7 @@ def _default(name: str) -> str:
     "--order", type=click.Choice(["bfs", "dfs"]), help=f"Per domain ({_default('order')})."
 )
 @click.option("--max-pages-per-host", type=int, help="URLs admitted per domain at most.")
+@click.option("--render", type=click.Choice(["never", "always", "auto"]), help="Run JavaScript.")
 @click.option("--allowed-domain", "allowed_domains", multiple=True, help="Repeatable.")
 @click.option("--include", multiple=True, help="Regex a URL must match (repeatable).")
 @click.option("--exclude", multiple=True, help="Regex a URL must not match (repeatable).")
@@ -209,7 +210,8 @@ def crawl(broker: str | None, embedded: bool, no_wait: bool, as_json: bool, **_:
         if no_wait:
             _check_no_wait(settings, embedded)
         logs = stack.enter_context(tempfile.TemporaryDirectory(prefix="crawler-logs-"))
-        live = stack.enter_context(cluster(settings, embedded, logs, _broker_named(broker)))
+        named, renders = _broker_named(broker), opts.render != "never" or bool(opts.render_hosts)
+        live = stack.enter_context(cluster(settings, embedded, logs, named, int(renders)))
         _check_on_item(live, opts)
         more = seeds_file.rest() if seeds_file else ()
         summary, interrupted = _run(live, opts, no_wait, more)

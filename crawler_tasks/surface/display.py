@@ -31,10 +31,23 @@ def paused(p: dict[str, Any]) -> str:
     for d in p.get("hosts_down") or ():
         down_for = time.time() - d["down_since"]
         text += f" — {d['domain']} down {down_for:.0f}s, next probe in {d['next_probe_s']:.0f}s"
+    text += render_note(p)
     mem = p.get("redis_memory")
     if p.get("admission_paused") and mem:
         text += " — " + admission_paused(Memory(mem["used_bytes"], mem["maxmemory_bytes"]))
     return text
+
+
+def render_note(p: dict[str, Any]) -> str:
+    """``render=auto``'s decisions: " — render: host render (5/12 rendered, 4 added)"."""
+    hosts = p.get("render_hosts") or {}
+    parts = [
+        f"{h} {v.get('mode', '?')} ({v.get('renders', 0)}/{v.get('pages', 0)} rendered, "
+        f"{v.get('gains', 0)} added)"
+        for h, v in sorted(hosts.items())[:5]
+    ]
+    more = f", +{len(hosts) - 5} hosts" if len(hosts) > 5 else ""
+    return f" — render: {'; '.join(parts)}{more}" if parts else ""
 
 
 def line(p: dict[str, Any]) -> str:

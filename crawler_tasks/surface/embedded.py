@@ -27,9 +27,11 @@ from pathlib import Path
 
 import redis
 
-from ..worker.app import QUEUES
+from ..worker.app import QUEUES, RENDER_QUEUE
 
 FETCH_QUEUES = ",".join(q for q in QUEUES if q.startswith("crawl."))
+#: Pages one local render process renders at once (threads sharing its one browser).
+RENDER_PAGES = 2
 #: Threads per fetch process: enough requests in flight to hide the latency of hundreds of
 #: slow hosts (bench/broad.py); idle threads cost ~0.1 MB each.
 FETCH_THREADS = 256
@@ -160,11 +162,12 @@ def local_workers(
     events: bool = False,
     fetchers: int = 2,
     pool: str = "threads",
+    renderers: int = 0,
 ) -> Iterator[list[subprocess.Popen[bytes]]]:
     """The recommended single-host layout (bench/broad.py, bench/crawl.py): one fetch process
     per core, each a threads pool of ``FETCH_THREADS`` that also parses pages up to 256 KiB
-    (``inline_parse_bytes``), and a prefork pool for larger pages. ``events`` makes the
-    workers send task events (for Flower)."""
+    (``inline_parse_bytes``), and a prefork pool for larger pages; ``renderers`` render
+    processes for crawls that render. ``events`` makes the workers send task events."""
     # The workers keep crawl state where the broker is, unless told otherwise.
     env = {k: v for k, v in os.environ.items() if k != "CRAWLER_REDIS_URL"}
     env.update({"CRAWLER_BROKER_URL": broker_url, **(extra_env or {})})
@@ -172,6 +175,8 @@ def local_workers(
     # One threads-pool process tops out near one core (the GIL): ``fetchers`` runs several.
     specs = [(FETCH_QUEUES, pool, fetch_threads, f"fetch{i}-{tag}") for i in range(fetchers)]
     specs.append(("parse", "prefork", parsers, f"parse-{tag}"))
+    # Render processes (a browser each) serve crawl.render only; the others never take it.
+    specs += [(RENDER_QUEUE, "threads", RENDER_PAGES, f"render{i}-{tag}") for i in range(renderers)]
     procs = []
     with contextlib.ExitStack() as logs:
         try:

@@ -16,6 +16,9 @@ from kombu import Exchange, Queue
 from ..settings import Settings, load
 
 QUEUES = ("crawl.high", "crawl.medium", "crawl.low", "parse")
+#: Pages to render (worker/render_step.py): served only by workers started with
+#: ``-Q crawl.render`` (each holds a browser), never by fetch or parse workers.
+RENDER_QUEUE = "crawl.render"
 
 
 def broker_transport(url: str) -> str | None:
@@ -62,10 +65,11 @@ def make_app(settings: Settings | None = None) -> Celery:
         worker_send_task_events=False,
         task_send_sent_event=settings.task_events,
         task_queues=[
-            Queue(name, Exchange(name, type="direct"), routing_key=name) for name in QUEUES
+            Queue(name, Exchange(name, type="direct"), routing_key=name)
+            for name in (*QUEUES, RENDER_QUEUE)
         ],
         task_default_queue="crawl.high",
-        task_routes={"crawl.parse": {"queue": "parse"}},
+        task_routes={"crawl.parse": {"queue": "parse"}, "crawl.render": {"queue": RENDER_QUEUE}},
         worker_hijack_root_logger=False,
         beat_scheduler="redbeat.RedBeatScheduler",
         redbeat_redis_url=settings.state_url,

@@ -27,6 +27,7 @@ from ..state.store import CrawlStore, Process, RedisHandle
 from ..state.workers import Heartbeat
 from ..web.fetcher import Fetcher
 from ..web.profile import RequestProfile
+from .browser import BrowserPool
 from .crawl_runtime import CrawlRuntime, robots_getter
 from .hooks import Hooks
 from .output import Outputs
@@ -72,6 +73,7 @@ class Context:
         enqueue_parse: Enqueue,
         on_finished: Enqueue,
         send_items: Enqueue | None = None,
+        enqueue_render: Enqueue | None = None,
     ) -> None:
         self.settings = settings
         self.client = redis_client(settings)
@@ -85,6 +87,10 @@ class Context:
         #: Whether this process may admit new URLs while Redis nears maxmemory (room.py).
         self.room = Room(self.client, settings.admission_memory_fraction, settings.admission_wait)
         self.enqueue_parse = enqueue_parse
+        #: (crawl id, url, depth): a fetched page to the ``crawl.render`` queue.
+        self.enqueue_render = enqueue_render or _no_render
+        #: This process's browser (worker/browser.py), started by its first render.
+        self.browser = BrowserPool(settings)
         self.on_finished = on_finished
         #: (task name, crawl id, page URL, items): a page's items to the user's on_item task.
         self.send_items = send_items or (lambda *_: None)
@@ -115,6 +121,7 @@ class Context:
         return [value for _, value in outcomes]
 
     def close(self) -> None:
+        self.browser.close()
         if self._batch is not None:
             self._batch.shutdown(wait=False)
         self.heartbeat.stop()
@@ -195,6 +202,10 @@ class Context:
         return cache
 
 
+def _no_render(crawl_id: str, url: str, depth: int) -> None:
+    raise RuntimeError("this process cannot publish render tasks")
+
+
 def _outcome(call: Callable[[], Any]) -> tuple[bool, Any]:
     try:
         return True, call()
@@ -224,5 +235,6 @@ class Runtime:
     def close(self) -> None:
         ctx, self._ctx = self._ctx, None
         if ctx is not None and self._pid == os.getpid():
+            ctx.browser.close()
             ctx.heartbeat.stop()
             ctx.outputs.close()

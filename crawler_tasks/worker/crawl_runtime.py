@@ -48,10 +48,11 @@ class CrawlRuntime:
         """The crawl's output files in this process."""
         return self._output()
 
-    def write_warc(self, response: Response) -> None:
+    def write_warc(self, response: Response) -> str | None:
+        """The response's WARC records; the response record's id (None: not written)."""
         if not self.opts.warc_non_html and response.content_type not in WARC_HTML:
-            return
-        self.output().warc(
+            return None
+        return self.output().warc(
             response.final_url,
             response.status,
             "",

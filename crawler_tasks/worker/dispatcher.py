@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 #: (crawl id, [(url, depth), ...], queue): one fetch message for URLs released together.
 Publish = Callable[[str, list[tuple[str, int]], str], None]
 PublishParse = Callable[[str, str, int], None]
-#: Stages ("r" fetch, "q" parse) whose broker queues hold no message right now.
+#: Stages ("r" fetch, "q" parse, "v" render) whose broker queues hold no message right now.
 IdleQueues = Callable[[], set[str]]
 
 #: The broker's fetch queues (app.QUEUES without parse).
@@ -57,11 +57,13 @@ class Dispatcher:
         publish: Publish,
         settings: Settings,
         publish_parse: PublishParse,
-        idle_queues: IdleQueues = lambda: {"r", "q"},
+        idle_queues: IdleQueues = lambda: {"r", "q", "v"},
+        publish_render: PublishParse | None = None,
     ):
         self._context = context
         self._publish = publish
         self._publish_parse = publish_parse
+        self._publish_render = publish_render or publish_parse
         self._idle_queues = idle_queues
         self.settings = settings
         self._stop = threading.Event()
@@ -164,6 +166,9 @@ class Dispatcher:
         log.warning("crawl %s: took %.300s back (%s)", store.id, url, lost)
         if lease is not None:  # its lease, or the host waits for the lease to expire
             lease.release(LeaseEnd.ERROR)
+        elif entry.stage in ("v", "w"):  # its body waits for a render
+            store.ledger.mark_render_queued(url)
+            self._publish_render(store.id, url, entry.depth)
         else:
             store.ledger.mark_parse_queued(url)
             self._publish_parse(store.id, url, entry.depth)

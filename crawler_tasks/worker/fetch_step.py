@@ -101,10 +101,16 @@ def respond(
     """What a response that is not retried becomes, its lease returned: its final state, or
     None when its body went to a parse task."""
     status = response.status
-    ctx.crawl(store).write_warc(response)
+    warc_id = ctx.crawl(store).write_warc(response)
     final = _base_final(url, depth, response)
     if 200 <= status < 300 and is_html(response.content_type, response.body[:1024]):
         meta = response_meta(response, final.extra, final.counters, bool(store.opts.extract))
+        if store.render_plan.wants(store.opts.render, store.opts.render_hosts, url):
+            # Rendered by a crawl.render worker (render_step.py), from this body.
+            store.bodies.put(url, json.dumps({**meta, "warc_id": warc_id}), response.body)
+            store.ledger.mark_render_queued(url)  # before the publish, as for a parse
+            ctx.enqueue_render(store.id, url, depth)
+            return None
         if len(response.body) <= ctx.settings.inline_parse_bytes:
             # Parsed here: no parse task, no body through Redis (see Settings).
             return parsed(ctx, store, url, depth, meta, response.body)

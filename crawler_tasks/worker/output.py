@@ -143,7 +143,9 @@ class CrawlOutput:
         request_headers: list[tuple[str, str]],
         http_version: str = "HTTP/1.1",
         ip: str | None = None,
-    ) -> None:
+    ) -> str:
+        """Append a response record and its request record; returns the response's
+        WARC-Record-ID (a rendered page's conversion record refers to it)."""
         # Records are built and compressed outside the lock; one gzip member per record (the
         # WARC convention) at level 6: warcio's level 9 costs ~3x the CPU for ~5 % less size.
         writer = WARCWriter(io.BytesIO(), gzip=False)
@@ -164,6 +166,21 @@ class CrawlOutput:
         data = _record_bytes(req) + _record_bytes(resp)
         with self._lock:
             self._append([(f"crawl-{self.tag}.warc.gz", data)])
+        return str(resp.rec_headers.get_header("WARC-Record-ID"))
+
+    def conversion(self, url: str, html: str, refers_to: str | None) -> None:
+        """A rendered page's DOM, as a ``conversion`` record of the response it came from."""
+        writer = WARCWriter(io.BytesIO(), gzip=False)
+        extra = {"WARC-Refers-To": refers_to} if refers_to else {}
+        record = writer.create_warc_record(
+            url,
+            "conversion",
+            payload=io.BytesIO(_utf8(html)),
+            warc_content_type="text/html; charset=utf-8",
+            warc_headers_dict=extra,
+        )
+        with self._lock:
+            self._append([(f"crawl-{self.tag}.warc.gz", _record_bytes(record))])
 
     def close(self) -> None:
         with self._lock:

@@ -79,6 +79,7 @@ def parsed(
             "canonical": page.canonical,
             "text_length": page.text_length,
             "noindex": page.noindex,
+            "rendered": bool(meta.get("rendered")),
         },
         counters={**meta["counters"], Counter.PARSED.value: 1},
     )

@@ -1,6 +1,7 @@
 """What happens to one URL, as plain functions the Celery tasks call.
 
     released by the dispatcher ──> fetch_url ──(HTML)──> parse_url ──> recorder.finalize
+                                       ├──(HTML to render)──> render_url ──> recorder.finalize
                                        └──(anything else)────────────> recorder.finalize
 
 ``fetch_url``: the fetch step decides (fetch_step.py), one settle step returns the host's
@@ -32,14 +33,14 @@ from collections.abc import Callable
 
 from ..errors import AdmissionPaused, OutputUnavailable
 from ..state.formats import Started
-from . import fetch_step, parse_step
+from . import fetch_step, parse_step, render_step
 from .context import Context
 from .outage import REDIS_UNAVAILABLE
 from .parse_step import item_task_failed
 from .recorder import Final, finalize, output_failed
 from .settle import requeue, settle
 
-__all__ = ["begin", "fetch_url", "item_task_failed", "parse_url"]
+__all__ = ["begin", "fetch_url", "item_task_failed", "parse_url", "render_url"]
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +85,11 @@ def begin(ctx: Context, crawl_id: str, urls: list[str]) -> dict[str, int]:
 
 def parse_url(ctx: Context, crawl_id: str, url: str, depth: int) -> str:
     return _guarded(parse_step.parse_url, ctx, crawl_id, url, depth, parse=True)
+
+
+def render_url(ctx: Context, crawl_id: str, url: str, depth: int) -> str:
+    """A fetched page rendered by a browser, then parsed (render_step.py)."""
+    return _guarded(render_step.render_url, ctx, crawl_id, url, depth, parse=True)
 
 
 def _guarded(

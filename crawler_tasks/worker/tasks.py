@@ -29,7 +29,7 @@ from ..settings import Settings
 from ..state import store
 from ..state.schedules import Schedules
 from . import pipeline
-from .app import QUEUES, app
+from .app import QUEUES, RENDER_QUEUE, app
 from .context import Context, Runtime
 from .dispatcher import Dispatcher
 from .logs import OncePerInterval, Throttled
@@ -79,6 +79,10 @@ def enqueue_parse(crawl_id: str, url: str, depth: int) -> None:
     parse.apply_async((crawl_id, url, depth), queue="parse")
 
 
+def enqueue_render(crawl_id: str, url: str, depth: int) -> None:
+    render.apply_async((crawl_id, url, depth), queue=RENDER_QUEUE)
+
+
 def enqueue_callback(task_name: str, crawl_id: str, summary: dict[str, Any]) -> None:
     app.send_task(task_name, args=(crawl_id, summary))
 
@@ -116,7 +120,7 @@ def _refuse_bad_settings(**_: Any) -> None:
 
 
 app.conf.crawler_runtime = Runtime(
-    lambda: Context(settings(), enqueue_parse, enqueue_callback, send_items)
+    lambda: Context(settings(), enqueue_parse, enqueue_callback, send_items, enqueue_render)
 )
 
 
@@ -153,6 +157,12 @@ def fetch_many(self: Any, crawl_id: str, items: list[list[Any]]) -> list[str]:
 @app.task(name="crawl.parse", **_retry)
 def parse(self: Any, crawl_id: str, url: str, depth: int) -> str:
     return patiently(lambda: pipeline.parse_url(context(), crawl_id, url, depth))
+
+
+@app.task(name="crawl.render", **_retry)
+def render(self: Any, crawl_id: str, url: str, depth: int) -> str:
+    """A fetched page rendered by this process's browser (worker/render_step.py)."""
+    return patiently(lambda: pipeline.render_url(context(), crawl_id, url, depth))
 
 
 @app.task(name="crawl.item_failed")
@@ -219,7 +229,8 @@ def _close_context(**_: Any) -> None:
 
 
 def idle_queues() -> set[str]:
-    """Which stages' broker queues are empty: "r" (every fetch queue), "q" (parse). A URL
+    """Which stages' broker queues are empty: "r" (every fetch queue), "q" (parse), "v"
+    (render). A URL
     waiting unstarted while its queue is empty has lost its message (dispatcher.reclaim):
     a frozen worker's pending BRPOP can take a message where no visibility timeout sees it.
     Any doubt (broker away) counts as not empty."""
@@ -230,6 +241,8 @@ def idle_queues() -> set[str]:
                 idle.add("r")
             if _empty(conn, "parse"):
                 idle.add("q")
+            if _empty(conn, RENDER_QUEUE):
+                idle.add("v")
     except Exception as exc:  # noqa: BLE001 - a doubt is "not idle"
         log.debug("queue depths unknown: %s", exc)
         return set()
@@ -260,7 +273,9 @@ class DispatcherStep(bootsteps.StartStopStep):
         self.dispatcher: Dispatcher | None = None
 
     def start(self, worker: Any) -> None:
-        self.dispatcher = Dispatcher(context, publish_fetch, settings(), enqueue_parse, idle_queues)
+        self.dispatcher = Dispatcher(
+            context, publish_fetch, settings(), enqueue_parse, idle_queues, enqueue_render
+        )
         self.dispatcher.start()
 
     def stop(self, worker: Any) -> None:

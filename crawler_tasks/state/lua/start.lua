@@ -9,7 +9,7 @@
 -- round trip for all, each judged on its own.
 -- KEYS[1] inflight  KEYS[2] unwritten hash  KEYS[3] flow hash (fetch only: its copy of the
 -- crawl's cancelled flag)   (all the URLs' partition's)
--- ARGV[1] stage ('s' fetch started, 'p' parse started)  ARGV[2] worker id
+-- ARGV[1] stage (formats.Inflight: 's' fetch, 'p' parse, 'w' render started...)  ARGV[2] worker
 -- ARGV[3] domain-state key prefix (fetch only, else "")  ARGV[4..] the URLs
 -- Returns, per URL: 1 if the URL is in flight (the task should go on), 2 if it is final but
 -- its record is not on disk yet (the task that finished it died: write it), 0 otherwise (a

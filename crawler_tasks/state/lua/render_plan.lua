@@ -1,0 +1,39 @@
+-- render="auto": whether to render a host's pages, decided per host from evidence that every
+-- worker shares (one hash per crawl, fields "<host>|<name>"), as Crawlee's adaptive crawler
+-- does per page type: render a sample of the host's first pages and compare each with its raw
+-- parse (worker/render_step.py says whether rendering added in-scope links or much text);
+-- render every page of a host where it did, none where it did not, and keep spot-checking.
+--   sampling: each page is rendered; the first render that adds something makes the host
+--             "render"; ARGV[3] renders that add nothing make it "raw".
+--   render:   every page is rendered; ARGV[5] renders in a row that add nothing make it "raw".
+--   raw:      pages are parsed as fetched; one page in ARGV[4] is rendered anyway (a spot
+--             check); a spot check that adds something makes the host "render" again.
+-- KEYS[1] the crawl's render plan hash (its decisions, not counters)
+-- ARGV[1] "ask" (a fetched page of the host: render it?) or "tell" (a render's verdict)
+-- ARGV[2] host  ARGV[3] sample size  ARGV[4] spot-check period  ARGV[5] renders in a row
+-- without gain that stop rendering  ARGV[6] (tell) 1 if rendering added something, else 0
+-- Returns, for ask, 1 (render) or 0; for tell, the host's mode after it (formats.RenderVerdict).
+local h = ARGV[2]
+local function get(name) return tonumber(redis.call('HGET', KEYS[1], h .. '|' .. name) or '0') end
+local function set(name, v) redis.call('HSET', KEYS[1], h .. '|' .. name, v) end
+local mode = redis.call('HGET', KEYS[1], h .. '|mode') or 'sampling'
+if ARGV[1] == 'ask' then
+  local pages = redis.call('HINCRBY', KEYS[1], h .. '|pages', 1)
+  if pages == 1 then set('mode', mode) end
+  if mode == 'raw' and pages % tonumber(ARGV[4]) ~= 0 then return 0 end
+  redis.call('HINCRBY', KEYS[1], h .. '|asked', 1)
+  return 1
+end
+local renders = redis.call('HINCRBY', KEYS[1], h .. '|renders', 1)
+local streak = 0
+if ARGV[6] == '1' then
+  redis.call('HINCRBY', KEYS[1], h .. '|gains', 1)
+  set('streak', 0)
+  mode = 'render'
+else
+  streak = redis.call('HINCRBY', KEYS[1], h .. '|streak', 1)
+  if mode == 'sampling' and renders >= tonumber(ARGV[3]) then mode = 'raw' end
+  if mode == 'render' and streak >= tonumber(ARGV[5]) then mode = 'raw' end
+end
+set('mode', mode)
+return mode

@@ -1,0 +1,92 @@
+"""Which fetched pages are rendered by a browser (the ``render`` option, worker/render_step.py).
+
+``never`` (the default) and ``always`` need nothing shared. ``auto`` decides per host from
+evidence every worker shares (render_plan.lua, one Redis hash per crawl): the first
+:data:`SAMPLE` pages of a host are rendered and each render is compared with the raw parse of
+the same page (:func:`rendering_added`); a host where rendering added in-scope links or much
+text has every page rendered, one where it did not has its pages parsed as fetched, with one
+page in :data:`SPOT_CHECK` still rendered so that a host whose later pages need a browser is
+found. A rendering host whose last :data:`STOP_AFTER` renders added nothing goes back to raw.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+import redis
+
+from ..errors import ConfigError
+from .formats import RenderMode, RenderVerdict
+from .keys import CrawlKeys
+from .scripts import Scripts
+
+#: Pages of a new host rendered (and compared) before ``auto`` decides it needs no rendering.
+SAMPLE = 2
+#: Under ``auto``, one page in this many of a host parsed raw is rendered anyway.
+SPOT_CHECK = 50
+#: Renders in a row that add nothing after which a rendering host goes back to raw parsing.
+STOP_AFTER = 20
+#: Text a render must add (characters, and times the raw page's) to count as adding content.
+TEXT_GAIN_CHARS, TEXT_GAIN_RATIO = 200, 1.5
+
+_MODES = tuple(m.value for m in RenderMode)
+
+
+def check_render(mode: Any, hosts: Any) -> None:
+    """The ``render`` and ``render_hosts`` options, refused when the crawl is created."""
+    if mode not in _MODES:
+        raise ConfigError(f"render must be one of {_MODES}, not {mode!r}")
+    if not isinstance(hosts, dict) or not all(v in _MODES for v in hosts.values()):
+        raise ConfigError(f"render_hosts must map hosts to one of {_MODES}, not {hosts!r}")
+
+
+def host_of(url: str) -> str:
+    return (urlsplit(url).hostname or "").lower()
+
+
+def mode_for(default: str, hosts: dict[str, str], url: str) -> RenderMode:
+    """The render mode of ``url``'s host: its ``render_hosts`` entry, else the crawl's."""
+    return RenderMode(hosts.get(host_of(url), default))
+
+
+def rendering_added(
+    raw_links: set[str], rendered_links: set[str], raw_text: int, text: int
+) -> bool:
+    """Whether a render found what the raw page lacks: an in-scope link (both sets hold the
+    links admission would judge), or much more text."""
+    if rendered_links - raw_links:
+        return True
+    return text >= TEXT_GAIN_CHARS + raw_text * TEXT_GAIN_RATIO
+
+
+class RenderPlan:
+    """One crawl's per-host render decisions (``auto``) and their evidence."""
+
+    def __init__(self, client: redis.Redis, ck: CrawlKeys, scripts: Scripts) -> None:
+        self.client, self.key, self.scripts = client, ck.render_plan, scripts
+
+    def wants(self, default: str, hosts: dict[str, str], url: str) -> bool:
+        """Render this fetched page? Under ``auto`` this counts the page for its host."""
+        mode = mode_for(default, hosts, url)
+        if mode is not RenderMode.AUTO:
+            return mode is RenderMode.ALWAYS
+        return bool(self._call("ask", host_of(url)))
+
+    def tell(self, url: str, added: bool) -> RenderVerdict:
+        """A render of ``url`` under ``auto`` did (not) add something: the host's new mode."""
+        raw = self._call("tell", host_of(url), 1 if added else 0)
+        return RenderVerdict(raw.decode() if isinstance(raw, bytes) else str(raw))
+
+    def _call(self, op: str, host: str, *more: int) -> Any:
+        args = [op, host, SAMPLE, SPOT_CHECK, STOP_AFTER, *more]
+        return self.scripts.render_plan(keys=[self.key], args=args, client=self.client)
+
+    def hosts(self) -> dict[str, dict[str, Any]]:
+        """Per host: its mode, pages seen, renders asked and done, renders that added."""
+        out: dict[str, dict[str, Any]] = {}
+        for field, value in self.client.hgetall(self.key).items():
+            host, _, name = field.decode().rpartition("|")
+            text = value.decode()
+            out.setdefault(host, {})[name] = text if name == "mode" else int(text)
+        return out

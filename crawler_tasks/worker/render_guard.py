@@ -1,0 +1,126 @@
+"""The crawler's rules for every request a rendered page makes (worker/browser.py routes each
+one here, off the browser's event loop), in the order that keeps a refused request from
+costing anything:
+
+1. blocked resource types (``render_block``: images, fonts, media by default) and methods
+   other than GET/HEAD (a crawler does not post forms or beacons) are aborted;
+2. at most ``render_max_subrequests`` requests and ``render_max_bytes`` bytes per page;
+3. robots.txt of the page's own origin, for requests to that origin;
+4. the address guard (web/netguard.py): a name is resolved and every address vetted *before*
+   a token is taken or a byte sent (a metadata address is never allowed; private ones only
+   with ``allow_private_networks``); the fetcher vets and pins it again when it connects;
+5. a token of the request's host bucket (subrequest.lua): the request waits for it, within
+   the render deadline, so rendered pages keep every host under its rate cluster-wide;
+6. the request, through the crawler's fetcher (its redirects vetted hop by hop).
+
+The answer is fulfilled into the page; the counts go to the crawl's counters.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from urllib.parse import urlsplit
+
+from ..errors import BlockedAddress, CrawlerError
+from ..state.formats import Counter
+from ..state.store import CrawlStore
+from ..web import netguard
+from ..web.urls import origin_of
+from .browser import Answer
+from .context import Context
+
+#: Response headers not passed to the browser: the fetcher has decoded and measured the body.
+_HOP_HEADERS = frozenset({"content-encoding", "content-length", "transfer-encoding", "set-cookie"})
+#: Longest single sleep while waiting for a host's token (the wait is asked again after it).
+TOKEN_POLL = 0.25
+
+
+class SubrequestGuard:
+    def __init__(self, ctx: Context, store: CrawlStore, page_url: str, until: float) -> None:
+        self.ctx, self.store, self.until = ctx, store, until
+        self.origin = origin_of(page_url)
+        s = ctx.settings
+        self.blocked_types = {t.strip() for t in s.render_block.split(",") if t.strip()}
+        self.slots = self.made = self.blocked = self.refused = self.bytes = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, url: str, method: str, resource_type: str) -> Answer:
+        if not self._admissible(url, method, resource_type):
+            self._count("refused")
+            return None
+        try:
+            self._vet_address(url)
+        except BlockedAddress:
+            self._count("blocked")
+            return None
+        except CrawlerError:  # cannot be resolved: the page gets a failed request
+            self._count("refused")
+            return None
+        if not self._token(url):
+            self._count("refused")
+            return None
+        return self._fetch(url)
+
+    def counters(self) -> dict[str, int]:
+        return {
+            Counter.SUBREQUESTS.value: self.made,
+            Counter.SUBREQUESTS_BLOCKED.value: self.blocked,
+            Counter.SUBREQUESTS_REFUSED.value: self.refused,
+        }
+
+    def _count(self, what: str) -> None:
+        with self._lock:
+            setattr(self, what, getattr(self, what) + 1)
+
+    def _admissible(self, url: str, method: str, resource_type: str) -> bool:
+        s, opts = self.ctx.settings, self.store.opts
+        if resource_type in self.blocked_types or method not in ("GET", "HEAD"):
+            return False
+        if urlsplit(url).scheme not in ("http", "https"):
+            return False
+        with self._lock:
+            if self.slots >= s.render_max_subrequests or self.bytes >= s.render_max_bytes:
+                return False
+            self.slots += 1  # taken before the wait, so that racing requests see it
+        if opts.obey_robots and origin_of(url) == self.origin:
+            robots = self.ctx.crawl(self.store).robots.get(self.origin)
+            return robots.allowed(opts.robots_agent, url)
+        return True
+
+    def _vet_address(self, url: str) -> None:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        allow = self.store.opts.allow_private_networks
+        netguard.check_literal(host, allow_private=allow)
+        netguard.check_host(host, port, allow_private=allow)
+
+    def _token(self, url: str) -> bool:
+        """Wait for a token of ``url``'s host (False: not before the render deadline)."""
+        opts, domain = self.store.opts, self.store.domain_of(url)
+        while True:
+            wait = self.store.politeness.subrequest(domain, opts.rate, opts.burst)
+            if wait <= 0:
+                return True
+            if time.monotonic() + wait > self.until:
+                return False
+            time.sleep(min(wait, TOKEN_POLL))
+
+    def _fetch(self, url: str) -> Answer:
+        crawl = self.ctx.crawl(self.store)
+        args = crawl.profile.fetch_args()
+        with self._lock:
+            args["max_body_bytes"] = max(1, self.ctx.settings.render_max_bytes - self.bytes)
+        try:
+            response = crawl.fetcher.get(url, **args)
+        except BlockedAddress:  # a redirect hop to a refused address
+            self._count("blocked")
+            return None
+        except CrawlerError:
+            return None
+        with self._lock:
+            self.bytes += len(response.body)
+            self.made += 1
+        headers = {k: v for k, v in response.headers.items() if k.lower() not in _HOP_HEADERS}
+        return response.status, headers, response.body

@@ -1,0 +1,130 @@
+"""The render step of one fetched HTML page (the ``render`` option): the ``crawl.render`` task.
+
+The fetch task fetched the page over HTTP as for any page (its raw response is in the WARC),
+left its body in Redis (``store.bodies``), marked it render-queued (stage "v") and published
+this step. Here a browser (worker/browser.py) renders that body, every request of the page
+going through the crawler's rules (worker/render_guard.py); the rendered DOM is parsed by the
+ordinary parse step (links, the extraction hook, near-duplicates and canonical all see the
+DOM, not the raw HTML), written to the WARC as a ``conversion`` record referring to the raw
+response, and the URL finalized once (finish.lua), as a parse task does.
+
+A crash or a hang of the browser (:class:`RenderFailed`) costs the URL a retry: its render is
+published again (the body stays), up to ``max_retries``; then, or at once for a page that
+opened a dialog, a download or a pop-up (:class:`RenderRefused`), it is a recorded failure.
+A render worker killed mid-page leaves stage "w" with its id: the dispatcher takes the URL
+back when its heartbeat stops and publishes the render again (dispatcher.reclaim).
+Under ``auto`` the render is compared with the raw parse, and the host's plan told.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ..errors import CrawlerError, RenderFailed, RenderRefused
+from ..state.formats import Counter, Outcome, RenderMode, Started
+from ..state.render_plan import mode_for, rendering_added
+from ..state.store import CrawlStore
+from ..web.page import extract
+from .browser import RenderJob
+from .context import Context
+from .parse_step import parsed
+from .recorder import Final, finalize, recover
+from .render_guard import SubrequestGuard
+
+#: What the browser is told of the document it is served (the body is the fetched one).
+_DOC_HEADERS = ("content-type", "content-language")
+
+
+def render_url(ctx: Context, crawl_id: str, url: str, depth: int) -> str:
+    store = ctx.store(crawl_id)
+    started = store.ledger.start(url, ctx.worker_id, "w") if store is not None else 0
+    if store is None or started == Started.DUPLICATE:
+        return "duplicate"
+    if started == Started.UNRECORDED:
+        return recover(ctx, store, url)
+    stored = store.bodies.get(url)
+    if stored is None:
+        lost = Final(url, depth, error=Outcome.BODY_LOST.value, counters={Counter.FAILED.value: 1})
+        return finalize(ctx, store, lost)
+    meta, body = stored
+    guard = SubrequestGuard(ctx, store, url, time.monotonic() + ctx.settings.render_deadline)
+    try:
+        final = _rendered(ctx, store, url, depth, meta, body, guard)
+    except RenderRefused as exc:
+        final = _failed(url, depth, meta, exc)
+    except RenderFailed as exc:
+        attempts = store.ledger.count_attempt(url)
+        if attempts <= store.opts.max_retries:
+            store.ledger.mark_render_queued(url)
+            ctx.enqueue_render(store.id, url, depth)
+            return "retry"
+        final = _failed(url, depth, meta, exc)
+        final.extra["attempts"] = attempts
+    final.counters.update(guard.counters())  # of the render recorded, not of those retried
+    result = finalize(ctx, store, final)
+    store.bodies.drop(url)
+    return result
+
+
+def _rendered(
+    ctx: Context,
+    store: CrawlStore,
+    url: str,
+    depth: int,
+    meta: dict[str, Any],
+    body: bytes,
+    guard: SubrequestGuard,
+) -> Final:
+    s = ctx.settings
+    headers = {k: v for k, v in (meta.get("headers") or {}).items() if k.lower() in _DOC_HEADERS}
+    job = RenderJob(
+        url=meta["final_url"],
+        status=meta["status"],
+        headers=headers or {"content-type": "text/html"},
+        body=body,
+        subrequest=guard,
+        deadline=s.render_deadline,
+        settle=s.render_settle,
+    )
+    page = ctx.browser.render(job)
+    html = page.html.encode("utf-8")
+    doc = {**meta, "rendered": True, "content_type_header": "text/html; charset=utf-8"}
+    final = parsed(ctx, store, url, depth, doc, html)
+    final.counters[Counter.RENDERED.value] = 1
+    final.extra["subrequests"] = guard.made
+    if guard.blocked:
+        final.extra["subrequests_blocked"] = guard.blocked
+    ctx.crawl(store).output().conversion(meta["final_url"], page.html, meta.get("warc_id"))
+    if mode_for(store.opts.render, store.opts.render_hosts, url) is RenderMode.AUTO:
+        added = _added(store, meta, body, html)
+        final.extra["render_added"] = added
+        final.extra["render_host_mode"] = store.render_plan.tell(url, added).value
+    return final
+
+
+def _added(store: CrawlStore, meta: dict[str, Any], raw: bytes, html: bytes) -> bool:
+    """Did rendering find in-scope links or much text the raw page lacks?"""
+    opts, scope = store.opts, store.opts.scope
+    pages = [
+        extract(
+            body,
+            meta["final_url"],
+            content_type=ctype,
+            max_links=opts.max_links_per_page,
+            max_url_length=opts.max_url_length,
+            honour_nofollow=opts.honour_nofollow,
+        )
+        for body, ctype in ((raw, meta.get("content_type_header")), (html, "text/html"))
+    ]
+    raw_links, links = ({u for u in p.links if scope.check(u) is None} for p in pages)
+    return rendering_added(raw_links, links, pages[0].text_length, pages[1].text_length)
+
+
+def _failed(url: str, depth: int, meta: dict[str, Any], exc: CrawlerError) -> Final:
+    """A render that failed for good: a recorded failure that keeps its fetch's counters."""
+    final = Final.failed(url, depth, exc)
+    final.status, final.final_url = meta["status"], meta["final_url"]
+    final.counters.update(meta["counters"])
+    final.extra.update({**meta["extra"], "rendered": False, "detail": str(exc)[:500]})
+    return final

@@ -1,0 +1,127 @@
+"""The rendering tier (render option, crawl.render, worker/render_step.py) with a real
+headless Chromium (the Debian package) on local sites whose links exist only after JavaScript
+runs (tests/jssite.py). In-process (tests/driver.py): the real dispatcher, fetch, render and
+parse steps against the test's Redis; the browser is this process's (one per test)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+
+import jssite
+import pytest
+from driver import Driver
+from sitegen import SiteServer
+
+from crawler_tasks import start_crawl
+from crawler_tasks.web.urls import normalize
+
+pytestmark = pytest.mark.timeout(120)
+
+N = 12  # pages per site: 4 of each way of building links
+
+
+def _driver(settings, **changes):  # type: ignore[no-untyped-def]
+    return Driver(dataclasses.replace(settings, render_settle=1.0, **changes))
+
+
+def _crawl(settings, servers, **options):  # type: ignore[no-untyped-def]
+    seeds = [s.base_url + "/" for s in servers]
+    opts = {
+        "allow_private_networks": True,
+        "allowed_domains": [s.address for s in servers],
+        "rate": 1000.0,
+        "concurrency": 4,
+        "max_retries": 0,
+    }
+    return start_crawl(seeds, settings=settings, **{**opts, **options})
+
+
+def _pages(crawl):  # type: ignore[no-untyped-def]
+    return {r["url"]: r for r in crawl.pages(latest=False)}
+
+
+def test_always_renders_links_built_by_script_xhr_and_timeout(settings):  # type: ignore[no-untyped-def]
+    driver = _driver(settings)
+    try:
+        with SiteServer(address="127.0.0.81", extra_routes=jssite.routes(N, js=True)) as site:
+            never = _crawl(settings, [site])
+            driver.run(never)
+            crawl = _crawl(settings, [site], render="always")
+            summary = driver.run(crawl, timeout=90)
+    finally:
+        driver.close()
+    # Without rendering the crawl ends after the shell page, as the issue says.
+    assert set(_pages(never)) == {normalize(site.base_url + "/")}
+    got = _pages(crawl)
+    assert set(got) == {normalize(u) for u in jssite.all_urls(site.base_url, N)}
+    assert all(r["rendered"] is True and r["error"] is None for r in got.values())
+    assert summary["counters"]["rendered"] == N == summary["counters"]["done"]
+    # The page's own document was not fetched twice: one GET per page, plus scripts and XHRs.
+    paths = Counter(e.path for e in site.requests())
+    assert paths["/"] == 2 and all(paths[jssite.path_of(i)] == 1 for i in range(1, N))
+    assert paths["/app.js"] == 4 and sum(p.startswith("/api/links") for p in paths.elements()) == 4
+    _assert_warc_conversions(settings, crawl.id, N)
+
+
+def _assert_warc_conversions(settings, crawl_id: str, n: int) -> None:  # type: ignore[no-untyped-def]
+    from pathlib import Path
+
+    from warcio.archiveiterator import ArchiveIterator
+
+    kinds: Counter[str] = Counter()
+    ids, refers = set(), set()
+    for path in (Path(settings.output_dir) / crawl_id).glob("*.warc.gz"):
+        with path.open("rb") as f:
+            for rec in ArchiveIterator(f):
+                kinds[rec.rec_type] += 1
+                if rec.rec_type == "response":
+                    ids.add(rec.rec_headers.get_header("WARC-Record-ID"))
+                if rec.rec_type == "conversion":
+                    refers.add(rec.rec_headers.get_header("WARC-Refers-To"))
+                    assert b"generated site" in rec.content_stream().read()
+    assert kinds["conversion"] == n and refers <= ids and len(refers) == n
+
+
+def test_auto_renders_only_the_host_that_needs_it(settings):  # type: ignore[no-untyped-def]
+    driver = _driver(settings)
+    try:
+        with (
+            SiteServer(address="127.0.0.82", extra_routes=jssite.routes(N, js=True)) as js,
+            SiteServer(address="127.0.0.83", extra_routes=jssite.routes(N, js=False)) as plain,
+        ):
+            crawl = _crawl(settings, [js, plain], render="auto", concurrency=1)
+            driver.run(crawl, timeout=90)
+    finally:
+        driver.close()
+    got = _pages(crawl)
+    want = jssite.all_urls(js.base_url, N) | jssite.all_urls(plain.base_url, N)
+    assert set(got) == {normalize(u) for u in want}
+    rendered = Counter((r["url"].startswith(js.base_url), r["rendered"]) for r in got.values())
+    assert rendered[(True, True)] == N  # every page of the JS host
+    assert rendered[(False, True)] <= 2  # the plain host: its sample only
+    plan = crawl.progress()["render_hosts"]
+    assert plan["127.0.0.82"]["mode"] == "render" and plan["127.0.0.83"]["mode"] == "raw"
+
+
+def test_browser_requests_to_refused_addresses_never_leave(settings):  # type: ignore[no-untyped-def]
+    """A page's scripts ask for the metadata address (two spellings) and for 0.0.0.0, which
+    Linux connects to loopback: a trap server there must see nothing, and the guard counts
+    each refusal (never allowed, even with allow_private_networks)."""
+    with SiteServer(address="127.0.0.1") as trap:
+        script = (
+            "<script>for (const u of ['http://169.254.169.254/latest/meta-data/',"
+            f"'http://[::ffff:a9fe:a9fe]/', 'http://0.0.0.0:{trap.port}/secret'])"
+            "fetch(u).catch(()=>0)</script>"
+        )
+        driver = _driver(settings)
+        try:
+            routes = jssite.routes(3, js=True, extra=lambda i: script)
+            with SiteServer(address="127.0.0.84", extra_routes=routes) as site:
+                crawl = _crawl(settings, [site], render="always")
+                driver.run(crawl, timeout=60)
+        finally:
+            driver.close()
+        assert trap.requests() == []
+    assert len(_pages(crawl)) == 3
+    assert crawl.summary()["counters"]["subrequests_blocked"] == 3 * 3
