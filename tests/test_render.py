@@ -11,7 +11,7 @@ from collections import Counter
 import jssite
 import pytest
 from driver import Driver
-from sitegen import SiteServer
+from sitegen import SiteServer, rate_report
 
 from crawler_tasks import start_crawl
 from crawler_tasks.web.urls import normalize
@@ -125,3 +125,59 @@ def test_browser_requests_to_refused_addresses_never_leave(settings):  # type: i
         assert trap.requests() == []
     assert len(_pages(crawl)) == 3
     assert crawl.summary()["counters"]["subrequests_blocked"] == 3 * 3
+
+
+HOSTILE = {
+    "/loop": "<script>while (true) {}</script>",
+    "/hog": "<script>const a = []; while (true) a.push(new Array(1e6).fill(1))</script>",
+    "/dialog": "<p>hello</p><script>alert('hi')</script>",
+    "/download": (
+        "<script>const a = document.createElement('a'); a.href = '/file.bin';"
+        "a.download = 'x.bin'; document.body.appendChild(a); a.click()</script>"
+    ),
+}
+
+
+def test_hostile_pages_are_recorded_failures_and_the_browser_goes_on(settings):  # type: ignore[no-untyped-def]
+    def page(body: str):  # type: ignore[no-untyped-def]
+        return lambda h: h.send_body(200, f"<html><body>{body}</body></html>".encode())
+
+    routes = {path: page(body) for path, body in HOSTILE.items()}
+    links = "".join(f'<a href="{p}">{p}</a>' for p in [*HOSTILE, "/p1"])
+    routes["/"] = lambda h: h.send_body(200, f"<html><body>{links}</body></html>".encode())
+    routes["/p1"] = lambda h: h.send_body(200, jssite.page_body(0, 0, js=True))
+    routes["/file.bin"] = lambda h: h.send_body(
+        200, b"\0" * 100, "application/octet-stream", {"Content-Disposition": "attachment"}
+    )
+    driver = _driver(settings, render_deadline=4.0)
+    try:
+        with SiteServer(address="127.0.0.86", extra_routes=routes) as site:
+            crawl = _crawl(settings, [site], render="always", concurrency=1)
+            summary = driver.run(crawl, timeout=90)
+    finally:
+        driver.close()
+    got = {r["url"].removeprefix(site.base_url): r for r in _pages(crawl).values()}
+    assert got["/loop"]["error"] == "render_failed" and "deadline" in got["/loop"]["detail"]
+    assert got["/hog"]["error"] == "render_failed"
+    assert got["/dialog"]["error"] == "render_refused" and "dialog" in got["/dialog"]["detail"]
+    assert got["/download"]["error"] == "render_refused"
+    assert got["/"]["rendered"] and got["/p1"]["rendered"] and got["/p1"]["error"] is None
+    assert summary["counters"]["done"] == 6 and summary["counters"]["failed"] == 4
+    assert not any(e.path == "/file.bin" for e in site.requests())
+
+
+def test_subrequests_keep_the_host_under_its_rate(settings):  # type: ignore[no-untyped-def]
+    """Pages, their scripts and XHRs all draw on the host's one bucket: at 2 requests/s
+    (burst 1), no 1-s window holds more than 3 requests of any kind."""
+    driver = _driver(settings)
+    try:
+        with SiteServer(address="127.0.0.87", extra_routes=jssite.routes(6, js=True)) as site:
+            crawl = _crawl(settings, [site], render="always", rate=2.0, burst=1, concurrency=1)
+            summary = driver.run(crawl, timeout=90)
+    finally:
+        driver.close()
+    report = rate_report(site.requests())
+    assert summary["counters"]["subrequests"] == 4  # 2 scripts, 2 XHRs
+    assert report["count"] == 6 + 1 + 4  # pages, robots.txt, subrequests
+    assert report["max_in_window"] <= 3, report
+    assert report["duration"] >= (report["count"] - 3) / 2  # paced: 2/s after the burst
