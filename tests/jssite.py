@@ -7,6 +7,7 @@ and a ``setTimeout``. A plain host has them in its HTML."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -46,14 +47,16 @@ APP_JS = (INSERT + ";fetch('/api/links?page='+PAGE).then(r=>r.json()).then(put)"
 
 
 def routes(
-    n: int, js: bool, extra: Callable[[int], str] = lambda i: ""
+    n: int, js: bool, extra: Callable[[int], str] = lambda i: "", api_delay: float = 0.0
 ) -> dict[str, Callable[[Handler], None]]:
-    """Extra routes for a ``SiteServer``: the ``n`` pages, the script and the links API."""
+    """Extra routes for a ``SiteServer``: the ``n`` pages, the script and the links API (its
+    answers ``api_delay`` s late: renders that take a while)."""
 
     def page(i: int) -> Callable[[Handler], None]:
         return lambda h: h.send_body(200, page_body(i, n, js, extra(i)))
 
     def api(h: Handler) -> None:
+        time.sleep(api_delay)
         i = int(h.query.partition("=")[2] or 0)
         h.send_body(200, json.dumps(children(i, n)).encode(), "application/json")
 
