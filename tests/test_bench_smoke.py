@@ -22,6 +22,7 @@ RUNS = {
     "broad.py": "--hosts 5 --pages 3 --modes fast --layouts threads:8x1:1 --skip-scrapy "
     "--timeout 60",
     "scaling.py": "--hosts 5 --pages 3 --fetchers 1 --states one --threads 8 --timeout 60",
+    "render.py": "--pages 12 --mixed-hosts 2 --mixed-pages 6 --skip-scrapy --timeout 60",
 }
 
 

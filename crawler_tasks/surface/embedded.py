@@ -163,6 +163,7 @@ def local_workers(
     fetchers: int = 2,
     pool: str = "threads",
     renderers: int = 0,
+    render_threads: int = RENDER_PAGES,
 ) -> Iterator[list[subprocess.Popen[bytes]]]:
     """The recommended single-host layout (bench/broad.py, bench/crawl.py): one fetch process
     per core, each a threads pool of ``FETCH_THREADS`` that also parses pages up to 256 KiB
@@ -176,7 +177,9 @@ def local_workers(
     specs = [(FETCH_QUEUES, pool, fetch_threads, f"fetch{i}-{tag}") for i in range(fetchers)]
     specs.append(("parse", "prefork", parsers, f"parse-{tag}"))
     # Render processes (a browser each) serve crawl.render only; the others never take it.
-    specs += [(RENDER_QUEUE, "threads", RENDER_PAGES, f"render{i}-{tag}") for i in range(renderers)]
+    specs += [
+        (RENDER_QUEUE, "threads", render_threads, f"render{i}-{tag}") for i in range(renderers)
+    ]
     procs = []
     with contextlib.ExitStack() as logs:
         try:
