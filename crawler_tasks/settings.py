@@ -163,8 +163,12 @@ class Settings:
     #: Seconds a page is given, after ``load``, for its network to go quiet (scripts that fetch
     #: or wait in ``setTimeout``); within ``render_deadline``.
     render_settle: float = 3.0
-    #: Pages a browser renders before it is replaced, and its processes' RSS (MiB) past which it
-    #: is replaced at once: Chromium's memory grows with every page it has seen.
+    #: Pages of one crawl rendered in one browser context (cookies, cache and storage shared
+    #: among them, never with another crawl) before a new one: a context per page costs a
+    #: renderer process per page (bench/render.py: 2.2 pages/s against 5.7 shared).
+    render_pages_per_context: int = 50
+    #: Pages a browser renders before it is replaced, and its processes' memory (MiB of PSS,
+    #: looked at every 20 pages) past which it is replaced: Chromium's grows with every page.
     render_browser_pages: int = 200
     render_max_rss_mb: int = 1024
     #: MiB of JavaScript heap per page: a page that allocates past it crashes alone (V8 flag).

@@ -42,7 +42,8 @@ def _pages(crawl):  # type: ignore[no-untyped-def]
 
 
 def test_always_renders_links_built_by_script_xhr_and_timeout(settings):  # type: ignore[no-untyped-def]
-    driver = _driver(settings)
+    # A new context every 2 pages, a new browser every 5: the crawl does not notice.
+    driver = _driver(settings, render_pages_per_context=2, render_browser_pages=5)
     try:
         with SiteServer(address="127.0.0.81", extra_routes=jssite.routes(N, js=True)) as site:
             never = _crawl(settings, [site])

@@ -1,7 +1,8 @@
 """One headless Chromium per render process, driven by Playwright's async API on one event loop
 in a thread of its own (Playwright's objects belong to the thread that made them; a threads
-pool's task threads hand pages to that loop and wait). Each page gets a browser context of its
-own (no cookie, cache or storage crosses from one page, or crawl, to another).
+pool's task threads hand pages to that loop and wait). The pages of one crawl share a browser
+context for ``render_pages_per_context`` pages (a context per page costs a renderer process
+each); no cookie, cache or storage crosses from one crawl to another.
 
 Every request the page makes goes to ``RenderJob.subrequest`` (worker/render_guard.py), which
 fetches it through the crawler's own fetcher (address guard and pinning, robots.txt, the
@@ -39,7 +40,7 @@ DEFAULT_CHROMIUM = "/usr/bin/chromium"
 #: gives up on it and the browser is replaced.
 GRACE = 10.0
 #: Pages between two looks at the browser's RSS.
-RSS_EVERY = 10
+RSS_EVERY = 20
 #: An answer to one subrequest: (status, headers, body), or None to abort it.
 Answer = tuple[int, dict[str, str], bytes] | None
 
@@ -56,7 +57,19 @@ class RenderJob:
     subrequest: Callable[[str, str, str], Answer]
     deadline: float
     settle: float
+    #: Pages of one group (a crawl) share browser contexts; other groups never see them.
+    group: str = ""
     refused: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Context:
+    """A browser context of one group: pages begun in it, pages open in it now."""
+
+    context: Any
+    browser: Any
+    used: int = 0
+    open: int = 0
 
 
 @dataclass
@@ -85,6 +98,7 @@ class BrowserPool:
         self._browser: Any = None
         self._pages = 0  # rendered by the current browser
         self._open: dict[Any, int] = {}  # browser -> its pages open now
+        self._contexts: dict[str, _Context] = {}  # group -> the context its pages go to
 
     def render(self, job: RenderJob) -> Rendered:
         """Render ``job`` (from any thread); raises RenderFailed or RenderRefused."""
@@ -130,9 +144,9 @@ class BrowserPool:
         or ``render_max_rss_mb``."""
         s = self.settings
         old = self._browser
-        worn = self._pages >= s.render_browser_pages or (
-            self._pages % RSS_EVERY == 0 and self._pages and rss_mb() > s.render_max_rss_mb
-        )
+        worn = self._pages >= s.render_browser_pages
+        if not worn and self._pages and self._pages % RSS_EVERY == 0:
+            worn = await asyncio.to_thread(rss_mb) > s.render_max_rss_mb  # off the loop
         if old is not None and old.is_connected() and not worn:
             return old
         if old is not None:
@@ -169,13 +183,17 @@ class BrowserPool:
         browser = await self._current()
         self._pages += 1
         self._open[browser] = self._open.get(browser, 0) + 1
-        context = None
+        holder = None
         try:
-            context = await browser.new_context(accept_downloads=False, service_workers="block")
-            page = await context.new_page()
-            _refuse_escapes(page, job)
-            await page.route("**/*", _router(page, job))
-            return await asyncio.wait_for(_load(page, job), job.deadline)
+            holder = await self._context(browser, job.group)
+            page = await holder.context.new_page()
+            try:
+                _refuse_escapes(page, job)
+                await page.route("**/*", _router(page, job))
+                return await asyncio.wait_for(_load(page, job), job.deadline)
+            finally:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(page.close(), 5)
         except asyncio.TimeoutError:
             raise RenderFailed(f"render deadline ({job.deadline:g}s) exceeded") from None
         except (RenderFailed, RenderRefused):
@@ -184,11 +202,29 @@ class BrowserPool:
             raise RenderFailed(f"{type(exc).__name__}: {str(exc)[:300]}") from None
         finally:
             self._open[browser] = self._open.get(browser, 1) - 1
-            if context is not None:
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(context.close(), 5)
+            if holder is not None:
+                await self._done_with(job.group, holder)
             if browser is not self._browser:
                 await self._retire(browser)
+
+    async def _context(self, browser: Any, group: str) -> _Context:
+        """The context ``group``'s next page goes to: a new one every
+        ``render_pages_per_context`` pages, or on a new browser."""
+        holder = self._contexts.get(group)
+        limit = self.settings.render_pages_per_context
+        if holder is None or holder.browser is not browser or holder.used >= limit:
+            context = await browser.new_context(accept_downloads=False, service_workers="block")
+            self._contexts[group] = holder = _Context(context, browser)
+        holder.used += 1
+        holder.open += 1
+        return holder
+
+    async def _done_with(self, group: str, holder: _Context) -> None:
+        """One page of ``holder`` closed: a context no longer current closes with its last."""
+        holder.open -= 1
+        if holder.open == 0 and self._contexts.get(group) is not holder:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(holder.context.close(), 5)
 
 
 async def _load(page: Any, job: RenderJob) -> Rendered:
@@ -245,19 +281,24 @@ def _router(page: Any, job: RenderJob) -> Callable[[Any], Any]:
 
 
 def rss_mb() -> float:
-    """MiB of RSS of this process's descendants (the Playwright driver and Chromium's
-    processes), from /proc; 0 where there is none."""
-    children: dict[int, list[int]] = {}
-    rss: dict[int, int] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            pid = int(stat.parent.name)
-            children.setdefault(int(fields[1]), []).append(pid)
-            rss[pid] = int(fields[21])
-    total, todo = 0, list(children.get(os.getpid(), []))
+    """MiB of memory of this process's descendants (the Playwright driver and Chromium's
+    processes): their PSS, as RSS counts the pages they share once per process (a fresh
+    browser: ~770 MiB of RSS, ~250 of PSS). Walked from /proc/PID/task/TID/children, so only
+    our own processes are read (a scan of all /proc cost a loaded machine's render loop half
+    its pages/s)."""
+    total, todo = 0, _children(os.getpid())
     while todo:
         pid = todo.pop()
-        total += rss.get(pid, 0)
-        todo += children.get(pid, [])
-    return total * os.sysconf("SC_PAGE_SIZE") / 2**20
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            rollup = Path(f"/proc/{pid}/smaps_rollup").read_text()
+            total += int(rollup.split("\nPss:", 1)[1].split()[0])  # kB
+        todo += _children(pid)
+    return total / 1024
+
+
+def _children(pid: int) -> list[int]:
+    out: list[int] = []
+    for f in Path(f"/proc/{pid}/task").glob("*/children"):
+        with contextlib.suppress(OSError, ValueError):
+            out += [int(c) for c in f.read_text().split()]
+    return out

@@ -86,6 +86,7 @@ def _rendered(
         subrequest=guard,
         deadline=s.render_deadline,
         settle=s.render_settle,
+        group=store.id,
     )
     page = ctx.browser.render(job)
     html = page.html.encode("utf-8")
