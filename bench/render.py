@@ -1,6 +1,6 @@
 """Rendering tier: rendered pages/s, CPU and RSS of a render process, against scrapy-playwright.
 
-    .venv/bin/python bench/render.py [--pages 150] [--concurrency 4] [--mixed-hosts 20]
+    .venv/bin/python bench/render.py [--pages 150] [--concurrency 4] [--mixed-hosts 10] [--mixed-pages 40]
 
 1. A JavaScript-built site (tests/jssite.py: every page's links inserted by a script, fetched
    by XHR or added after a ``setTimeout``), one loopback host, crawled with ``render="always"``
@@ -10,7 +10,8 @@
    found, wall time, pages/s, CPU seconds and RSS of the render process tree (Chromium's
    processes included; PSS, as RSS counts their shared pages once per process) sampled
    every 0.5 s, its first and last quarter compared ("flat").
-2. A mixed site: MIXED_HOSTS hosts of MIXED_PAGES pages, one in ten built by JavaScript,
+2. A mixed site: MIXED_HOSTS hosts of MIXED_PAGES pages, one in ten built by JavaScript (the
+   others with an inert script),
    crawled with ``render="auto"`` and ``render="always"``: pages found, share rendered, wall
    time and render CPU of each.
 The machine may be shared with other work: figures are indicative.
@@ -189,12 +190,14 @@ def run_scrapy(args: Any, server: SiteServer) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def mixed_site(hosts: int, pages: int) -> Any:
-    """``hosts`` loopback hosts of ``pages`` pages; one in ten (at least one) built by JS."""
+    """``hosts`` loopback hosts of ``pages`` pages; one in ten (at least one) built by JS.
+    The others have their links in the HTML and an inert script, as most sites have (an
+    analytics tag): ``auto`` must sample them (a page without scripts is never rendered)."""
     with contextlib.ExitStack() as stack:
         servers = []
         for i in range(hosts):
             js = i % 10 == 0
-            routes = jssite.routes(pages, js=js)
+            routes = jssite.routes(pages, js=js, extra=lambda i: "<script>window.t = 1</script>")
             servers.append(
                 stack.enter_context(SiteServer(address=f"127.0.1.{i + 1}", extra_routes=routes))
             )
@@ -205,8 +208,8 @@ def main() -> int:
     p = _util.parser(__doc__)
     p.add_argument("--pages", type=int, default=150, help="pages of the JS site")
     p.add_argument("--concurrency", type=int, default=4, help="pages at once per host")
-    p.add_argument("--mixed-hosts", type=int, default=20)
-    p.add_argument("--mixed-pages", type=int, default=10)
+    p.add_argument("--mixed-hosts", type=int, default=10)
+    p.add_argument("--mixed-pages", type=int, default=40)
     p.add_argument("--skip-scrapy", action="store_true")
     p.add_argument("--timeout", type=float, default=170.0)
     args = p.parse_args()

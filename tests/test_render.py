@@ -85,24 +85,35 @@ def _assert_warc_conversions(settings, crawl_id: str, n: int) -> None:  # type: 
 
 
 def test_auto_renders_only_the_host_that_needs_it(settings):  # type: ignore[no-untyped-def]
+    """Three hosts: links built by JS; links in the HTML and an inert script (analytics);
+    no script at all. Every page is found; only the first host is rendered beyond the
+    second's sample, and the third never (nothing would run)."""
+    inert = jssite.routes(N, js=False, extra=lambda i: "<script>window.stats = 1</script>")
     driver = _driver(settings)
     try:
         with (
             SiteServer(address="127.0.0.82", extra_routes=jssite.routes(N, js=True)) as js,
-            SiteServer(address="127.0.0.83", extra_routes=jssite.routes(N, js=False)) as plain,
+            SiteServer(address="127.0.0.83", extra_routes=inert) as plain,
+            SiteServer(address="127.0.0.89", extra_routes=jssite.routes(N, js=False)) as static,
         ):
-            crawl = _crawl(settings, [js, plain], render="auto", concurrency=1)
+            crawl = _crawl(settings, [js, plain, static], render="auto", concurrency=1)
             driver.run(crawl, timeout=90)
     finally:
         driver.close()
     got = _pages(crawl)
-    want = jssite.all_urls(js.base_url, N) | jssite.all_urls(plain.base_url, N)
+    sites = {js.base_url: "js", plain.base_url: "plain", static.base_url: "static"}
+    want = set().union(*(jssite.all_urls(base, N) for base in sites))
     assert set(got) == {normalize(u) for u in want}
-    rendered = Counter((r["url"].startswith(js.base_url), r["rendered"]) for r in got.values())
-    assert rendered[(True, True)] == N  # every page of the JS host
-    assert rendered[(False, True)] <= 2  # the plain host: its sample only
+    rendered = Counter(
+        next(k for b, k in sites.items() if r["url"].startswith(b))
+        for r in got.values()
+        if r["rendered"]
+    )
+    assert rendered["js"] == N and 1 <= rendered["plain"] <= 2 and rendered["static"] == 0
     plan = crawl.progress()["render_hosts"]
     assert plan["127.0.0.82"]["mode"] == "render" and plan["127.0.0.83"]["mode"] == "raw"
+    assert "127.0.0.89" not in plan
+    assert got[normalize(js.base_url + "/p5")]["render_added"] is True
 
 
 def test_browser_requests_to_refused_addresses_never_leave(settings):  # type: ignore[no-untyped-def]

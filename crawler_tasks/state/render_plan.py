@@ -1,6 +1,8 @@
 """Which fetched pages are rendered by a browser (the ``render`` option, worker/render_step.py).
 
-``never`` (the default) and ``always`` need nothing shared. ``auto`` decides per host from
+``never`` (the default) and ``always`` need nothing shared. Under ``auto`` a page without any
+script is parsed as fetched (rendering it could add nothing); for the others it decides per
+host from
 evidence every worker shares (render_plan.lua, one Redis hash per crawl): the first
 :data:`SAMPLE` pages of a host are rendered and each render is compared with the raw parse of
 the same page (:func:`rendering_added`); a host where rendering added in-scope links or much
@@ -11,6 +13,7 @@ found. A rendering host whose last :data:`STOP_AFTER` renders added nothing goes
 
 from __future__ import annotations
 
+import re
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -31,6 +34,8 @@ STOP_AFTER = 20
 TEXT_GAIN_CHARS, TEXT_GAIN_RATIO = 200, 1.5
 
 _MODES = tuple(m.value for m in RenderMode)
+#: Any script a browser would run: an element, or an inline event handler (onload=...).
+_SCRIPT = re.compile(rb"<script|\son[a-z]+\s*=", re.I)
 
 
 def check_render(mode: Any, hosts: Any) -> None:
@@ -66,11 +71,14 @@ class RenderPlan:
     def __init__(self, client: redis.Redis, ck: CrawlKeys, scripts: Scripts) -> None:
         self.client, self.key, self.scripts = client, ck.render_plan, scripts
 
-    def wants(self, default: str, hosts: dict[str, str], url: str) -> bool:
-        """Render this fetched page? Under ``auto`` this counts the page for its host."""
+    def wants(self, default: str, hosts: dict[str, str], url: str, body: bytes) -> bool:
+        """Render this fetched page? Under ``auto``, a page without a script is not (nothing
+        would run); any other counts for its host's plan."""
         mode = mode_for(default, hosts, url)
         if mode is not RenderMode.AUTO:
             return mode is RenderMode.ALWAYS
+        if _SCRIPT.search(body) is None:
+            return False
         return bool(self._call("ask", host_of(url)))
 
     def tell(self, url: str, added: bool) -> RenderVerdict:

@@ -105,7 +105,8 @@ def respond(
     final = _base_final(url, depth, response)
     if 200 <= status < 300 and is_html(response.content_type, response.body[:1024]):
         meta = response_meta(response, final.extra, final.counters, bool(store.opts.extract))
-        if store.render_plan.wants(store.opts.render, store.opts.render_hosts, url):
+        opts = store.opts
+        if store.render_plan.wants(opts.render, opts.render_hosts, url, response.body):
             # Rendered by a crawl.render worker (render_step.py), from this body.
             store.bodies.put(url, json.dumps({**meta, "warc_id": warc_id}), response.body)
             store.ledger.mark_render_queued(url)  # before the publish, as for a parse
