@@ -74,6 +74,8 @@ class RenderPlan:
     def wants(self, default: str, hosts: dict[str, str], url: str, body: bytes) -> bool:
         """Render this fetched page? Under ``auto``, a page without a script is not (nothing
         would run); any other counts for its host's plan."""
+        if default == "never" and not hosts:  # the default: not even the URL is looked at
+            return False
         mode = mode_for(default, hosts, url)
         if mode is not RenderMode.AUTO:
             return mode is RenderMode.ALWAYS
