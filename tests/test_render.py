@@ -193,3 +193,28 @@ def test_subrequests_keep_the_host_under_its_rate(settings):  # type: ignore[no-
     assert report["count"] == 6 + 1 + 4  # pages, robots.txt, subrequests
     assert report["max_in_window"] <= 3, report
     assert report["duration"] >= (report["count"] - 3) / 2  # paced: 2/s after the burst
+
+
+def test_the_hook_and_near_duplicates_see_the_rendered_dom(settings, monkeypatch):  # type: ignore[no-untyped-def]
+    """The extraction hook gets the rendered DOM (its links, its tree), as do near-duplicate
+    fingerprints: page i of a JS site has no link in its HTML, two once rendered."""
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parent / "hooks"))
+    driver = _driver(settings)
+    try:
+        with SiteServer(address="127.0.0.90", extra_routes=jssite.routes(4, js=True)) as site:
+            crawl = _crawl(
+                settings,
+                [site],
+                render="always",
+                extract="extract_hooks:two_items",
+                near_duplicates=True,
+            )
+            driver.run(crawl, timeout=60)
+    finally:
+        driver.close()
+    items = {i["url"]: i["item"] for i in crawl.items() if "links" in i["item"]}
+    assert items[normalize(site.base_url + "/")]["links"] == 2  # links only JS inserts
+    assert items[normalize(site.base_url + "/p1")]["links"] == 1  # fetched by its XHR
+    assert all("duplicate_of" in r for r in _pages(crawl).values())
