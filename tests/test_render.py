@@ -119,12 +119,15 @@ def test_auto_renders_only_the_host_that_needs_it(settings):  # type: ignore[no-
 def test_browser_requests_to_refused_addresses_never_leave(settings):  # type: ignore[no-untyped-def]
     """A page's scripts ask for the metadata address (two spellings) and for 0.0.0.0, which
     Linux connects to loopback: a trap server there must see nothing, and the guard counts
-    each refusal (never allowed, even with allow_private_networks)."""
+    each refusal (never allowed, even with allow_private_networks). A WebSocket, which no
+    route sees, to the trap's loopback address goes nowhere either (the browser's proxy)."""
     with SiteServer(address="127.0.0.1") as trap:
         script = (
             "<script>for (const u of ['http://169.254.169.254/latest/meta-data/',"
             f"'http://[::ffff:a9fe:a9fe]/', 'http://0.0.0.0:{trap.port}/secret'])"
-            "fetch(u).catch(()=>0)</script>"
+            "fetch(u).catch(()=>0);"
+            # Not seen by the page's route at all: stopped by the browser's dead proxy.
+            f"try {{ new WebSocket('ws://127.0.0.1:{trap.port}/ws') }} catch (e) {{}}</script>"
         )
         driver = _driver(settings)
         try:
@@ -218,3 +221,21 @@ def test_the_hook_and_near_duplicates_see_the_rendered_dom(settings, monkeypatch
     assert items[normalize(site.base_url + "/")]["links"] == 2  # links only JS inserts
     assert items[normalize(site.base_url + "/p1")]["links"] == 1  # fetched by its XHR
     assert all("duplicate_of" in r for r in _pages(crawl).values())
+
+
+def test_robots_txt_of_the_page_host_applies_to_its_subrequests(settings):  # type: ignore[no-untyped-def]
+    """robots.txt disallows the links API: the XHR of page 1 is refused before it is sent, so
+    the pages only it links to are never found; the others are."""
+    robots = "User-agent: *\nDisallow: /api/\n"
+    driver = _driver(settings)
+    try:
+        routes = jssite.routes(N, js=True)
+        with SiteServer(address="127.0.0.91", robots_txt=robots, extra_routes=routes) as site:
+            crawl = _crawl(settings, [site], render="always")
+            summary = driver.run(crawl, timeout=60)
+    finally:
+        driver.close()
+    assert not [e.path for e in site.requests() if e.path.startswith("/api/")]
+    got = {u.removeprefix(site.base_url) for u in _pages(crawl)}
+    assert got == {"/", "/p1", "/p2", "/p5", "/p6", "/p11"}  # p1's children (p3, p4) lost
+    assert summary["counters"]["subrequests_refused"] == 1

@@ -84,7 +84,11 @@ class SubrequestGuard:
                 return False
             self.slots += 1  # taken before the wait, so that racing requests see it
         if opts.obey_robots and origin_of(url) == self.origin:
-            robots = self.ctx.crawl(self.store).robots.get(self.origin)
+            domain, polite = self.store.domain_of(url), self.store.politeness
+            # Read again if it expired: that request is charged to the host as a fetch's is.
+            robots = self.ctx.crawl(self.store).robots.get(
+                self.origin, lambda: polite.extra_request(domain)
+            )
             return robots.allowed(opts.robots_agent, url)
         return True
 
