@@ -38,9 +38,9 @@ def _queues_by_worker(inspect: Any) -> dict[str, set[str]]:
     return {w: {q["name"] for q in qs} for w, qs in (inspect.active_queues() or {}).items()}
 
 
-def _has_crawl_workers(settings: Settings) -> bool:
+def _has_crawl_workers(settings: Settings, renders: int = 0) -> bool:
     names = set().union(*_queues_by_worker(_inspect(settings)).values())
-    return "crawl.high" in names and "parse" in names
+    return "crawl.high" in names and "parse" in names and (not renders or "crawl.render" in names)
 
 
 def _check_on_item(settings: Settings, opts: CrawlOptions) -> None:
@@ -136,7 +136,7 @@ def cluster(
             settings = load(broker_url=url, redis_url="")
             click.echo(f"embedded: private redis-server at {url}, local workers", err=True)
             stack.enter_context(local_workers(url, log_dir=logs, renderers=renders))
-        elif not _has_crawl_workers(settings):
+        elif not _has_crawl_workers(settings, renders):  # a render worker too, when it renders
             click.echo("no worker consumes the crawl queues: starting local workers", err=True)
             stack.enter_context(local_workers(settings.broker_url, log_dir=logs, renderers=renders))
         yield settings
