@@ -99,6 +99,8 @@ class BrowserPool:
         self._pages = 0  # rendered by the current browser
         self._open: dict[Any, int] = {}  # browser -> its pages open now
         self._contexts: dict[str, _Context] = {}  # group -> the context its pages go to
+        #: One launch at a time: pages that start together must not each launch a browser.
+        self._launching = asyncio.Lock()
 
     def render(self, job: RenderJob) -> Rendered:
         """Render ``job`` (from any thread); raises RenderFailed or RenderRefused."""
@@ -142,6 +144,10 @@ class BrowserPool:
     async def _current(self) -> Any:
         """The browser new pages go to: a new one after a crash, ``render_browser_pages`` pages
         or ``render_max_rss_mb``."""
+        async with self._launching:
+            return await self._current_locked()
+
+    async def _current_locked(self) -> Any:
         s = self.settings
         old = self._browser
         worn = self._pages >= s.render_browser_pages
