@@ -103,7 +103,7 @@ def test_dockerfile_creates_the_volume_it_writes_and_ships_schedules():
 
 @pytest.mark.parametrize(
     "unit",
-    ["crawler-fetch@", "crawler-parse", "crawler-beat", "crawler-flower"],
+    ["crawler-fetch@", "crawler-parse", "crawler-render", "crawler-beat", "crawler-flower"],
 )
 def test_systemd_units_restart_and_match_the_procfile(unit):
     text = (ROOT / "config" / "systemd" / f"{unit}.service").read_text()
