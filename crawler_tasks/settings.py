@@ -185,6 +185,12 @@ class Settings:
     #: then its series stop, so that the exporter's series do not grow with every crawl ever
     #: run. Its numbers stay in ``crawler status`` and ``summary.json``.
     metrics_finished_seconds: float = 3600.0
+    #: Port of ``crawler dashboard`` (the crawl dashboard, a web page and its JSON API).
+    dashboard_port: int = 8787
+    #: ``user:password`` of the dashboard's HTTP basic auth; empty: no auth, which the
+    #: dashboard accepts only on a loopback address. A secret: from the environment only
+    #: (``CRAWLER_DASHBOARD_AUTH``), never shown (not in the settings' repr either).
+    dashboard_auth: str = dataclasses.field(default="", repr=False)
 
     @property
     def state_url(self) -> str:

@@ -296,6 +296,8 @@ def _describe(
         "down_since": s["down_since"] if down else None,
         "next_probe_s": round(max(0.0, s.get("not_before", now) - now), 1) if down else None,
         "dead": s.get("dead") == 1.0,
+        # Connection failures in a row (3 open the circuit; a success resets it).
+        "fails": int(s.get("fails", 0)),
     }
 
 

@@ -40,3 +40,5 @@ class Scripts:
         self.claim = client.register_script(source("claim"))
         self.ceiling = client.register_script(source("ceiling"))
         self.reserve = client.register_script(source("reserve"))
+        self.sample = client.register_script(source("sample"))
+        self.action = client.register_script(source("action"))
