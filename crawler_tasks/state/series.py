@@ -57,10 +57,15 @@ class Series:
         items]``."""
         return [json.loads(raw) for raw in self.client.lrange(self.ck.series, -last, -1)]
 
-    def rates(self, last: int = SAMPLES_KEPT) -> list[dict[str, Any]]:
+    def rates(self, last: int = SAMPLES_KEPT, live: bool = False) -> list[dict[str, Any]]:
         """Pages/s and errors/s between consecutive samples, at the later one's time. A
-        counter that went down (retry_failed takes replayed URLs off ``failed``) counts 0."""
+        counter that went down (retry_failed takes replayed URLs off ``failed``) counts 0.
+        ``live``: the counters now count as one more sample (the chart moves between two
+        samples; nothing is written)."""
         pts = self.points(last + 1)
+        if live and pts and time.time() - pts[-1][0] >= 1.0:
+            c = self.stats.counters()
+            pts.append([time.time(), *(c.get(f.value, 0) for f in FIELDS)])
         out = []
         for a, b in zip(pts, pts[1:], strict=False):
             dt = b[0] - a[0]

@@ -56,13 +56,14 @@ def crawl_page(crawl: Crawl) -> dict[str, Any]:
     the status-code and error breakdown, the series, workers seen and the action log."""
     store = crawl.store
     summary = store.stats.summary()
+    figures = crawl_figures(crawl)
     return {
-        "figures": crawl_figures(crawl),
+        "figures": figures,
         "seeds": list(crawl.options.seeds),
         "started_at": crawl.options.started_at,
         "status_codes": summary["status_codes"],
         "errors": error_classes(crawl, summary["failures"]),
-        "series": store.series.rates(),
+        "series": store.series.rates(live=figures["status"] in ("running", "paused")),
         "workers": workers_seen(crawl),
         "actions": events.actions(crawl.client, store.ck),
     }
