@@ -201,3 +201,17 @@ def test_dashboard_figures_move_while_the_crawl_runs(settings, celery_worker):
     assert any(p["pages_per_s"] > 0 for p in done["series"])
     if crawl.summary()["counters"].get("failed"):
         assert done["errors"] and done["errors"][0]["url"]
+
+
+def test_host_table_answers_reading_while_a_first_read_is_slow(settings, monkeypatch):
+    from crawler_tasks.surface import host_table
+
+    crawl = start_crawl(["http://a.test/", "http://b.test/x"], settings=settings)
+    monkeypatch.setattr(host_table, "COLD_WAIT", 0.0)
+    read = host_table.take
+    monkeypatch.setattr(host_table, "take", lambda c: (time.sleep(0.3), read(c))[1])
+    tables = host_table.HostTables()
+    first = tables.page(crawl)
+    assert first["reading"] and first["rows"] == [] and first["total"] is None
+    later = wait_until(lambda: (p := tables.page(crawl))["total"] and p, timeout=10)
+    assert [r["domain"] for r in later["rows"]] == ["a.test", "b.test"] and not later["reading"]

@@ -38,8 +38,9 @@ def host_rows(
     """One row per host: backlog, in flight, effective rate, Crawl-delay, circuit state,
     connection failures in a row, the shared ceiling (``crawler set-ceiling``)."""
     rows = []
+    rates = politeness.client.hgetall(politeness.ck.cluster_rates)  # `crawler set-rate`, once
     for i in range(0, len(names), CHUNK):
-        for info in politeness.domains(names[i : i + CHUNK]):
+        for info in politeness.domains(names[i : i + CHUNK], rates):
             rate = effective_rate(info, default_rate)
             rows.append(
                 {

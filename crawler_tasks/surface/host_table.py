@@ -39,6 +39,8 @@ COLUMNS = (
 #: Columns shown only when some host has a value.
 OPTIONAL = (("render", "Render"),)
 SORTABLE = frozenset(k for k, _ in COLUMNS + OPTIONAL)
+#: Seconds a request waits for a crawl's first read before it answers ``reading``.
+COLD_WAIT = 0.25
 #: Most rows one request may ask for.
 MAX_LIMIT = 500
 
@@ -59,7 +61,11 @@ class Snapshot:
         if key not in self.orders:
             present = [r for r in self.rows if r.get(key) is not None]
             absent = [r for r in self.rows if r.get(key) is None]
-            present.sort(key=lambda r: (r[key], r["domain"]), reverse=True)
+            present.sort(key=lambda r: r["domain"])  # ties by name, A to Z (sorts are stable)
+            if key != "domain":
+                present.sort(key=lambda r: r[key], reverse=True)
+            else:
+                present.reverse()
             self.orders[key] = present + absent
         return self.orders[key]
 
@@ -76,35 +82,42 @@ def take(crawl: Crawl) -> Snapshot:
 
 
 class HostTables:
-    """The snapshots of every crawl asked for (one process: the dashboard's)."""
+    """The snapshots of every crawl asked for (one process: the dashboard's). No request
+    waits longer than COLD_WAIT for a read: the first one of a big crawl answers ``reading``
+    and the page asks again."""
 
     def __init__(self) -> None:
         self._snaps: dict[str, Snapshot] = {}
-        self._reading: set[str] = set()
+        self._reading: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
 
-    def snapshot(self, crawl: Crawl) -> Snapshot:
+    def snapshot(self, crawl: Crawl) -> Snapshot | None:
+        """The crawl's snapshot (a stale one while its next is read), or None if its first
+        read takes longer than COLD_WAIT."""
         snap = self._snaps.get(crawl.id)
+        if snap is not None and not snap.stale(time.time()):
+            return snap
+        done = self._read_later(crawl)
         if snap is None:
-            snap = self._snaps[crawl.id] = take(crawl)
-        elif snap.stale(time.time()):
-            self._refresh_later(crawl)
-        return snap
+            done.wait(COLD_WAIT)
+        return self._snaps.get(crawl.id)
 
-    def _refresh_later(self, crawl: Crawl) -> None:
+    def _read_later(self, crawl: Crawl) -> threading.Event:
         with self._lock:
             if crawl.id in self._reading:
-                return
-            self._reading.add(crawl.id)
+                return self._reading[crawl.id]
+            done = self._reading[crawl.id] = threading.Event()
 
         def read() -> None:
             try:
                 self._snaps[crawl.id] = take(crawl)
             finally:
                 with self._lock:
-                    self._reading.discard(crawl.id)
+                    del self._reading[crawl.id]
+                done.set()
 
         threading.Thread(target=read, name="dashboard-hosts", daemon=True).start()
+        return done
 
     def page(
         self,
@@ -114,13 +127,17 @@ class HostTables:
         offset: int = 0,
         limit: int = 50,
     ) -> dict[str, Any]:
-        """One page of the table: ``limit`` rows from ``offset`` in ``sort`` order."""
+        """One page of the table: ``limit`` rows from ``offset`` in ``sort`` order; or
+        ``reading`` (no rows yet) while the crawl's first read runs."""
         snap = self.snapshot(crawl)
+        if snap is None:
+            return {"reading": True, "total": None, "rows": [], "columns": list(COLUMNS)}
         rows = snap.ordered(sort)
         if not desc:
             valued = [r for r in rows if r.get(sort) is not None]
             rows = valued[::-1] + rows[len(valued) :]
         return {
+            "reading": False,
             "total": len(rows),
             "offset": offset,
             "sort": sort,

@@ -204,6 +204,11 @@ function hostCell(tr, key, value) {
 }
 
 function showHosts(page) {
+  if (page.reading) {  // the crawl's first read of its hosts is still running
+    document.getElementById("hosts-total").textContent = "(reading the crawl's hosts…)";
+    setTimeout(refreshHosts, 1000);
+    return;
+  }
   const head = document.querySelector("#hosts thead tr");
   head.replaceChildren(...page.columns.map(([key, title]) => {
     const th = el("th", title, "sortable");
