@@ -13,6 +13,8 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
 RUNS = {
     "bloom.py": "--quick --throughput-urls 2000 --repeat 1 --accuracy-urls 5000",
     "bodies.py": "--pages 50 --size 5000",
+    "dashboard.py": "--hosts 2000 --crawls 3 --repeat 2 --broad-hosts 5 --broad-pages 3 "
+    "--broad-repeat 1 --window 2",
     "near_duplicates.py": "--originals 50",
     "frontier.py": "--urls 2000 --domains 5 --sample-seconds 3 --admit-pages 50 "
     "--cancel-timeout 30",

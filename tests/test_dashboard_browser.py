@@ -77,8 +77,6 @@ def test_pages_in_a_browser_over_a_running_crawl(settings, celery_worker, browse
             page.locator("#hosts tbody tr").first.wait_for(timeout=10_000)
             first = _figure(page, "done")
             wait_until(lambda: _figure(page, "done") >= first + 8, timeout=30)
-            if shots:
-                page.screenshot(path=str(Path(shots) / "dashboard-crawl.png"))
 
             # Pause, resume: the page says so, the crawl does so.
             page.click('button[data-action="pause"]')
@@ -116,6 +114,8 @@ def test_pages_in_a_browser_over_a_running_crawl(settings, celery_worker, browse
             }
             assert codes == {k: v for k, v in crawl.summary()["status_codes"].items() if v}
             assert page.locator("#chart polyline.pages").count() == 1
+            if shots:
+                page.screenshot(path=str(Path(shots) / "dashboard-crawl.png"))
 
             # Set a host's rate, then retry the failed URL.
             host = servers[0].base_url.split("//")[1].split(":")[0]

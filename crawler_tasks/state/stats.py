@@ -110,15 +110,22 @@ class Stats:
             "error": flags.get("error"),
         }
 
+    @staticmethod
+    def families(counters: dict[str, int]) -> dict[str, dict[str, int]]:
+        """The counter families as ``summary.json`` names them: ``status_codes``,
+        ``failures``, ``skipped``, ``changes`` (each ``{name: count}``)."""
+        families: dict[str, dict[str, int]] = {name: {} for name in formats.FAMILIES.values()}
+        for k, v in counters.items():
+            family, _, rest = k.partition(":")
+            if rest and family in formats.FAMILIES:
+                families[formats.FAMILIES[family]][rest] = v
+        return families
+
     def summary(self) -> dict[str, Any]:
         """What ``summary.json`` holds: totals, duration, rate and histograms."""
         c = self.counters()
         p = self.progress()
-        families: dict[str, dict[str, int]] = {name: {} for name in formats.FAMILIES.values()}
-        for k, v in c.items():
-            family, _, rest = k.partition(":")
-            if rest and family in formats.FAMILIES:
-                families[formats.FAMILIES[family]][rest] = v
+        families = self.families(c)
         flags = self.status.flags()
         return {
             "crawl_id": self.crawl_id,

@@ -55,21 +55,22 @@ def crawl_page(crawl: Crawl) -> dict[str, Any]:
     """Everything the dashboard's crawl page shows: :func:`crawl_figures` under ``figures``,
     the status-code and error breakdown, the series, workers seen and the action log."""
     store = crawl.store
-    summary = store.stats.summary()
+    counters = store.stats.counters()
+    families = store.stats.families(counters)
     figures = crawl_figures(crawl)
     return {
         "figures": figures,
         "seeds": list(crawl.options.seeds),
         "started_at": crawl.options.started_at,
-        "status_codes": summary["status_codes"],
-        "errors": error_classes(crawl, summary["failures"]),
+        "status_codes": dict(sorted((k, v) for k, v in families["status_codes"].items() if v)),
+        "errors": error_classes(crawl, families["failures"], counters.get("extract_errors", 0)),
         "series": store.series.rates(live=figures["status"] in ("running", "paused")),
         "workers": workers_seen(crawl),
         "actions": events.actions(crawl.client, store.ck),
     }
 
 
-def error_classes(crawl: Crawl, counts: dict[str, int]) -> list[dict[str, Any]]:
+def error_classes(crawl: Crawl, counts: dict[str, int], extract: int) -> list[dict[str, Any]]:
     """Each failure reason (the ``failed:*`` counters, exact) and extract errors, with one
     example URL and message from the dead letters (the first ``EXAMPLES_SCANNED`` read)."""
     examples: dict[str, dict[str, Any]] = {}
@@ -77,7 +78,6 @@ def error_classes(crawl: Crawl, counts: dict[str, int]) -> list[dict[str, Any]]:
         kind = record.get("error") or "extract_error"
         message = record.get("detail") or record.get("extract_error") or record.get("error")
         examples.setdefault(kind, {"url": record.get("url"), "message": message})
-    extract = crawl.store.stats.counters().get("extract_errors", 0)
     classes = {k: v for k, v in counts.items() if v}
     if extract:
         classes["extract_error"] = extract

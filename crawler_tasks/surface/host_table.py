@@ -23,7 +23,7 @@ from ..state.hosts import host_names, host_rows
 from .crawl import Crawl
 
 #: Seconds a snapshot is kept at least, and how many times its read time at least.
-MIN_AGE = 2.0
+MIN_AGE = 5.0
 AGE_FACTOR = 10.0
 #: (row key, heading) of the table, in order.
 COLUMNS = (

@@ -2,8 +2,10 @@
 // (URLs, messages) only ever goes in through textContent, never as HTML.
 "use strict";
 
-const REFRESH_MS = 2000;
-const HOSTS_REFRESH_MS = 5000;
+// Every few seconds: each refresh of the crawl page costs Redis ~25 round trips
+// (bench/dashboard.py measures what an open page adds to a broad crawl's Redis CPU).
+const REFRESH_MS = 3000;
+const HOSTS_REFRESH_MS = 6000;
 const HOSTS_PER_PAGE = 50;
 
 function el(tag, text, cls) {
@@ -83,7 +85,8 @@ function crawlRow(c) {
   cell(tr, fmt(c.failed, 0), "num");
   cell(tr, fmt(c.recent_pages_per_s), "num");
   cell(tr, fmt(c.pages_per_s), "num");
-  cell(tr, c.eta_s === undefined ? "—" : duration(c.eta_s), "num");
+  const over = ["finished", "cancelled"].includes(c.status);
+  cell(tr, over ? "done" : (c.eta_s === undefined ? "—" : duration(c.eta_s)), "num");
   const seeds = c.seeds[0] + (c.seeds.length > 1 ? " (+" + (c.seeds.length - 1) + ")" : "");
   cell(tr, seeds, "url");
   return tr;
@@ -125,7 +128,8 @@ function showFigures(f) {
   const part = ratio(f.done, f.admitted);
   document.getElementById("bar-fill").style.width = (part * 100).toFixed(2) + "%";
   document.getElementById("percent").textContent = (part * 100).toFixed(1) + " %";
-  document.getElementById("eta").textContent = f.eta_s === undefined ? "—" : duration(f.eta_s);
+  const over = ["finished", "cancelled"].includes(f.status);
+  document.getElementById("eta").textContent = over ? "done" : (f.eta_s === undefined ? "—" : duration(f.eta_s));
   const notes = [f.error && "error: " + f.error, f.output && "output: " + f.output,
     f.admission_paused && "admission paused: Redis near maxmemory",
     f.redis_oom && "Redis refuses writes (maxmemory)"].filter(Boolean);
@@ -152,7 +156,7 @@ function chart(series) {
   };
   line(pad, H - pad, W - 4, H - pad); line(pad, 4, pad, H - pad);
   document.getElementById("chart-span").textContent = series.length
-    ? "(" + series.length + " samples, last " + duration(series[series.length - 1].t - series[0].t) + ")" : "(no samples yet)";
+    ? "(" + series.length + " points over " + duration(series[series.length - 1].t - series[0].t) + ", one per 5 s at most)" : "(no samples yet)";
   if (series.length < 1) return;
   const top = Math.max(1, ...series.map((p) => Math.max(p.pages_per_s, p.errors_per_s)));
   const t0 = series[0].t, span = Math.max(1, series[series.length - 1].t - t0);
