@@ -82,6 +82,15 @@ def test_pages_in_a_browser_over_a_running_crawl(settings, celery_worker, browse
             page.click('button[data-action="pause"]')
             page.locator("#status", has_text="paused").wait_for(timeout=5000)
             assert crawl.store.status.flags()["paused"] == "1"
+            # During the crawl (paused: once its last fetches are in, nothing moves), the
+            # page's figures are status --json's.
+            wait_until(lambda: crawl.progress()["in_flight"] == 0, timeout=20)
+            page.wait_for_timeout(3500)  # one refresh of the page after that
+            during = _status_json(settings, crawl.id)
+            assert during["outstanding"] > 0, "paused mid-crawl"
+            for name in ("done", "admitted", "outstanding", "queued", "failed"):
+                shown = page.locator(f'#counters tr[data-key="{name}"] td').nth(1).inner_text()
+                assert int(shown.replace(",", "")) == during[name], name
             page.click('button[data-action="resume"]')
             page.locator("#status", has_text="running").wait_for(timeout=5000)
 
