@@ -158,15 +158,17 @@ def test_series_one_sample_per_interval_and_expires_with_the_crawl(settings, cli
     assert series.points() == [[round(crawl.options.started_at, 3), 0, 0, 0, 0]]  # the start
     client.delete(crawl.store.ck.sampled, crawl.store.ck.series)
     assert series.sample(now=1000.0, every=30)
-    assert not series.sample(now=1001.0, every=30)  # another process's turn this interval
+    other = crawl.store.__class__(crawl.store.r, crawl.options).series  # another process's
+    assert not other.sample(now=1001.0, every=30)  # the turn was taken this interval
+    series._next_try = other._next_try = 0.0  # (each process also waits every/2 itself)
     client.delete(crawl.store.ck.sampled)
     crawl.store.stats.add("done", 50)
     crawl.store.stats.add("failed", 5)
     assert series.sample(now=1010.0, every=30)
+    assert not series.sample(now=1011.0, every=30)  # this process's own wait, no Redis asked
     assert series.rates() == [{"t": 1010.0, "pages_per_s": 5.0, "errors_per_s": 0.5}]
     for n in range(1500):  # bounded: the oldest go
-        client.delete(crawl.store.ck.sampled)
-        series.sample(now=2000.0 + n, every=30)
+        series.sample(now=2000.0 + n, force=True)
     assert client.llen(crawl.store.ck.series) == 1440
     crawl.store.status.expire(60)
     assert 0 < client.ttl(crawl.store.ck.series) <= 60
@@ -215,3 +217,15 @@ def test_host_table_answers_reading_while_a_first_read_is_slow(settings, monkeyp
     assert first["reading"] and first["rows"] == [] and first["total"] is None
     later = wait_until(lambda: (p := tables.page(crawl))["total"] and p, timeout=10)
     assert [r["domain"] for r in later["rows"]] == ["a.test", "b.test"] and not later["reading"]
+
+
+def test_redis_gone_is_a_503_saying_so_not_a_traceback():
+    from crawler_tasks.surface.embedded import private_redis
+
+    with private_redis() as url, dashboard(url) as base:
+        assert requests.get(base + "/api/crawls", auth=AUTH, timeout=5).ok
+        import redis as redis_py
+
+        redis_py.Redis.from_url(url).shutdown(nosave=True)
+        gone = requests.get(base + "/api/crawls", auth=AUTH, timeout=30)
+    assert gone.status_code == 503 and gone.json()["error"].startswith("Redis: ")

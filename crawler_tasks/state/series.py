@@ -36,12 +36,19 @@ FIELDS = (Counter.DONE, Counter.FAILED, Counter.EXTRACT_ERRORS, Counter.ITEMS)
 class Series:
     def __init__(self, client: redis.Redis, ck: CrawlKeys, stats: Stats, scripts: Scripts) -> None:
         self.client, self.ck, self.stats, self.scripts = client, ck, stats, scripts
+        #: Monotonic time before which this process does not even ask for the turn (the
+        #: dispatcher's repair round runs every 2 s; a sample is due every SAMPLE_EVERY).
+        self._next_try = 0.0
 
     def sample(
         self, now: float | None = None, every: float = SAMPLE_EVERY, force: bool = False
     ) -> bool:
         """Take this interval's sample unless another process did; True if this one did.
         ``force``: a sample of a moment that happens once (the crawl's start and end)."""
+        if not force:
+            if time.monotonic() < self._next_try:
+                return False
+            self._next_try = time.monotonic() + every / 2
         taken = self.client.set(self.ck.sampled, "1", nx=True, px=int(every * 1000))
         if not (taken or force):
             return False

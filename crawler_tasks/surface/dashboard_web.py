@@ -13,7 +13,7 @@ from ..errors import UnknownCrawl
 from ..state import events
 from ..state.keys import Keys
 from ..state.politeness import set_rate
-from .cli_common import Fail
+from .cli_common import Fail, one_line
 from .crawl import Crawl
 from .dashboard import LOOPBACK_NAMES, authorized, dumps, executor
 from .figures import crawl_figures, crawl_page, crawls_list
@@ -87,7 +87,12 @@ class Base(tornado.web.RequestHandler):
         self.finish(dumps(value))
 
     async def off_loop(self, fn: Any, *args: Any) -> Any:
-        return await IOLoop.current().run_in_executor(self.ctx["pool"], fn, *args)
+        """``fn`` in a thread; Redis gone or refusing answers 503 with why (the page says it
+        and keeps polling), not a traceback."""
+        try:
+            return await IOLoop.current().run_in_executor(self.ctx["pool"], fn, *args)
+        except redis.RedisError as exc:
+            raise tornado.web.HTTPError(503, f"Redis: {one_line(str(exc))}") from None
 
     def crawl(self, crawl_id: str) -> Crawl:
         crawl = Crawl(crawl_id, settings=self.ctx["settings"], client=self.ctx["client"])
