@@ -66,6 +66,8 @@ def crawl_page(crawl: Crawl) -> dict[str, Any]:
         "errors": error_classes(crawl, families["failures"], counters.get("extract_errors", 0)),
         "series": store.series.rates(live=figures["status"] in ("running", "paused")),
         "workers": workers_seen(crawl),
+        # Workers admit no new URL above this fraction of maxmemory (the admission line).
+        "admission_memory_fraction": crawl.settings.admission_memory_fraction,
         "actions": events.actions(crawl.client, store.ck),
     }
 

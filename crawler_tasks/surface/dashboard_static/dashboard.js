@@ -117,7 +117,7 @@ function kv(table, pairs) {
   }));
 }
 
-function showFigures(f) {
+function showFigures(f, fraction) {
   document.getElementById("crawl-id").textContent = f.crawl_id;
   const badge = document.getElementById("status");
   badge.textContent = f.status + (f.paused && f.status !== "paused" ? " (paused)" : "");
@@ -139,7 +139,8 @@ function showFigures(f) {
   const mem = f.redis_memory;
   kv(document.getElementById("admission"), [
     ["Redis memory", mem ? fmt(mem.used_bytes / 1048576, 1) + " MB of maxmemory " + fmt(mem.maxmemory_bytes / 1048576, 1) + " MB" : "no maxmemory (noeviction) set"],
-    ["admission", f.admission_paused ? "paused (Redis near maxmemory)" : "open"],
+    ["admission line", mem ? fmt(mem.maxmemory_bytes * fraction / 1048576, 1) + " MB (" + fmt(fraction * 100, 0) + " % of maxmemory), " + fmt(100 * mem.used_bytes / (mem.maxmemory_bytes * fraction), 1) + " % reached" : "—"],
+    ["admission", f.admission_paused ? "paused (Redis above the admission line)" : "open"],
     ["Redis refuses writes", f.redis_oom ? "yes" : "no"],
   ]);
 }
@@ -180,7 +181,7 @@ function fillRows(id, rows, make) {
 }
 
 function showPage(d) {
-  showFigures(d.figures);
+  showFigures(d.figures, d.admission_memory_fraction);
   chart(d.series);
   fillRows("status-codes", Object.entries(d.status_codes), ([code, n]) => {
     const tr = el("tr"); cell(tr, code); cell(tr, fmt(n, 0), "num"); return tr;
