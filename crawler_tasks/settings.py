@@ -63,6 +63,14 @@ class Settings:
     #: (certifi's public CAs). Empty (the default) = the default store only. Read when a
     #: process starts: a missing or unreadable file, or one without a certificate, stops it.
     ca_bundle: str = ""
+    #: Hosts (a host at one address) a fetch process keeps connections to: past that, the
+    #: least recently used host's are closed. About the hosts a process fetches from within
+    #: ``connection_idle`` seconds: too few, and a host's next page pays a new connection
+    #: and, on HTTPS, a full TLS handshake (32 gave 1.0 new connections per page on 200 hosts).
+    connection_pools: int = 1024
+    #: Seconds a kept-alive connection may wait unused before the fetcher closes it (servers
+    #: close theirs after 5-75 s; one closed by the server is replaced when next needed).
+    connection_idle: float = 30.0
     #: Seconds to establish a TCP/TLS connection.
     connect_timeout: float = 10.0
     #: Seconds between two received bytes.

@@ -669,6 +669,55 @@ def test_dns_rebinding_cannot_move_the_connection(
     assert second.paths() == ["/echo"] and first.paths() == ["/page"]
 
 
+def test_a_kept_connection_serves_only_the_address_it_was_pinned_to(
+    monkeypatch: pytest.MonkeyPatch,
+    fetcher: Fetcher,
+    twin_servers: tuple[TestServer, TestServer],
+    connects: list[Any],
+) -> None:
+    # The name moves to 127.0.0.3 and back: each address's connection is kept and reused for
+    # that address only, never handed a request the guard vetted for the other.
+    first, second = twin_servers
+    fake_dns(monkeypatch, {"moving.test": [["127.0.0.2"], ["127.0.0.3"], ["127.0.0.2"]]})
+    got = [
+        fetcher.get(first.url(f"/echo?{n}", host="moving.test"), allow_private=True).ip
+        for n in range(4)
+    ]
+    assert got == ["127.0.0.2", "127.0.0.3", "127.0.0.2", "127.0.0.2"]
+    assert [a for a, _ in connects] == ["127.0.0.2", "127.0.0.3"]  # two connections, kept
+    assert first.paths() == ["/echo?0", "/echo?2", "/echo?3"] and second.paths() == ["/echo?1"]
+
+
+def test_connections_are_kept_for_many_hosts(
+    monkeypatch: pytest.MonkeyPatch,
+    make_fetcher: Callable[..., Fetcher],
+    server: TestServer,
+    connects: list[Any],
+) -> None:
+    # 100 hosts in turn (more than urllib3's 10 pools, or the 32 the fetcher had): the second
+    # round reuses every first round's connection (it used to open 1.0 per page on 200 hosts).
+    names = [f"h{n}.test" for n in range(100)]
+    fake_dns(monkeypatch, {name: [["127.0.0.1"]] for name in names})
+    fetcher = make_fetcher()
+    for _ in range(2):
+        for name in names:
+            assert fetcher.get(server.url("/page", host=name), allow_private=True).status == 200
+    assert len(connects) == 100
+
+
+def test_idle_connections_are_closed(
+    make_fetcher: Callable[..., Fetcher], server: TestServer, connects: list[Any]
+) -> None:
+    fetcher = make_fetcher(idle_seconds=0.4)
+    assert fetcher.get(server.url("/page"), allow_private=True).status == 200
+    time.sleep(0.2)  # idle less than 0.4 s: kept
+    assert fetcher.get(server.url("/page"), allow_private=True).status == 200
+    assert len(connects) == 1
+    time.sleep(0.6)  # idle longer: closed by the next fetch's look, which opens a new one
+    assert fetcher.get(server.url("/page"), allow_private=True).status == 200
+    assert len(connects) == 2
+
+
 def test_next_address_tried_when_connection_refused(
     monkeypatch: pytest.MonkeyPatch, fetcher: Fetcher, server: TestServer
 ) -> None:

@@ -34,7 +34,7 @@ from urllib.parse import urljoin, urlsplit
 import requests
 from requests.cookies import RequestsCookieJar
 from requests.structures import CaseInsensitiveDict
-from urllib3.exceptions import HTTPError
+from urllib3.exceptions import ClosedPoolError, HTTPError
 from urllib3.response import HTTPResponse
 
 from ..errors import (
@@ -97,7 +97,8 @@ class Fetcher:
         total_timeout: float,
         max_body_bytes: int,
         max_redirects: int,
-        pool_size: int = 32,
+        pools: int = 1024,
+        idle_seconds: float = 30.0,
         ca_bundle: str | None = None,
     ) -> None:
         self._connect_timeout = connect_timeout
@@ -116,7 +117,7 @@ class Fetcher:
             {"User-Agent": user_agent, "Accept-Encoding": _accept_encoding()}
         )
         # ca_bundle: a private CA's PEM file, trusted beside certifi's (settings.ca_bundle)
-        adapter = PinnedAdapter(self._context, pool_size, tls_context(ca_bundle))
+        adapter = PinnedAdapter(self._context, pools, tls_context(ca_bundle), idle_seconds)
         self._session.mount("http://", adapter)
         self._session.mount("https://", adapter)
 
@@ -129,6 +130,8 @@ class Fetcher:
             total_timeout=settings.total_timeout,
             max_body_bytes=settings.max_body_bytes,
             max_redirects=settings.max_redirects,
+            pools=settings.connection_pools,
+            idle_seconds=settings.connection_idle,
             ca_bundle=settings.ca_bundle or None,
         )
 
@@ -259,8 +262,18 @@ class Fetcher:
         timeout = (min(self._connect_timeout, remaining), min(self._read_timeout, remaining))
         # The adapter, not Session.send: with allow_redirects=False the session still builds
         # the next hop and reads the whole redirect body (unbounded) to do so.
-        adapter = self._session.get_adapter(prepared.url or "")
+        adapter = cast(PinnedAdapter, self._session.get_adapter(prepared.url or ""))
+        adapter.close_idle()
         proxies = {"http": proxy, "https": proxy} if proxy else {}
+        try:
+            return adapter.send(
+                prepared, stream=True, timeout=timeout, verify=True, proxies=proxies
+            )
+        except requests.ConnectionError as exc:
+            if not (exc.args and isinstance(exc.args[0], ClosedPoolError)):
+                raise
+        # The host's pool was closed as idle (close_idle) between taking it and using it:
+        # nothing was sent; this send takes a new pool.
         return adapter.send(prepared, stream=True, timeout=timeout, verify=True, proxies=proxies)
 
     def _read(

@@ -166,11 +166,19 @@ class _PinnedHTTPSConnection(_PinnedHTTPConnection, HTTPSConnection):
 
 class _PinnedHTTPPool(HTTPConnectionPool):
     ConnectionCls = _PinnedHTTPConnection
+    #: time.monotonic() when a connection was last taken or given back (see close_idle;
+    #: a pool never used yet is about to be)
+    last_used = float("inf")
+
+    def _get_conn(self, timeout: float | None = None) -> BaseHTTPConnection:
+        self.last_used = time.monotonic()
+        return super()._get_conn(timeout)
 
     def _put_conn(self, conn: BaseHTTPConnection | None) -> None:
         # Back in the pool a connection may serve another thread: the current fetch's deadline
         # must not cut it off any more.
         self.conn_kw["context"].forget()
+        self.last_used = time.monotonic()
         super()._put_conn(conn)
 
 
@@ -228,16 +236,52 @@ def tls_context(ca_bundle: str | None = None) -> ssl.SSLContext:
     return context
 
 
+#: Connections kept per host (at one address): its concurrency seldom exceeds it; beyond,
+#: a connection is closed after use instead of kept.
+POOL_MAXSIZE = 16
+
+
 class PinnedAdapter(HTTPAdapter):
     """A requests adapter that only connects to ``context.pinned_ip`` (refuses when unset)
     and verifies certificates against ``ssl_context`` (always: see :meth:`cert_verify`)."""
 
     def __init__(
-        self, context: ConnectionContext, pool_size: int, ssl_context: ssl.SSLContext
+        self,
+        context: ConnectionContext,
+        pools: int,
+        ssl_context: ssl.SSLContext,
+        idle_seconds: float = 30.0,
     ) -> None:
         self._context = context  # before super().__init__(), which calls init_poolmanager()
         self._ssl_context = ssl_context
-        super().__init__(pool_connections=pool_size, pool_maxsize=pool_size, max_retries=0)
+        self._idle = idle_seconds
+        self._swept = time.monotonic()
+        self._sweeping = threading.Lock()
+        # A pool per host (at one address), ``pools`` of them: the hosts a process fetches
+        # from lately, each with the connections its concurrency needs (POOL_MAXSIZE).
+        super().__init__(pool_connections=pools, pool_maxsize=POOL_MAXSIZE, max_retries=0)
+
+    def close_idle(self) -> None:
+        """Close the pools (and their connections) of hosts not used for ``idle_seconds``;
+        looked at every quarter of that, by whichever fetch comes then."""
+        now = time.monotonic()
+        if now - self._swept < self._idle / 4 or not self._sweeping.acquire(blocking=False):
+            return
+        try:
+            self._swept = now
+            pools = self.poolmanager.pools
+            # Read under the container's lock without get(), which would reorder its LRU.
+            with pools.lock:
+                idle = [
+                    key
+                    for key, pool in pools._container.items()
+                    if now - getattr(pool, "last_used", now) > self._idle
+                ]
+            for key in idle:
+                with contextlib.suppress(KeyError):
+                    del pools[key]  # closes its idle connections; a busy one on return
+        finally:
+            self._sweeping.release()
 
     def cert_verify(self, conn: Any, url: str, verify: Any, cert: Any) -> None:
         # requests would point every pool at certifi's file (ca_certs), which makes urllib3
