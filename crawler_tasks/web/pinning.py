@@ -11,6 +11,8 @@ at the request's total deadline.
 from __future__ import annotations
 
 import contextlib
+import heapq
+import os
 import socket
 import ssl
 import threading
@@ -55,9 +57,7 @@ class Deadline:
         #: time.monotonic() when the fetch's first request had been written to its socket
         #: (politeness paces from it, see :meth:`sent`)
         self.sent_at: float | None = None
-        self._timer = threading.Timer(seconds, self._expire)
-        self._timer.daemon = True
-        self._timer.start()
+        _WATCH.add(self._end, self)
 
     def remaining(self) -> float:
         return self._end - time.monotonic()
@@ -86,12 +86,12 @@ class Deadline:
             raise FetchTimeout("total deadline exceeded")
 
     def finish(self) -> None:
-        self._timer.cancel()
         with self._lock:
             self._done = True
             self._sockets.clear()
 
-    def _expire(self) -> None:
+    def expire(self) -> None:
+        """Called by the watcher at the deadline (nothing happens once finished)."""
         with self._lock:
             if self._done:
                 return
@@ -99,6 +99,46 @@ class Deadline:
             for sock in self._sockets:
                 _shutdown(sock)
             self._sockets.clear()
+
+
+class _Watcher:
+    """One thread per process that expires every :class:`Deadline` at its time (a timer
+    thread per fetch cost a thread's start and end for each page). Finished deadlines stay
+    in the heap until their time comes, then are dropped; ``expire`` does nothing for them."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """Empty, its thread not started: at import, and in a forked child (where the
+        parent's thread does not run and its lock may have been held)."""
+        self._heap: list[tuple[float, int, Deadline]] = []
+        self._cond = threading.Condition(threading.Lock())
+        self._thread: threading.Thread | None = None
+
+    def add(self, end: float, deadline: Deadline) -> None:
+        with self._cond:
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="fetch-deadlines", daemon=True
+                )
+                self._thread.start()
+            heapq.heappush(self._heap, (end, id(deadline), deadline))
+            if self._heap[0][2] is deadline:  # sooner than what the thread sleeps for
+                self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._heap or self._heap[0][0] > time.monotonic():
+                    wait = self._heap[0][0] - time.monotonic() if self._heap else None
+                    self._cond.wait(wait)
+                _, _, due = heapq.heappop(self._heap)
+            due.expire()
+
+
+_WATCH = _Watcher()
+os.register_at_fork(after_in_child=_WATCH.reset)
 
 
 def _shutdown(sock: socket.socket) -> None:
