@@ -36,10 +36,10 @@ from crawler_tasks.errors import (
     UnsupportedScheme,
 )
 from crawler_tasks.settings import Settings
-from crawler_tasks.web import netguard
+from crawler_tasks.web import netguard, pinning
 from crawler_tasks.web.fetcher import Fetcher
 from crawler_tasks.web.netguard import check_host, is_allowed_address, is_public_address
-from crawler_tasks.web.pinning import tls_context
+from crawler_tasks.web.pinning import Deadline, tls_context
 
 MIB = 1024 * 1024
 LIMIT = MIB  # max_body_bytes of the default test fetcher
@@ -819,6 +819,19 @@ def test_trickling_server_cut_at_total_timeout(
     assert 1.0 - 0.02 <= time.monotonic() - started < 5.0
     # The fetcher is still usable afterwards.
     assert fetcher.get(server.url("/page"), allow_private=True).status == 200
+
+
+def test_one_deadline_thread_expires_in_time_and_forgets_finished_ones() -> None:
+    # Every fetch's deadline is one heap entry of one thread (not a thread per fetch); the
+    # finished ones do not pile up until their 60 s are over.
+    for _ in range(5000):
+        Deadline(60.0).finish()
+    assert len(pinning._WATCH._heap) < 2048
+    short, later = Deadline(0.2), Deadline(0.6)
+    time.sleep(0.4)
+    assert short.expired and not later.expired
+    later.finish()
+    assert {t.name for t in threading.enumerate()}.issuperset({"fetch-deadlines"})
 
 
 def test_deadline_of_one_thread_spares_the_others(
