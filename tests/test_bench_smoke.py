@@ -25,6 +25,14 @@ RUNS = {
     "--timeout 60",
     "scaling.py": "--hosts 5 --pages 3 --fetchers 1 --states one --threads 8 --timeout 60",
 }
+#: More runs of a script, for a mode with a code path of its own: name -> (script, arguments).
+VARIANTS = {
+    "broad.py --https --real-sizes": (
+        "broad.py",
+        "--hosts 5 --pages 3 --modes fast --layouts threads:8x1:1 --skip-scrapy --timeout 60 "
+        "--https --real-sizes",
+    ),
+}
 
 
 def test_every_bench_script_has_a_smoke_run():
@@ -32,10 +40,11 @@ def test_every_bench_script_has_a_smoke_run():
     assert scripts == set(RUNS), scripts ^ set(RUNS)
 
 
-@pytest.mark.parametrize("script", sorted(RUNS))
-def test_bench_script_runs(script: str, tmp_path: Path):
+@pytest.mark.parametrize("run", sorted([*RUNS, *VARIANTS]))
+def test_bench_script_runs(run: str, tmp_path: Path):
+    script, arguments = VARIANTS.get(run, (run, RUNS.get(run, "")))
     result = subprocess.run(
-        [sys.executable, str(BENCH / script), *RUNS[script].split()],
+        [sys.executable, str(BENCH / script), *arguments.split()],
         cwd=tmp_path,
         capture_output=True,
         text=True,

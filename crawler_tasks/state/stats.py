@@ -108,6 +108,7 @@ class Stats:
             "recent_pages_per_s": self.recent_rate(),
             "output": self.status.output_problem(flags),
             "error": flags.get("error"),
+            formats.TLS_NOTE: flags.get(formats.TLS_NOTE),
         }
 
     @staticmethod
@@ -136,6 +137,7 @@ class Stats:
             "pages_per_s": p["pages_per_s"],
             "error": flags.get("error"),
             "robots_unreachable_why": flags.get("robots_unreachable_why"),
+            formats.TLS_NOTE: flags.get(formats.TLS_NOTE),
             "counters": {k: v for k, v in c.items() if ":" not in k},
             **families,
             "status_codes": dict(sorted(families["status_codes"].items())),
