@@ -3,6 +3,7 @@
     .venv/bin/python bench/broad.py                          # 1,000 hosts x 21 pages, both modes
     .venv/bin/python bench/broad.py --hosts 200 --pages 20   # quick: ~2-3 minutes
     .venv/bin/python bench/broad.py --modes polite --layouts threads:16x2:2,threads:256x2:2
+    .venv/bin/python bench/broad.py --https --real-sizes --hosts 200 --pages 41  # the real web
 
 (Scrapy must be installed: ``.venv/bin/pip install -e '.[bench]'``; ``--skip-scrapy`` without.)
 
@@ -11,6 +12,13 @@ hosts on 127.10.x.y (Linux routes 127/8 to lo), ``--pages`` HTML pages each, 50-
 response (``--latency LOW,HIGH``), robots.txt per host disallowing ``/private/`` (every page
 links there), each page linking to 2 pages of its host and 3 of other hosts. Seeds: every
 host's root.
+
+``--https``: every host serves HTTPS only, its certificate signed by a private CA made for the
+run (``_tls.py``), which our crawler is given as ``CRAWLER_CA_BUNDLE`` (Scrapy does not verify
+certificates by default, so it needs nothing). ``--real-sizes``: pages of the web's sizes
+(median 49 KB, 9 % above 150 kB) sent gzip-compressed (``_broad_server.py``). The server
+counts, per crawler: new connections and full TLS handshakes (those not resuming a session)
+per page, and bytes per page as sent (compressed).
 
 Modes: ``polite`` (1 request/s and 1 connection per host, burst 1) and ``fast`` (no delay,
 ``--fast-conn`` connections per host). Each crawler gets the same politeness: ours through
@@ -57,6 +65,7 @@ import _util
 import psutil
 import redis
 from _broad_server import address
+from _tls import make_certs
 from crawl import cpu_seconds, redis_cpu, tree, wait_for_workers
 
 from crawler_tasks import start_crawl
@@ -74,10 +83,20 @@ class Web:
         self.hosts, self.pages, self.port = args.hosts, args.pages, free_port()
         self.log = Path(args.keep or tmp) / "server.log"
         self.log.touch()
+        https = getattr(args, "https", False)
+        self.scheme = "https" if https else "http"
+        #: The private CA's file (--https), for our crawler's CRAWLER_CA_BUNDLE.
+        self.ca: str | None = None
+        extra = ["--real-sizes"] if getattr(args, "real_sizes", False) else []
+        if https:
+            certs = Path(tmp) / "certs"
+            certs.mkdir()
+            self.ca = str(make_certs(certs, self.hosts))
+            extra += ["--tls", str(certs)]
         self.proc = subprocess.Popen(
             [sys.executable, str(HERE / "_broad_server.py"), "--hosts", str(self.hosts)]
             + ["--pages", str(self.pages), "--port", str(self.port), "--log", str(self.log)]
-            + ["--low", str(args.latency[0]), "--high", str(args.latency[1])],
+            + ["--low", str(args.latency[0]), "--high", str(args.latency[1]), *extra],
             stdout=subprocess.PIPE,
         )
         assert self.proc.stdout is not None
@@ -85,7 +104,7 @@ class Web:
             raise RuntimeError("the broad-crawl server did not start")
 
     def seeds(self) -> list[str]:
-        return [f"http://{address(i)}:{self.port}/" for i in range(self.hosts)]
+        return [f"{self.scheme}://{address(i)}:{self.port}/" for i in range(self.hosts)]
 
     def mark(self) -> int:
         time.sleep(0.3)  # the server flushes every 0.2 s
@@ -104,12 +123,18 @@ class Web:
         kinds: Counter[str] = Counter()
         pages: Counter[tuple[int, str]] = Counter()
         inflight: list[tuple[float, int]] = []
+        conns = resumed = sent = 0
         for line in lines:
-            t, host, kind, path = line.split("\t")
+            t, host, kind, path, size = line.split("\t")
             if kind == "inflight":
                 inflight.append((float(t), int(path)))
                 continue
+            if kind == "conn":
+                conns += 1
+                resumed += path == "1"
+                continue
             kinds[kind] += 1
+            sent += int(size)
             per_host[int(host)].append(float(t))
             if kind == "page":
                 pages[(int(host), "/" if path == "/" else path)] += 1
@@ -135,6 +160,13 @@ class Web:
             "inflight_mean": sum(busy) / len(busy),
             "inflight_peak": max(busy),
             "max_1s": max_1s,
+            "conns": conns,
+            "new_conns_per_page": conns / max(kinds["page"], 1),
+            "full_handshakes_per_page": (conns - resumed) / max(kinds["page"], 1)
+            if self.scheme == "https"
+            else 0.0,
+            "resumed": resumed,
+            "kb_per_page": sent / 1000 / max(kinds["page"], 1),
         }
         if math.isfinite(rate):
             out["bound"] = requests / span / (self.hosts * rate)
@@ -191,7 +223,8 @@ def run_ours(args: Any, web: Web, mode: str, layout: str, state: str = "one") ->
         redis_for(state) as (url, state_url, nodes),
         tempfile.TemporaryDirectory(prefix="bench-broad-") as tmp,
     ):
-        settings = load(env={}, broker_url=url, redis_url=state_url, output_dir=tmp)
+        ca_env = {"CRAWLER_CA_BUNDLE": web.ca} if web.ca else {}
+        settings = load(env=ca_env, broker_url=url, redis_url=state_url, output_dir=tmp)
         client = nodes[0]  # the broker
         t0 = time.monotonic()
         with local_workers(
@@ -201,7 +234,7 @@ def run_ours(args: Any, web: Web, mode: str, layout: str, state: str = "one") ->
             fetchers=fetchers,
             pool=pool,
             log_dir=args.keep or tmp,
-            extra_env={**args.worker_env, "CRAWLER_REDIS_URL": state_url},
+            extra_env={**args.worker_env, "CRAWLER_REDIS_URL": state_url, **ca_env},
             events=args.events,
         ) as procs:
             wait_for_workers(client)
@@ -270,6 +303,7 @@ def run_ours(args: Any, web: Web, mode: str, layout: str, state: str = "one") ->
         "inflight_per_fetch_process": figures.get("inflight_mean", 0) / fetchers,
         "peak_rss_mb": {k: round(v / 2**20, 1) for k, v in sorted(rss.peak.items())},
         "cpu_ms_per_page": sum(wcpu1.get(p, 0) - wcpu0.get(p, 0) for p in wcpu1) / n * 1000,
+        "rss_mb": round(sum(rss.peak.values()) / 2**20),
         "redis_cpu_ms_per_page": rcpu / n * 1000,
         "server_cpu_ms_per_page": server_cpu / n * 1000,
         # INFO commandstats counts the commands a Lua script runs as well as those clients
@@ -344,6 +378,7 @@ def run_scrapy(args: Any, web: Web, mode: str) -> dict[str, Any]:
         "e2e_cold": figures.get("distinct", 0) / wall,
         "status": f"exit {proc.returncode}",
         "peak_rss_mb": {"scrapy": round(peak / 2**20, 1)},
+        "rss_mb": round(peak / 2**20),
         "cpu_ms_per_page": cpu / n * 1000,
         "server_cpu_ms_per_page": (web.cpu() - cpu0) / n * 1000,
     }
@@ -371,6 +406,10 @@ COLUMNS = [
     "private",
     "wall_s",
     "cpu_ms_per_page",
+    "new_conns_per_page",
+    "full_handshakes_per_page",
+    "kb_per_page",
+    "rss_mb",
     "redis_cmds_per_page",
     "redis_round_trips_per_page",
     "redis_cpu_ms_per_page",
@@ -415,6 +454,8 @@ def main() -> int:
     )
     p.add_argument("--worker-env", action="append", default=[], metavar="NAME=VALUE")
     p.add_argument("--keep", help="existing directory for the server's and workers' logs")
+    p.add_argument("--https", action="store_true", help="HTTPS only, a private CA")
+    p.add_argument("--real-sizes", action="store_true", help="the web's page sizes, gzip")
     args = p.parse_args()
     args.worker_env = dict(kv.split("=", 1) for kv in args.worker_env)
     args.latency = read_latency(p, args.latency)
@@ -438,7 +479,13 @@ def main() -> int:
         if ref and ref.get("pages_per_s"):
             r["x_scrapy"] = r.get("pages_per_s", 0) / ref["pages_per_s"]
             r["x_scrapy_e2e"] = r.get("e2e_pages_per_s", 0) / ref["e2e_pages_per_s"]
-    web_info = {"hosts": args.hosts, "pages": args.hosts * args.pages, "cpus": os.cpu_count()}
+    web_info = {
+        "hosts": args.hosts,
+        "pages": args.hosts * args.pages,
+        "scheme": "https" if args.https else "http",
+        "sizes": "real (median 49 KB, gzip)" if args.real_sizes else "~2.5 KB",
+        "cpus": os.cpu_count(),
+    }
     tables = [
         _util.table("Web", [web_info]),
         _util.table("Pages/s from the server's log", rows, COLUMNS),

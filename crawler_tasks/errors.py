@@ -26,6 +26,9 @@ string recorded in ``pages*.jsonl`` and the dead-letter list::
         ├── MissingSecret            an ``env:NAME`` the crawl names is not set on this worker
         ├── UnsupportedScheme        not http(s)
         ├── TooManyRedirects         redirect loop or more hops than ``max_redirects``
+        ├── TLSError                 the TLS handshake failed: a certificate that does not
+        │                            verify (unknown CA: ``CRAWLER_CA_BUNDLE``; expired;
+        │                            another name), or no TLS spoken on that port
         ├── TooLarge                 ``Content-Length`` above ``max_body_bytes``
         ├── BadEncoding              a body its ``Content-Encoding`` cannot decode (bad gzip)
         ├── InvalidURL               not a URL we can normalise
@@ -168,6 +171,14 @@ class UnsupportedScheme(PermanentError):
 
 class TooManyRedirects(PermanentError):
     reason = "too_many_redirects"
+
+
+class TLSError(PermanentError):
+    """The same handshake would fail the same way: recorded, not retried (and not a host
+    outage: the host answered). The message is OpenSSL's, without its codes:
+    ``certificate verify failed: unable to get local issuer certificate``."""
+
+    reason = "tls_error"
 
 
 class TooLarge(PermanentError):

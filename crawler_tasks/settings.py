@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import ssl
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -57,6 +58,19 @@ class Settings:
     user_agent: str = "crawler-tasks/0.1 (+https://github.com/crawler-tasks/crawler-tasks)"
     #: Crawl default. Product token matched against robots.txt ``User-agent:`` lines.
     robots_agent: str = "crawler-tasks"
+    #: Path of a PEM file of extra certificate authorities (an intranet's or a test site's
+    #: private CA), trusted for pages and robots.txt alike IN ADDITION to the default store
+    #: (certifi's public CAs). Empty (the default) = the default store only. Read when a
+    #: process starts: a missing or unreadable file, or one without a certificate, stops it.
+    ca_bundle: str = ""
+    #: Hosts (a host at one address) a fetch process keeps connections to: past that, the
+    #: least recently used host's are closed. About the hosts a process fetches from within
+    #: ``connection_idle`` seconds: too few, and a host's next page pays a new connection
+    #: and, on HTTPS, a full TLS handshake (32 gave 1.0 new connections per page on 200 hosts).
+    connection_pools: int = 1024
+    #: Seconds a kept-alive connection may wait unused before the fetcher closes it (servers
+    #: close theirs after 5-75 s; one closed by the server is replaced when next needed).
+    connection_idle: float = 30.0
     #: Seconds to establish a TCP/TLS connection.
     connect_timeout: float = 10.0
     #: Seconds between two received bytes.
@@ -210,6 +224,12 @@ class Settings:
     #: then its series stop, so that the exporter's series do not grow with every crawl ever
     #: run. Its numbers stay in ``crawler status`` and ``summary.json``.
     metrics_finished_seconds: float = 3600.0
+    #: Port of ``crawler dashboard`` (the crawl dashboard, a web page and its JSON API).
+    dashboard_port: int = 8787
+    #: ``user:password`` of the dashboard's HTTP basic auth; empty: no auth, which the
+    #: dashboard accepts only on a loopback address. A secret: from the environment only
+    #: (``CRAWLER_DASHBOARD_AUTH``), never shown (not in the settings' repr either).
+    dashboard_auth: str = dataclasses.field(default="", repr=False)
 
     @property
     def state_url(self) -> str:
@@ -246,11 +266,26 @@ def load(env: dict[str, str] | None = None, **overrides: Any) -> Settings:
     values.update(overrides)
     if values.get("fetch_batch", 1) < 1:
         raise ValueError(f"{ENV_PREFIX}FETCH_BATCH={values['fetch_batch']}: must be at least 1")
+    if values.get("ca_bundle"):
+        _check_ca_bundle(values["ca_bundle"])
     prefix = values.get("key_prefix", Settings.key_prefix)
     if not re.fullmatch(r"[A-Za-z0-9._-]+", prefix):
         # Braces would become the Redis Cluster hash tag instead of the crawl id.
         raise ValueError(f"{ENV_PREFIX}KEY_PREFIX={prefix!r}: use letters, digits, '.', '_', '-'")
     return Settings(**values)
+
+
+def _check_ca_bundle(path: str) -> None:
+    """A CA bundle that cannot be used stops the process that reads it, before it writes
+    anything: a crawl that trusted nothing of it would fail every page of the intranet."""
+    try:
+        ssl.create_default_context(cafile=path)
+    except FileNotFoundError:
+        raise ValueError(f"{ENV_PREFIX}CA_BUNDLE={path!r}: no such file") from None
+    except (OSError, ssl.SSLError) as exc:
+        # SSLError: not PEM, or no certificate in it ("no certificate or crl found").
+        why = getattr(exc, "strerror", None) or getattr(exc, "reason", None) or str(exc)
+        raise ValueError(f"{ENV_PREFIX}CA_BUNDLE={path!r}: not a PEM file of CAs ({why})") from None
 
 
 # The whole userinfo, up to the LAST "@" before the path: a password may hold an unescaped "@"

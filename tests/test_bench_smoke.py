@@ -13,6 +13,8 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
 RUNS = {
     "bloom.py": "--quick --throughput-urls 2000 --repeat 1 --accuracy-urls 5000",
     "bodies.py": "--pages 50 --size 5000",
+    "dashboard.py": "--hosts 2000 --crawls 3 --repeat 2 --broad-hosts 5 --broad-pages 3 "
+    "--broad-repeat 1 --window 2",
     "near_duplicates.py": "--originals 50",
     "frontier.py": "--urls 2000 --domains 5 --sample-seconds 3 --admit-pages 50 "
     "--cancel-timeout 30",
@@ -24,6 +26,14 @@ RUNS = {
     "scaling.py": "--hosts 5 --pages 3 --fetchers 1 --states one --threads 8 --timeout 60",
     "render.py": "--pages 12 --mixed-hosts 2 --mixed-pages 6 --skip-scrapy --timeout 60",
 }
+#: More runs of a script, for a mode with a code path of its own: name -> (script, arguments).
+VARIANTS = {
+    "broad.py --https --real-sizes": (
+        "broad.py",
+        "--hosts 5 --pages 3 --modes fast --layouts threads:8x1:1 --skip-scrapy --timeout 60 "
+        "--https --real-sizes",
+    ),
+}
 
 
 def test_every_bench_script_has_a_smoke_run():
@@ -31,10 +41,11 @@ def test_every_bench_script_has_a_smoke_run():
     assert scripts == set(RUNS), scripts ^ set(RUNS)
 
 
-@pytest.mark.parametrize("script", sorted(RUNS))
-def test_bench_script_runs(script: str, tmp_path: Path):
+@pytest.mark.parametrize("run", sorted([*RUNS, *VARIANTS]))
+def test_bench_script_runs(run: str, tmp_path: Path):
+    script, arguments = VARIANTS.get(run, (run, RUNS.get(run, "")))
     result = subprocess.run(
-        [sys.executable, str(BENCH / script), *RUNS[script].split()],
+        [sys.executable, str(BENCH / script), *arguments.split()],
         cwd=tmp_path,
         capture_output=True,
         text=True,

@@ -9,8 +9,10 @@ import sys
 
 import pytest
 from sitegen import running_sites
+from tls_site import https_site, make_ca
 
 from crawler_tasks.surface.embedded import free_port
+from crawler_tasks.surface.summary import summary_text
 
 
 def run(*args: str, timeout: float = 120, env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
@@ -243,7 +245,53 @@ def test_an_https_seed_on_a_plain_http_server_names_the_tls_failure(redis_url, t
             "crawl", seed, "--broker", redis_url, "--allow-private-networks",
             "--output", str(tmp_path),
         )  # fmt: skip
-    assert result.returncode == 0, result.stderr
+    # Nothing could be fetched: not a success, and not "robots.txt unreachable, 0 failed".
+    assert result.returncode == 1, result.stderr
     summary = result.stdout
-    assert "1 not fetched: robots.txt unreachable (e.g. https://127.0.0.22:" in summary
-    assert "connection_error" in summary and "SSL" in summary, summary
+    assert "1 failed" in summary and "robots.txt unreachable" not in summary, summary
+    assert "failures: {'tls_error': 1}" in summary, summary
+    assert "TLS failed: https://127.0.0.22:" in summary and ": tls_error: " in summary, summary
+
+
+def test_a_private_ca_fails_by_name_until_it_is_given(redis_url, tmp_path):
+    files = make_ca(tmp_path, "127.0.0.24")
+    out = tmp_path / "out"
+    with https_site("127.0.0.24", files) as site:
+        seed = f"https://127.0.0.24:{site.server_port}/"
+        args = ("crawl", seed, "--broker", redis_url, "--allow-private-networks",
+                "--rate", "127.0.0.24=inf", "--output", str(out), "--json")  # fmt: skip
+        refused = run(*args)
+        assert site.paths == [] and site.handshakes_failed >= 1  # no request ever sent
+        trusted = run(*args, env={"CRAWLER_CA_BUNDLE": str(files["ca"])})
+    why = "tls_error: certificate verify failed: unable to get local issuer certificate"
+    assert refused.returncode == 1, refused.stderr
+    summary = json.loads(refused.stdout)
+    assert summary["failures"] == {"tls_error": 1}, summary
+    assert summary["counters"]["failed"] == 1 and not summary["counters"].get("fetched")
+    assert not summary["counters"].get("robots_unreachable")
+    assert summary["tls_error_why"] == f"https://127.0.0.24:{site.server_port}: {why}"
+    assert f"TLS failed: https://127.0.0.24:{site.server_port}: {why}" in summary_text(summary)
+    (record,) = [json.loads(line) for f in (out / summary["crawl_id"]).glob("pages*.jsonl")
+                 for line in f.read_text().splitlines()]  # fmt: skip
+    assert record["error"] == "tls_error" and record["detail"] == f"robots.txt: {why}"
+    shown = run("status", summary["crawl_id"], "--broker", redis_url)
+    assert shown.returncode == 0 and "failed=1 " in shown.stdout and why in shown.stdout
+    # Given the CA's file, the same crawl succeeds: robots.txt and the three pages.
+    assert trusted.returncode == 0, trusted.stderr
+    ok = json.loads(trusted.stdout)
+    assert ok["counters"]["fetched"] == 3 and not ok.get("failures"), ok
+    assert sorted(site.paths) == ["/", "/a.html", "/b.html", "/robots.txt"]
+
+
+def test_a_bad_ca_bundle_stops_the_crawl_command_before_anything_is_written(redis_url, tmp_path):
+    (tmp_path / "not.pem").write_text("not a certificate\n")
+    for bundle, words in ((tmp_path / "none.pem", "no such file"),
+                          (tmp_path / "not.pem", "not a PEM file of CAs")):  # fmt: skip
+        result = run(
+            "crawl", "https://127.0.0.24:9/", "--broker", redis_url, "--allow-private-networks",
+            "--output", str(tmp_path / "out"), env={"CRAWLER_CA_BUNDLE": str(bundle)},
+        )  # fmt: skip
+        (line,) = result.stderr.strip().splitlines()
+        assert result.returncode == 2 and "Traceback" not in result.stderr
+        assert line.startswith(f"error: CRAWLER_CA_BUNDLE='{bundle}': {words}"), line
+    assert not (tmp_path / "out").exists()

@@ -217,6 +217,7 @@ def test_python_api_refuses_bad_options_and_unknown_ids(settings, client):
         ("CRAWLER_PARTITIONS", "many", "CRAWLER_PARTITIONS"),
         ("CRAWLER_FETCH_BATCH", "0", "CRAWLER_FETCH_BATCH"),
         ("CRAWLER_FETCH_BATCH", "-2", "CRAWLER_FETCH_BATCH"),
+        ("CRAWLER_CA_BUNDLE", "/no/such/ca.pem", "CRAWLER_CA_BUNDLE='/no/such/ca.pem': no such"),
     ],
 )
 def test_bad_settings_are_one_line_exit_2(name, value, names, redis_url):  # type: ignore[no-untyped-def]
@@ -232,9 +233,18 @@ def test_bad_settings_are_one_line_exit_2(name, value, names, redis_url):  # typ
     assert len(lines) == 1 and names in lines[0] and "Traceback" not in result.stderr
 
 
-@pytest.mark.parametrize("command", [["worker", "-Q", "parse", "--pool", "solo"], ["beat"]])
-def test_a_worker_or_beat_with_a_bad_setting_does_not_start(command, redis_url, tmp_path):  # type: ignore[no-untyped-def]
-    env = {**os.environ, "CRAWLER_BROKER_URL": redis_url, "CRAWLER_MAX_RETRIES": "three"}
+@pytest.mark.parametrize(
+    ("command", "setting", "value", "words"),
+    [
+        (["worker", "-Q", "parse", "--pool", "solo"], "MAX_RETRIES", "three", "='three'"),
+        (["beat"], "MAX_RETRIES", "three", "='three'"),
+        (["worker", "-Q", "crawl.high"], "CA_BUNDLE", "/no/ca.pem", "='/no/ca.pem': no such file"),
+    ],
+)
+def test_a_worker_or_beat_with_a_bad_setting_does_not_start(  # type: ignore[no-untyped-def]
+    command, setting, value, words, redis_url, tmp_path
+):
+    env = {**os.environ, "CRAWLER_BROKER_URL": redis_url, f"CRAWLER_{setting}": value}
     result = subprocess.run(
         [sys.executable, "-m", "celery", "-A", "crawler_tasks", *command],
         capture_output=True,
@@ -244,7 +254,7 @@ def test_a_worker_or_beat_with_a_bad_setting_does_not_start(command, redis_url, 
         cwd=tmp_path,
     )
     assert result.returncode == 2, result.stderr[-2000:]
-    assert "CRAWLER_MAX_RETRIES='three'" in result.stderr and "Traceback" not in result.stderr
+    assert f"CRAWLER_{setting}{words}" in result.stderr and "Traceback" not in result.stderr
 
 
 @pytest.mark.parametrize(

@@ -19,6 +19,8 @@ SERVICE_KEYS = {
     "build", "image", "command", "environment", "env_file", "volumes", "depends_on", "restart",
     "ports", "healthcheck", "deploy",
 }  # fmt: skip
+#: The secrets docker compose requires (user:password each).
+AUTHS = {"FLOWER_BASIC_AUTH": "a:b", "CRAWLER_DASHBOARD_AUTH": "c:d"}
 _VAR = re.compile(r"\$\{(\w+)(?:(:?[-?])([^}]*))?\}")
 
 
@@ -40,7 +42,7 @@ def compose(env: dict[str, str]) -> dict:  # type: ignore[type-arg]
 
 
 def test_compose_file_has_the_essentials_of_the_spec():
-    doc = compose({"FLOWER_BASIC_AUTH": "a:b"})
+    doc = compose(AUTHS)
     assert set(doc) - TOP_LEVEL <= {k for k in doc if k.startswith("x-")}
     volumes = set(doc["volumes"])
     for name, svc in doc["services"].items():
@@ -63,7 +65,7 @@ def test_compose_file_has_the_essentials_of_the_spec():
 def test_compose_requires_flower_auth_and_commits_no_secret():
     with pytest.raises(KeyError, match="FLOWER_BASIC_AUTH"):
         compose({})
-    flower = compose({"FLOWER_BASIC_AUTH": "a:b"})["services"]["flower"]
+    flower = compose(AUTHS)["services"]["flower"]
     assert flower["environment"]["FLOWER_BASIC_AUTH"] == "a:b"
     assert "basic_auth" not in flower["command"] and "basic-auth" not in flower["command"]
     _flower_options_use_equals(flower["command"])
@@ -75,12 +77,13 @@ def test_procfile_flower_and_ports_come_from_the_environment():
         for line in (ROOT / "Procfile").read_text().splitlines()
         if line and not line.startswith("#")
     )
-    assert set(lines) == {"redis", "fetch", "parse", "render", "beat", "flower"}
+    assert set(lines) == {"redis", "fetch", "parse", "beat", "flower", "dashboard", "render"}
+    assert "--address 127.0.0.1 --port ${DASHBOARD_PORT:-8787}" in lines["dashboard"]
     assert "${REDIS_PORT:-6379}" in lines["redis"]
     assert "--port=${FLOWER_PORT:-5555}" in lines["flower"]
     assert "--address=${FLOWER_ADDRESS:-127.0.0.1}" in lines["flower"]
     _flower_options_use_equals(lines["flower"].split("&&")[-1])
-    for name in ("fetch", "parse", "beat", "flower"):
+    for name in ("fetch", "parse", "beat", "flower", "dashboard"):
         assert "config/respawn.sh" in lines[name], f"{name} stops honcho when it crashes"
     for name in ("fetch", "parse"):
         assert "--loglevel INFO" in lines[name]
@@ -103,7 +106,14 @@ def test_dockerfile_creates_the_volume_it_writes_and_ships_schedules():
 
 @pytest.mark.parametrize(
     "unit",
-    ["crawler-fetch@", "crawler-parse", "crawler-render", "crawler-beat", "crawler-flower"],
+    [
+        "crawler-fetch@",
+        "crawler-parse",
+        "crawler-render",
+        "crawler-beat",
+        "crawler-flower",
+        "crawler-dashboard",
+    ],
 )
 def test_systemd_units_restart_and_match_the_procfile(unit):
     text = (ROOT / "config" / "systemd" / f"{unit}.service").read_text()
@@ -112,13 +122,15 @@ def test_systemd_units_restart_and_match_the_procfile(unit):
     if "flower" in unit:
         _flower_options_use_equals(exec_start)
         assert "--address=127.0.0.1" in exec_start
+    elif "dashboard" in unit:
+        assert "--address 127.0.0.1" in exec_start
     elif "beat" not in unit:
         assert "--loglevel INFO" in exec_start and "KillMode=mixed" in text
 
 
 def test_env_example_has_no_live_secret():
     text = (ROOT / "config" / "crawler.env.example").read_text()
-    live = [x for x in text.splitlines() if x.startswith("FLOWER_BASIC_AUTH")]
+    live = [x for x in text.splitlines() if x.startswith(("FLOWER_BASIC_AUTH", "CRAWLER_DASH"))]
     assert not live
 
 
@@ -141,3 +153,55 @@ def test_respawn_gives_up_on_a_command_that_cannot_start(tmp_path):
     assert failing.returncode == 1
     lines = failing.stderr.strip().splitlines()
     assert len(lines) == 5 and "giving up" in lines[-1] and "last status 3" in lines[-1]
+
+
+def test_compose_requires_dashboard_auth_and_binds_inside_the_container_only():
+    from crawler_tasks.surface.cli_common import Fail
+    from crawler_tasks.surface.dashboard import check_bind
+
+    with pytest.raises(KeyError, match="CRAWLER_DASHBOARD_AUTH"):
+        compose({"FLOWER_BASIC_AUTH": "a:b"})
+    svc = compose(AUTHS)["services"]["dashboard"]
+    assert svc["environment"]["CRAWLER_DASHBOARD_AUTH"] == "c:d"
+    assert svc["ports"] == ["127.0.0.1:8787:8787"]
+    words = shlex.split(svc["command"])
+    assert words[:2] == ["crawler", "dashboard"]
+    address = words[words.index("--address") + 1]
+    check_bind(address, "c:d")  # what the container runs: accepted with its auth
+    with pytest.raises(Fail):
+        check_bind(address, "")  # and refused without
+
+
+def test_systemd_dashboard_unit_runs_as_written(redis_url, tmp_path):
+    """The unit's ExecStart, its venv path made this one's and its port a free one (the suite
+    runs in parallel): the dashboard comes up on loopback and answers with the unit's auth."""
+    import os
+    import subprocess
+    import sys
+
+    import requests
+    from conftest import wait_until
+
+    from crawler_tasks.surface.embedded import free_port, stop_process
+
+    text = (ROOT / "config" / "systemd" / "crawler-dashboard.service").read_text()
+    exec_start = next(x for x in text.splitlines() if x.startswith("ExecStart="))
+    port = free_port()
+    words = shlex.split(exec_start.removeprefix("ExecStart="))
+    words[0] = str(Path(sys.executable).parent / Path(words[0]).name)
+    words[words.index("--port") + 1] = str(port)
+    env = {**os.environ, "CRAWLER_BROKER_URL": redis_url, "CRAWLER_DASHBOARD_AUTH": "ops:pw"}
+    proc = subprocess.Popen(words, env=env, cwd=tmp_path, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/api/crawls"
+
+    def answer(auth: tuple[str, str] | None) -> int | None:
+        try:
+            return requests.get(url, auth=auth, timeout=2).status_code
+        except requests.ConnectionError:
+            return None
+
+    try:
+        assert wait_until(lambda: answer(None), timeout=20) == 401
+        assert answer(("ops", "pw")) == 200
+    finally:
+        stop_process(proc)

@@ -30,14 +30,16 @@ from crawler_tasks.errors import (
     BlockedAddress,
     ConnectionFailed,
     FetchTimeout,
+    TLSError,
     TooLarge,
     TooManyRedirects,
     UnsupportedScheme,
 )
 from crawler_tasks.settings import Settings
-from crawler_tasks.web import netguard
+from crawler_tasks.web import netguard, pinning
 from crawler_tasks.web.fetcher import Fetcher
 from crawler_tasks.web.netguard import check_host, is_allowed_address, is_public_address
+from crawler_tasks.web.pinning import Deadline, tls_context
 
 MIB = 1024 * 1024
 LIMIT = MIB  # max_body_bytes of the default test fetcher
@@ -667,6 +669,55 @@ def test_dns_rebinding_cannot_move_the_connection(
     assert second.paths() == ["/echo"] and first.paths() == ["/page"]
 
 
+def test_a_kept_connection_serves_only_the_address_it_was_pinned_to(
+    monkeypatch: pytest.MonkeyPatch,
+    fetcher: Fetcher,
+    twin_servers: tuple[TestServer, TestServer],
+    connects: list[Any],
+) -> None:
+    # The name moves to 127.0.0.3 and back: each address's connection is kept and reused for
+    # that address only, never handed a request the guard vetted for the other.
+    first, second = twin_servers
+    fake_dns(monkeypatch, {"moving.test": [["127.0.0.2"], ["127.0.0.3"], ["127.0.0.2"]]})
+    got = [
+        fetcher.get(first.url(f"/echo?{n}", host="moving.test"), allow_private=True).ip
+        for n in range(4)
+    ]
+    assert got == ["127.0.0.2", "127.0.0.3", "127.0.0.2", "127.0.0.2"]
+    assert [a for a, _ in connects] == ["127.0.0.2", "127.0.0.3"]  # two connections, kept
+    assert first.paths() == ["/echo?0", "/echo?2", "/echo?3"] and second.paths() == ["/echo?1"]
+
+
+def test_connections_are_kept_for_many_hosts(
+    monkeypatch: pytest.MonkeyPatch,
+    make_fetcher: Callable[..., Fetcher],
+    server: TestServer,
+    connects: list[Any],
+) -> None:
+    # 100 hosts in turn (more than urllib3's 10 pools, or the 32 the fetcher had): the second
+    # round reuses every first round's connection (it used to open 1.0 per page on 200 hosts).
+    names = [f"h{n}.test" for n in range(100)]
+    fake_dns(monkeypatch, {name: [["127.0.0.1"]] for name in names})
+    fetcher = make_fetcher()
+    for _ in range(2):
+        for name in names:
+            assert fetcher.get(server.url("/page", host=name), allow_private=True).status == 200
+    assert len(connects) == 100
+
+
+def test_idle_connections_are_closed(
+    make_fetcher: Callable[..., Fetcher], server: TestServer, connects: list[Any]
+) -> None:
+    fetcher = make_fetcher(idle_seconds=0.4)
+    assert fetcher.get(server.url("/page"), allow_private=True).status == 200
+    time.sleep(0.2)  # idle less than 0.4 s: kept
+    assert fetcher.get(server.url("/page"), allow_private=True).status == 200
+    assert len(connects) == 1
+    time.sleep(0.6)  # idle longer: closed by the next fetch's look, which opens a new one
+    assert fetcher.get(server.url("/page"), allow_private=True).status == 200
+    assert len(connects) == 2
+
+
 def test_next_address_tried_when_connection_refused(
     monkeypatch: pytest.MonkeyPatch, fetcher: Fetcher, server: TestServer
 ) -> None:
@@ -722,16 +773,33 @@ def test_tls_pinned_keeps_sni_and_verifies_hostname(
     assert tls_server.log[-1] == ("/page", f"pinned.test:{tls_server.port}")
     # Same address, but the certificate is not for that name / for the bare IP: refused.
     for host in ("other.test", "127.0.0.2"):
-        with pytest.raises(ConnectionFailed, match="(?i)certificate"):
+        with pytest.raises(TLSError, match="^certificate verify failed: (?i:hostname|ip)"):
             fetcher.get(tls_server.url("/page", host=host, scheme="https"), allow_private=True)
 
 
-def test_tls_unknown_ca_refused(
+def test_tls_unknown_ca_refused_by_name(
     monkeypatch: pytest.MonkeyPatch, fetcher: Fetcher, tls_server: TestServer
 ) -> None:
     fake_dns(monkeypatch, {"pinned.test": [["127.0.0.2"]]})
-    with pytest.raises(ConnectionFailed, match="(?i)certificate"):
+    with pytest.raises(TLSError) as failed:
         fetcher.get(tls_server.url("/", host="pinned.test", scheme="https"), allow_private=True)
+    # The words of the record: not a retryable connection_error with requests' wrapping.
+    assert failed.value.reason == "tls_error"
+    assert str(failed.value) == (
+        "certificate verify failed: unable to get local issuer certificate"
+    )
+
+
+def test_ca_bundle_adds_to_the_public_cas(tls_files: dict[str, Path]) -> None:
+    # The bundle's CA is trusted, and certifi's public CAs still are (an intranet crawl also
+    # fetches public sites): one context holds both.
+    context = tls_context(str(tls_files["ca"]))
+    subjects = {dict(x[0] for x in ca["subject"]).get("commonName") for ca in
+                context.get_ca_certs()}  # fmt: skip
+    assert "fetch test CA" in subjects and "ISRG Root X1" in subjects
+    assert "fetch test CA" not in {
+        dict(x[0] for x in ca["subject"]).get("commonName") for ca in tls_context().get_ca_certs()
+    }
 
 
 # --- deadlines ------------------------------------------------------------------------------------
@@ -751,6 +819,19 @@ def test_trickling_server_cut_at_total_timeout(
     assert 1.0 - 0.02 <= time.monotonic() - started < 5.0
     # The fetcher is still usable afterwards.
     assert fetcher.get(server.url("/page"), allow_private=True).status == 200
+
+
+def test_one_deadline_thread_expires_in_time_and_forgets_finished_ones() -> None:
+    # Every fetch's deadline is one heap entry of one thread (not a thread per fetch); the
+    # finished ones do not pile up until their 60 s are over.
+    for _ in range(5000):
+        Deadline(60.0).finish()
+    assert len(pinning._WATCH._heap) < 2048
+    short, later = Deadline(0.2), Deadline(0.6)
+    time.sleep(0.4)
+    assert short.expired and not later.expired
+    later.finish()
+    assert {t.name for t in threading.enumerate()}.issuperset({"fetch-deadlines"})
 
 
 def test_deadline_of_one_thread_spares_the_others(
@@ -887,7 +968,7 @@ def test_connection_refused(fetcher: Fetcher) -> None:
 
 
 def test_https_to_plain_http_port(fetcher: Fetcher, server: TestServer) -> None:
-    with pytest.raises(ConnectionFailed):
+    with pytest.raises(TLSError):
         fetcher.get(server.url("/page", scheme="https"), allow_private=True)
 
 

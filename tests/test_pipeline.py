@@ -18,7 +18,7 @@ from crawler_tasks import start_crawl
 from crawler_tasks.state.formats import Unwritten
 from crawler_tasks.state.store import CrawlStore
 from crawler_tasks.surface.crawl import list_crawls
-from crawler_tasks.surface.crawl_command import _summary_text
+from crawler_tasks.surface.summary import summary_text
 from crawler_tasks.web.urls import normalize
 from crawler_tasks.worker.recorder import Final, write_orphan
 
@@ -132,7 +132,7 @@ def test_cancel_drains_the_frontier_as_cancelled(settings, driver):  # type: ign
     assert summary["counters"]["done"] == crawl.progress()["done"] == done
     (listed,) = list_crawls(crawl.client, crawl.store.r.keys)
     assert listed["done"] == done
-    assert f"pages: {done} done" in _summary_text(summary)
+    assert f"pages: {done} done" in summary_text(summary)
 
 
 def test_every_key_a_crawl_writes_is_in_the_table(settings, driver, client):  # type: ignore[no-untyped-def]

@@ -1,9 +1,10 @@
 """The Procfile as an operator runs it: `honcho start` brings the stack up on free ports, keeps
 it up (a crashed worker is started again instead of honcho stopping everything), serves
-crawls, and Flower answers only with basic auth."""
+crawls, Flower answers only with basic auth, and the crawl dashboard lists the crawl."""
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
@@ -53,7 +54,11 @@ def stack(tmp_path):  # type: ignore[no-untyped-def]
     with open(tmp_path / "config" / "schedules.toml", "a") as f:
         f.write(SCHEDULE)
     mark = f"CRAWL_TEST_MARK={secrets.token_hex(8)}"
-    ports = {"REDIS_PORT": str(free_port()), "FLOWER_PORT": str(free_port())}
+    ports = {
+        "REDIS_PORT": str(free_port()),
+        "FLOWER_PORT": str(free_port()),
+        "DASHBOARD_PORT": str(free_port()),
+    }
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CRAWLER_", "FLOWER_"))}
     env.update(ports, FLOWER_BASIC_AUTH="admin:pw-for-test", CRAWL_TEST_MARK=mark.split("=")[1])
     env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
@@ -102,6 +107,17 @@ def test_honcho_start_comes_up_stays_up_and_serves_crawls(stack, tmp_path):
     assert result.returncode == 0, result.stderr
     assert "starting local workers" not in result.stderr  # the stack's workers did it
     assert '"status": "finished"' in result.stdout
+    # The crawl dashboard as the Procfile runs it: loopback, no auth set, the crawl listed.
+    crawl_id = json.loads(result.stdout)["crawl_id"]
+    dashboard = f"http://127.0.0.1:{ports['DASHBOARD_PORT']}/api/crawls"
+    listed_ids = wait_until(
+        lambda: (
+            _status(dashboard, None) == 200
+            and [c["crawl_id"] for c in requests.get(dashboard, timeout=5).json()["crawls"]]
+        ),
+        timeout=60,
+    )
+    assert crawl_id in listed_ids
     listed = subprocess.run(
         [sys.executable, "-m", "crawler_tasks.surface.cli", "schedule", "list", "--broker", broker],
         capture_output=True,

@@ -60,3 +60,24 @@ def _has_listeners(client: redis.Redis, channel: str) -> bool:
             _listeners.clear()
         _listeners[channel] = (now + LISTENERS_TTL, n)
     return n > 0
+
+
+#: Operators' actions kept per crawl (its action log, shown on the dashboard's crawl page).
+ACTIONS_KEPT = 200
+
+
+def action(
+    client: redis.Redis, ck: CrawlKeys, scripts: Any, crawl_id: str, name: str, **data: Any
+) -> dict[str, Any]:
+    """An operator's action on the crawl (``name``: pause, resume, cancel, retry_failed,
+    set_rate): kept in its action log and published as an ``action`` event, always (unlike
+    per-URL events: it is rare and a person wants to see it). Returns the event."""
+    event = {"event": "action", "action": name, "crawl_id": crawl_id, "ts": time.time(), **data}
+    payload = json.dumps(event, default=str)
+    scripts.action(keys=[ck.actions], args=[payload, ACTIONS_KEPT, ck.events], client=client)
+    return event
+
+
+def actions(client: redis.Redis, ck: CrawlKeys, last: int = 50) -> list[dict[str, Any]]:
+    """The newest ``last`` actions of the crawl's log, newest first."""
+    return [json.loads(raw) for raw in reversed(client.lrange(ck.actions, -last, -1))]

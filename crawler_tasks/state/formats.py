@@ -242,6 +242,10 @@ def links_dropped(reason: str) -> str:
     return f"links_dropped:{reason}"
 
 
+#: The crawl state's field naming its first TLS failure ("https://host: tls_error: ..."),
+#: shown by ``status`` and the summary.
+TLS_NOTE = "tls_error_why"
+
 #: Counter families: prefix -> summary.json section.
 FAMILIES = {
     "status": "status_codes",

@@ -42,6 +42,12 @@ that this table does not describe, or whose type differs::
     P:{C}:smo:ORIGIN         string set (NX) once this crawl admitted ORIGIN's robots.txt sitemaps
     P:{C}:simhash            zset   page fingerprints by band, "band:hex16:fp:url" at score 0
                                     (near_duplicates crawls; state/neardup.py)
+    P:{C}:series             list   samples of the crawl's counters, JSON, one per
+                                    series.SAMPLE_EVERY s at most, the last SAMPLES_KEPT
+                                    (pages/s and errors/s over time: state/series.py)
+    P:{C}:sampled            string lock (SET NX PX) of the process taking this interval's sample
+    P:{C}:actions            list   operators' actions (dashboard controls), JSON, the last
+                                    ACTIONS_KEPT (state/events.py)
     P:{C}:events             -      pub/sub channel of crawl events (not a key)
     P:{C/N}:flow             hash   in (URLs admitted, replays included), out (URLs final), and
                                     copies of the crawl's cancelled flag (start.lua) and paused
@@ -137,6 +143,9 @@ class CrawlKeys:
         self.finisher = f"{base}:finisher"
         self.events = f"{base}:events"
         self.simhash = f"{base}:simhash"
+        self.series = f"{base}:series"
+        self.sampled = f"{base}:sampled"
+        self.actions = f"{base}:actions"
         #: ``render=auto``: per host, its decision and evidence (render_plan.lua).
         self.render_plan = f"{base}:render"
         self.domain_mode = domain_mode

@@ -207,18 +207,28 @@ class Politeness:
             capped = min(delay, self.max_crawl_delay)
             self.client.hset(self.ck.domain(domain), "delay", repr(capped))
 
-    def domains(self, names: list[str]) -> list[dict[str, Any]]:
-        """Current pace of each domain: effective req/s, slow-down, pending, in flight."""
+    def domains(
+        self, names: list[str], cluster_rates: dict[bytes, bytes] | None = None
+    ) -> list[dict[str, Any]]:
+        """Current pace of each domain: effective req/s, slow-down, pending, in flight.
+        ``cluster_rates``: the ``set-rate`` hash read once by a caller asking about many
+        domains (the dashboard's host table), instead of one HGET per domain."""
         pipe = self.client.pipeline(transaction=False)
         for d in names:
             pipe.hgetall(self.ck.domain(d))
             pipe.llen(self.ck.queue(d))
             pipe.zcard(self.ck.lease(d))
-            pipe.hget(self.ck.cluster_rates, d)
+            if cluster_rates is None:
+                pipe.hget(self.ck.cluster_rates, d)
         raw = pipe.execute()
+        per = 3 if cluster_rates is not None else 4
         out = []
         for i, d in enumerate(names):
-            state, pending, inflight, cluster = raw[i * 4 : i * 4 + 4]
+            state, pending, inflight = raw[i * per : i * per + 3]
+            if cluster_rates is None:
+                cluster = raw[i * per + 3]
+            else:
+                cluster = cluster_rates.get(d.encode("utf-8", "surrogateescape"))
             own = self.owner_rates.get(d)
             own_text = None if own is None else "inf" if math.isinf(own) else repr(own)
             out.append(_describe(d, state, pending, inflight, own_text, cluster))
@@ -311,6 +321,8 @@ def _describe(
         "down_since": s["down_since"] if down else None,
         "next_probe_s": round(max(0.0, s.get("not_before", now) - now), 1) if down else None,
         "dead": s.get("dead") == 1.0,
+        # Connection failures in a row (3 open the circuit; a success resets it).
+        "fails": int(s.get("fails", 0)),
     }
 
 

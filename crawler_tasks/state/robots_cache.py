@@ -14,8 +14,14 @@ from urllib.parse import urljoin, urlsplit
 
 import redis
 
+from ..errors import TLSError
 from ..web.robots import MAX_REDIRECTS, HttpGet, Robots, dump, load, policy_for_response
 from .keys import Keys
+
+# A certificate this process does not trust is its own verdict (CRAWLER_CA_BUNDLE is a process
+# setting): kept in its LRU only, never shared, so workers given the CA (or restarted with it)
+# ask again at once instead of inheriting the failure for robots_error_ttl.
+_OWN_VERDICT = TLSError.reason + ":"
 
 
 class RobotsCache:
@@ -54,7 +60,8 @@ class RobotsCache:
                     if fetched is not None:
                         fetched()
                 ttl = self._ttl_of(robots)
-                self._redis.set(self._keys.robots(origin), dump(robots), ex=ttl)
+                if not robots.why.startswith(_OWN_VERDICT):
+                    self._redis.set(self._keys.robots(origin), dump(robots), ex=ttl)
             self._remember(origin, robots, ttl)
         return robots
 

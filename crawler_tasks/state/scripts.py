@@ -40,5 +40,7 @@ class Scripts:
         self.claim = client.register_script(source("claim"))
         self.ceiling = client.register_script(source("ceiling"))
         self.reserve = client.register_script(source("reserve"))
+        self.sample = client.register_script(source("sample"))
+        self.action = client.register_script(source("action"))
         self.subrequest = client.register_script(source("subrequest"))
         self.render_plan = client.register_script(source("render_plan"))

@@ -108,17 +108,25 @@ class Stats:
             "recent_pages_per_s": self.recent_rate(),
             "output": self.status.output_problem(flags),
             "error": flags.get("error"),
+            formats.TLS_NOTE: flags.get(formats.TLS_NOTE),
         }
+
+    @staticmethod
+    def families(counters: dict[str, int]) -> dict[str, dict[str, int]]:
+        """The counter families as ``summary.json`` names them: ``status_codes``,
+        ``failures``, ``skipped``, ``changes`` (each ``{name: count}``)."""
+        families: dict[str, dict[str, int]] = {name: {} for name in formats.FAMILIES.values()}
+        for k, v in counters.items():
+            family, _, rest = k.partition(":")
+            if rest and family in formats.FAMILIES:
+                families[formats.FAMILIES[family]][rest] = v
+        return families
 
     def summary(self) -> dict[str, Any]:
         """What ``summary.json`` holds: totals, duration, rate and histograms."""
         c = self.counters()
         p = self.progress()
-        families: dict[str, dict[str, int]] = {name: {} for name in formats.FAMILIES.values()}
-        for k, v in c.items():
-            family, _, rest = k.partition(":")
-            if rest and family in formats.FAMILIES:
-                families[formats.FAMILIES[family]][rest] = v
+        families = self.families(c)
         flags = self.status.flags()
         return {
             "crawl_id": self.crawl_id,
@@ -129,6 +137,7 @@ class Stats:
             "pages_per_s": p["pages_per_s"],
             "error": flags.get("error"),
             "robots_unreachable_why": flags.get("robots_unreachable_why"),
+            formats.TLS_NOTE: flags.get(formats.TLS_NOTE),
             "counters": {k: v for k, v in c.items() if ":" not in k},
             **families,
             "status_codes": dict(sorted(families["status_codes"].items())),

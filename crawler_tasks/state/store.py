@@ -17,6 +17,7 @@ ledgers and filters of their own::
     store.bodies       fetched bodies waiting for their parse (bodies.py)
     store.sitemaps     which URLs are sitemap files (sitemaps.py)
     store.recrawl      validators of the previous run, for scheduled crawls (validators.py)
+    store.series       its counters sampled over time, for rates over time (series.py)
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from .options import CrawlOptions
 from .politeness import Politeness
 from .render_plan import RenderPlan
 from .scripts import Scripts
+from .series import Series
 from .sitemaps import SitemapMarks
 from .stats import Stats
 from .status import CrawlStatus
@@ -117,6 +119,7 @@ class CrawlStore:
         self.bodies = BodyStash(r.client, self.ck, process.body_ttl)
         self.render_plan = RenderPlan(r.client, self.ck, r.scripts)
         self.sitemaps = SitemapMarks(r.client, self.ck)
+        self.series = Series(r.client, self.ck, self.stats, r.scripts)
         self.recrawl: Recrawl | None = None
         if opts.schedule:
             self.recrawl = Recrawl(Validators(r.client, r.keys, opts.schedule), opts.crawl_id)
@@ -160,6 +163,7 @@ class CrawlStore:
         seeds = iter(more_seeds)
         while batch := list(itertools.islice(seeds, SEED_BATCH)):
             store.frontier.admit((u, 0) for u in batch)
+        store.series.sample(now=opts.started_at, force=True)  # the chart's first point
         # Listed for the dispatchers only once its seeds are counted: before, the crawl would
         # look drained to CrawlStatus.finishing.
         r.client.sadd(r.keys.running, opts.crawl_id)

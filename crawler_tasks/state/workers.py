@@ -59,3 +59,8 @@ def alive(client: redis.Redis, keys: Keys, dead_after: float) -> set[str]:
     if gone:
         client.hdel(keys.workers, *gone)
     return {w for w, t in beats.items() if t >= now - dead_after}
+
+
+def beats(client: redis.Redis, keys: Keys) -> dict[str, float]:
+    """Every worker process's last heartbeat (unix seconds), read only (the dashboard)."""
+    return {w.decode(): float(t) for w, t in client.hgetall(keys.workers).items()}

@@ -18,6 +18,7 @@ import click
 from .cli_common import run_main
 from .commands import COMMANDS
 from .crawl_command import crawl
+from .dashboard import dashboard
 
 
 class _Main(click.Group):
@@ -33,7 +34,7 @@ def main() -> None:
     """Distributed, polite web crawler on Celery and Redis."""
 
 
-for _command in (*COMMANDS, crawl):
+for _command in (*COMMANDS, crawl, dashboard):
     main.add_command(_command)
 
 

@@ -12,7 +12,6 @@ from typing import Any
 import click
 
 from ..errors import ConfigError
-from ..state.ceilings import read as read_ceilings
 from .cli_common import Fail, broker_option, connect, handle, option_items, parse_options
 from .export import export
 
@@ -23,15 +22,10 @@ from .export import export
 @click.option("--json", "as_json", is_flag=True)
 def status(crawl_id: str, broker: str | None, as_json: bool) -> None:
     """Counters, rate and busiest domains of one crawl."""
+    from .figures import crawl_figures
+
     crawl = handle(crawl_id, broker)
-    p = crawl.progress()
-    p["domains"] = crawl.domains(10)
-    p["bloom"] = crawl.bloom()
-    shared = read_ceilings(crawl.client, crawl.store.r.keys)
-    for d in p["domains"]:
-        d["ceiling"] = shared.get(d["domain"])
-    if crawl.options.on_item:
-        p["on_item_waiting"] = _waiting(crawl.settings, crawl.options.on_item_queue)
+    p = crawl_figures(crawl)
     if as_json:
         click.echo(json.dumps(p, indent=2, default=str))
         return
@@ -47,18 +41,6 @@ def status(crawl_id: str, broker: str | None, as_json: bool) -> None:
         click.echo(f"  {d['domain']}: {domain_line(d)}")
     b = p["bloom"]
     click.echo(f"  bloom: fill={b['fill_ratio']:.4f} est. false positives={fp_rate(b)}")
-
-
-def _waiting(settings: Any, queue: str) -> int | None:
-    """Messages in the broker's ``queue`` (None if the broker cannot tell now)."""
-    from ..worker.app import make_app
-    from ..worker.tasks import queue_length
-
-    try:
-        with make_app(settings).connection_for_read() as conn:
-            return queue_length(conn, queue)
-    except Exception:  # noqa: BLE001 - a figure of status, not worth a failure
-        return None
 
 
 def domain_line(d: dict[str, Any]) -> str:

@@ -222,8 +222,9 @@ class Crawl:
         # Pages/s of the last RATE_WINDOW s: a young crawl has not lived that long yet.
         if 0 < p["elapsed_s"] < RATE_WINDOW and not Status(p["status"]).final:
             p["recent_pages_per_s"] *= RATE_WINDOW / max(p["elapsed_s"], 1.0)
-        if opts.max_pages and p["recent_pages_per_s"] > 0 and not p["paused"]:
-            left = max(opts.max_pages - p["done"], 0)
+        # ETA of the work known now (outstanding is exact; links found later add to it).
+        if p["recent_pages_per_s"] > 0 and not p["paused"]:
+            left = max(opts.max_pages - p["done"], 0) if opts.max_pages else p["outstanding"]
             p["eta_s"] = round(min(left, p["outstanding"]) / p["recent_pages_per_s"], 1)
         p["backlog"] = self.store.frontier.backlog(5)
         p["hosts_down"] = self._hosts_down([d for d, _ in p["backlog"]])

@@ -22,6 +22,7 @@ from ..state import connection
 from ..state.options import PRIORITIES, CrawlOptions
 from ..web.urls import host_of, normalize
 from .cli_common import INTERRUPTED, Fail, option_items, parse_options, settings_for
+from .summary import failed, summary_text
 
 if TYPE_CHECKING:
     from .seeds import SeedsFile
@@ -216,13 +217,14 @@ def crawl(broker: str | None, embedded: bool, no_wait: bool, as_json: bool, **_:
         more = seeds_file.rest() if seeds_file else ()
         summary, interrupted = _run(live, opts, no_wait, more)
     if summary is not None:
-        click.echo(json.dumps(summary, indent=2) if as_json else _summary_text(summary))
+        click.echo(json.dumps(summary, indent=2) if as_json else summary_text(summary))
     if interrupted:
         return INTERRUPTED
-    return CRAWL_FAILED if summary is not None and summary.get("error") else 0
+    return CRAWL_FAILED if summary is not None and failed(summary) else 0
 
 
-#: Exit status of a crawl stopped by an error of its setup (a hook no worker can import).
+#: Exit status of a crawl stopped by an error of its setup (a hook no worker can import), or
+#: one that fetched nothing because every TLS handshake failed (a CA it was not given).
 CRAWL_FAILED = 1
 
 
@@ -361,38 +363,3 @@ def _say_pace(opts: CrawlOptions) -> None:
 def _rate_sources() -> set[ParameterSource | None]:
     ctx = click.get_current_context()
     return {ctx.get_parameter_source(name) for name in ("default_rate", "rates")}
-
-
-def _summary_text(s: dict[str, Any]) -> str:
-    c = s.get("counters", {})
-    cancelled = c.get("cancelled", 0)
-    done = c.get("done", 0)  # cancelled URLs are not in it (Stats.counters)
-    rate = done / s["duration_s"] if s.get("duration_s") else 0.0
-    pages = (
-        f"  pages: {done} done, {c.get('fetched', 0)} fetched, {c.get('parsed', 0)} parsed, "
-        f"{c.get('failed', 0)} failed, {c.get('robots_disallowed', 0)} disallowed by robots.txt"
-    )
-    if c.get("robots_unreachable"):
-        pages += f", {c['robots_unreachable']} not fetched: robots.txt unreachable"
-        if s.get("robots_unreachable_why"):
-            pages += f" (e.g. {s['robots_unreachable_why']})"
-    if cancelled:
-        pages += f", {cancelled} cancelled unfetched"
-    if c.get("items") or c.get("extract_errors"):
-        pages += f"; {c.get('items', 0)} items, {c.get('extract_errors', 0)} extract errors"
-    lines = [
-        f"crawl {s['crawl_id']} {s['status']} in {s['duration_s']:.1f}s ({rate:.1f} pages/s)",
-        pages,
-        f"  status codes: {s.get('status_codes', {})}",
-    ]
-    if s.get("error"):
-        lines.insert(1, f"  error: {s['error']}")
-    if s.get("failures"):
-        lines.append(f"  failures: {s['failures']}")
-    if s.get("first_extract_error"):
-        lines.append(f"  first extract error: {s['first_extract_error']}")
-    if s.get("output_dir"):
-        lines.append(f"  files: {s['output_dir']}")
-    if s.get("changes"):
-        lines.append(f"  changes since the previous run: {s['changes']}")
-    return "\n".join(lines)

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from ..state.formats import Status
+from ..state.formats import TLS_NOTE, Status
 from ..state.health import Memory, admission_paused
 from .crawl import Crawl
 
@@ -31,6 +31,8 @@ def paused(p: dict[str, Any]) -> str:
     for d in p.get("hosts_down") or ():
         down_for = time.time() - d["down_since"]
         text += f" — {d['domain']} down {down_for:.0f}s, next probe in {d['next_probe_s']:.0f}s"
+    if p.get(TLS_NOTE):  # every page of that host fails so: a CA the workers lack?
+        text += f" — {p[TLS_NOTE]}"
     text += render_note(p)
     mem = p.get("redis_memory")
     if p.get("admission_paused") and mem:

@@ -15,8 +15,9 @@ from prometheus_client.registry import Collector
 from ..errors import UnknownCrawl
 from ..settings import Settings
 from ..state import store as stores
+from ..state import workers
 from ..state.formats import Counter, Status
-from ..state.health import memory
+from ..state.health import Memory, memory
 from ..state.store import RedisHandle
 from .crawl import Crawl
 
@@ -34,6 +35,7 @@ _GAUGES = {
     "outstanding": "URLs admitted and not yet final",
     "retrying": "URLs waiting for a retry",
     "recent_pages_per_s": "URLs finished per second, recent",
+    "paused": "1 while the crawl is paused (no progress expected: alerts leave it alone)",
 }
 
 
@@ -99,7 +101,7 @@ class CrawlCollector(Collector):
             for n in _COUNTERS:
                 counters[n].add_metric([crawl_id], c.get(n, 0))
             for n in _GAUGES:  # a progress() figure, or a counter progress() does not show
-                gauges[n].add_metric([crawl_id], p.get(n, c.get(n, 0)))
+                gauges[n].add_metric([crawl_id], float(p.get(n, c.get(n, 0))))
             for reason, n in summary["failures"].items():
                 failures.add_metric([crawl_id, reason], n)
             for d in summary["domains"]:
@@ -127,3 +129,30 @@ class CrawlCollector(Collector):
         yield failures
         yield backlog
         yield rate
+        yield from self._cluster(mem)
+
+    def _cluster(self, mem: Memory | None) -> Iterator[GaugeMetricFamily]:
+        """Figures of the whole cluster the alert rules (config/alerts.yml) need: workers
+        beating, Redis memory against maxmemory and the admission line."""
+        now, beats = time.time(), workers.beats(self.client, self.r.keys)
+        alive = sum(1 for t in beats.values() if now - t <= self.settings.worker_dead_seconds)
+        yield GaugeMetricFamily(
+            "crawler_workers_alive",
+            "worker processes whose heartbeat is younger than worker_dead_seconds",
+            value=alive,
+        )
+        yield GaugeMetricFamily(
+            "crawler_admission_memory_fraction",
+            "fraction of Redis maxmemory from which workers admit no new URLs (the setting)",
+            value=self.settings.admission_memory_fraction,
+        )
+        if mem is None:  # no maxmemory with noeviction: no line to be near
+            return
+        yield GaugeMetricFamily(
+            "crawler_redis_used_bytes", "Redis memory used (the fullest master)", value=mem.used
+        )
+        yield GaugeMetricFamily(
+            "crawler_redis_maxmemory_bytes",
+            "Redis maxmemory (noeviction) of the fullest master",
+            value=mem.maxmemory,
+        )

@@ -34,15 +34,11 @@ from urllib.parse import urljoin, urlsplit
 import requests
 from requests.cookies import RequestsCookieJar
 from requests.structures import CaseInsensitiveDict
-from urllib3.exceptions import ConnectTimeoutError, DecodeError, HTTPError, NewConnectionError
-from urllib3.exceptions import ReadTimeoutError as Urllib3ReadTimeout
+from urllib3.exceptions import ClosedPoolError, HTTPError
 from urllib3.response import HTTPResponse
 
 from ..errors import (
-    BadEncoding,
-    ConnectFailed,
     ConnectionFailed,
-    ConnectTimeout,
     CrawlerError,
     FetchTimeout,
     InvalidURL,
@@ -60,7 +56,8 @@ from .body import (
     read_body,
     redirect_location,
 )
-from .pinning import ConnectionContext, Deadline, PinnedAdapter
+from .failures import is_connect_failure, translate
+from .pinning import ConnectionContext, Deadline, PinnedAdapter, tls_context
 from .urls import normalize
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -100,7 +97,8 @@ class Fetcher:
         total_timeout: float,
         max_body_bytes: int,
         max_redirects: int,
-        pool_size: int = 32,
+        pools: int = 1024,
+        idle_seconds: float = 30.0,
         ca_bundle: str | None = None,
     ) -> None:
         self._connect_timeout = connect_timeout
@@ -108,7 +106,6 @@ class Fetcher:
         self._total_timeout = total_timeout
         self._max_body_bytes = max_body_bytes
         self._max_redirects = max_redirects
-        self._verify: bool | str = ca_bundle or True  # ca_bundle: a private CA (and the tests)
         self._context = ConnectionContext()
         #: Given to every request: empty for good (the crawl's cookies are headers, per host,
         #: see profile.py; nothing writes to it).
@@ -119,7 +116,8 @@ class Fetcher:
         self._session.headers.update(
             {"User-Agent": user_agent, "Accept-Encoding": _accept_encoding()}
         )
-        adapter = PinnedAdapter(self._context, pool_size)
+        # ca_bundle: a private CA's PEM file, trusted beside certifi's (settings.ca_bundle)
+        adapter = PinnedAdapter(self._context, pools, tls_context(ca_bundle), idle_seconds)
         self._session.mount("http://", adapter)
         self._session.mount("https://", adapter)
 
@@ -132,6 +130,9 @@ class Fetcher:
             total_timeout=settings.total_timeout,
             max_body_bytes=settings.max_body_bytes,
             max_redirects=settings.max_redirects,
+            pools=settings.connection_pools,
+            idle_seconds=settings.connection_idle,
+            ca_bundle=settings.ca_bundle or None,
         )
 
     def close(self) -> None:
@@ -176,7 +177,7 @@ class Fetcher:
                     raise FetchTimeout("total deadline exceeded") from None
                 raise
             except (requests.RequestException, HTTPError, HTTPException, OSError) as exc:
-                raise _translate(exc, chain.deadline.expired) from exc
+                raise translate(exc, chain.deadline.expired) from exc
         except CrawlerError as exc:
             exc.details.setdefault("redirects", list(chain.redirects))
             exc.details.setdefault("final_url", chain.current)
@@ -248,7 +249,7 @@ class Fetcher:
             try:
                 return self._send(chain, prepared, ip)
             except requests.ConnectionError as exc:
-                if not _is_connect_failure(exc):
+                if not is_connect_failure(exc):
                     raise
         return self._send(chain, prepared, addresses[-1])
 
@@ -261,11 +262,19 @@ class Fetcher:
         timeout = (min(self._connect_timeout, remaining), min(self._read_timeout, remaining))
         # The adapter, not Session.send: with allow_redirects=False the session still builds
         # the next hop and reads the whole redirect body (unbounded) to do so.
-        adapter = self._session.get_adapter(prepared.url or "")
+        adapter = cast(PinnedAdapter, self._session.get_adapter(prepared.url or ""))
+        adapter.close_idle()
         proxies = {"http": proxy, "https": proxy} if proxy else {}
-        return adapter.send(
-            prepared, stream=True, timeout=timeout, verify=self._verify, proxies=proxies
-        )
+        try:
+            return adapter.send(
+                prepared, stream=True, timeout=timeout, verify=True, proxies=proxies
+            )
+        except requests.ConnectionError as exc:
+            if not (exc.args and isinstance(exc.args[0], ClosedPoolError)):
+                raise
+        # The host's pool was closed as idle (close_idle) between taking it and using it:
+        # nothing was sent; this send takes a new pool.
+        return adapter.send(prepared, stream=True, timeout=timeout, verify=True, proxies=proxies)
 
     def _read(
         self, chain: _Chain, resp: requests.Response, stop_reason: str | None = None
@@ -353,35 +362,6 @@ def _host_port(url: str) -> tuple[str, int]:
     if not parts.hostname:
         raise InvalidURL(f"no host in {url!r}")
     return parts.hostname, port
-
-
-def _is_connect_failure(exc: requests.ConnectionError) -> bool:
-    """Did ``exc`` happen while connecting, so the request may go to another address?"""
-    if isinstance(exc, requests.ConnectTimeout):
-        return True
-    reason = getattr(exc.args[0], "reason", None) if exc.args else None
-    return isinstance(reason, NewConnectionError)
-
-
-def _translate(exc: BaseException, expired: bool) -> CrawlerError:
-    """The crawler error for a transport exception (requests', urllib3's or the socket's)."""
-    message = f"{type(exc).__name__}: {exc}"[:500]
-    if expired:
-        return FetchTimeout("total deadline exceeded")
-    if isinstance(exc, (DecodeError, requests.exceptions.ContentDecodingError)):
-        return BadEncoding(message)  # the same bytes would fail the same way: not retried
-    timeouts = (requests.Timeout, Urllib3ReadTimeout, TimeoutError)
-    connect_timeout = isinstance(exc, ConnectTimeoutError) and not isinstance(
-        exc, NewConnectionError
-    )
-    # Failing to connect at all is what a host outage looks like (its circuit breaker counts
-    # these); a reset or a slow read after connecting is the URL's own problem.
-    connect = connect_timeout or isinstance(exc, (NewConnectionError, requests.ConnectTimeout))
-    if isinstance(exc, requests.ConnectionError):
-        connect = connect or _is_connect_failure(exc)
-    if isinstance(exc, timeouts) or connect_timeout:
-        return ConnectTimeout(message) if connect else FetchTimeout(message)
-    return ConnectFailed(message) if connect else ConnectionFailed(message)
 
 
 def _accept_encoding() -> str:

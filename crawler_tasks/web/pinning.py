@@ -11,12 +11,16 @@ at the request's total deadline.
 from __future__ import annotations
 
 import contextlib
+import heapq
+import os
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+import certifi
 from requests import PreparedRequest
 from requests.adapters import HTTPAdapter
 from requests.utils import select_proxy
@@ -53,9 +57,7 @@ class Deadline:
         #: time.monotonic() when the fetch's first request had been written to its socket
         #: (politeness paces from it, see :meth:`sent`)
         self.sent_at: float | None = None
-        self._timer = threading.Timer(seconds, self._expire)
-        self._timer.daemon = True
-        self._timer.start()
+        _WATCH.add(self._end, self)
 
     def remaining(self) -> float:
         return self._end - time.monotonic()
@@ -84,12 +86,16 @@ class Deadline:
             raise FetchTimeout("total deadline exceeded")
 
     def finish(self) -> None:
-        self._timer.cancel()
         with self._lock:
             self._done = True
             self._sockets.clear()
 
-    def _expire(self) -> None:
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    def expire(self) -> None:
+        """Called by the watcher at the deadline (nothing happens once finished)."""
         with self._lock:
             if self._done:
                 return
@@ -97,6 +103,53 @@ class Deadline:
             for sock in self._sockets:
                 _shutdown(sock)
             self._sockets.clear()
+
+
+class _Watcher:
+    """One thread per process that expires every :class:`Deadline` at its time (a timer
+    thread per fetch cost a thread's start and end for each page). Finished deadlines stay
+    in the heap (``expire`` does nothing for them) until their time comes or the heap has
+    doubled since it was last swept of them: at 300 pages/s and a 60 s deadline it would
+    otherwise hold 18,000 of them."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """Empty, its thread not started: at import, and in a forked child (where the
+        parent's thread does not run and its lock may have been held)."""
+        self._heap: list[tuple[float, int, Deadline]] = []
+        self._cond = threading.Condition(threading.Lock())
+        self._thread: threading.Thread | None = None
+        self._sweep_at = 1024
+
+    def add(self, end: float, deadline: Deadline) -> None:
+        with self._cond:
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="fetch-deadlines", daemon=True
+                )
+                self._thread.start()
+            if len(self._heap) >= self._sweep_at:
+                self._heap = [entry for entry in self._heap if not entry[2].done]
+                heapq.heapify(self._heap)
+                self._sweep_at = max(1024, 2 * len(self._heap))
+            heapq.heappush(self._heap, (end, id(deadline), deadline))
+            if self._heap[0][2] is deadline:  # sooner than what the thread sleeps for
+                self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._heap or self._heap[0][0] > time.monotonic():
+                    wait = self._heap[0][0] - time.monotonic() if self._heap else None
+                    self._cond.wait(wait)
+                _, _, due = heapq.heappop(self._heap)
+            due.expire()
+
+
+_WATCH = _Watcher()
+os.register_at_fork(after_in_child=_WATCH.reset)
 
 
 def _shutdown(sock: socket.socket) -> None:
@@ -164,11 +217,19 @@ class _PinnedHTTPSConnection(_PinnedHTTPConnection, HTTPSConnection):
 
 class _PinnedHTTPPool(HTTPConnectionPool):
     ConnectionCls = _PinnedHTTPConnection
+    #: time.monotonic() when a connection was last taken or given back (see close_idle;
+    #: a pool never used yet is about to be)
+    last_used = float("inf")
+
+    def _get_conn(self, timeout: float | None = None) -> BaseHTTPConnection:
+        self.last_used = time.monotonic()
+        return super()._get_conn(timeout)
 
     def _put_conn(self, conn: BaseHTTPConnection | None) -> None:
         # Back in the pool a connection may serve another thread: the current fetch's deadline
         # must not cut it off any more.
         self.conn_kw["context"].forget()
+        self.last_used = time.monotonic()
         super()._put_conn(conn)
 
 
@@ -216,12 +277,68 @@ class _PinnedProxyManager(ProxyManager):
         )
 
 
-class PinnedAdapter(HTTPAdapter):
-    """A requests adapter that only connects to ``context.pinned_ip`` (refuses when unset)."""
+def tls_context(ca_bundle: str | None = None) -> ssl.SSLContext:
+    """The one client TLS context of a fetcher: certifi's CAs, plus ``ca_bundle``'s (a PEM
+    file of private CAs) when given. Shared by every connection: urllib3 otherwise builds a
+    context and loads certifi's ~150 CAs again for each new connection (~5-12 ms of CPU)."""
+    context = ssl.create_default_context(cafile=certifi.where())
+    if ca_bundle:
+        context.load_verify_locations(cafile=ca_bundle)
+    return context
 
-    def __init__(self, context: ConnectionContext, pool_size: int) -> None:
+
+#: Connections kept per host (at one address): its concurrency seldom exceeds it; beyond,
+#: a connection is closed after use instead of kept.
+POOL_MAXSIZE = 16
+
+
+class PinnedAdapter(HTTPAdapter):
+    """A requests adapter that only connects to ``context.pinned_ip`` (refuses when unset)
+    and verifies certificates against ``ssl_context`` (always: see :meth:`cert_verify`)."""
+
+    def __init__(
+        self,
+        context: ConnectionContext,
+        pools: int,
+        ssl_context: ssl.SSLContext,
+        idle_seconds: float = 30.0,
+    ) -> None:
         self._context = context  # before super().__init__(), which calls init_poolmanager()
-        super().__init__(pool_connections=pool_size, pool_maxsize=pool_size, max_retries=0)
+        self._ssl_context = ssl_context
+        self._idle = idle_seconds
+        self._swept = time.monotonic()
+        self._sweeping = threading.Lock()
+        # A pool per host (at one address), ``pools`` of them: the hosts a process fetches
+        # from lately, each with the connections its concurrency needs (POOL_MAXSIZE).
+        super().__init__(pool_connections=pools, pool_maxsize=POOL_MAXSIZE, max_retries=0)
+
+    def close_idle(self) -> None:
+        """Close the pools (and their connections) of hosts not used for ``idle_seconds``;
+        looked at every quarter of that, by whichever fetch comes then."""
+        now = time.monotonic()
+        if now - self._swept < self._idle / 4 or not self._sweeping.acquire(blocking=False):
+            return
+        try:
+            self._swept = now
+            pools = self.poolmanager.pools
+            # Read under the container's lock without get(), which would reorder its LRU.
+            with pools.lock:
+                idle = [
+                    key
+                    for key, pool in pools._container.items()
+                    if now - getattr(pool, "last_used", now) > self._idle
+                ]
+            for key in idle:
+                with contextlib.suppress(KeyError):
+                    del pools[key]  # closes its idle connections; a busy one on return
+        finally:
+            self._sweeping.release()
+
+    def cert_verify(self, conn: Any, url: str, verify: Any, cert: Any) -> None:
+        # requests would point every pool at certifi's file (ca_certs), which makes urllib3
+        # load it into the shared context again on each connection: the CAs are in it.
+        conn.cert_reqs = "CERT_REQUIRED"
+        conn.ca_certs = conn.ca_cert_dir = None
 
     def init_poolmanager(
         self, connections: int, maxsize: int, block: bool = False, **pool_kwargs: Any
@@ -234,6 +351,7 @@ class PinnedAdapter(HTTPAdapter):
             maxsize=maxsize,
             block=block,
             context=self._context,
+            ssl_context=self._ssl_context,
             **pool_kwargs,
         )
 
@@ -246,6 +364,7 @@ class PinnedAdapter(HTTPAdapter):
                 num_pools=self._pool_connections,
                 maxsize=self._pool_maxsize,
                 block=self._pool_block,
+                ssl_context=self._ssl_context,
                 **proxy_kwargs,
             )
         manager: ProxyManager = self.proxy_manager[proxy]

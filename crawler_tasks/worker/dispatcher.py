@@ -143,6 +143,7 @@ class Dispatcher:
             for url, entry, value in store.ledger.stuck(living, s.lost_message_seconds, idle):
                 n += self._take_back(ctx, store, url, entry, value)
             sweep_orphans(ctx, store)
+            store.series.sample()  # one process per interval cluster-wide (series.py)
             # A process that died between finishing the last URL and CrawlStatus.finishing.
             finishing = store.status.steering() is Steering.FINISHING
             if not finishing and store.status.finishing():

@@ -17,7 +17,14 @@ import json
 import time
 from typing import Any
 
-from ..errors import HostDown, PermanentError, RetryableError, ServerError, Unreachable
+from ..errors import (
+    HostDown,
+    PermanentError,
+    RetryableError,
+    ServerError,
+    TLSError,
+    Unreachable,
+)
 from ..state import events, formats
 from ..state.formats import Counter, LeaseEnd, Outcome, Started
 from ..state.politeness import parse_retry_after
@@ -51,7 +58,7 @@ def decide(
         down = Final.failed(url, depth, HostDown(f"{domain} is down"))
         return Decision.record(down, LeaseEnd.REFUND)
     events.emit(ctx.client, store.ck, "request_started", store.id, url=url)
-    robots_verdict = _robots(ctx, store, url, domain)
+    robots_verdict = _robots(ctx, store, url, depth, domain)
     if robots_verdict is not None:
         return Decision.record(robots_verdict)
     return _request(ctx, store, url, depth)
@@ -67,6 +74,8 @@ def _request(ctx: Context, store: CrawlStore, url: str, depth: int) -> Decision:
     except RetryableError as exc:  # connected, then failed: the URL's own problem
         return Decision.retry(exc)
     except PermanentError as exc:
+        if isinstance(exc, TLSError):
+            note_tls(store, url, str(exc))
         return Decision.record(Final.failed(url, depth, exc))
     return _answered(ctx, store, url, depth, response)
 
@@ -160,7 +169,13 @@ def _base_final(url: str, depth: int, response: Response) -> Final:
     )
 
 
-def _robots(ctx: Context, store: CrawlStore, url: str, domain: str) -> Final | None:
+def note_tls(store: CrawlStore, url: str, why: str) -> None:
+    """The crawl's first TLS failure, named in ``status`` and the summary (a private CA the
+    workers were not given is the usual cause: the hint is in the summary)."""
+    store.status.first_note(formats.TLS_NOTE, f"{origin_of(url)}: {TLSError.reason}: {why}")
+
+
+def _robots(ctx: Context, store: CrawlStore, url: str, depth: int, domain: str) -> Final | None:
     """What robots.txt says of ``url`` (a Final when it is not to be fetched), and the
     politeness accounting of this fetch (see ``politeness``): robots.txt, when it had to be
     requested, is charged to the domain's bucket; its Crawl-delay is applied; a disallowed URL
@@ -176,6 +191,12 @@ def _robots(ctx: Context, store: CrawlStore, url: str, domain: str) -> Final | N
         if not robots.allowed(opts.robots_agent, url):
             # Its token back; the lease itself ends "ok" (settle), as robots.txt was read.
             polite.refund(url, domain)
+            tls = _tls_why(robots.why)
+            if tls is not None:  # the page's own handshake would fail the same way
+                note_tls(store, url, tls)
+                final = Final.failed(url, depth, TLSError(tls))
+                final.extra["detail"] = f"robots.txt: {TLSError.reason}: {tls}"
+                return final
             # A disallow-all policy only comes from a robots.txt that could not be read.
             unreachable = robots.kind == "disallow"
             reason = (
@@ -194,6 +215,12 @@ def _robots(ctx: Context, store: CrawlStore, url: str, domain: str) -> Final | N
         if maps.is_sitemap(url):
             return Final(url, 0, **maps.fetch(url))
     return None
+
+
+def _tls_why(robots_why: str) -> str | None:
+    """The TLS failure that made robots.txt unreadable (robots_getter's "tls_error: ...")."""
+    head, sep, why = robots_why.partition(": ")
+    return why if sep and head == TLSError.reason else None
 
 
 # Response headers the parse step (and the recrawl validators) need.

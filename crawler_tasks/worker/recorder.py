@@ -296,6 +296,8 @@ def crawl_finished(ctx: Context, store: CrawlStore) -> bool:
     if opts.on_finished and not flags.get("on_finished_sent"):
         ctx.on_finished(opts.on_finished, opts.crawl_id, summary)
         status.note(on_finished_sent=1)
+    # The series' last point: the crawl's end, whatever the interval (state/series.py).
+    store.series.sample(now=summary.get("finished_at") or None, force=True)
     status.finished(final)
     log.info("crawl %s %s in %.1fs", opts.crawl_id, final, summary["duration_s"])
     return True

@@ -1,0 +1,130 @@
+"""A crawl's figures, computed in ONE place for everything that shows them: ``crawler status
+--json`` and the dashboard's ``/api/crawls/ID`` call :func:`crawl_figures`, which is
+``Crawl.progress()`` plus the busiest hosts and the dedupe filter; the dashboard's crawl page
+adds what only it shows (:func:`crawl_page`) around those same figures, and its crawls list
+(:func:`crawls_list`) is ``progress()`` of each crawl. tests/test_dashboard.py asserts the API
+and ``status --json`` agree."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from typing import Any
+
+import redis
+
+from ..errors import UnknownCrawl
+from ..settings import Settings
+from ..state import events, workers
+from ..state import store as stores
+from ..state.ceilings import read as read_ceilings
+from ..state.store import RedisHandle
+from .crawl import Crawl
+
+#: Dead letters read for the error breakdown's examples (the counts come from the counters).
+EXAMPLES_SCANNED = 2000
+
+
+def crawl_figures(crawl: Crawl, domains: int = 10) -> dict[str, Any]:
+    """``progress()``, the ``domains`` busiest hosts (with their shared ceilings) and the
+    dedupe filter's fill: what ``crawler status --json`` prints."""
+    p = crawl.progress()
+    p["domains"] = crawl.domains(domains)
+    p["bloom"] = crawl.bloom()
+    shared = read_ceilings(crawl.client, crawl.store.r.keys)
+    for d in p["domains"]:
+        d["ceiling"] = shared.get(d["domain"])
+    if crawl.options.on_item:
+        p["on_item_waiting"] = waiting(crawl.settings, crawl.options.on_item_queue)
+    return p
+
+
+def waiting(settings: Settings, queue: str) -> int | None:
+    """Messages in the broker's ``queue`` (None if the broker cannot tell now)."""
+    from ..worker.app import make_app
+    from ..worker.tasks import queue_length
+
+    try:
+        with make_app(settings).connection_for_read() as conn:
+            return queue_length(conn, queue)
+    except Exception:  # noqa: BLE001 - a figure of status, not worth a failure
+        return None
+
+
+def crawl_page(crawl: Crawl) -> dict[str, Any]:
+    """Everything the dashboard's crawl page shows: :func:`crawl_figures` under ``figures``,
+    the status-code and error breakdown, the series, workers seen and the action log."""
+    store = crawl.store
+    counters = store.stats.counters()
+    families = store.stats.families(counters)
+    figures = crawl_figures(crawl)
+    return {
+        "figures": figures,
+        "seeds": list(crawl.options.seeds),
+        "started_at": crawl.options.started_at,
+        "status_codes": dict(sorted((k, v) for k, v in families["status_codes"].items() if v)),
+        "errors": error_classes(crawl, families["failures"], counters.get("extract_errors", 0)),
+        "series": store.series.rates(live=figures["status"] in ("running", "paused")),
+        "workers": workers_seen(crawl),
+        # Workers admit no new URL above this fraction of maxmemory (the admission line).
+        "admission_memory_fraction": crawl.settings.admission_memory_fraction,
+        "actions": events.actions(crawl.client, store.ck),
+    }
+
+
+def error_classes(crawl: Crawl, counts: dict[str, int], extract: int) -> list[dict[str, Any]]:
+    """Each failure reason (the ``failed:*`` counters, exact) and extract errors, with one
+    example URL and message from the dead letters (the first ``EXAMPLES_SCANNED`` read)."""
+    examples: dict[str, dict[str, Any]] = {}
+    for record in _dead_letters(crawl, EXAMPLES_SCANNED):
+        kind = record.get("error") or "extract_error"
+        message = record.get("detail") or record.get("extract_error") or record.get("error")
+        examples.setdefault(kind, {"url": record.get("url"), "message": message})
+    classes = {k: v for k, v in counts.items() if v}
+    if extract:
+        classes["extract_error"] = extract
+    return [
+        {"class": k, "count": n, **examples.get(k, {"url": None, "message": None})}
+        for k, n in sorted(classes.items(), key=lambda kv: -kv[1])
+    ]
+
+
+def _dead_letters(crawl: Crawl, limit: int) -> list[dict[str, Any]]:
+    import json
+
+    out: list[dict[str, Any]] = []
+    for pk in crawl.store.ck.parts:
+        scan = crawl.client.hscan_iter(pk.failed, count=500)
+        out += (json.loads(v) for _k, v in itertools.islice(scan, limit - len(out)))
+        if len(out) >= limit:
+            break
+    return out
+
+
+def workers_seen(crawl: Crawl) -> list[dict[str, Any]]:
+    """Every worker process that beat lately, with its heartbeat's age and whether it counts
+    as alive (beat within ``worker_dead_seconds``)."""
+    now, dead_after = time.time(), crawl.settings.worker_dead_seconds
+    beats = workers.beats(crawl.client, crawl.store.r.keys)
+    return [
+        {"worker": w, "age_s": round(now - t, 1), "alive": now - t <= dead_after}
+        for w, t in sorted(beats.items())
+    ]
+
+
+def crawls_list(client: redis.Redis, settings: Settings, limit: int = 50) -> list[dict[str, Any]]:
+    """The newest crawls for the dashboard's crawls page: each one's ``progress()`` (the
+    same figures as ``crawler status``), seeds and start time."""
+    r = RedisHandle.connect(client, settings.key_prefix)
+    out = []
+    for crawl_id in stores.recent(r, limit):
+        crawl = Crawl(crawl_id, settings=settings, client=client)
+        try:
+            p = crawl.progress()
+        except UnknownCrawl:
+            continue  # expired
+        p.pop("backlog", None)
+        out.append(
+            {**p, "seeds": list(crawl.options.seeds), "started_at": crawl.options.started_at}
+        )
+    return out

@@ -1,0 +1,64 @@
+"""What ``crawler crawl`` prints when a crawl ends (``summary.json`` in words) and what its
+exit status says of it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import TLSError
+from ..state.formats import TLS_NOTE
+
+
+def failed(summary: dict[str, Any]) -> bool:
+    """Stopped by an error of its setup (a hook no worker can import), or nothing fetched
+    because every TLS handshake failed (a private CA the workers were not given): a crawl
+    that must not look like a success to a script."""
+    if summary.get("error"):
+        return True
+    fetched = summary.get("counters", {}).get("fetched", 0)
+    return not fetched and bool(summary.get("failures", {}).get(TLSError.reason))
+
+
+def summary_text(s: dict[str, Any]) -> str:
+    c = s.get("counters", {})
+    done = c.get("done", 0)  # cancelled URLs are not in it (Stats.counters)
+    rate = done / s["duration_s"] if s.get("duration_s") else 0.0
+    lines = [
+        f"crawl {s['crawl_id']} {s['status']} in {s['duration_s']:.1f}s ({rate:.1f} pages/s)",
+        _pages(s, c),
+        f"  status codes: {s.get('status_codes', {})}",
+    ]
+    if s.get("error"):
+        lines.insert(1, f"  error: {s['error']}")
+    if s.get("failures"):
+        lines.append(f"  failures: {s['failures']}")
+    if s.get(TLS_NOTE):
+        lines.append(
+            f"  TLS failed: {s[TLS_NOTE]} (a private CA? give its PEM file to every worker "
+            "and to this command: CRAWLER_CA_BUNDLE)"
+        )
+    if s.get("first_extract_error"):
+        lines.append(f"  first extract error: {s['first_extract_error']}")
+    if s.get("output_dir"):
+        lines.append(f"  files: {s['output_dir']}")
+    if s.get("changes"):
+        lines.append(f"  changes since the previous run: {s['changes']}")
+    return "\n".join(lines)
+
+
+def _pages(s: dict[str, Any], c: dict[str, int]) -> str:
+    cancelled = c.get("cancelled", 0)
+    pages = (
+        f"  pages: {c.get('done', 0)} done, {c.get('fetched', 0)} fetched, "
+        f"{c.get('parsed', 0)} parsed, {c.get('failed', 0)} failed, "
+        f"{c.get('robots_disallowed', 0)} disallowed by robots.txt"
+    )
+    if c.get("robots_unreachable"):
+        pages += f", {c['robots_unreachable']} not fetched: robots.txt unreachable"
+        if s.get("robots_unreachable_why"):
+            pages += f" (e.g. {s['robots_unreachable_why']})"
+    if cancelled:
+        pages += f", {cancelled} cancelled unfetched"
+    if c.get("items") or c.get("extract_errors"):
+        pages += f"; {c.get('items', 0)} items, {c.get('extract_errors', 0)} extract errors"
+    return pages

@@ -1,0 +1,178 @@
+"""The dashboard's two pages in a real browser (headless Debian Chromium through Playwright)
+over a real crawl: no console errors, the figures the page shows are `crawler status --json`'s,
+they move while the crawl runs, every control works and shows in the crawl's events, a
+request without auth gets 401 and a forged POST without the XSRF token is refused.
+
+``DASHBOARD_SCREENSHOTS=DIR`` saves both pages at 1400x900 under DIR (docs/ holds the ones
+the README shows)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import wait_until
+from dashboard_server import AUTH, dashboard
+from sitegen import running_sites
+from test_dashboard import _status_json
+
+from crawler_tasks import start_crawl
+
+playwright = pytest.importorskip("playwright.sync_api")
+CHROMIUM = "/usr/bin/chromium"
+VIEWPORT = {"width": 1400, "height": 900}
+
+
+@pytest.fixture
+def browser() -> Iterator:  # type: ignore[type-arg]
+    if not os.path.exists(CHROMIUM):
+        pytest.fail("Debian chromium is not installed (.ci/run installs it)")
+    with playwright.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"], headless=True)
+        yield b
+        b.close()
+
+
+def _figure(page, name: str) -> int:  # type: ignore[no-untyped-def]
+    return int(page.locator(f'[data-figure="{name}"]').first.inner_text().replace(",", ""))
+
+
+def _console_errors(page) -> list[str]:  # type: ignore[no-untyped-def]
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    return errors
+
+
+def test_pages_in_a_browser_over_a_running_crawl(settings, celery_worker, browser):
+    shots = os.environ.get("DASHBOARD_SCREENSHOTS")
+    routes = {"/broken": lambda h: h.send_body(500, b"<html>oops</html>")}
+    with running_sites(["127.0.0.36", "127.0.0.37"], 70, 4, extra_routes=routes) as (_, servers):
+        seeds = [s.base_url + "/" for s in servers] + [servers[1].base_url + "/broken/1"]
+        opts = {"allow_private_networks": True, "rate": 12.0, "max_retries": 0}
+        crawl = start_crawl(seeds, settings=settings, **opts)
+        heard: list[dict] = []
+        pubsub = crawl.client.pubsub(ignore_subscribe_messages=True)
+        pubsub.subscribe(crawl.ck.events)
+        with dashboard(settings.broker_url) as base:
+            ctx = browser.new_context(
+                http_credentials=dict(zip(("username", "password"), AUTH, strict=True)),
+                viewport=VIEWPORT,
+            )
+            page = ctx.new_page()
+            errors = _console_errors(page)
+
+            # The crawls page lists it, live.
+            page.goto(base + "/")
+            row = page.locator(f'tr[data-crawl="{crawl.id}"]')
+            row.wait_for(timeout=10_000)
+            assert crawl.id in row.inner_text() and "running" in row.inner_text()
+
+            # The crawl page: its figures move while the crawl runs.
+            page.goto(f"{base}/crawls/{crawl.id}")
+            page.locator("#hosts tbody tr").first.wait_for(timeout=10_000)
+            first = _figure(page, "done")
+            wait_until(lambda: _figure(page, "done") >= first + 8, timeout=30)
+
+            # Pause, resume: the page says so, the crawl does so.
+            page.click('button[data-action="pause"]')
+            page.locator("#status", has_text="paused").wait_for(timeout=5000)
+            assert crawl.store.status.flags()["paused"] == "1"
+            # During the crawl (paused: once its last fetches are in, nothing moves), the
+            # page's figures are status --json's.
+            wait_until(lambda: crawl.progress()["in_flight"] == 0, timeout=20)
+            page.wait_for_timeout(3500)  # one refresh of the page after that
+            during = _status_json(settings, crawl.id)
+            assert during["outstanding"] > 0, "paused mid-crawl"
+            for name in ("done", "admitted", "outstanding", "queued", "failed"):
+                shown = page.locator(f'#counters tr[data-key="{name}"] td').nth(1).inner_text()
+                assert int(shown.replace(",", "")) == during[name], name
+            page.click('button[data-action="resume"]')
+            page.locator("#status", has_text="running").wait_for(timeout=5000)
+
+            # A forged POST (no XSRF token) from the page's own origin is refused.
+            forged = page.evaluate(
+                "async (u) => (await fetch(u, {method: 'POST', credentials: 'same-origin'})).status",
+                f"/api/crawls/{crawl.id}/pause",
+            )
+            assert forged == 403 and crawl.store.status.flags()["paused"] == "0"
+            page.wait_for_timeout(200)
+            # The refused request is the one console error Chromium reports here.
+            assert errors and "403" in errors.pop(), errors
+
+            crawl.wait(timeout=90)
+            page.locator("#status", has_text="finished").wait_for(timeout=10_000)
+            page.wait_for_timeout(2500)  # one more poll after the end
+            status = _status_json(settings, crawl.id)
+            for name in ("done", "admitted", "outstanding", "pages_per_s"):
+                shown = page.locator(f'[data-figure="{name}"]').first.inner_text()
+                assert float(shown.replace(",", "")) == status[name], name
+            counters = dict(
+                (r.get_attribute("data-key"), r.locator("td").nth(1).inner_text().replace(",", ""))
+                for r in page.locator("#counters tr").all()
+            )
+            for name in ("failed", "fetched", "queued", "robots_disallowed"):
+                assert int(counters[name]) == status[name], name
+            codes = {
+                r.locator("td").nth(0).inner_text(): int(r.locator("td").nth(1).inner_text())
+                for r in page.locator("#status-codes tbody tr").all()
+            }
+            assert codes == {k: v for k, v in crawl.summary()["status_codes"].items() if v}
+            assert page.locator("#chart polyline.pages").count() == 1
+            if shots:
+                page.screenshot(path=str(Path(shots) / "dashboard-crawl.png"))
+
+            # Set a host's rate, then retry the failed URL.
+            host = servers[0].base_url.split("//")[1].split(":")[0]
+            page.fill("#rate-host", host)
+            page.fill("#rate-value", "3")
+            page.click("#rate-form button[type=submit]")
+            page.locator("#control-result", has_text="rate: done").wait_for(timeout=5000)
+            assert crawl.client.hget(crawl.store.r.keys.rates, host) == b"3.0"
+            assert status["failed"] == 1, "the seed answering 500 fails (no retries)"
+            error_row = page.locator("#errors tbody tr").first
+            assert re.search(r"http://127\.0\.0\.37:\d+/broken/1", error_row.inner_text())
+            page.click('button[data-action="retry_failed"]')
+            page.locator("#control-result", has_text="retry_failed: done").wait_for(timeout=5000)
+            crawl.wait(timeout=60)
+            if shots:
+                page.goto(base + "/")
+                row.wait_for(timeout=10_000)
+                page.screenshot(path=str(Path(shots) / "dashboard-crawls.png"))
+            unauthenticated = browser.new_context().request.get(f"{base}/api/crawls")
+            assert unauthenticated.status == 401
+            assert errors == []
+            ctx.close()
+        while msg := pubsub.get_message(timeout=1.0) or pubsub.get_message(timeout=1.0):
+            heard.append(json.loads(msg["data"]))
+        pubsub.close()
+    actions = [e["action"] for e in heard if e["event"] == "action"]
+    assert actions == ["pause", "resume", "set_rate", "retry_failed"]
+
+
+def test_cancel_from_the_crawl_page(settings, celery_worker, browser):
+    # One request every 2 s: the crawl is still running when the page cancels it.
+    with running_sites(["127.0.0.38"], 40, 3) as (_, servers):
+        crawl = start_crawl(
+            [servers[0].base_url + "/"], settings=settings, allow_private_networks=True, rate=0.5
+        )
+        with dashboard(settings.broker_url) as base:
+            ctx = browser.new_context(
+                http_credentials={"username": AUTH[0], "password": AUTH[1]}, viewport=VIEWPORT
+            )
+            page = ctx.new_page()
+            errors = _console_errors(page)
+            page.goto(f"{base}/crawls/{crawl.id}")
+            page.locator("#status", has_text="running").wait_for(timeout=10_000)
+            page.click('button[data-action="cancel"]')
+            page.locator("#control-result", has_text="cancel: done").wait_for(timeout=5000)
+            summary = crawl.wait(timeout=30)
+            page.locator("#status", has_text="cancelled").wait_for(timeout=10_000)
+            page.locator('#actions li[data-action="cancel"]').wait_for(timeout=5000)
+            assert errors == []
+            ctx.close()
+    assert summary["status"] == "cancelled" and summary["counters"]["done"] < 40
