@@ -143,7 +143,7 @@ def assert_exact(crawl, graph, seeds, summary) -> None:  # type: ignore[no-untyp
     assert len(graph.roots()) >= 2 and len(got) >= 300
 
 
-@pytest.mark.parametrize("point", ["after_finish", "after_record"])
+@pytest.mark.parametrize("point", ["after_finish", "after_pages", "after_record"])
 @pytest.mark.allow_worker_errors(".*")
 def test_kill_at_each_point_of_the_finish_path(settings, redis_url, tmp_path, point):  # type: ignore[no-untyped-def]
     """A fetch process (threads pool: the whole worker dies; restarted without the fault) and

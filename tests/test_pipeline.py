@@ -15,7 +15,7 @@ from sitegen import SiteServer, has_skipped_extension, reachable, running_sites,
 from test_formats import undescribed
 
 from crawler_tasks import start_crawl
-from crawler_tasks.state.formats import Unwritten
+from crawler_tasks.state.formats import Committed, Unwritten
 from crawler_tasks.state.store import CrawlStore
 from crawler_tasks.surface.crawl import list_crawls
 from crawler_tasks.surface.summary import summary_text
@@ -222,6 +222,44 @@ def test_an_orphan_met_by_two_rescuers_is_written_once(settings, driver):  # typ
     assert not write_orphan(driver.ctx, store, url, seen)
     assert [r["url"] for r in crawl.pages(latest=False)] == [url]
     assert store.ledger.unwritten(url) is None
+
+
+def test_a_writer_frozen_across_a_takeover_undoes_its_copy(settings, driver):  # type: ignore[no-untyped-def]
+    """A process froze after finish.lua (SIGSTOP, a paused VM), perhaps in the middle of its
+    append; meanwhile another took its record over (claim.lua) to write it. The first wakes
+    and appends: its copy is undone (commit.lua), its file back to what it was. Without a
+    takeover the same append is kept, and so it is when a sweep only found it on disk."""
+    crawl = start_crawl(["http://127.0.0.79/a"], settings=settings, allow_private_networks=True)
+    store = driver.ctx.store(crawl.id)
+    [(_domain, _depth, url)] = store.frontier.release_all(10, 180).entries
+    out = driver.ctx.crawl(store).output()
+    record = {**Final(url, 0, status=200, extra={"fetched_at": time.time()}).record(), "rid": "r"}
+    mine = Unwritten("r", str(out.pages_path), time.time(), record)
+    assert store.ledger.finish(url, mine, {}) == 0
+    elsewhere = Unwritten(
+        "r", str(crawl.output_dir / "pages-elsewhere-2.jsonl"), time.time(), record
+    )
+    assert store.ledger.claim(url, mine, elsewhere)  # the sweep of another process
+
+    def commit(entry):  # type: ignore[no-untyped-def]
+        return lambda: store.ledger.commit(entry.record["url"], entry) is not Committed.MOVED
+
+    out.final({"url": "http://127.0.0.79/other", "rid": "x"})  # the file holds something
+    size = out.pages_path.stat().st_size
+    assert not out.final(record, commit=commit(mine))
+    assert out.pages_path.stat().st_size == size  # undone, to the byte
+    assert store.ledger.commit(url, elsewhere) is Committed.OURS  # the claimer's copy counts
+    assert store.ledger.unwritten(url) is None
+    assert out.final(record, commit=commit(mine)) is False  # gone, fenced: still not ours
+
+    other = "http://127.0.0.79/b"
+    entry = Unwritten("s", str(out.pages_path), time.time(), {**record, "url": other, "rid": "s"})
+    store.ledger.client.hset(store.ck.for_url(other).unwritten, other, entry.dumps())
+    assert out.final(entry.record, commit=commit(entry))  # nobody took it over: kept, written
+    assert store.ledger.unwritten(other) is None
+    assert store.ledger.commit(other, entry) is Committed.FOUND  # a sweep found it: keep
+    urls = [r["url"] for r in crawl.pages(latest=False)]
+    assert urls.count(url) == 0 and urls.count(other) == 1
 
 
 def test_robots_disallowed_links_are_counted_never_fetched_nor_recorded(settings, driver):  # type: ignore[no-untyped-def]

@@ -222,6 +222,14 @@ class Started(int, Enum):
     HOST_DEAD = 4  # (fetch only) its host was declared dead in this crawl (done.lua)
 
 
+class Committed(int, Enum):
+    """commit.lua's reply: what a writer does with the record it has just appended."""
+
+    MOVED = 0  # another process claimed the record meanwhile (this one was frozen): undo it
+    OURS = 1  # the entry was this writer's: now marked written
+    FOUND = 2  # gone, and nobody claimed it: a sweep found this copy on disk; keep it
+
+
 def status(code: int) -> str:
     return f"status:{code}"
 

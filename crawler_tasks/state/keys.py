@@ -66,6 +66,8 @@ that this table does not describe, or whose type differs::
     P:{C/N}:body:H           hash   fetched response waiting for its parse task: meta, body
     P:{C/N}:failed           hash   url -> dead-letter record, JSON
     P:{C/N}:unwritten        hash   url -> formats.Unwritten: final, record not yet on disk
+    P:{C/N}:fenced           hash   url -> file of the last process that claimed its record
+                                    (claim.lua); a frozen first writer undoes its copy
     P:{C/N}:hostpages        hash   domain -> URLs admitted (``max_pages_per_host``)
     P:{C/N}:redirects        hash   url -> JSON list of redirect targets it claimed (marked seen)
     P:{C/N}:persec           hash   unix second -> URLs finished (recent pages/s)
@@ -190,6 +192,7 @@ class PartKeys:
         self.attempts = f"{base}:attempts"
         self.failed = f"{base}:failed"
         self.unwritten = f"{base}:unwritten"
+        self.fenced = f"{base}:fenced"
         self.host_pages = f"{base}:hostpages"
         self.redirects = f"{base}:redirects"
         self.persec = f"{base}:persec"

@@ -99,22 +99,21 @@ class Ledger:
         raw = self.client.hget(self.ck.for_url(url).unwritten, url)
         return None if raw is None else formats.Unwritten.loads(raw)
 
-    def still_unwritten(self, url: str, mine: formats.Unwritten) -> bool:
-        """``url``'s record still waits for the writer that stored ``mine`` (nobody claimed it:
-        a claim keeps the rid but names the claimer's file and time)."""
-        entry = self.unwritten(url)
-        return entry is not None and (entry.rid, entry.path, entry.ts) == (
-            mine.rid,
-            mine.path,
-            mine.ts,
-        )
-
     def claim(self, url: str, read: formats.Unwritten, claimed: formats.Unwritten) -> bool:
         """claim.lua: take over the unwritten record ``read`` as ``claimed`` (this process's
         file, now); False if it was written or claimed by another process meanwhile."""
-        keys = [self.ck.for_url(url).unwritten]
-        args = [url, read.rid, repr(read.ts), claimed.dumps()]
-        return bool(self.scripts.claim(keys=keys, args=args, client=self.client))
+        pk = self.ck.for_url(url)
+        args = [url, read.rid, repr(read.ts), claimed.dumps(), claimed.path]
+        return bool(
+            self.scripts.claim(keys=[pk.unwritten, pk.fenced], args=args, client=self.client)
+        )
+
+    def commit(self, url: str, mine: formats.Unwritten) -> formats.Committed:
+        """commit.lua: the record ``mine`` is appended to its file; keep it, or undo it."""
+        pk = self.ck.for_url(url)
+        args = [url, mine.rid, repr(mine.ts), mine.path]
+        got = self.scripts.commit(keys=[pk.unwritten, pk.fenced], args=args, client=self.client)
+        return formats.Committed(int(got))
 
     def written(self, url: str) -> None:
         """``url``'s record is on disk."""

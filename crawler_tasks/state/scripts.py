@@ -38,6 +38,7 @@ class Scripts:
         self.reclaim = client.register_script(source("reclaim"))
         self.drain = client.register_script(source("drain"))
         self.claim = client.register_script(source("claim"))
+        self.commit = client.register_script(source("commit"))
         self.ceiling = client.register_script(source("ceiling"))
         self.reserve = client.register_script(source("reserve"))
         self.sample = client.register_script(source("sample"))

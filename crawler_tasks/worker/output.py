@@ -70,8 +70,9 @@ class CrawlOutput:
             fd = self._files[name] = os.open(self.dir / name, flags, 0o644)
         return fd
 
-    def _append(self, writes: list[tuple[str, bytes]]) -> None:
-        """Append each ``(file name, bytes)`` whole, or put every file back and raise."""
+    def _append(self, writes: list[tuple[str, bytes]]) -> list[tuple[str, int]]:
+        """Append each ``(file name, bytes)`` whole, or put every file back and raise; returns
+        each file's size before (to undo the append, see :meth:`final`)."""
         done: list[tuple[str, int]] = []
         try:
             for name, data in writes:
@@ -85,6 +86,7 @@ class CrawlOutput:
             for name, size in done:
                 self._undo(name, size)
             raise OutputUnavailable(str(self.dir), describe(exc)) from exc
+        return done
 
     def _undo(self, name: str, size: int) -> None:
         """Back to ``size`` bytes; if even that fails, the file is given up (closed, renamed
@@ -106,11 +108,13 @@ class CrawlOutput:
         self,
         record: dict[str, Any],
         with_items: bool = True,
-        still_mine: Callable[[], bool] | None = None,
+        commit: Callable[[], bool] | None = None,
     ) -> bool:
-        """A URL's page record, its items and its edges; False if ``still_mine``, asked last,
-        just before writing, says another process has taken the record over meanwhile (this
-        one was frozen: the record is on disk elsewhere). Items and edges first: the page line
+        """A URL's page record, its items and its edges; False if ``commit``, asked just after
+        the append, says another process took the record over meanwhile (this one was frozen
+        before or during the append: the record is on disk elsewhere), and the append is then
+        undone. Asked after, not before: a check before the append leaves a window in which
+        a process can be frozen and append later. Items and edges first: the page line
         is what says the record is on disk (see recorder.py), so a crash between them repeats
         edges, never loses them; items carry the record's rid, so the writer of an orphan
         sees they are there and leaves them (``with_items=False``)."""
@@ -127,10 +131,12 @@ class CrawlOutput:
         if edges:
             writes.append((f"edges-{self.tag}.tsv", _utf8(edges)))
         writes.append((self.pages_path.name, _utf8(line)))
-        with self._lock:  # threads queue here: the question is asked once our turn came
-            if still_mine is not None and not still_mine():
+        with self._lock:  # no other thread appends until the copy is kept or undone
+            done = self._append(writes)
+            if commit is not None and not commit():
+                for name, size in done:
+                    self._undo(name, size)
                 return False
-            self._append(writes)
         return True
 
     def warc(

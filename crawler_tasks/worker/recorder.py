@@ -3,17 +3,19 @@ when it was the last one.
 
     finalize:  finish.lua (counted once; the record kept in Redis as "unwritten")
                -> record on disk (edges, then the page line with its record id)
-               -> unwritten entry deleted -> event -> the crawl's finisher if it was the last
+               -> commit.lua: unwritten entry deleted (or the copy undone, see below)
+               -> event -> the crawl's finisher if it was the last
 
 A process that dies between finish.lua and the delete leaves the record in Redis. Whoever
 meets it next writes it, unless the page line with its record id is already in the dead
 writer's file (same host): the redelivered task (start.lua says so), the dispatcher's sweep,
 or the finisher, which writes every orphan before ``summary.json``; of several that meet it
 at once, the one that claims it in Redis (claim.lua). A writer that was frozen meanwhile
-(SIGSTOP, a paused VM) asks, once its turn at the file has come, whether its record is still
-waiting for it, and leaves it if it was taken over. Only a writer frozen between that question
-and its one write, or one on another host whose file cannot be read here, can leave a URL with
-two lines.
+(SIGSTOP, a paused VM) may wake up anywhere, even in the middle of its append: so every writer
+asks after its append, still holding its file, whether the copy counts (commit.lua: the
+claim fenced it), and truncates its own file back if it was taken over. Only a process that
+dies (not freezes) between its append and that question, on another host than the one that
+writes the record again (which cannot read its file), can leave a URL with two lines.
 
 :func:`crawl_finished` (the finisher) is a sequence of idempotent steps under a lock:
 orphans, recrawl ``gone`` count, ``summary.json``, key expiry, the ``crawl_finished`` event,
@@ -160,17 +162,19 @@ def finalize(ctx: Context, store: CrawlStore, final: Final) -> str:
         RedirectClaims.release(store.client, store.ck, final.url)
 
     # A process frozen since finish.lua (SIGSTOP, a VM pause) may find its record written by
-    # another (the sweep, the finisher): asked just before the write, not to write it twice.
-    def mine() -> bool:
-        return store.ledger.still_unwritten(final.url, entry)
-
-    if write_record(ctx, store, record, still_mine=mine):  # else: written elsewhere, or
-        faults.point("after_record")  # waiting in Redis for room (the sweep writes it)
-        store.ledger.written(final.url)
+    # another (the sweep, the finisher): its copy is undone (commit.lua), not kept twice.
+    if write_record(ctx, store, record, commit=_committer(store, final.url, entry)):
+        faults.point("after_record")  # else: written elsewhere, or waiting in Redis for room
     kind = "request_failed" if final.error else "request_completed"
     payload = {k: record[k] for k in ("url", "status", "error", "depth")}
     events.emit(store.client, store.ck, kind, store.id, record=payload)
     return _settled(ctx, store, final, left)
+
+
+def _committer(store: CrawlStore, url: str, entry: formats.Unwritten) -> Callable[[], bool]:
+    """Asked by the output right after it appended ``entry``'s record: keep it? (commit.lua
+    marks it written when it is still this writer's.)"""
+    return lambda: store.ledger.commit(url, entry) is not formats.Committed.MOVED
 
 
 def _settled(ctx: Context, store: CrawlStore, final: Final, left: int) -> str:
@@ -186,14 +190,14 @@ def write_record(
     record: dict[str, Any],
     *,
     with_items: bool = True,
-    still_mine: Callable[[], bool] | None = None,
+    commit: Callable[[], bool] | None = None,
 ) -> bool:
     """``record`` on disk; False if it was not written: the output cannot be written now (the
     crawl told, see :func:`output_failed`; the record waits in Redis as unwritten), or
-    ``still_mine`` says another process took it over meanwhile."""
+    ``commit`` says another process took it over meanwhile (the append is undone)."""
     runtime = ctx.crawl(store)
     try:
-        if not runtime.output().final(record, with_items=with_items, still_mine=still_mine):
+        if not runtime.output().final(record, with_items=with_items, commit=commit):
             return False
     except OutputUnavailable as exc:
         output_failed(ctx, store, exc)
@@ -229,12 +233,13 @@ def write_orphan(
     mine = formats.Unwritten(entry.rid, str(out.pages_path), time.time(), record)
     if not store.ledger.claim(url, entry, mine):
         return False  # written, or claimed by another process, since it was read
-    if not write_record(ctx, store, record, with_items=with_items):
-        if strict:  # the finisher: it cannot go on without this record
+    if not write_record(
+        ctx, store, record, with_items=with_items, commit=_committer(store, url, mine)
+    ):
+        if strict and ctx.crawl(store).output_failing:  # the finisher cannot go on without it
             raise _unavailable(ctx, store)
         return False
     log.warning("crawl %s: wrote the record of %.300s left by a dead process", store.id, url)
-    store.ledger.written(url)
     return True
 
 

@@ -1,0 +1,23 @@
+-- A writer has appended a URL's record to its file: is that copy the one that counts?
+-- Asked after the append, not before: a process frozen (SIGSTOP, a VM pause) between a check
+-- and its append would otherwise add a second copy after another process, taking the record
+-- over (claim.lua), wrote its own. The writer holds its file's lock until it acts on the reply,
+-- so undoing its copy (truncating its own file) never touches another record.
+-- KEYS[1] unwritten hash  KEYS[2] fenced hash (the URL's partition's)
+-- ARGV[1] url  ARGV[2] rid  ARGV[3] ts  ARGV[4] path: the writer's entry (formats.Unwritten)
+-- Returns formats.Committed:
+--   1 OURS   the entry is still this writer's: it is marked written (removed)
+--   0 MOVED  another process claimed it (the fence names another file): undo this copy
+--   2 FOUND  gone and not claimed from this writer: a sweep found this copy on disk; keep it
+local v = redis.call('HGET', KEYS[1], ARGV[1])
+if v then
+  local e = cjson.decode(v)
+  if e.rid == ARGV[2] and e.ts == tonumber(ARGV[3]) and e.path == ARGV[4] then
+    redis.call('HDEL', KEYS[1], ARGV[1])
+    return 1
+  end
+end
+local fence = redis.call('HGET', KEYS[2], ARGV[1])
+if fence and fence ~= ARGV[4] then return 0 end
+if v then return 0 end  -- claimed by another and not yet fenced: cannot happen (one script)
+return 2
