@@ -219,11 +219,12 @@ class Crawl:
     def progress(self) -> dict[str, Any]:
         opts = self.options
         p = self.stats.progress()
+        over = Status(p["status"]).final
         # Pages/s of the last RATE_WINDOW s: a young crawl has not lived that long yet.
-        if 0 < p["elapsed_s"] < RATE_WINDOW and not Status(p["status"]).final:
+        if 0 < p["elapsed_s"] < RATE_WINDOW and not over:
             p["recent_pages_per_s"] *= RATE_WINDOW / max(p["elapsed_s"], 1.0)
         # ETA of the work known now (outstanding is exact; links found later add to it).
-        if p["recent_pages_per_s"] > 0 and not p["paused"]:
+        if p["recent_pages_per_s"] > 0 and not p["paused"] and not over:
             left = max(opts.max_pages - p["done"], 0) if opts.max_pages else p["outstanding"]
             p["eta_s"] = round(min(left, p["outstanding"]) / p["recent_pages_per_s"], 1)
         p["backlog"] = self.store.frontier.backlog(5)
