@@ -250,7 +250,7 @@ class Inflight:
     released_at: float  # 0: handed out by a cancel drain
     depth: int
     stage: str = ""  # "r" released, "s" fetch started, "q" parse queued, "p" parse started
-    worker: str = ""  # the worker process of the stage (for "q": unix seconds)
+    worker: str = ""  # the stage's process ("r": its host's holder, else the releaser; "q": unix s)
 
     @property
     def started(self) -> bool:
@@ -319,6 +319,7 @@ class ReleaseCall:
     cluster_rates: str  # "domain<TAB>req/s" pairs of `crawler set-rate`, tab-joined
     owner_rates: str  # the crawl owner's rates, the same way
     steering: Steering
+    holders: str = ""  # live fetch processes with a direct queue, tab-joined (workers.holder)
 
     def args(self) -> list[str | int | float]:
         return [
@@ -336,6 +337,7 @@ class ReleaseCall:
             self.cluster_rates,
             self.owner_rates,
             self.steering.value,
+            self.holders,
         ]
 
 

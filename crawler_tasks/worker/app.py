@@ -16,6 +16,14 @@ from kombu import Exchange, Queue
 from ..settings import Settings, load
 
 QUEUES = ("crawl.high", "crawl.medium", "crawl.low", "parse")
+#: The broker's fetch queues (QUEUES without parse).
+FETCH_QUEUES = QUEUES[:3]
+
+
+def direct_queue(worker: str) -> str:
+    """The queue of one fetch process (``Context.worker_id``): its hosts' URLs (host affinity,
+    state/workers.py). Created on first use, like any queue Celery is told to publish to."""
+    return f"crawl.direct.{worker}"
 
 
 def broker_transport(url: str) -> str | None:
