@@ -21,6 +21,7 @@ from crawler_tasks import start_crawl
 from crawler_tasks.state import workers
 from crawler_tasks.state.formats import Inflight
 from crawler_tasks.state.keys import Keys
+from crawler_tasks.surface.embedded import FETCH_QUEUES
 from crawler_tasks.worker.app import direct_queue
 
 HOSTS = ["127.0.0.93", "127.0.0.94", "127.0.0.95", "127.0.0.96"]
@@ -47,13 +48,21 @@ def test_a_hosts_pages_go_to_one_fetch_process(settings, redis_url, tmp_path):  
     affinity about half of them by each). Only the two fetch processes took direct queues:
     the parse process (prefork) and a worker of crawl.low alone did not."""
     with (
-        running_sites(HOSTS, 60, 5, cross_host_ratio=0.02, delay=0.01) as (graph, servers),
+        running_sites(HOSTS, 80, 5, cross_host_ratio=0.02, delay=0.01) as (graph, servers),
         cluster(redis_url, tmp_path) as c,
     ):
-        c.start_layout()
-        c.specs["low"] = ("crawl.low", "threads", 4, {})
-        c._spawn("low")
+        # Threads enough for every host's 4 connections: a busy process would (rightly) pass
+        # its hosts' URLs to the shared queues.
+        for name, queues, threads in [
+            ("fetch1", FETCH_QUEUES, 32),
+            ("fetch2", FETCH_QUEUES, 32),
+            ("low", "crawl.low", 4),
+        ]:
+            c.specs[name] = (queues, "threads", threads, {})
+            c._spawn(name)
+        c.start("parse", "parse")
         wait_until(lambda: len(fetchers(redis_url)) == 2, timeout=30)
+        time.sleep(1.5)  # every dispatcher has read who holds hosts (once a second)
         seeds, crawl = start(settings, servers)
         summary = wait(crawl, 120)
         held = fetchers(redis_url)
@@ -74,7 +83,7 @@ def test_process_holding_hosts_killed(settings, redis_url, tmp_path):  # type: i
     messages: after worker_dead_seconds its URLs go back to the frontier, its queue is
     deleted, the other process takes its hosts; every page once, the counters exact."""
     with (
-        running_sites(HOSTS, 60, 5, cross_host_ratio=0.02, delay=0.03) as (graph, servers),
+        running_sites(HOSTS, 80, 5, cross_host_ratio=0.02, delay=0.03) as (graph, servers),
         cluster(redis_url, tmp_path) as c,
     ):
         c.start("fetch1", "fetch")

@@ -42,9 +42,10 @@ PublishParse = Callable[[str, str, int], None]
 #: Stages ("r" fetch, "q" parse) whose broker queues hold no message right now.
 IdleQueues = Callable[[], set[str]]
 
-#: Messages a fetch process's direct queue may hold before its hosts' URLs go to the shared
-#: queues instead: a process with a free thread takes a message at once, so a longer queue
-#: means it is busy while another may be idle (one host's crawl would use one process).
+#: Messages a fetch process's direct queue may hold while another's is empty before its hosts'
+#: URLs go to the shared queues instead: a process with a free thread takes a message at once,
+#: so it is busy while another is not (a crawl of one host would use one process). When every
+#: fetch process is busy, hosts stay where their connections are.
 DIRECT_QUEUE_MAX = 2
 #: Seconds between two looks for lost fetch messages.
 REAP_EVERY = 60.0
@@ -247,10 +248,14 @@ class Dispatcher:
 
     def _route(self, domain: str, tier: str) -> str:
         """The direct queue of the process holding ``domain``'s connections, unless that
-        process is busy (its queue holds messages already); else the shared ``tier`` queue.
-        Either way the URL is marked as that process's (release.lua): taken back if it dies."""
+        process is busy (its queue holds messages) while another is not (its queue is empty);
+        then the shared ``tier`` queue. Either way the URL is marked as that process's
+        (release.lua): taken back if it dies."""
         held_by = workers.holder(domain, self._holders)
-        if held_by is None or self._direct.get(held_by, 0) >= DIRECT_QUEUE_MAX:
+        if held_by is None:
+            return tier
+        waiting = self._direct.get(held_by, 0)
+        if waiting >= DIRECT_QUEUE_MAX and min(self._direct.values(), default=0) == 0:
             return tier
         return direct_queue(held_by)
 
@@ -318,10 +323,15 @@ class Dispatcher:
         for queue in (*FETCH_QUEUES, *map(direct_queue, holders)):
             pipe.llen(queue)
         shared = broker is ctx.client
-        if shared:  # stores.running's SMEMBERS, in this round trip
+        if shared:  # stores.running's and the fetch processes' SMEMBERS, in this round trip
             pipe.smembers(ctx.keys.running)
+            pipe.smembers(ctx.keys.fetchers)
         got = pipe.execute()
-        running = [m.decode() for m in got[-1]] if shared else stores.running(ctx.r)
+        running = [m.decode() for m in got[-2]] if shared else stores.running(ctx.r)
+        if shared and not {m.decode() for m in got[-1]} <= set(holders):
+            # A fetch process joined: hosts move to it now, not after their first pages
+            # opened connections in the processes that held them for up to a second.
+            self._rates_read = -math.inf
         lengths = got[: len(FETCH_QUEUES) + len(holders)]
         self._direct = dict(zip(holders, lengths[len(FETCH_QUEUES) :], strict=True))
         return running, max(0, limit - sum(lengths)) * self.settings.urls_per_message

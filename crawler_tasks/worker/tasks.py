@@ -291,13 +291,14 @@ class DispatcherStep(bootsteps.StartStopStep):
         self.dispatcher: Dispatcher | None = None
 
     def start(self, worker: Any) -> None:
-        self.dispatcher = Dispatcher(context, publish_fetch, settings(), enqueue_parse, idle_queues)
-        self.dispatcher.start()
         # A fetch process holds hosts from now on, until its heartbeat stops (then a dispatcher
-        # deletes its queue and takes its URLs back: dispatcher._affinity, reclaim).
+        # deletes its queue and takes its URLs back: dispatcher._affinity, reclaim). Before
+        # its dispatcher's first round, which then counts it.
         if app.conf.get("crawler_direct_queue"):
             ctx = context()
             patiently(lambda: workers.join(ctx.client, ctx.keys, ctx.worker_id))
+        self.dispatcher = Dispatcher(context, publish_fetch, settings(), enqueue_parse, idle_queues)
+        self.dispatcher.start()
 
     def stop(self, worker: Any) -> None:
         if self.dispatcher is not None:
