@@ -34,6 +34,7 @@ SLOW_FIRST = (
     "tests/test_maxmemory.py",
     "tests/test_disk_full.py",
     "tests/test_bench_smoke.py",
+    "tests/test_affinity.py",
 )
 
 
