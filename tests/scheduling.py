@@ -35,6 +35,7 @@ SLOW_FIRST = (
     "tests/test_disk_full.py",
     "tests/test_bench_smoke.py",
     "tests/test_render_workers.py",
+    "tests/test_affinity.py",
 )
 
 

@@ -288,7 +288,8 @@ class Inflight:
     #: "r" released, "s" fetch started, "q" parse queued, "p" parse started, "v" render
     #: queued, "w" render started
     stage: str = ""
-    worker: str = ""  # the worker process of the stage (for "q" and "v": unix seconds)
+    #: the stage's process ("r": its host's holder, else the releaser; for "q" and "v": unix s)
+    worker: str = ""
 
     @property
     def started(self) -> bool:
@@ -357,6 +358,7 @@ class ReleaseCall:
     cluster_rates: str  # "domain<TAB>req/s" pairs of `crawler set-rate`, tab-joined
     owner_rates: str  # the crawl owner's rates, the same way
     steering: Steering
+    holders: str = ""  # live fetch processes with a direct queue, tab-joined (workers.holder)
 
     def args(self) -> list[str | int | float]:
         return [
@@ -374,6 +376,7 @@ class ReleaseCall:
             self.cluster_rates,
             self.owner_rates,
             self.steering.value,
+            self.holders,
         ]
 
 

@@ -171,10 +171,13 @@ class Frontier:
         budget: int | None = None,
         cluster_rates: str = "",
         state: formats.Steering = formats.Steering.RUN,
+        holders: tuple[str, ...] = (),
     ) -> Release:
         """Up to ``budget`` due entries (None: no cap) from at most ``limit`` domains of
         partition ``part``; ``cluster_rates`` is ``politeness.cluster_rates()``, ``state``
-        the crawl's steering (``CrawlStatus.steering``: run, paused or cancelled)."""
+        the crawl's steering (``CrawlStatus.steering``: run, paused or cancelled); ``holders``
+        the live fetch processes with a direct queue (``workers.affine``): a released URL is
+        marked as held by its host's one (``workers.holder``), not by ``worker``."""
         pk = self.ck.parts[part]
         opts = self.opts
         call = formats.ReleaseCall(
@@ -192,6 +195,7 @@ class Frontier:
             cluster_rates=cluster_rates,
             owner_rates=self.owner_rates,
             steering=state,
+            holders="\t".join(holders),
         )
         out = self.scripts.release(
             keys=[pk.ready, pk.inflight, pk.stats, pk.retry, pk.flow],

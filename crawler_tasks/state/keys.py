@@ -27,6 +27,7 @@ that this table does not describe, or whose type differs::
     P:ceilings               hash   host -> requests/s all crawls share (`crawler set-ceiling`)
     P:ceil:D                 string GCRA state (tat) of host D's shared ceiling (ceiling.lua)
     P:workers                hash   worker process id -> last heartbeat (unix seconds)
+    P:fetchers               set    fetch worker processes with a direct queue (host affinity)
     P:schedules              hash   recrawl schedules
     P:redbeat:*              -      celery beat's schedule entries and lock (RedBeat)
     P:robots:ORIGIN          string robots.txt cache, shared by crawls
@@ -94,6 +95,7 @@ class Keys:
         self.rates = f"{prefix}:rates"
         self.ceilings = f"{prefix}:ceilings"
         self.workers = f"{prefix}:workers"
+        self.fetchers = f"{prefix}:fetchers"
 
     def crawl(
         self,

@@ -8,6 +8,7 @@ partitioned worker costs its URLs seconds, not ten minutes.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import threading
 import time
@@ -64,3 +65,41 @@ def alive(client: redis.Redis, keys: Keys, dead_after: float) -> set[str]:
 def beats(client: redis.Redis, keys: Keys) -> dict[str, float]:
     """Every worker process's last heartbeat (unix seconds), read only (the dashboard)."""
     return {w.decode(): float(t) for w, t in client.hgetall(keys.workers).items()}
+
+
+# --- host affinity ----------------------------------------------------------------------------
+# A fetch process (one OS process: a threads, gevent or solo pool that takes every fetch queue)
+# keeps its hosts' connections; a host's released URLs go to one such process, through that
+# process's direct queue, while it beats, so its next page finds its connection open.
+
+
+def join(client: redis.Redis, keys: Keys, worker: str) -> None:
+    """``worker`` takes its hosts' URLs from its direct queue from now on."""
+    client.sadd(keys.fetchers, worker)
+
+
+def leave(client: redis.Redis, keys: Keys, worker: str) -> None:
+    client.srem(keys.fetchers, worker)
+
+
+def affine(client: redis.Redis, keys: Keys, dead_after: float) -> tuple[list[str], list[str]]:
+    """(live, dead) fetch processes with a direct queue: live ones beat within ``dead_after``
+    seconds, sorted. Two round trips; the dispatcher asks once a second."""
+    members = sorted(m.decode() for m in client.smembers(keys.fetchers))
+    if not members:
+        return [], []
+    now = time.time()
+    beat = client.hmget(keys.workers, members)
+    live = [m for m, t in zip(members, beat, strict=True) if t and float(t) >= now - dead_after]
+    return live, [m for m in members if m not in live]
+
+
+def holder(domain: str, live: list[str]) -> str | None:
+    """The live fetch process that holds ``domain`` (None: none has a direct queue): the same
+    rendezvous hash as release.lua, which marks the URL as that process's."""
+    if not live:
+        return None
+    return max(
+        live,
+        key=lambda p: hashlib.sha1(f"{p}\t{domain}".encode("utf-8", "surrogateescape")).hexdigest(),
+    )

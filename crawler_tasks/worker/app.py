@@ -19,6 +19,14 @@ QUEUES = ("crawl.high", "crawl.medium", "crawl.low", "parse")
 #: Pages to render (worker/render_step.py): served only by workers started with
 #: ``-Q crawl.render`` (each holds a browser), never by fetch or parse workers.
 RENDER_QUEUE = "crawl.render"
+#: The broker's fetch queues (QUEUES without parse).
+FETCH_QUEUES = QUEUES[:3]
+
+
+def direct_queue(worker: str) -> str:
+    """The queue of one fetch process (``Context.worker_id``): its hosts' URLs (host affinity,
+    state/workers.py). Created on first use, like any queue Celery is told to publish to."""
+    return f"crawl.direct.{worker}"
 
 
 def broker_transport(url: str) -> str | None:

@@ -80,7 +80,7 @@ class Context:
         self.r = RedisHandle.connect(self.client, settings.key_prefix)
         self.keys = self.r.keys
         self.fetcher = Fetcher.from_settings(settings)
-        self.outputs = Outputs()
+        self.outputs = Outputs(gzip_level=settings.warc_gzip_level)
         #: This process in heartbeats and inflight marks: "host-pid".
         self.worker_id = self.outputs.tag
         self.heartbeat = Heartbeat(self.client, self.keys, self.worker_id)

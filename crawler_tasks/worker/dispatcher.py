@@ -27,6 +27,7 @@ from ..state.formats import Inflight, LeaseEnd, Steering
 from ..state.frontier import CANCEL_DRAIN
 from ..state.politeness import cluster_rates
 from ..state.store import CrawlStore
+from .app import FETCH_QUEUES, direct_queue
 from .context import Context
 from .logs import Throttled
 from .outage import REDIS_UNAVAILABLE
@@ -41,8 +42,11 @@ PublishParse = Callable[[str, str, int], None]
 #: Stages ("r" fetch, "q" parse, "v" render) whose broker queues hold no message right now.
 IdleQueues = Callable[[], set[str]]
 
-#: The broker's fetch queues (app.QUEUES without parse).
-FETCH_QUEUES = ("crawl.high", "crawl.medium", "crawl.low")
+#: Messages a fetch process's direct queue may hold while another's is empty before its hosts'
+#: URLs go to the shared queues instead: a process with a free thread takes a message at once,
+#: so it is busy while another is not (a crawl of one host would use one process). When every
+#: fetch process is busy, hosts stay where their connections are.
+DIRECT_QUEUE_MAX = 2
 #: Seconds between two looks for lost fetch messages.
 REAP_EVERY = 60.0
 #: Seconds between two looks for URLs of dead workers and unwritten records (an HSCAN of
@@ -74,6 +78,9 @@ class Dispatcher:
         self._thread: threading.Thread | None = None
         self._next_reclaim = time.monotonic() + RECLAIM_EVERY
         self._broker: redis.Redis | None = None
+        #: Live fetch processes with a direct queue (host affinity), and their queues' lengths.
+        self._holders: list[str] = []
+        self._direct: dict[str, int] = {}
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="crawler-dispatcher", daemon=True)
@@ -183,8 +190,8 @@ class Dispatcher:
         one message of several) for the cost of a full round."""
         ctx, s = self._context(), self.settings
         busy = self.more = False
+        rates = self._cluster_rates(ctx)  # first: the direct queues _survey counts
         running, budget = self._survey(ctx)
-        rates = self._cluster_rates(ctx)
         for crawl_id in running:
             store = ctx.store(crawl_id)
             if store is None or budget == 0:
@@ -226,23 +233,49 @@ class Dispatcher:
             budget=budget,
             cluster_rates=rates,
             state=state,
+            holders=tuple(self._holders),
         )
         entries = release.entries
         if not release.cancelled and self._ceilings:
             entries = self._within_ceilings(ctx, store, entries)
-        tiers: dict[str, list[tuple[str, int]]] = {}
-        for _domain, depth, url in entries:
+        queues: dict[str, list[tuple[str, int]]] = {}
+        for domain, depth, url in entries:
             if release.cancelled:  # drained unfetched: recorded as cancelled here
                 finalize(ctx, store, Final.cancelled(url, depth))
             else:
-                tiers.setdefault(store.opts.tier(depth, s.medium_max_depth), []).append(
-                    (url, depth)
-                )
+                queue = self._route(domain, store.opts.tier(depth, s.medium_max_depth))
+                queues.setdefault(queue, []).append((url, depth))
         size = s.urls_per_message
-        for tier, items in tiers.items():  # released together, so sent together
+        for queue, items in queues.items():  # released together, so sent together
             for i in range(0, len(items), size):
-                self._publish(store.id, items[i : i + size], tier)
+                self._publish(store.id, items[i : i + size], queue)
         return len(release.entries)
+
+    def _route(self, domain: str, tier: str) -> str:
+        """The direct queue of the process holding ``domain``'s connections, unless that
+        process is busy (its queue holds messages) while another is not (its queue is empty);
+        then the shared ``tier`` queue. Either way the URL is marked as that process's
+        (release.lua): taken back if it dies."""
+        held_by = workers.holder(domain, self._holders)
+        if held_by is None:
+            return tier
+        waiting = self._direct.get(held_by, 0)
+        if waiting >= DIRECT_QUEUE_MAX and min(self._direct.values(), default=0) == 0:
+            return tier
+        return direct_queue(held_by)
+
+    def _affinity(self, ctx: Context) -> None:
+        """Which fetch processes hold hosts now (asked with the rates, once a second). A dead
+        one's direct queue is deleted: its URLs are marked as its own, so reclaim takes them
+        back to the frontier, and its messages would only fetch them twice."""
+        live, dead = workers.affine(ctx.client, ctx.keys, self.settings.worker_dead_seconds)
+        broker = self._broker_client(ctx)
+        for gone in dead:
+            if broker is not None:
+                broker.delete(direct_queue(gone))
+            workers.leave(ctx.client, ctx.keys, gone)
+        self._holders = live
+        self._direct = {w: n for w, n in self._direct.items() if w in live}
 
     def _cluster_rates(self, ctx: Context) -> str:
         """`crawler set-rate` overrides and `crawler set-ceiling` ceilings, read at most once a
@@ -251,6 +284,7 @@ class Dispatcher:
         if now - self._rates_read >= 1.0:
             self._rates, self._rates_read = cluster_rates(ctx.client, ctx.keys), now
             self._ceilings = ceilings.read(ctx.client, ctx.keys)
+            self._affinity(ctx)
         return self._rates
 
     def _within_ceilings(
@@ -290,15 +324,22 @@ class Dispatcher:
         if limit <= 0 or broker is None:
             return stores.running(ctx.r), None
         pipe = broker.pipeline(transaction=False)
-        for queue in FETCH_QUEUES:
+        holders = list(self._holders)
+        for queue in (*FETCH_QUEUES, *map(direct_queue, holders)):
             pipe.llen(queue)
         shared = broker is ctx.client
-        if shared:  # stores.running's SMEMBERS, in this round trip
+        if shared:  # stores.running's and the fetch processes' SMEMBERS, in this round trip
             pipe.smembers(ctx.keys.running)
+            pipe.smembers(ctx.keys.fetchers)
         got = pipe.execute()
-        running = [m.decode() for m in got[-1]] if shared else stores.running(ctx.r)
-        queued = sum(got[: len(FETCH_QUEUES)])
-        return running, max(0, limit - queued) * self.settings.urls_per_message
+        running = [m.decode() for m in got[-2]] if shared else stores.running(ctx.r)
+        if shared and not {m.decode() for m in got[-1]} <= set(holders):
+            # A fetch process joined: hosts move to it now, not after their first pages
+            # opened connections in the processes that held them for up to a second.
+            self._rates_read = -math.inf
+        lengths = got[: len(FETCH_QUEUES) + len(holders)]
+        self._direct = dict(zip(holders, lengths[len(FETCH_QUEUES) :], strict=True))
+        return running, max(0, limit - sum(lengths)) * self.settings.urls_per_message
 
     def _broker_client(self, ctx: Context) -> redis.Redis | None:
         url = self.settings.broker_url

@@ -21,19 +21,26 @@ from typing import Any, TypeVar
 
 import redis
 from celery import bootsteps
-from celery.signals import beat_init, worker_init, worker_process_shutdown, worker_shutting_down
+from celery.signals import (
+    beat_init,
+    celeryd_after_setup,
+    worker_init,
+    worker_process_shutdown,
+    worker_shutting_down,
+)
 from kombu.exceptions import ChannelError
 from redis.exceptions import ClusterError, TryAgainError
 
 from ..settings import Settings
-from ..state import store
+from ..state import store, workers
 from ..state.schedules import Schedules
 from . import pipeline
-from .app import QUEUES, RENDER_QUEUE, app
+from .app import FETCH_QUEUES, RENDER_QUEUE, app, direct_queue
 from .context import Context, Runtime
 from .dispatcher import Dispatcher
 from .logs import OncePerInterval, Throttled
 from .outage import ride_out
+from .output import process_tag
 
 log = logging.getLogger(__name__)
 _INFRA_ERRORS = (redis.ConnectionError, redis.TimeoutError, ClusterError, TryAgainError)
@@ -228,16 +235,40 @@ def _close_context(**_: Any) -> None:
     runtime.close()
 
 
+#: Pools whose tasks all run in the worker's own process: a direct queue reaches the process
+#: that holds the connections (a prefork worker's would reach any of its children).
+_ONE_PROCESS_POOLS = ("thread", "gevent", "eventlet", "solo")
+
+
+@celeryd_after_setup.connect
+def _take_direct_queue(sender: Any = None, instance: Any = None, **_: Any) -> None:
+    """A fetch process (one process, every fetch queue: the Procfile's, compose's and the
+    local workers' fetch workers) also takes its own direct queue, first: its hosts' URLs
+    (host affinity, dispatcher._route). A worker given only some fetch queues (-Q crawl.low)
+    or a prefork pool gets none, so nothing is sent to it that it would not take."""
+    queues = instance.app.amqp.queues
+    taken = list(queues.consume_from)
+    pool = getattr(instance.pool_cls, "__module__", str(instance.pool_cls))
+    if not set(FETCH_QUEUES) <= set(taken) or not pool.endswith(_ONE_PROCESS_POOLS):
+        return
+    mine = direct_queue(process_tag())
+    queues.add(mine)
+    queues.select([mine, *taken])  # before the shared queues (queue_order_strategy)
+    instance.app.conf.crawler_direct_queue = mine
+
+
 def idle_queues() -> set[str]:
-    """Which stages' broker queues are empty: "r" (every fetch queue), "q" (parse), "v"
-    (render). A URL
-    waiting unstarted while its queue is empty has lost its message (dispatcher.reclaim):
-    a frozen worker's pending BRPOP can take a message where no visibility timeout sees it.
+    """Which stages' broker queues are empty: "r" (every fetch queue, the fetch processes'
+    own included), "q" (parse), "v" (render). A URL waiting unstarted while its queue is
+    empty has lost its message (dispatcher.reclaim): a frozen worker's pending BRPOP can
+    take a message where no visibility timeout sees it.
     Any doubt (broker away) counts as not empty."""
     idle: set[str] = set()
     try:
+        ctx = context()
+        direct = [direct_queue(m.decode()) for m in ctx.client.smembers(ctx.keys.fetchers)]
         with app.connection_for_read() as conn:
-            if all(_empty(conn, q) for q in QUEUES if q.startswith("crawl.")):
+            if all(_empty(conn, q) for q in (*FETCH_QUEUES, *direct)):
                 idle.add("r")
             if _empty(conn, "parse"):
                 idle.add("q")
@@ -273,6 +304,12 @@ class DispatcherStep(bootsteps.StartStopStep):
         self.dispatcher: Dispatcher | None = None
 
     def start(self, worker: Any) -> None:
+        # A fetch process holds hosts from now on, until its heartbeat stops (then a dispatcher
+        # deletes its queue and takes its URLs back: dispatcher._affinity, reclaim). Before
+        # its dispatcher's first round, which then counts it.
+        if app.conf.get("crawler_direct_queue"):
+            ctx = context()
+            patiently(lambda: workers.join(ctx.client, ctx.keys, ctx.worker_id))
         self.dispatcher = Dispatcher(
             context, publish_fetch, settings(), enqueue_parse, idle_queues, enqueue_render
         )

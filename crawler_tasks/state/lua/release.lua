@@ -30,11 +30,18 @@
 -- ARGV[1] max domains per call  ARGV[2] queue prefix  ARGV[3] lease prefix
 -- ARGV[4] domain-state prefix   ARGV[5] lease seconds  ARGV[6] default rate (req/s)
 -- ARGV[7] burst  ARGV[8] concurrency per domain  ARGV[9] max entries drained when cancelled
--- ARGV[10] id of the releasing worker process (formats.Inflight stage "r")
+-- ARGV[10] id of the releasing worker process (formats.Inflight stage "r", without ARGV[15])
 -- ARGV[11] max entries released (what the fetch pools can start now; the dispatcher's budget)
 -- ARGV[12] cluster-wide rates, "domain<TAB>req/s" pairs joined by tabs ("" = none)
 -- ARGV[13] the crawl owner's rates, the same way
 -- ARGV[14] the crawl's steering (formats.Steering): "run", "paused" or "cancelled"
+-- ARGV[15] live fetch processes that have a direct queue, tab-joined ("" = none): a released
+--          URL is marked as held by its host's process among them (the dispatcher publishes
+--          it to that process's queue, which keeps the host's connections), so that URL goes
+--          back to the frontier as soon as that process stops beating (reclaim), its message
+--          with it. Rendezvous hashing: the process with the greatest sha1(process TAB host);
+--          workers.holder computes the same in Python. A process joining or leaving moves
+--          only the hosts it wins or held.
 -- Returns {mode, domain1, entry1, domain2, entry2, ...}; mode is "fetch", or "cancel" when
 -- the crawl was cancelled and the entries are drained without politeness (not to be fetched).
 
@@ -54,6 +61,18 @@ local function pairs_of(text)
   return out
 end
 local cluster_rates, owner_rates = pairs_of(ARGV[12]), pairs_of(ARGV[13])
+local holders = {}
+for p in string.gmatch(ARGV[15] or '', '[^\t]+') do holders[#holders + 1] = p end
+
+-- The process a released URL of domain d is held by: its host's, else the releasing one.
+local function holder(d)
+  local best, top = ARGV[10], ''
+  for _, p in ipairs(holders) do
+    local h = redis.sha1hex(p .. '\t' .. d)
+    if h > top then best, top = p, h end
+  end
+  return best
+end
 
 -- The retry members of up to ``n`` (all: due or not) back to the head of their domain's queue.
 local function requeue_retries(due, n)
@@ -138,12 +157,14 @@ for _, d in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0,
     -- The bucket does not refill during a Retry-After: one request at not_before, then the pace.
     if nb > 0 then tat = math.max(tat, nb + slack) end
     if now >= nb then
+      local by = nil
       while inuse < conc and pending > 0 and now >= tat - slack and released < budget do
         local e = redis.call('LPOP', q)
         local url = string.sub(e, string.find(e, '|', 1, true) + 1)
         redis.call('ZADD', lease, now + lease_s, url)
         -- "domain|released at|depth|r:worker" (formats.Inflight): enough to publish it again.
-        redis.call('HSET', KEYS[2], url, d .. '|' .. t[1] .. '|' .. string.sub(e, 1, string.find(e, '|', 1, true) - 1) .. '|r:' .. ARGV[10])
+        by = by or holder(d)
+        redis.call('HSET', KEYS[2], url, d .. '|' .. t[1] .. '|' .. string.sub(e, 1, string.find(e, '|', 1, true) - 1) .. '|r:' .. by)
         tat = math.max(tat, now) + interval
         inuse, pending, released = inuse + 1, pending - 1, released + 1
         out[#out + 1] = d; out[#out + 1] = e

@@ -1,0 +1,129 @@
+"""Host affinity with real worker processes: a host's released URLs go to the one fetch
+process that holds its kept connections (its direct queue), and when that process is
+SIGKILLed its URLs and the messages in its queue are taken back, the crawl exact."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pytest
+import redis
+from conftest import wait_until
+from sitegen import running_sites
+from test_faults import assert_exact, cluster, start, wait
+
+from crawler_tasks import start_crawl
+from crawler_tasks.state import workers
+from crawler_tasks.state.formats import Inflight
+from crawler_tasks.state.keys import Keys
+from crawler_tasks.surface.embedded import FETCH_QUEUES
+from crawler_tasks.worker.app import direct_queue
+
+HOSTS = ["127.0.0.93", "127.0.0.94", "127.0.0.95", "127.0.0.96"]
+
+
+def fetchers(redis_url: str) -> set[str]:
+    client = redis.Redis.from_url(redis_url)
+    return {m.decode() for m in client.smembers(Keys().fetchers)}
+
+
+def writers_by_host(out: Path) -> dict[str, Counter[str]]:
+    """host -> {pages file: records}: a fetch process writes the records of the pages it
+    fetched (they are parsed in its fetch task), in its own pages-<host>-<pid>.jsonl."""
+    by_host: dict[str, Counter[str]] = defaultdict(Counter)
+    for path in out.rglob("pages-*.jsonl"):
+        for line in path.read_text().splitlines():
+            host = json.loads(line)["url"].split("/")[2].split(":")[0]
+            by_host[host][path.name] += 1
+    return by_host
+
+
+def test_a_hosts_pages_go_to_one_fetch_process(settings, redis_url, tmp_path):  # type: ignore[no-untyped-def]
+    """Two fetch processes, four hosts: each host's pages are fetched by one process (without
+    affinity about half of them by each). Only the two fetch processes took direct queues:
+    the parse process (prefork) and a worker of crawl.low alone did not."""
+    with (
+        running_sites(HOSTS, 80, 5, cross_host_ratio=0.02, delay=0.01) as (graph, servers),
+        cluster(redis_url, tmp_path) as c,
+    ):
+        # Threads enough for every host's 4 connections: a busy process would (rightly) pass
+        # its hosts' URLs to the shared queues.
+        for name, queues, threads in [
+            ("fetch1", FETCH_QUEUES, 32),
+            ("fetch2", FETCH_QUEUES, 32),
+            ("low", "crawl.low", 4),
+        ]:
+            c.specs[name] = (queues, "threads", threads, {})
+            c._spawn(name)
+        c.start("parse", "parse")
+        wait_until(lambda: len(fetchers(redis_url)) == 2, timeout=30)
+        time.sleep(1.5)  # every dispatcher has read who holds hosts (once a second)
+        seeds, crawl = start(settings, servers)
+        summary = wait(crawl, 120)
+        held = fetchers(redis_url)
+    assert_exact(crawl, graph, seeds, summary)
+    pids = {c.procs[n].pid for n in ("fetch1", "fetch2")}
+    assert {int(w.rsplit("-", 1)[1]) for w in held} == pids, (held, pids)
+    spread = writers_by_host(crawl.output_dir)
+    assert set(spread) == set(HOSTS), spread
+    for host, files in spread.items():
+        share = files.most_common(1)[0][1] / sum(files.values())
+        print(f"{host}: {dict(files)}")
+        assert share >= 0.9, (host, dict(files))
+
+
+@pytest.mark.allow_worker_errors(".*")
+def test_process_holding_hosts_killed(settings, redis_url, tmp_path):  # type: ignore[no-untyped-def]
+    """SIGKILL the fetch process holding hosts, not restarted, while its direct queue may hold
+    messages: after worker_dead_seconds its URLs go back to the frontier, its queue is
+    deleted, the other process takes its hosts; every page once, the counters exact."""
+    with (
+        running_sites(HOSTS, 80, 5, cross_host_ratio=0.02, delay=0.03) as (graph, servers),
+        cluster(redis_url, tmp_path) as c,
+    ):
+        c.start("fetch1", "fetch")
+        c.start("fetch2", "fetch")
+        c.start("parse", "parse")
+        wait_until(lambda: len(fetchers(redis_url)) == 2, timeout=30)
+        seeds, crawl = start(settings, servers)
+        wait_until(lambda: crawl.progress()["done"] > 40, timeout=60)
+        victim = next(w for w in fetchers(redis_url) if w.endswith(f"-{c.procs['fetch1'].pid}"))
+        client = redis.Redis.from_url(redis_url)
+        os.killpg(c.procs["fetch1"].pid, signal.SIGKILL)
+        c.procs["fetch1"].wait(10)
+        killed_at = time.monotonic()
+        summary = wait(crawl, 120)
+        took = time.monotonic() - killed_at
+        wait_until(lambda: victim not in fetchers(redis_url), timeout=10)
+        assert not client.exists(direct_queue(victim))
+    assert_exact(crawl, graph, seeds, summary)
+    assert took < 60, took
+
+
+def test_release_marks_each_url_as_its_hosts_holder(settings):  # type: ignore[no-untyped-def]
+    """release.lua's rendezvous hash and workers.holder agree (the dispatcher publishes to the
+    process the URL is marked as held by), spread hosts over every process, and mark the
+    releasing process when no process holds hosts."""
+    urls = [f"http://127.0.1.{i}/" for i in range(1, 31)]
+    crawl = start_crawl(urls, settings=settings, allow_private_networks=True, obey_robots=False)
+    holders = ("host-1", "host-2", "host-3")
+    entries = crawl.store.frontier.release_all(100, 180, worker="me", holders=holders).entries
+    assert len(entries) == len(urls)
+    inflight = crawl.client.hgetall(crawl.ck.parts[0].inflight)
+    marks = {u: Inflight.parse(inflight[u.encode()].decode()).worker for _d, _z, u in entries}
+    assert marks == {u: workers.holder(d, list(holders)) for d, _z, u in entries}
+    assert set(marks.values()) == set(holders), Counter(marks.values())
+    crawl.cancel()
+
+
+def test_release_without_holders_marks_the_releaser(settings):  # type: ignore[no-untyped-def]
+    crawl = start_crawl(["http://127.0.1.1/"], settings=settings, allow_private_networks=True)
+    [(_d, _z, url)] = crawl.store.frontier.release_all(10, 180, worker="me").entries
+    entry = crawl.client.hget(crawl.ck.parts[0].inflight, url).decode()
+    assert Inflight.parse(entry).worker == "me"
+    crawl.cancel()
