@@ -270,10 +270,14 @@ class Dispatcher:
         back to the frontier, and its messages would only fetch them twice."""
         live, dead = workers.affine(ctx.client, ctx.keys, self.settings.worker_dead_seconds)
         broker = self._broker_client(ctx)
-        for gone in dead:
+        # Also the queues of processes this dispatcher routed to until now and that another
+        # dispatcher has already seen die: it may have published to them since their deletion.
+        gone = set(dead) | (set(self._holders) - set(live))
+        for worker in sorted(gone):
             if broker is not None:
-                broker.delete(direct_queue(gone))
-            workers.leave(ctx.client, ctx.keys, gone)
+                broker.delete(direct_queue(worker))
+        for worker in dead:
+            workers.leave(ctx.client, ctx.keys, worker)
         self._holders = live
         self._direct = {w: n for w, n in self._direct.items() if w in live}
 
