@@ -239,3 +239,49 @@ def test_robots_txt_of_the_page_host_applies_to_its_subrequests(settings):  # ty
     got = {u.removeprefix(site.base_url) for u in _pages(crawl)}
     assert got == {"/", "/p1", "/p2", "/p5", "/p6", "/p11"}  # p1's children (p3, p4) lost
     assert summary["counters"]["subrequests_refused"] == 1
+
+
+def _fan_routes(n: int, js: bool) -> dict:  # type: ignore[type-arg]
+    """A seed linking to pages 1..n-1 (in its HTML, or inserted by script), each page with an
+    inert script: every page asks the render plan."""
+    kids = [f"/p{i}" for i in range(1, n)]
+    if js:
+        links = f"<script>{jssite.INSERT};put({kids!r})</script>".replace("'", '"')
+    else:
+        links = "".join(f'<a href="{h}">{h}</a>' for h in kids) + "<script>window.s=1</script>"
+    seed = f"<html><body><p>Seed</p>{links}</body></html>".encode()
+    leaf = b"<html><body><p>Leaf</p><script>window.s=1</script></body></html>"
+    out = {"/": lambda h: h.send_body(200, seed)}
+    out.update({h: (lambda x: x.send_body(200, leaf)) for h in kids})
+    return out
+
+
+def test_auto_pages_queued_while_sampling_are_parsed_raw_once_decided(settings):  # type: ignore[no-untyped-def]
+    """Pages of a host fetched while its sample is undecided are queued for render; the
+    sample's second render decides the host "raw", and those whose render starts after that
+    are parsed from their fetched body without a browser (before: rendered all the same).
+    A JS host with the same shape keeps rendering every page (never "raw")."""
+    driver = _driver(settings)
+    try:
+        with (
+            SiteServer(address="127.0.0.91", extra_routes=_fan_routes(5, js=False)) as plain,
+            SiteServer(address="127.0.0.92", extra_routes=_fan_routes(5, js=True)) as js,
+        ):
+            crawl = _crawl(settings, [plain, js], render="auto")
+            driver.run(crawl, timeout=90)
+    finally:
+        driver.close()
+    got = _pages(crawl)
+    want = {
+        normalize(s.base_url + p) for s in (plain, js) for p in ["/", "/p1", "/p2", "/p3", "/p4"]
+    }
+    assert set(got) == want and all(r["error"] is None for r in got.values())
+    rendered = {u for u, r in got.items() if r["rendered"]}
+    assert {u for u in rendered if u.startswith(plain.base_url)} == {
+        normalize(plain.base_url + "/"),
+        normalize(plain.base_url + "/p1"),
+    }
+    assert all(u in rendered for u in got if u.startswith(js.base_url))
+    plan = crawl.progress()["render_hosts"]
+    assert plan["127.0.0.91"]["mode"] == "raw" and plan["127.0.0.91"]["unqueued"] >= 1
+    assert plan["127.0.0.92"]["mode"] == "render" and "unqueued" not in plan["127.0.0.92"]

@@ -198,6 +198,14 @@ class RenderVerdict(str, Enum):
         return self.value
 
 
+class RenderAsk(int, Enum):
+    """render_plan.lua's answer to "render this fetched page?" (falsy: no)."""
+
+    RAW = 0  # parsed as fetched
+    TENTATIVE = 1  # its host is still sampling: parsed raw instead if it is "raw" by then
+    FIRM = 2  # rendered: ``always``, a host decided "render", or a spot check
+
+
 class LeaseEnd(str, Enum):
     """How the lease of a released URL ends: done.lua's event (ARGV[3]; see its header)."""
 

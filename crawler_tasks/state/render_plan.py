@@ -9,6 +9,9 @@ the same page (:func:`rendering_added`); a host where rendering added in-scope l
 text has every page rendered, one where it did not has its pages parsed as fetched, with one
 page in :data:`SPOT_CHECK` still rendered so that a host whose later pages need a browser is
 found. A rendering host whose last :data:`STOP_AFTER` renders added nothing goes back to raw.
+A page queued for render while its host was sampling is looked at again when its render starts
+(:meth:`RenderPlan.unqueued`): if the host has been decided "raw" meanwhile, it is parsed from
+its fetched body without a browser (a JS host is never "raw" while renders add links to it).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from urllib.parse import urlsplit
 import redis
 
 from ..errors import ConfigError
-from .formats import RenderMode, RenderVerdict
+from .formats import RenderAsk, RenderMode, RenderVerdict
 from .keys import CrawlKeys
 from .scripts import Scripts
 
@@ -71,17 +74,22 @@ class RenderPlan:
     def __init__(self, client: redis.Redis, ck: CrawlKeys, scripts: Scripts) -> None:
         self.client, self.key, self.scripts = client, ck.render_plan, scripts
 
-    def wants(self, default: str, hosts: dict[str, str], url: str, body: bytes) -> bool:
-        """Render this fetched page? Under ``auto``, a page without a script is not (nothing
-        would run); any other counts for its host's plan."""
+    def wants(self, default: str, hosts: dict[str, str], url: str, body: bytes) -> RenderAsk:
+        """Render this fetched page (a falsy answer: no)? Under ``auto``, a page without a
+        script is not (nothing would run); any other counts for its host's plan."""
         if default == "never" and not hosts:  # the default: not even the URL is looked at
-            return False
+            return RenderAsk.RAW
         mode = mode_for(default, hosts, url)
         if mode is not RenderMode.AUTO:
-            return mode is RenderMode.ALWAYS
+            return RenderAsk.FIRM if mode is RenderMode.ALWAYS else RenderAsk.RAW
         if _SCRIPT.search(body) is None:
-            return False
-        return bool(self._call("ask", host_of(url)))
+            return RenderAsk.RAW
+        return RenderAsk(int(self._call("ask", host_of(url))))
+
+    def unqueued(self, url: str) -> bool:
+        """A page asked while its host was sampling, about to be rendered: parse it raw
+        instead, as its host has been decided "raw" since?"""
+        return bool(self._call("recheck", host_of(url)))
 
     def tell(self, url: str, added: bool) -> RenderVerdict:
         """A render of ``url`` under ``auto`` did (not) add something: the host's new mode."""

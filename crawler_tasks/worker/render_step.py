@@ -13,7 +13,9 @@ published again (the body stays), up to ``max_retries``; then, or at once for a 
 opened a dialog, a download or a pop-up (:class:`RenderRefused`), it is a recorded failure.
 A render worker killed mid-page leaves stage "w" with its id: the dispatcher takes the URL
 back when its heartbeat stops and publishes the render again (dispatcher.reclaim).
-Under ``auto`` the render is compared with the raw parse, and the host's plan told.
+Under ``auto`` the render is compared with the raw parse, and the host's plan told; a page
+queued while its host was sampling is parsed raw, without a browser, if the host has been
+decided "raw" by the time its render starts (state/render_plan.py).
 """
 
 from __future__ import annotations
@@ -48,6 +50,11 @@ def render_url(ctx: Context, crawl_id: str, url: str, depth: int) -> str:
         lost = Final(url, depth, error=Outcome.BODY_LOST.value, counters={Counter.FAILED.value: 1})
         return finalize(ctx, store, lost)
     meta, body = stored
+    if meta.get("render_tentative") and store.render_plan.unqueued(url):
+        # Queued while its host was sampling, decided "raw" since: parsed as fetched.
+        result = finalize(ctx, store, parsed(ctx, store, url, depth, meta, body))
+        store.bodies.drop(url)
+        return result
     guard = SubrequestGuard(ctx, store, url, time.monotonic() + ctx.settings.render_deadline)
     try:
         final = _rendered(ctx, store, url, depth, meta, body, guard)
