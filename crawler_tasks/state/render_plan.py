@@ -108,3 +108,27 @@ class RenderPlan:
             text = value.decode()
             out.setdefault(host, {})[name] = text if name == "mode" else int(text)
         return out
+
+    def states(self, default: str, hosts: dict[str, str], names: list[str]) -> dict[str, str]:
+        """Each of ``names``'s render state for the dashboard's host table (:func:`label`);
+        none for a crawl that never renders. One read of the plan, whatever the hosts."""
+        if default == "never" and not hosts:
+            return {}
+        auto = RenderMode.AUTO.value
+        plan = self.hosts() if auto in (default, *hosts.values()) else {}
+        out = {}
+        for name in names:
+            mode = RenderMode(hosts.get(name, default))
+            out[name] = label(plan.get(name)) if mode is RenderMode.AUTO else mode.value
+        return out
+
+
+def label(entry: dict[str, Any] | None) -> str:
+    """One ``auto`` host's state: "render", "raw", "sampling 1/2" (renders told of the
+    sample), or "auto" while none of its pages with a script has been fetched."""
+    if not entry:
+        return RenderMode.AUTO.value
+    mode = str(entry.get("mode", RenderVerdict.SAMPLING.value))
+    if mode == RenderVerdict.SAMPLING.value:
+        return f"{mode} {entry.get('renders', 0)}/{SAMPLE}"
+    return mode
