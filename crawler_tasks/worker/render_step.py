@@ -93,6 +93,8 @@ def _rendered(
         subrequest=guard,
         deadline=s.render_deadline,
         settle=s.render_settle,
+        quiet=s.render_quiet,
+        timer_wait=s.render_timer_wait,
         group=store.id,
     )
     page = ctx.browser.render(job)
