@@ -14,6 +14,7 @@ from driver import Driver
 from sitegen import SiteServer, rate_report
 
 from crawler_tasks import start_crawl
+from crawler_tasks.state.formats import RenderAsk, RenderRecheck, RenderVerdict
 from crawler_tasks.web.urls import normalize
 
 pytestmark = pytest.mark.timeout(120)
@@ -285,3 +286,25 @@ def test_auto_pages_queued_while_sampling_are_parsed_raw_once_decided(settings):
     plan = crawl.progress()["render_hosts"]
     assert plan["127.0.0.91"]["mode"] == "raw" and plan["127.0.0.91"]["unqueued"] >= 1
     assert plan["127.0.0.92"]["mode"] == "render" and "unqueued" not in plan["127.0.0.92"]
+
+
+def test_auto_sample_renders_first_later_pages_wait_for_its_verdict(settings):  # type: ignore[no-untyped-def]
+    """render_plan.lua with the test's Redis: of four pages of a sampling host queued for
+    render, the first two to start are its sample, the others wait; once the sample says
+    "raw" they are parsed raw; on a host whose first render added links, none waits."""
+    crawl = start_crawl(["http://plain.test/"], settings=settings, render="auto")
+    plan, script = crawl.store.render_plan, b"<script>1</script>"
+    urls = [f"http://plain.test/p{i}" for i in range(4)]
+    assert [plan.wants("auto", {}, u, script) for u in urls] == [RenderAsk.TENTATIVE] * 4
+    assert [plan.recheck(u) for u in urls] == [RenderRecheck.RENDER] * 2 + [RenderRecheck.WAIT] * 2
+    assert plan.tell(urls[0], False) is RenderVerdict.SAMPLING
+    assert plan.recheck(urls[2]) is RenderRecheck.WAIT
+    assert plan.tell(urls[1], False) is RenderVerdict.RAW
+    assert [plan.recheck(u) for u in urls[2:]] == [RenderRecheck.RAW] * 2
+    js = "http://js.test/"
+    assert plan.wants("auto", {}, js, script) is RenderAsk.TENTATIVE
+    assert plan.recheck(js) is RenderRecheck.RENDER
+    assert plan.tell(js, True) is RenderVerdict.RENDER
+    assert plan.wants("auto", {}, js + "a", script) is RenderAsk.FIRM
+    assert plan.recheck(js + "b") is RenderRecheck.RENDER
+    assert plan.hosts()["plain.test"]["unqueued"] == 2

@@ -206,6 +206,14 @@ class RenderAsk(int, Enum):
     FIRM = 2  # rendered: ``always``, a host decided "render", or a spot check
 
 
+class RenderRecheck(int, Enum):
+    """render_plan.lua's answer when the render of a page asked TENTATIVE starts."""
+
+    RENDER = 0  # the host renders, or this page is one of its sample
+    RAW = 1  # the host was decided "raw" since: parsed as fetched
+    WAIT = 2  # its sample is being rendered: asked again shortly, until its verdict
+
+
 class LeaseEnd(str, Enum):
     """How the lease of a released URL ends: done.lua's event (ARGV[3]; see its header)."""
 

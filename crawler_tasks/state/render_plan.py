@@ -10,8 +10,9 @@ text has every page rendered, one where it did not has its pages parsed as fetch
 page in :data:`SPOT_CHECK` still rendered so that a host whose later pages need a browser is
 found. A rendering host whose last :data:`STOP_AFTER` renders added nothing goes back to raw.
 A page queued for render while its host was sampling is looked at again when its render starts
-(:meth:`RenderPlan.unqueued`): if the host has been decided "raw" meanwhile, it is parsed from
-its fetched body without a browser (a JS host is never "raw" while renders add links to it).
+(:meth:`RenderPlan.recheck`): the first :data:`SAMPLE` to start are the sample; a later one
+waits for the sample's verdict, and if the host has been decided "raw" it is parsed from its
+fetched body without a browser (a JS host is never "raw" while renders add links to it).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from urllib.parse import urlsplit
 import redis
 
 from ..errors import ConfigError
-from .formats import RenderAsk, RenderMode, RenderVerdict
+from .formats import RenderAsk, RenderMode, RenderRecheck, RenderVerdict
 from .keys import CrawlKeys
 from .scripts import Scripts
 
@@ -86,10 +87,11 @@ class RenderPlan:
             return RenderAsk.RAW
         return RenderAsk(int(self._call("ask", host_of(url))))
 
-    def unqueued(self, url: str) -> bool:
-        """A page asked while its host was sampling, about to be rendered: parse it raw
-        instead, as its host has been decided "raw" since?"""
-        return bool(self._call("recheck", host_of(url)))
+    def recheck(self, url: str) -> RenderRecheck:
+        """A page asked while its host was sampling, about to be rendered: render it (the
+        host renders, or it is one of the sample), parse it raw (decided "raw" since), or
+        wait (the sample is being rendered)?"""
+        return RenderRecheck(int(self._call("recheck", host_of(url))))
 
     def tell(self, url: str, added: bool) -> RenderVerdict:
         """A render of ``url`` under ``auto`` did (not) add something: the host's new mode."""

@@ -120,6 +120,7 @@ def respond(
             # Rendered by a crawl.render worker (render_step.py), from this body.
             tentative = ask is RenderAsk.TENTATIVE  # looked at again when its render starts
             doc = {**meta, "warc_id": warc_id, "render_tentative": tentative}
+            doc["queued_at"] = time.time()
             store.bodies.put(url, json.dumps(doc), response.body)
             store.ledger.mark_render_queued(url)  # before the publish, as for a parse
             ctx.enqueue_render(store.id, url, depth)

@@ -16,7 +16,8 @@
 -- ARGV[2] host  ARGV[3] sample size  ARGV[4] spot-check period  ARGV[5] renders in a row
 -- without gain that stop rendering  ARGV[6] (tell) 1 if rendering added something, else 0
 -- Returns, for ask, formats.RenderAsk: 0 (raw), 1 (render, the host still sampling) or 2
--- (render: the host renders, or a spot check); for recheck, 1 (parse raw) or 0 (render);
+-- (render: the host renders, or a spot check); for recheck, formats.RenderRecheck: 0
+-- (render), 1 (parse raw) or 2 (wait: the host's sample is being rendered);
 -- for tell, the host's mode after it (formats.RenderVerdict).
 local h = ARGV[2]
 local function get(name) return tonumber(redis.call('HGET', KEYS[1], h .. '|' .. name) or '0') end
@@ -31,9 +32,16 @@ if ARGV[1] == 'ask' then
   return 2
 end
 if ARGV[1] == 'recheck' then
-  if mode ~= 'raw' then return 0 end
-  redis.call('HINCRBY', KEYS[1], h .. '|unqueued', 1)
-  return 1
+  if mode == 'raw' then
+    redis.call('HINCRBY', KEYS[1], h .. '|unqueued', 1)
+    return 1
+  end
+  if mode == 'render' then return 0 end
+  -- Sampling: the first ARGV[3] renders to start are the sample; later ones wait for its
+  -- verdict (rendered at once, pages of a host fetched together were all rendered).
+  if get('claimed') >= tonumber(ARGV[3]) then return 2 end
+  redis.call('HINCRBY', KEYS[1], h .. '|claimed', 1)
+  return 0
 end
 local renders = redis.call('HINCRBY', KEYS[1], h .. '|renders', 1)
 local streak = 0
