@@ -237,8 +237,9 @@ class BrowserPool:
                 await asyncio.wait_for(holder.context.close(), 5)
 
 
-#: In every page before its scripts: short ``setTimeout``s pending, and how long since the last
-#: one ran (ms), as ``window.__crawlerQuiet()``: -1 while one is pending. The page's own
+#: In every page before its scripts: ``window.__crawlerQuiet(ms)`` resolves once no short
+#: ``setTimeout`` is pending and none has run for ``ms`` (looked at in the page: no round trip
+#: to the browser per look, which cost CPU in three processes). The page's own
 #: scripts may see the wrapper; they can only make the render wait less (then it is taken as
 #: it is) or more (up to ``render_settle``).
 TIMERS_JS = """(() => {
@@ -254,7 +255,10 @@ TIMERS_JS = """(() => {
   };
   window.clearTimeout = function (id) { pending.delete(id); return clear(id); };
   Object.defineProperty(window, '__crawlerQuiet', {
-    value: () => (pending.size ? -1 : performance.now() - last)
+    value: (quiet) => new Promise((done) => {
+      const look = () => (!pending.size && performance.now() - last >= quiet ? done() : set(look, 20));
+      look();
+    })
   });
 })();"""
 #: Seconds between two looks at a loaded page's quiet.
@@ -288,13 +292,14 @@ async def _quiet(page: Any, traffic: _Traffic, job: RenderJob) -> None:
     """Until the loaded page has had no request open, no response and no short timer run
     for ``job.quiet`` s: links inserted at load, after an XHR or a short ``setTimeout``
     are in the DOM, without Playwright's fixed 500 ms of ``networkidle``."""
-    loop, quiet_ms = asyncio.get_running_loop(), job.quiet * 1000
+    loop = asyncio.get_running_loop()
     while True:
+        while traffic.open or loop.time() - traffic.last < job.quiet:
+            await asyncio.sleep(POLL)
+        quiet = "q => window.__crawlerQuiet && window.__crawlerQuiet(q)"
+        await page.evaluate(quiet, job.quiet * 1000)  # a timer's fetch is seen by then
         if traffic.open == 0 and loop.time() - traffic.last >= job.quiet:
-            since = await page.evaluate("window.__crawlerQuiet ? window.__crawlerQuiet() : 1e9")
-            if since >= quiet_ms and traffic.open == 0:
-                return
-        await asyncio.sleep(POLL)
+            return
 
 
 def timers_js(timer_wait: float) -> str:
