@@ -308,3 +308,23 @@ def test_auto_sample_renders_first_later_pages_wait_for_its_verdict(settings):  
     assert plan.wants("auto", {}, js + "a", script) is RenderAsk.FIRM
     assert plan.recheck(js + "b") is RenderRecheck.RENDER
     assert plan.hosts()["plain.test"]["unqueued"] == 2
+
+
+def test_a_link_behind_a_timer_longer_than_networkidles_500ms_is_found(settings):  # type: ignore[no-untyped-def]
+    """Links added 700 ms after load (no request in between: Playwright's networkidle would
+    have taken the page 500 ms after its last request) are in the rendered DOM: the render
+    waits for pending short timers (render_timer_wait), not a fixed quiet period."""
+    late = f"<script>{jssite.INSERT};setTimeout(()=>put(['/late']),700)</script>"
+    seed = f"<html><body><p>Seed</p>{late}</body></html>".encode()
+    routes = {
+        "/": lambda h: h.send_body(200, seed),
+        "/late": lambda h: h.send_body(200, b"<html><body>late</body></html>"),
+    }
+    driver = _driver(settings)
+    try:
+        with SiteServer(address="127.0.0.93", extra_routes=routes) as site:
+            crawl = _crawl(settings, [site], render="always")
+            driver.run(crawl, timeout=60)
+    finally:
+        driver.close()
+    assert set(_pages(crawl)) == {normalize(site.base_url + p) for p in ("/", "/late")}

@@ -199,19 +199,16 @@ class RenderVerdict(str, Enum):
 
 
 class RenderAsk(int, Enum):
-    """render_plan.lua's answer to "render this fetched page?" (falsy: no)."""
+    """render_plan.lua's "render this page?": RAW (no, falsy), TENTATIVE (its host samples:
+    asked again as its render starts), FIRM (``always``, host "render", a spot check)."""
 
-    RAW = 0  # parsed as fetched
-    TENTATIVE = 1  # its host is still sampling: parsed raw instead if it is "raw" by then
-    FIRM = 2  # rendered: ``always``, a host decided "render", or a spot check
+    RAW, TENTATIVE, FIRM = 0, 1, 2
 
 
 class RenderRecheck(int, Enum):
     """render_plan.lua's answer when the render of a page asked TENTATIVE starts."""
 
-    RENDER = 0  # the host renders, or this page is one of its sample
-    RAW = 1  # the host was decided "raw" since: parsed as fetched
-    WAIT = 2  # its sample is being rendered: asked again shortly, until its verdict
+    RENDER, RAW, WAIT = 0, 1, 2  # (one of) its sample; decided "raw" since; sample rendering
 
 
 class LeaseEnd(str, Enum):
