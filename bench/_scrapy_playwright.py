@@ -4,8 +4,9 @@ benchmark itself).
     .venv/bin/python bench/_scrapy_playwright.py START_URL OUTPUT.jsonl [CONCURRENCY]
 
 Every page rendered by Playwright in the system Chromium (as ours), each ``goto`` waiting for
-``networkidle`` (links inserted by XHR or after a ``setTimeout`` are there then, as our
-render settle waits for), images/fonts/media aborted, same-host links followed, robots.txt
+``networkidle`` (links inserted by XHR or after a ``setTimeout`` are there then; its default,
+``load``, misses them; ours waits for the page to go quiet instead, worker/browser.py),
+images/fonts/media aborted, same-host links followed, robots.txt
 obeyed, CONCURRENCY requests per domain, no delay. One JSON line per page (url, links).
 """
 

@@ -174,9 +174,17 @@ class Settings:
     #: Seconds one page may take to render (load, settle, every subrequest and its token wait)
     #: before it is cut off: a retry of the URL, then a recorded ``render_failed``.
     render_deadline: float = 20.0
-    #: Seconds a page is given, after ``load``, for its network to go quiet (scripts that fetch
-    #: or wait in ``setTimeout``); within ``render_deadline``.
+    #: Seconds a page is given at most, after ``load``, to go quiet (scripts that fetch or
+    #: wait in ``setTimeout``); within ``render_deadline``.
     render_settle: float = 3.0
+    #: Seconds without a request open, a response or a short timer's callback after which a
+    #: loaded page counts as quiet (worker/browser.py). Playwright's ``networkidle`` waits a
+    #: fixed 500 ms after the last request, timers unseen: 2/3 of a render's wall time on a
+    #: JS site (bench/render.py).
+    render_quiet: float = 0.1
+    #: Seconds: a ``setTimeout`` of up to this delay is waited for (a link list filled after
+    #: a short timer); longer ones, like repeating timers, are not.
+    render_timer_wait: float = 1.0
     #: Pages of one crawl rendered in one browser context (cookies, cache and storage shared
     #: among them, never with another crawl) before a new one: a context per page costs a
     #: renderer process per page (bench/render.py: 2.2 pages/s against 5.7 shared).

@@ -152,6 +152,38 @@ def test_host_table_sorts_and_pages_on_the_server(settings):
     assert bad.status_code == 400
 
 
+def test_host_table_shows_each_hosts_render_state(settings):
+    # render="auto" with one host forced "always": four auto hosts told different evidence
+    # through the real render_plan.lua, one never asked; all pending (no worker runs).
+    hosts = ["raw.test", "js.test", "half.test", "new.test", "forced.test"]
+    urls = [f"http://{h}/p{j}" for h in hosts for j in range(2)]
+    crawl = start_crawl(
+        urls[:1], settings=settings, render="auto", render_hosts={"forced.test": "always"}
+    )
+    crawl.store.frontier.admit((u, 0) for u in urls[1:])
+    plan, script = crawl.store.render_plan, b"<script>1</script>"
+    for host, told in (("raw.test", [False, False]), ("js.test", [True]), ("half.test", [False])):
+        for added in told:
+            url = f"http://{host}/p0"
+            assert plan.wants("auto", {}, url, script)
+            plan.tell(url, added)
+    with dashboard(settings.broker_url) as base:
+        q = f"{base}/api/crawls/{crawl.id}/hosts"
+        got = requests.get(q, params={"sort": "render", "limit": 50}, auth=AUTH, timeout=10)
+    assert got.ok
+    body = got.json()
+    assert ["render", "Render"] in body["columns"]
+    states = {r["domain"]: r["render"] for r in body["rows"]}
+    assert states == {
+        "raw.test": "raw",
+        "js.test": "render",
+        "half.test": "sampling 1/2",
+        "new.test": "auto",
+        "forced.test": "always",
+    }
+    assert [r["render"] for r in body["rows"]] == sorted(states.values(), reverse=True)
+
+
 def test_series_one_sample_per_interval_and_expires_with_the_crawl(settings, client):
     crawl = start_crawl(["http://127.0.0.33:9/"], settings=settings, allow_private_networks=True)
     series: Series = crawl.store.series

@@ -14,6 +14,7 @@ from driver import Driver
 from sitegen import SiteServer, rate_report
 
 from crawler_tasks import start_crawl
+from crawler_tasks.state.formats import RenderAsk, RenderRecheck, RenderVerdict
 from crawler_tasks.web.urls import normalize
 
 pytestmark = pytest.mark.timeout(120)
@@ -239,3 +240,91 @@ def test_robots_txt_of_the_page_host_applies_to_its_subrequests(settings):  # ty
     got = {u.removeprefix(site.base_url) for u in _pages(crawl)}
     assert got == {"/", "/p1", "/p2", "/p5", "/p6", "/p11"}  # p1's children (p3, p4) lost
     assert summary["counters"]["subrequests_refused"] == 1
+
+
+def _fan_routes(n: int, js: bool) -> dict:  # type: ignore[type-arg]
+    """A seed linking to pages 1..n-1 (in its HTML, or inserted by script), each page with an
+    inert script: every page asks the render plan."""
+    kids = [f"/p{i}" for i in range(1, n)]
+    if js:
+        links = f"<script>{jssite.INSERT};put({kids!r})</script>".replace("'", '"')
+    else:
+        links = "".join(f'<a href="{h}">{h}</a>' for h in kids) + "<script>window.s=1</script>"
+    seed = f"<html><body><p>Seed</p>{links}</body></html>".encode()
+    leaf = b"<html><body><p>Leaf</p><script>window.s=1</script></body></html>"
+    out = {"/": lambda h: h.send_body(200, seed)}
+    out.update({h: (lambda x: x.send_body(200, leaf)) for h in kids})
+    return out
+
+
+def test_auto_pages_queued_while_sampling_are_parsed_raw_once_decided(settings):  # type: ignore[no-untyped-def]
+    """Pages of a host fetched while its sample is undecided are queued for render; the
+    sample's second render decides the host "raw", and those whose render starts after that
+    are parsed from their fetched body without a browser (before: rendered all the same).
+    A JS host with the same shape keeps rendering every page (never "raw")."""
+    driver = _driver(settings)
+    try:
+        with (
+            SiteServer(address="127.0.0.91", extra_routes=_fan_routes(5, js=False)) as plain,
+            SiteServer(address="127.0.0.92", extra_routes=_fan_routes(5, js=True)) as js,
+        ):
+            crawl = _crawl(settings, [plain, js], render="auto")
+            driver.run(crawl, timeout=90)
+    finally:
+        driver.close()
+    got = _pages(crawl)
+    want = {
+        normalize(s.base_url + p) for s in (plain, js) for p in ["/", "/p1", "/p2", "/p3", "/p4"]
+    }
+    assert set(got) == want and all(r["error"] is None for r in got.values())
+    rendered = {u for u, r in got.items() if r["rendered"]}
+    assert {u for u in rendered if u.startswith(plain.base_url)} == {
+        normalize(plain.base_url + "/"),
+        normalize(plain.base_url + "/p1"),
+    }
+    assert all(u in rendered for u in got if u.startswith(js.base_url))
+    plan = crawl.progress()["render_hosts"]
+    assert plan["127.0.0.91"]["mode"] == "raw" and plan["127.0.0.91"]["unqueued"] >= 1
+    assert plan["127.0.0.92"]["mode"] == "render" and "unqueued" not in plan["127.0.0.92"]
+
+
+def test_auto_sample_renders_first_later_pages_wait_for_its_verdict(settings):  # type: ignore[no-untyped-def]
+    """render_plan.lua with the test's Redis: of four pages of a sampling host queued for
+    render, the first two to start are its sample, the others wait; once the sample says
+    "raw" they are parsed raw; on a host whose first render added links, none waits."""
+    crawl = start_crawl(["http://plain.test/"], settings=settings, render="auto")
+    plan, script = crawl.store.render_plan, b"<script>1</script>"
+    urls = [f"http://plain.test/p{i}" for i in range(4)]
+    assert [plan.wants("auto", {}, u, script) for u in urls] == [RenderAsk.TENTATIVE] * 4
+    assert [plan.recheck(u) for u in urls] == [RenderRecheck.RENDER] * 2 + [RenderRecheck.WAIT] * 2
+    assert plan.tell(urls[0], False) is RenderVerdict.SAMPLING
+    assert plan.recheck(urls[2]) is RenderRecheck.WAIT
+    assert plan.tell(urls[1], False) is RenderVerdict.RAW
+    assert [plan.recheck(u) for u in urls[2:]] == [RenderRecheck.RAW] * 2
+    js = "http://js.test/"
+    assert plan.wants("auto", {}, js, script) is RenderAsk.TENTATIVE
+    assert plan.recheck(js) is RenderRecheck.RENDER
+    assert plan.tell(js, True) is RenderVerdict.RENDER
+    assert plan.wants("auto", {}, js + "a", script) is RenderAsk.FIRM
+    assert plan.recheck(js + "b") is RenderRecheck.RENDER
+    assert plan.hosts()["plain.test"]["unqueued"] == 2
+
+
+def test_a_link_behind_a_timer_longer_than_networkidles_500ms_is_found(settings):  # type: ignore[no-untyped-def]
+    """Links added 700 ms after load (no request in between: Playwright's networkidle would
+    have taken the page 500 ms after its last request) are in the rendered DOM: the render
+    waits for pending short timers (render_timer_wait), not a fixed quiet period."""
+    late = f"<script>{jssite.INSERT};setTimeout(()=>put(['/late']),700)</script>"
+    seed = f"<html><body><p>Seed</p>{late}</body></html>".encode()
+    routes = {
+        "/": lambda h: h.send_body(200, seed),
+        "/late": lambda h: h.send_body(200, b"<html><body>late</body></html>"),
+    }
+    driver = _driver(settings)
+    try:
+        with SiteServer(address="127.0.0.93", extra_routes=routes) as site:
+            crawl = _crawl(settings, [site], render="always")
+            driver.run(crawl, timeout=60)
+    finally:
+        driver.close()
+    assert set(_pages(crawl)) == {normalize(site.base_url + p) for p in ("/", "/late")}

@@ -198,6 +198,19 @@ class RenderVerdict(str, Enum):
         return self.value
 
 
+class RenderAsk(int, Enum):
+    """render_plan.lua's "render this page?": RAW (no, falsy), TENTATIVE (its host samples:
+    asked again as its render starts), FIRM (``always``, host "render", a spot check)."""
+
+    RAW, TENTATIVE, FIRM = 0, 1, 2
+
+
+class RenderRecheck(int, Enum):
+    """render_plan.lua's answer when the render of a page asked TENTATIVE starts."""
+
+    RENDER, RAW, WAIT = 0, 1, 2  # (one of) its sample; decided "raw" since; sample rendering
+
+
 class LeaseEnd(str, Enum):
     """How the lease of a released URL ends: done.lua's event (ARGV[3]; see its header)."""
 

@@ -9,6 +9,10 @@ the same page (:func:`rendering_added`); a host where rendering added in-scope l
 text has every page rendered, one where it did not has its pages parsed as fetched, with one
 page in :data:`SPOT_CHECK` still rendered so that a host whose later pages need a browser is
 found. A rendering host whose last :data:`STOP_AFTER` renders added nothing goes back to raw.
+A page queued for render while its host was sampling is looked at again when its render starts
+(:meth:`RenderPlan.recheck`): the first :data:`SAMPLE` to start are the sample; a later one
+waits for the sample's verdict, and if the host has been decided "raw" it is parsed from its
+fetched body without a browser (a JS host is never "raw" while renders add links to it).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from urllib.parse import urlsplit
 import redis
 
 from ..errors import ConfigError
-from .formats import RenderMode, RenderVerdict
+from .formats import RenderAsk, RenderMode, RenderRecheck, RenderVerdict
 from .keys import CrawlKeys
 from .scripts import Scripts
 
@@ -71,17 +75,23 @@ class RenderPlan:
     def __init__(self, client: redis.Redis, ck: CrawlKeys, scripts: Scripts) -> None:
         self.client, self.key, self.scripts = client, ck.render_plan, scripts
 
-    def wants(self, default: str, hosts: dict[str, str], url: str, body: bytes) -> bool:
-        """Render this fetched page? Under ``auto``, a page without a script is not (nothing
-        would run); any other counts for its host's plan."""
+    def wants(self, default: str, hosts: dict[str, str], url: str, body: bytes) -> RenderAsk:
+        """Render this fetched page (a falsy answer: no)? Under ``auto``, a page without a
+        script is not (nothing would run); any other counts for its host's plan."""
         if default == "never" and not hosts:  # the default: not even the URL is looked at
-            return False
+            return RenderAsk.RAW
         mode = mode_for(default, hosts, url)
         if mode is not RenderMode.AUTO:
-            return mode is RenderMode.ALWAYS
+            return RenderAsk.FIRM if mode is RenderMode.ALWAYS else RenderAsk.RAW
         if _SCRIPT.search(body) is None:
-            return False
-        return bool(self._call("ask", host_of(url)))
+            return RenderAsk.RAW
+        return RenderAsk(int(self._call("ask", host_of(url))))
+
+    def recheck(self, url: str) -> RenderRecheck:
+        """A page asked while its host was sampling, about to be rendered: render it (the
+        host renders, or it is one of the sample), parse it raw (decided "raw" since), or
+        wait (the sample is being rendered)?"""
+        return RenderRecheck(int(self._call("recheck", host_of(url))))
 
     def tell(self, url: str, added: bool) -> RenderVerdict:
         """A render of ``url`` under ``auto`` did (not) add something: the host's new mode."""
@@ -100,3 +110,27 @@ class RenderPlan:
             text = value.decode()
             out.setdefault(host, {})[name] = text if name == "mode" else int(text)
         return out
+
+    def states(self, default: str, hosts: dict[str, str], names: list[str]) -> dict[str, str]:
+        """Each of ``names``'s render state for the dashboard's host table (:func:`label`);
+        none for a crawl that never renders. One read of the plan, whatever the hosts."""
+        if default == "never" and not hosts:
+            return {}
+        auto = RenderMode.AUTO.value
+        plan = self.hosts() if auto in (default, *hosts.values()) else {}
+        out = {}
+        for name in names:
+            mode = RenderMode(hosts.get(name, default))
+            out[name] = label(plan.get(name)) if mode is RenderMode.AUTO else mode.value
+        return out
+
+
+def label(entry: dict[str, Any] | None) -> str:
+    """One ``auto`` host's state: "render", "raw", "sampling 1/2" (renders told of the
+    sample), or "auto" while none of its pages with a script has been fetched."""
+    if not entry:
+        return RenderMode.AUTO.value
+    mode = str(entry.get("mode", RenderVerdict.SAMPLING.value))
+    if mode == RenderVerdict.SAMPLING.value:
+        return f"{mode} {entry.get('renders', 0)}/{SAMPLE}"
+    return mode

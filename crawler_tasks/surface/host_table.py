@@ -8,7 +8,8 @@ that finds its snapshot stale is answered from it while a thread reads the next 
 first request of a crawl waits for a read).
 
 Columns: :data:`COLUMNS` always; :data:`OPTIONAL` only when some host has a value (the render
-tier's per-host state, once rendering writes it: a row key ``render``).
+tier's per-host state, ``render``: "always"/"never" as the options say, or under ``auto`` its
+plan's state, state/render_plan.py: "sampling 1/2", "render", "raw").
 """
 
 from __future__ import annotations
@@ -77,6 +78,10 @@ def take(crawl: Crawl) -> Snapshot:
     names = host_names(crawl.client, store.ck)
     ceilings = read_ceilings(crawl.client, store.r.keys)
     rows = host_rows(store.politeness, names, crawl.options.rate, ceilings)
+    opts = crawl.options
+    renders = store.render_plan.states(opts.render, opts.render_hosts, names)
+    for row in rows:  # a crawl that never renders has no render column (OPTIONAL)
+        row["render"] = renders.get(row["domain"])
     columns = list(COLUMNS) + [c for c in OPTIONAL if any(r.get(c[0]) is not None for r in rows)]
     return Snapshot(rows, time.time(), time.perf_counter() - started, columns)
 

@@ -26,7 +26,7 @@ from ..errors import (
     Unreachable,
 )
 from ..state import events, formats
-from ..state.formats import Counter, LeaseEnd, Outcome, Started
+from ..state.formats import Counter, LeaseEnd, Outcome, RenderAsk, Started
 from ..state.politeness import parse_retry_after
 from ..state.store import CrawlStore
 from ..web.fetcher import Response
@@ -115,9 +115,13 @@ def respond(
     if 200 <= status < 300 and is_html(response.content_type, response.body[:1024]):
         meta = response_meta(response, final.extra, final.counters, bool(store.opts.extract))
         opts = store.opts
-        if store.render_plan.wants(opts.render, opts.render_hosts, url, response.body):
+        ask = store.render_plan.wants(opts.render, opts.render_hosts, url, response.body)
+        if ask:
             # Rendered by a crawl.render worker (render_step.py), from this body.
-            store.bodies.put(url, json.dumps({**meta, "warc_id": warc_id}), response.body)
+            tentative = ask is RenderAsk.TENTATIVE  # looked at again when its render starts
+            doc = {**meta, "warc_id": warc_id, "render_tentative": tentative}
+            doc["queued_at"] = time.time()
+            store.bodies.put(url, json.dumps(doc), response.body)
             store.ledger.mark_render_queued(url)  # before the publish, as for a parse
             ctx.enqueue_render(store.id, url, depth)
             return None

@@ -13,7 +13,10 @@ published again (the body stays), up to ``max_retries``; then, or at once for a 
 opened a dialog, a download or a pop-up (:class:`RenderRefused`), it is a recorded failure.
 A render worker killed mid-page leaves stage "w" with its id: the dispatcher takes the URL
 back when its heartbeat stops and publishes the render again (dispatcher.reclaim).
-Under ``auto`` the render is compared with the raw parse, and the host's plan told.
+Under ``auto`` the render is compared with the raw parse, and the host's plan told; a page
+queued while its host was sampling is parsed raw, without a browser, if the host has been
+decided "raw" by the time its render starts, and waits for that verdict while the host's
+sample is being rendered (state/render_plan.py).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import time
 from typing import Any
 
 from ..errors import CrawlerError, RenderFailed, RenderRefused
-from ..state.formats import Counter, Outcome, RenderMode, Started
+from ..state.formats import Counter, Outcome, RenderMode, RenderRecheck, Started
 from ..state.render_plan import mode_for, rendering_added
 from ..state.store import CrawlStore
 from ..web.page import extract
@@ -32,6 +35,8 @@ from .parse_step import parsed
 from .recorder import Final, finalize, recover
 from .render_guard import SubrequestGuard
 
+#: Seconds a page waiting for its host's sample verdict waits before it is published again.
+SAMPLE_POLL = 0.1
 #: What the browser is told of the document it is served (the body is the fetched one).
 _DOC_HEADERS = ("content-type", "content-language")
 
@@ -48,6 +53,10 @@ def render_url(ctx: Context, crawl_id: str, url: str, depth: int) -> str:
         lost = Final(url, depth, error=Outcome.BODY_LOST.value, counters={Counter.FAILED.value: 1})
         return finalize(ctx, store, lost)
     meta, body = stored
+    if meta.get("render_tentative"):  # queued while its host was sampling
+        early = _recheck(ctx, store, url, depth, meta, body)
+        if early is not None:
+            return early
     guard = SubrequestGuard(ctx, store, url, time.monotonic() + ctx.settings.render_deadline)
     try:
         final = _rendered(ctx, store, url, depth, meta, body, guard)
@@ -65,6 +74,27 @@ def render_url(ctx: Context, crawl_id: str, url: str, depth: int) -> str:
     result = finalize(ctx, store, final)
     store.bodies.drop(url)
     return result
+
+
+def _recheck(
+    ctx: Context, store: CrawlStore, url: str, depth: int, meta: dict[str, Any], body: bytes
+) -> str | None:
+    """A page queued while its host was sampling: parsed as fetched if the host has been
+    decided "raw" since; published again shortly while the host's sample is being rendered
+    (for at most ``render_deadline`` after its fetch: a sample render lost with its worker
+    must not hold the host's pages, which are rendered then); None: render it."""
+    answer = store.render_plan.recheck(url)
+    waited = time.time() - meta.get("queued_at", 0.0)
+    if answer is RenderRecheck.WAIT and waited < ctx.settings.render_deadline:
+        time.sleep(SAMPLE_POLL)  # not a busy loop through the broker while the sample renders
+        store.ledger.mark_render_queued(url)
+        ctx.enqueue_render(store.id, url, depth)
+        return "waiting"
+    if answer is RenderRecheck.RAW:
+        result = finalize(ctx, store, parsed(ctx, store, url, depth, meta, body))
+        store.bodies.drop(url)
+        return result
+    return None
 
 
 def _rendered(
@@ -86,6 +116,8 @@ def _rendered(
         subrequest=guard,
         deadline=s.render_deadline,
         settle=s.render_settle,
+        quiet=s.render_quiet,
+        timer_wait=s.render_timer_wait,
         group=store.id,
     )
     page = ctx.browser.render(job)
