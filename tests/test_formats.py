@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from crawler_tasks import start_crawl
-from crawler_tasks.state import formats, keys
+from crawler_tasks.state import calls, formats, keys
 from crawler_tasks.state.formats import Inflight
 
 
@@ -279,7 +279,7 @@ def test_finishing_lua_writes_the_status_values(settings, client) -> None:  # ty
 def test_release_call_fills_every_argument_release_lua_reads() -> None:
     source = (LUA / "release.lua").read_text("utf-8")
     documented = max(int(n) for n in re.findall(r"ARGV\[(\d+)\]", source))
-    call = formats.ReleaseCall(
+    call = calls.ReleaseCall(
         10, "q:", "l:", "d:", 180, float("inf"), 1, 2, 1000, "w", None, "", "",
         formats.Steering.PAUSED, "a\tb",
     )  # fmt: skip

@@ -18,7 +18,7 @@ from typing import Any
 import redis
 
 from ..web.urls import domain_key
-from . import formats
+from . import calls, formats
 from .bloom import KnownURLs, url_hash
 from .keys import CrawlKeys
 from .options import CrawlOptions
@@ -127,7 +127,7 @@ class Frontier:
         if hashes is None:
             hashes = [url_hash(url) for _, _, url in batch]
         max_pages, cap = self._limits(sum(1 for d, _, _ in batch if d), force)
-        call = formats.AdmitCall(
+        call = calls.AdmitCall(
             max_pages=max_pages,
             k=self.shape.k,
             queue_prefix=pk.queue_prefix,
@@ -180,7 +180,7 @@ class Frontier:
         marked as held by its host's one (``workers.holder``), not by ``worker``."""
         pk = self.ck.parts[part]
         opts = self.opts
-        call = formats.ReleaseCall(
+        call = calls.ReleaseCall(
             limit=limit,
             queue_prefix=pk.queue_prefix,
             lease_prefix=pk.lease_prefix,

@@ -7,7 +7,7 @@
 --
 -- KEYS[1] partition flow hash ("in": URLs admitted)   KEYS[2] stats hash   KEYS[3] ready zset
 -- KEYS[4..] Bloom shard keys
--- ARGV (built by formats.AdmitCall):
+-- ARGV (built by calls.AdmitCall):
 -- ARGV[1] max_pages of a crawl with one partition (checked against its "admitted"), -1 none
 -- ARGV[2] k   ARGV[3] queue key prefix
 -- ARGV[4] 1 = depth-first (LIFO), else breadth-first (FIFO)   ARGV[5] nshards

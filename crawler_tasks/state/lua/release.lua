@@ -26,7 +26,7 @@
 -- KEYS[5] the partition's flow hash: its copy of the crawl's paused flag ("paused" = 1) is
 --         read here, atomically with the release, so nothing is released once pause() has
 --         returned (the dispatcher's steering argument may have been read just before it)
--- ARGV (built by formats.ReleaseCall):
+-- ARGV (built by calls.ReleaseCall):
 -- ARGV[1] max domains per call  ARGV[2] queue prefix  ARGV[3] lease prefix
 -- ARGV[4] domain-state prefix   ARGV[5] lease seconds  ARGV[6] default rate (req/s)
 -- ARGV[7] burst  ARGV[8] concurrency per domain  ARGV[9] max entries drained when cancelled
