@@ -75,6 +75,9 @@ def test_pages_in_a_browser_over_a_running_crawl(settings, celery_worker, browse
             # The crawl page: its figures move while the crawl runs.
             page.goto(f"{base}/crawls/{crawl.id}")
             page.locator("#hosts tbody tr").first.wait_for(timeout=10_000)
+            # The figures come with their own request, which may answer after the host table's.
+            done = page.locator('[data-figure="done"]').first
+            wait_until(lambda: done.inner_text().strip() != "", timeout=10)
             first = _figure(page, "done")
             wait_until(lambda: _figure(page, "done") >= first + 8, timeout=30)
 

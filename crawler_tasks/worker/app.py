@@ -14,6 +14,7 @@ from celery import Celery
 from kombu import Exchange, Queue
 
 from ..settings import Settings, load
+from .broker import DIRECT_PREFIX
 
 QUEUES = ("crawl.high", "crawl.medium", "crawl.low", "parse")
 #: Pages to render (worker/render_step.py): served only by workers started with
@@ -26,7 +27,7 @@ FETCH_QUEUES = QUEUES[:3]
 def direct_queue(worker: str) -> str:
     """The queue of one fetch process (``Context.worker_id``): its hosts' URLs (host affinity,
     state/workers.py). Created on first use, like any queue Celery is told to publish to."""
-    return f"crawl.direct.{worker}"
+    return f"{DIRECT_PREFIX}{worker}"
 
 
 def broker_transport(url: str) -> str | None:

@@ -25,6 +25,9 @@ from redis.exceptions import OutOfMemoryError
 
 from .logs import Throttled
 
+#: The queues of single fetch processes (app.direct_queue): host affinity.
+DIRECT_PREFIX = "crawl.direct."
+
 log = logging.getLogger(__name__)
 _unrecorded = Throttled(log, "recording a delivered message (Redis is full)", every=30.0)
 _unrestored = Throttled(log, "restoring unacknowledged messages (Redis is full)", every=60.0)
@@ -91,6 +94,10 @@ class Channel(kombu_redis.Channel):  # type: ignore[misc]
             return super()._queue_bind(exchange, routing_key, pattern, queue)
         except OutOfMemoryError:
             if queue in self._expires:  # a reply/pidbox queue: its TTL is refreshed next time
+                return None
+            # A fetch process's own queue is new at every start: it consumes without the
+            # binding, and the first publish to it (with room) binds it.
+            if queue.startswith(DIRECT_PREFIX):
                 return None
             member = self.sep.join([routing_key or "", pattern or "", queue or ""])
             with self.conn_or_acquire() as client:

@@ -63,12 +63,16 @@ class Dispatcher:
         publish_parse: PublishParse,
         idle_queues: IdleQueues = lambda: {"r", "q", "v"},
         publish_render: PublishParse | None = None,
+        join: Callable[[], None] | None = None,
     ):
         self._context = context
         self._publish = publish
         self._publish_parse = publish_parse
         self._publish_render = publish_render or publish_parse
         self._idle_queues = idle_queues
+        #: Done once before the first round, in this thread (it waits out a Redis that is
+        #: away or full like a round does, where the worker's start could not).
+        self._join = join
         self.settings = settings
         self._stop = threading.Event()
         self._rates, self._rates_read = "", -math.inf
@@ -97,6 +101,9 @@ class Dispatcher:
         errors, pause = Throttled(log, "dispatcher tick"), self.settings.dispatch_interval
         while not self._stop.is_set():
             try:
+                if self._join is not None:
+                    self._join()
+                    self._join = None
                 self.tick()
                 busy = self.more
                 if time.monotonic() > self._next_reclaim:

@@ -257,6 +257,11 @@ def _take_direct_queue(sender: Any = None, instance: Any = None, **_: Any) -> No
     instance.app.conf.crawler_direct_queue = mine
 
 
+def _join_fetchers() -> None:
+    ctx = context()
+    workers.join(ctx.client, ctx.keys, ctx.worker_id)
+
+
 def idle_queues() -> set[str]:
     """Which stages' broker queues are empty: "r" (every fetch queue, the fetch processes'
     own included), "q" (parse), "v" (render). A URL waiting unstarted while its queue is
@@ -304,14 +309,13 @@ class DispatcherStep(bootsteps.StartStopStep):
         self.dispatcher: Dispatcher | None = None
 
     def start(self, worker: Any) -> None:
-        # A fetch process holds hosts from now on, until its heartbeat stops (then a dispatcher
-        # deletes its queue and takes its URLs back: dispatcher._affinity, reclaim). Before
-        # its dispatcher's first round, which then counts it.
-        if app.conf.get("crawler_direct_queue"):
-            ctx = context()
-            patiently(lambda: workers.join(ctx.client, ctx.keys, ctx.worker_id))
+        # A fetch process holds hosts from its dispatcher's first round on (which then counts
+        # it), until its heartbeat stops (then a dispatcher deletes its queue and takes its
+        # URLs back: dispatcher._affinity, reclaim). Not here: a full Redis refuses the join,
+        # and an exception in a bootstep is the worker's end.
+        join = _join_fetchers if app.conf.get("crawler_direct_queue") else None
         self.dispatcher = Dispatcher(
-            context, publish_fetch, settings(), enqueue_parse, idle_queues, enqueue_render
+            context, publish_fetch, settings(), enqueue_parse, idle_queues, enqueue_render, join
         )
         self.dispatcher.start()
 
