@@ -31,10 +31,15 @@ log = logging.getLogger(__name__)
 ITEM_BATCH = 100
 
 
-def parse_url(ctx: Context, crawl_id: str, url: str, depth: int) -> str:
-    """Parse the stored body of ``url``, fetched by an earlier task, and record the page."""
+Stored = tuple[CrawlStore, dict[str, Any], bytes]
+
+
+def take_stored(ctx: Context, crawl_id: str, url: str, depth: int, stage: str) -> Stored | str:
+    """Begin a deferred stage of ``url`` (parse "p", render "w"): its store and fetched body
+    (stored by the fetch task), or the task's outcome when there is nothing more to do (a
+    duplicate delivery, a record to recover, a body lost with Redis)."""
     store = ctx.store(crawl_id)
-    started = store.ledger.start(url, ctx.worker_id, "p") if store is not None else 0
+    started = store.ledger.start(url, ctx.worker_id, stage) if store is not None else 0
     if store is None or started == Started.DUPLICATE:
         return "duplicate"
     if started == Started.UNRECORDED:
@@ -43,7 +48,15 @@ def parse_url(ctx: Context, crawl_id: str, url: str, depth: int) -> str:
     if stored is None:
         lost = Final(url, depth, error=Outcome.BODY_LOST.value, counters={Counter.FAILED.value: 1})
         return finalize(ctx, store, lost)
-    meta, body = stored
+    return store, *stored
+
+
+def parse_url(ctx: Context, crawl_id: str, url: str, depth: int) -> str:
+    """Parse the stored body of ``url``, fetched by an earlier task, and record the page."""
+    got = take_stored(ctx, crawl_id, url, depth, "p")
+    if isinstance(got, str):
+        return got
+    store, meta, body = got
     final = parsed(ctx, store, url, depth, meta, body)
     result = finalize(ctx, store, final)
     store.bodies.drop(url)

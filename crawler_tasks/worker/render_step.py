@@ -25,14 +25,14 @@ import time
 from typing import Any
 
 from ..errors import CrawlerError, RenderFailed, RenderRefused
-from ..state.formats import Counter, Outcome, RenderMode, RenderRecheck, Started
+from ..state.formats import Counter, RenderMode, RenderRecheck
 from ..state.render_plan import mode_for, rendering_added
 from ..state.store import CrawlStore
 from ..web.page import extract
 from .browser import RenderJob
 from .context import Context
-from .parse_step import parsed
-from .recorder import Final, finalize, recover
+from .parse_step import parsed, take_stored
+from .recorder import Final, finalize
 from .render_guard import SubrequestGuard
 
 #: Seconds a page waiting for its host's sample verdict waits before it is published again.
@@ -42,17 +42,10 @@ _DOC_HEADERS = ("content-type", "content-language")
 
 
 def render_url(ctx: Context, crawl_id: str, url: str, depth: int) -> str:
-    store = ctx.store(crawl_id)
-    started = store.ledger.start(url, ctx.worker_id, "w") if store is not None else 0
-    if store is None or started == Started.DUPLICATE:
-        return "duplicate"
-    if started == Started.UNRECORDED:
-        return recover(ctx, store, url)
-    stored = store.bodies.get(url)
-    if stored is None:
-        lost = Final(url, depth, error=Outcome.BODY_LOST.value, counters={Counter.FAILED.value: 1})
-        return finalize(ctx, store, lost)
-    meta, body = stored
+    got = take_stored(ctx, crawl_id, url, depth, "w")
+    if isinstance(got, str):
+        return got
+    store, meta, body = got
     if meta.get("render_tentative"):  # queued while its host was sampling
         early = _recheck(ctx, store, url, depth, meta, body)
         if early is not None:
