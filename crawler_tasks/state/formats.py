@@ -43,6 +43,13 @@ from enum import Enum
 from typing import Any
 
 
+class Word(str, Enum):
+    """A value that is one word of the Lua side's: ``str()`` (and f-strings) give the word."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
 class Shown(Enum):
     """Where ``progress()`` (and so ``crawler status``) shows a counter."""
 
@@ -51,7 +58,7 @@ class Shown(Enum):
     LATE = "after the live figures"
 
 
-class Counter(str, Enum):
+class Counter(Word):
     """Counters of a crawl's stats hash (``summary.json``'s ``counters``).
 
     Each member also says where ``progress()`` shows it (:class:`Shown`; progress keeps the
@@ -117,16 +124,13 @@ class Counter(str, Enum):
     SUBREQUESTS_BLOCKED = "subrequests_blocked"
     SUBREQUESTS_REFUSED = "subrequests_refused"
 
-    def __str__(self) -> str:
-        return self.value
-
     @classmethod
     def shown_in(cls, where: Shown) -> tuple[Counter, ...]:
         """The counters progress() shows at ``where``, in order."""
         return tuple(c for c in cls if c.shown is where)
 
 
-class Status(str, Enum):
+class Status(Word):
     """A crawl's ``status`` (its state hash). finishing.lua writes FINISHING and the final
     one; ``tests/test_formats.py`` runs it against these values."""
 
@@ -137,15 +141,12 @@ class Status(str, Enum):
     CANCELLED = "cancelled"
     UNKNOWN = "unknown"  # never stored: what a crawl without a state hash shows
 
-    def __str__(self) -> str:
-        return self.value
-
     @property
     def final(self) -> bool:
         return self in (Status.FINISHED, Status.CANCELLED)
 
 
-class Steering(str, Enum):
+class Steering(Word):
     """What the dispatcher does with a crawl; release.lua gets it as its last argument."""
 
     RUN = "run"
@@ -153,11 +154,8 @@ class Steering(str, Enum):
     CANCELLED = "cancelled"  # drain the frontier unfetched
     FINISHING = "finishing"  # nothing to release: finish it (the dispatcher never sends it)
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class Outcome(str, Enum):
+class Outcome(Word):
     """Final states of a URL that are not an exception of the fetcher."""
 
     ROBOTS_DISALLOWED = "robots_disallowed"
@@ -172,30 +170,21 @@ class Outcome(str, Enum):
     SITEMAP_STATUS = "sitemap_status"
     SITEMAP_INVALID = "sitemap_invalid"
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class RenderMode(str, Enum):
+class RenderMode(Word):
     """The ``render`` option, and render_plan.lua's per-host decision under ``auto``."""
 
     NEVER = "never"
     ALWAYS = "always"
     AUTO = "auto"
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class RenderVerdict(str, Enum):
+class RenderVerdict(Word):
     """render_plan.lua's state of one host under ``auto`` (its "mode" field)."""
 
     SAMPLING = "sampling"  # its first pages are rendered and compared with their raw parse
     RENDER = "render"  # rendering added links or text: every page is rendered
     RAW = "raw"  # it did not: pages are parsed as fetched, one in SPOT_CHECK still rendered
-
-    def __str__(self) -> str:
-        return self.value
 
 
 class RenderAsk(int, Enum):
@@ -211,7 +200,7 @@ class RenderRecheck(int, Enum):
     RENDER, RAW, WAIT = 0, 1, 2  # (one of) its sample; decided "raw" since; sample rendering
 
 
-class LeaseEnd(str, Enum):
+class LeaseEnd(Word):
     """How the lease of a released URL ends: done.lua's event (ARGV[3]; see its header)."""
 
     OK = "ok"  # a response, paced from when the request was sent
@@ -220,9 +209,6 @@ class LeaseEnd(str, Enum):
     DOWN = "down"  # could not connect: as error, and the host's circuit breaker counts it
     EXTRA = "extra"  # a request the release did not pay for (robots.txt): charged, no lease
     REFUND = "refund"  # the request will not be sent: its token given back, lease returned
-
-    def __str__(self) -> str:
-        return self.value
 
 
 class Started(int, Enum):
