@@ -10,7 +10,7 @@ import pytest
 
 from crawler_tasks import start_crawl
 from crawler_tasks.state import calls, formats, keys
-from crawler_tasks.state.formats import Inflight
+from crawler_tasks.state.formats import Inflight, LeaseEnd
 
 
 @pytest.mark.parametrize(
@@ -75,7 +75,7 @@ def test_requeue_writes_a_retry_member_release_reads_back(settings, client) -> N
     assert crawl.store.ledger.requeue(domain, depth, url, 0.0)
     (member,) = client.zrange(crawl.ck.for_url(url).retry, 0, -1)
     assert member.decode() == formats.retry_member(domain, depth, url)
-    crawl.store.politeness.done(url, domain, "ok")
+    crawl.store.politeness.lease(url, domain).release(LeaseEnd.OK)
     assert crawl.store.frontier.release_all(10, 180).entries == [(domain, depth, url)]
 
 

@@ -14,20 +14,12 @@ from celery import Celery
 from kombu import Exchange, Queue
 
 from ..settings import Settings, load
-from .broker import DIRECT_PREFIX
 
-QUEUES = ("crawl.high", "crawl.medium", "crawl.low", "parse")
-#: Pages to render (worker/render_step.py): served only by workers started with
-#: ``-Q crawl.render`` (each holds a browser), never by fetch or parse workers.
-RENDER_QUEUE = "crawl.render"
-#: The broker's fetch queues (QUEUES without parse).
-FETCH_QUEUES = QUEUES[:3]
-
-
-def direct_queue(worker: str) -> str:
-    """The queue of one fetch process (``Context.worker_id``): its hosts' URLs (host affinity,
-    state/workers.py). Created on first use, like any queue Celery is told to publish to."""
-    return f"{DIRECT_PREFIX}{worker}"
+# The queues' names are the broker module's (the crawler's one view of the broker).
+from .broker import FETCH_QUEUES as FETCH_QUEUES
+from .broker import QUEUES as QUEUES
+from .broker import RENDER_QUEUE as RENDER_QUEUE
+from .broker import direct_queue as direct_queue
 
 
 def broker_transport(url: str) -> str | None:

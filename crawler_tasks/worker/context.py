@@ -29,6 +29,7 @@ from ..web.fetcher import Fetcher
 from ..web.profile import RequestProfile
 from .browser import BrowserPool
 from .crawl_runtime import CrawlRuntime, robots_getter
+from .handoff import Publisher
 from .hooks import Hooks
 from .output import Outputs
 from .room import Room
@@ -70,10 +71,9 @@ class Context:
     def __init__(
         self,
         settings: Settings,
-        enqueue_parse: Enqueue,
+        publisher: Publisher,
         on_finished: Enqueue,
         send_items: Enqueue | None = None,
-        enqueue_render: Enqueue | None = None,
     ) -> None:
         self.settings = settings
         self.client = redis_client(settings)
@@ -86,9 +86,8 @@ class Context:
         self.heartbeat = Heartbeat(self.client, self.keys, self.worker_id)
         #: Whether this process may admit new URLs while Redis nears maxmemory (room.py).
         self.room = Room(self.client, settings.admission_memory_fraction, settings.admission_wait)
-        self.enqueue_parse = enqueue_parse
-        #: (crawl id, url, depth): a fetched page to the ``crawl.render`` queue.
-        self.enqueue_render = enqueue_render or _no_render
+        #: Where a URL's next step is published (handoff.py); the dispatcher's too.
+        self.publisher = publisher
         #: This process's browser (worker/browser.py), started by its first render.
         self.browser = BrowserPool(settings)
         self.on_finished = on_finished
@@ -200,10 +199,6 @@ class Context:
                     http_get=robots_getter(self.fetcher, profile),
                 )
         return cache
-
-
-def _no_render(crawl_id: str, url: str, depth: int) -> None:
-    raise RuntimeError("this process cannot publish render tasks")
 
 
 def _outcome(call: Callable[[], Any]) -> tuple[bool, Any]:

@@ -23,7 +23,8 @@ from ..web.robots import Robots
 from ..web.urls import origin_of
 from . import hooks
 from .context import Context
-from .recorder import Final, finalize, recover
+from .outcome import Final
+from .recorder import finalize, recover
 
 log = logging.getLogger(__name__)
 

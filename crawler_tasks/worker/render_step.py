@@ -31,9 +31,12 @@ from ..state.store import CrawlStore
 from ..web.page import extract
 from .browser import RenderJob
 from .context import Context
+from .handoff import Stage
+from .outcome import Final
 from .parse_step import parsed, take_stored
-from .recorder import Final, finalize
+from .recorder import finalize
 from .render_guard import SubrequestGuard
+from .settle import attempt
 
 #: Seconds a page waiting for its host's sample verdict waits before it is published again.
 SAMPLE_POLL = 0.1
@@ -56,13 +59,12 @@ def render_url(ctx: Context, crawl_id: str, url: str, depth: int) -> str:
     except RenderRefused as exc:
         final = _failed(url, depth, meta, exc)
     except RenderFailed as exc:
-        attempts = store.ledger.count_attempt(url)
-        if attempts <= store.opts.max_retries:
-            store.ledger.mark_render_queued(url)
-            ctx.enqueue_render(store.id, url, depth)
+        attempts = attempt(store, url)
+        if not attempts.last:
+            ctx.publisher.hand_off(store, url, depth, Stage.RENDER)
             return "retry"
         final = _failed(url, depth, meta, exc)
-        final.extra["attempts"] = attempts
+        final.extra["attempts"] = attempts.number
     final.counters.update(guard.counters())  # of the render recorded, not of those retried
     result = finalize(ctx, store, final)
     store.bodies.drop(url)
@@ -80,8 +82,7 @@ def _recheck(
     waited = time.time() - meta.get("queued_at", 0.0)
     if answer is RenderRecheck.WAIT and waited < ctx.settings.render_deadline:
         time.sleep(SAMPLE_POLL)  # not a busy loop through the broker while the sample renders
-        store.ledger.mark_render_queued(url)
-        ctx.enqueue_render(store.id, url, depth)
+        ctx.publisher.hand_off(store, url, depth, Stage.RENDER)
         return "waiting"
     if answer is RenderRecheck.RAW:
         result = finalize(ctx, store, parsed(ctx, store, url, depth, meta, body))
