@@ -16,7 +16,8 @@ slot in one class, :class:`HostRouter` keeps every affinity decision here:
   while another process is idle.
 
 The dispatcher asks it three things: :meth:`holders` (for release.lua), :meth:`refresh`
-(once a second) and :meth:`queues` (where a round's released URLs go).
+(once a second) and :meth:`queues` (where a round's released URLs go); a worker starting
+asks :func:`own_queue` whether it is a fetch process with a queue of its own.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from __future__ import annotations
 import time
 
 from ..state import workers
-from .broker import BrokerView, direct_queue
+from .broker import FETCH_QUEUES, BrokerView, direct_queue
 from .context import Context
 
 #: Messages a fetch process's direct queue may hold while another's is empty before its hosts'
@@ -36,6 +37,19 @@ DIRECT_QUEUE_MAX = 2
 #: processes (fewer: the shared queues).
 AFFINITY_MIN_HOSTS = 1
 AFFINITY_WINDOW = 5.0
+#: Pools whose tasks all run in the worker's own process: a direct queue reaches the process
+#: that holds the connections (a prefork worker's would reach any of its children).
+ONE_PROCESS_POOLS = ("thread", "gevent", "eventlet", "solo")
+
+
+def own_queue(consumed: list[str], pool: str, process: str) -> str | None:
+    """The direct queue a starting worker takes first, if it is a fetch process: one process
+    (``pool``: its pool class's module) taking every fetch queue (the Procfile's, compose's
+    and the local workers' fetch workers). A worker given only some fetch queues (-Q
+    crawl.low) or a prefork pool gets none, so nothing is sent to it that it would not take."""
+    if not set(FETCH_QUEUES) <= set(consumed) or not pool.endswith(ONE_PROCESS_POOLS):
+        return None
+    return direct_queue(process)
 
 
 class HostRouter:

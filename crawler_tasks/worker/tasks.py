@@ -34,7 +34,7 @@ from ..settings import Settings
 from ..state import store
 from ..state.schedules import Schedules
 from . import broker, pipeline
-from .app import FETCH_QUEUES, RENDER_QUEUE, app, direct_queue
+from .app import RENDER_QUEUE, app
 from .broker import BrokerView
 from .context import Context, Runtime
 from .dispatcher import Dispatcher
@@ -42,6 +42,7 @@ from .handoff import Publisher
 from .logs import OncePerInterval, Throttled
 from .outage import ride_out
 from .output import process_tag
+from .routing import own_queue
 
 log = logging.getLogger(__name__)
 _INFRA_ERRORS = (redis.ConnectionError, redis.TimeoutError, ClusterError, TryAgainError)
@@ -241,23 +242,16 @@ def _close_context(**_: Any) -> None:
     runtime.close()
 
 
-#: Pools whose tasks all run in the worker's own process: a direct queue reaches the process
-#: that holds the connections (a prefork worker's would reach any of its children).
-_ONE_PROCESS_POOLS = ("thread", "gevent", "eventlet", "solo")
-
-
 @celeryd_after_setup.connect
 def _take_direct_queue(sender: Any = None, instance: Any = None, **_: Any) -> None:
-    """A fetch process (one process, every fetch queue: the Procfile's, compose's and the
-    local workers' fetch workers) also takes its own direct queue, first: its hosts' URLs
-    (host affinity, routing.HostRouter). A worker given only some fetch queues (-Q crawl.low)
-    or a prefork pool gets none, so nothing is sent to it that it would not take."""
+    """A fetch process also takes its own direct queue, first (host affinity: routing.py
+    says which processes do)."""
     queues = instance.app.amqp.queues
     taken = list(queues.consume_from)
     pool = getattr(instance.pool_cls, "__module__", str(instance.pool_cls))
-    if not set(FETCH_QUEUES) <= set(taken) or not pool.endswith(_ONE_PROCESS_POOLS):
+    mine = own_queue(taken, pool, process_tag())
+    if mine is None:
         return
-    mine = direct_queue(process_tag())
     queues.add(mine)
     queues.select([mine, *taken])  # before the shared queues (queue_order_strategy)
     instance.app.conf.crawler_direct_queue = mine
