@@ -49,6 +49,8 @@ that this table does not describe, or whose type differs::
     P:{C}:sampled            string lock (SET NX PX) of the process taking this interval's sample
     P:{C}:actions            list   operators' actions (dashboard controls), JSON, the last
                                     ACTIONS_KEPT (state/events.py)
+    P:{C}:rates              hash   host -> requests/s an operator set for this crawl only
+                                    (the dashboard's "Set rate"; state/crawl_rates.py)
     P:{C}:events             -      pub/sub channel of crawl events (not a key)
     P:{C/N}:flow             hash   in (URLs admitted, replays included), out (URLs final), and
                                     copies of the crawl's cancelled flag (start.lua) and paused
@@ -150,6 +152,8 @@ class CrawlKeys:
         self.series = f"{base}:series"
         self.sampled = f"{base}:sampled"
         self.actions = f"{base}:actions"
+        #: Host rates an operator set for this crawl while it runs (state/crawl_rates.py).
+        self.host_rates = f"{base}:rates"
         #: ``render=auto``: per host, its decision and evidence (render_plan.lua).
         self.render_plan = f"{base}:render"
         self.domain_mode = domain_mode

@@ -10,12 +10,19 @@ from typing import Any
 import redis
 
 from . import formats
-from .formats import Counter, Shown
+from .formats import Counter, Group, Shown
 from .keys import CrawlKeys
 from .status import CrawlStatus
 
 #: Seconds of finished-URL counts averaged for the recent pages/s figure.
 RATE_WINDOW = 10
+#: Figures of progress() that are not counters (read live from the partitions), with their
+#: help text: declared here once for every view, as the counters are in formats.Counter.
+LIVE = {
+    "retrying": "URLs waiting for a retry",
+    "in_flight": "URLs released to workers and not yet final",
+    "outstanding": "URLs admitted and not yet final",
+}
 #: Counters shown by progress(), before and after the live figures.
 _EARLY = Counter.shown_in(Shown.EARLY)
 _LATE = Counter.shown_in(Shown.LATE)
@@ -142,3 +149,19 @@ class Stats:
             **families,
             "status_codes": dict(sorted(families["status_codes"].items())),
         }
+
+
+def declared(values: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every counter and live figure as the views show them (``status``, the summary, the
+    dashboard): ``{name, group, help, value}`` in their group's order, then declaration order;
+    ``values``: progress() or the counters (a name missing counts 0)."""
+    rows = [
+        {"name": c.value, "group": c.group.value, "help": c.help, "value": values.get(c.value, 0)}
+        for c in Counter
+    ]
+    live = Group.FRONTIER.value
+    rows += [
+        {"name": n, "group": live, "help": h, "value": values.get(n, 0)} for n, h in LIVE.items()
+    ]
+    order = [g.value for g in Group]
+    return sorted(rows, key=lambda r: order.index(r["group"]))  # stable: declaration order

@@ -37,7 +37,7 @@ from ..errors import ConfigError, InvalidSeed, InvalidURL
 from ..settings import Settings
 from ..web.netguard import is_public_address
 from ..web.urls import host_of, normalize
-from . import connection
+from . import connection, events
 from .admission import Admission
 from .bloom import BloomFilter, KnownURLs
 from .bodies import BodyStash
@@ -114,7 +114,7 @@ class CrawlStore:
             r.scripts,
             process.max_crawl_delay,
             opts.max_host_outage,
-            opts.rates,
+            self.frontier.rates,
         )
         self.bodies = BodyStash(r.client, self.ck, process.body_ttl)
         self.render_plan = RenderPlan(r.client, self.ck, r.scripts)
@@ -129,6 +129,15 @@ class CrawlStore:
 
     def domain_of(self, url: str) -> str:
         return self.frontier.domain_of(url)
+
+    def set_host_rate(self, host: str, rate: float | None) -> None:
+        """This crawl's requests/s for ``host`` from now on, cluster-wide (None: back to
+        its ``rates`` option or the default; state/crawl_rates.py)."""
+        self.frontier.rates.set(host, rate)
+
+    def record_action(self, name: str, by: str, **data: Any) -> dict[str, Any]:
+        """An operator's action, kept in the crawl's action log and published (events.py)."""
+        return events.action(self.client, self.ck, self.r.scripts, self.id, name, by=by, **data)
 
     @staticmethod
     def read_options(r: RedisHandle, crawl_id: str) -> CrawlOptions | None:

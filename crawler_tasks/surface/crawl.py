@@ -32,7 +32,6 @@ from ..state.options import CrawlOptions
 from ..state.politeness import effective_rate
 from ..state.stats import RATE_WINDOW, Stats
 from ..state.store import CrawlStore, RedisHandle, check_seeds, new_crawl_id
-from ..worker.output import latest_items, latest_pages, read_pages
 
 __all__ = [
     "Crawl",
@@ -294,6 +293,8 @@ class Crawl:
         logs: a URL replayed by :meth:`retry_failed` has a record for each final state it
         reached; with ``latest`` (default) only its last one is yielded (by ``fetched_at``,
         then file order). ``crawler export --pages`` writes the same records."""
+        from ..worker.output import latest_pages, read_pages  # files: not for the dashboard
+
         return latest_pages(self.output_dir) if latest else read_pages(self.output_dir)
 
     def items(self, latest: bool = True) -> Iterator[dict[str, Any]]:
@@ -301,6 +302,8 @@ class Crawl:
         With ``latest`` (default), only the items of each URL's last record (a page replayed
         by :meth:`retry_failed` has the items of each of its records). ``crawler export
         --items`` writes their ``item`` dicts."""
+        from ..worker.output import latest_items, read_pages
+
         if latest:
             return latest_items(self.output_dir)
         return read_pages(self.output_dir, kind="items")
