@@ -77,7 +77,8 @@ def take(crawl: Crawl) -> Snapshot:
     """Read every host of the crawl now."""
     started = time.perf_counter()
     store = crawl.store
-    names = host_names(crawl.client, store.ck)
+    # Hosts with work, and those this crawl has a rate of its own for (shown even idle).
+    names = sorted(set(host_names(crawl.client, store.ck)) | set(store.frontier.rates))
     ceilings = read_ceilings(crawl.client, store.r.keys)
     rows = host_rows(store.politeness, names, crawl.options.rate, ceilings)
     opts = crawl.options

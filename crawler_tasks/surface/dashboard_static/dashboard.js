@@ -162,17 +162,16 @@ function chart(series) {
   const t0 = series[0].t, span = Math.max(1, series[series.length - 1].t - t0);
   const x = (t) => left + ((t - t0) / span) * (W - left - right);
   const y = (v) => H - bottom - (v / most) * (H - bottom - top);
-  for (const v of [0, most / 2, most]) {  // the rate axis: requests/s
+  for (const v of [0, most / 2, most]) {  // the rate axis: per second
     add("text", { x: left - 4, y: y(v) + 3, "text-anchor": "end", class: "tick" }, fmt(v, 1));
   }
-  add("text", { x: 2, y: top + 2, class: "unit" }, "/s");
   const ticks = Math.min(5, series.length);  // the time axis: clock time of the samples
   for (let i = 0; i < ticks; i++) {
     const t = t0 + (ticks === 1 ? 0 : (span * i) / (ticks - 1));
     const anchor = i === 0 ? "start" : (i === ticks - 1 ? "end" : "middle");
     add("line", { x1: x(t), y1: H - bottom, x2: x(t), y2: H - bottom + 4, class: "axis" });
     add("text", { x: x(t), y: H - 6, "text-anchor": anchor, class: "time" },
-      new Date(t * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" }));
+      new Date(t * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit", hourCycle: "h23" }));
   }
   for (const key of ["pages_per_s", "errors_per_s"]) {
     add("polyline", {
@@ -209,7 +208,8 @@ function showCounters(rows) {
   }));
 }
 
-// Which controls apply now: none on a finished crawl but a retry of its failed URLs.
+// Which controls apply now: none on a finished crawl but a retry of its failed URLs (and
+// the rates, which a retry then uses).
 function showControls(f) {
   const over = ["finished", "cancelled"].includes(f.status);
   const applies = {
@@ -221,7 +221,6 @@ function showControls(f) {
   for (const b of document.querySelectorAll("button[data-action]")) {
     b.disabled = !applies[b.dataset.action];
   }
-  for (const b of document.querySelectorAll("#rate-form button")) b.disabled = over;
 }
 
 function showRenderHosts(hostsSeen) {
