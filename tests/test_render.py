@@ -328,3 +328,26 @@ def test_a_link_behind_a_timer_longer_than_networkidles_500ms_is_found(settings)
     finally:
         driver.close()
     assert set(_pages(crawl)) == {normalize(site.base_url + p) for p in ("/", "/late")}
+
+
+def test_render_limits_are_the_crawls_not_the_render_workers(settings):  # type: ignore[no-untyped-def]
+    """render_max_subrequests, render_block...: crawl options (the starting process's
+    CRAWLER_RENDER_* their defaults), read by every render worker from the crawl. This
+    worker's own settings would refuse every subrequest and block scripts: the first crawl,
+    started with the defaults, renders as if they were not there; the second, whose own
+    option allows no subrequest, finds only what needs none."""
+    driver = _driver(settings, render_max_subrequests=0, render_block="script,image")
+    try:
+        with SiteServer(address="127.0.0.94", extra_routes=jssite.routes(N, js=True)) as site:
+            full = _crawl(settings, [site], render="always")
+            assert full.options.render_max_subrequests == settings.render_max_subrequests
+            driver.run(full, timeout=90)
+            none = _crawl(settings, [site], render="always", render_max_subrequests=0)
+            summary = driver.run(none, timeout=90)
+    finally:
+        driver.close()
+    assert set(_pages(full)) == {normalize(u) for u in jssite.all_urls(site.base_url, N)}
+    assert full.summary()["counters"]["subrequests"] > 0
+    assert summary["counters"].get("subrequests", 0) == 0
+    assert summary["counters"]["subrequests_refused"] > 0
+    assert len(_pages(none)) < N

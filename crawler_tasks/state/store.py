@@ -47,6 +47,7 @@ from .keys import CrawlKeys, Keys
 from .ledger import Ledger
 from .options import CrawlOptions
 from .politeness import Politeness
+from .render_config import RenderConfig
 from .render_plan import RenderPlan
 from .scripts import Scripts
 from .series import Series
@@ -118,6 +119,8 @@ class CrawlStore:
         )
         self.bodies = BodyStash(r.client, self.ck, process.body_ttl)
         self.render_plan = RenderPlan(r.client, self.ck, r.scripts)
+        #: The crawl's render limits, as every render worker applies them.
+        self.render_config = RenderConfig.from_options(opts)
         self.sitemaps = SitemapMarks(r.client, self.ck)
         self.series = Series(r.client, self.ck, self.stats, r.scripts)
         self.recrawl: Recrawl | None = None

@@ -25,6 +25,7 @@ from ..state import ceilings, workers
 from ..state import store as stores
 from ..state.formats import Inflight, LeaseEnd, Steering
 from ..state.frontier import CANCEL_DRAIN
+from ..state.option_checks import reap_after
 from ..state.politeness import cluster_rates
 from ..state.store import CrawlStore
 from .app import FETCH_QUEUES, direct_queue
@@ -135,12 +136,12 @@ class Dispatcher:
         killed between release.lua and the publish); a duplicate is harmless because every
         task is idempotent, so the threshold only has to exceed any normal queueing delay."""
         ctx = self._context()
-        older_than = self.settings.visibility_timeout + self.settings.total_timeout
         n = 0
         for crawl_id in stores.running(ctx.r):
             store = ctx.store(crawl_id)
             if store is None:
                 continue
+            older_than = reap_after(self.settings.visibility_timeout, store.opts)
             for url, depth in store.ledger.stale_releases(older_than):
                 log.warning("re-publishing lost fetch of %s (crawl %s)", url, store.id)
                 tier = store.opts.tier(depth, self.settings.medium_max_depth)
