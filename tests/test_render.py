@@ -12,6 +12,7 @@ import jssite
 import pytest
 from driver import Driver
 from sitegen import SiteServer, rate_report
+from test_formats import undescribed
 
 from crawler_tasks import start_crawl
 from crawler_tasks.state.formats import RenderAsk, RenderRecheck, RenderVerdict
@@ -85,10 +86,11 @@ def _assert_warc_conversions(settings, crawl_id: str, n: int) -> None:  # type: 
     assert kinds["conversion"] == n and refers <= ids and len(refers) == n
 
 
-def test_auto_renders_only_the_host_that_needs_it(settings):  # type: ignore[no-untyped-def]
+def test_auto_renders_only_the_host_that_needs_it(settings, client):  # type: ignore[no-untyped-def]
     """Three hosts: links built by JS; links in the HTML and an inert script (analytics);
     no script at all. Every page is found; only the first host is rendered beyond the
-    second's sample, and the third never (nothing would run)."""
+    second's sample, and the third never (nothing would run). Every key (and state field)
+    the rendering crawl wrote is in keys.py's table."""
     inert = jssite.routes(N, js=False, extra=lambda i: "<script>window.stats = 1</script>")
     driver = _driver(settings)
     try:
@@ -115,6 +117,8 @@ def test_auto_renders_only_the_host_that_needs_it(settings):  # type: ignore[no-
     assert plan["127.0.0.82"]["mode"] == "render" and plan["127.0.0.83"]["mode"] == "raw"
     assert "127.0.0.89" not in plan
     assert got[normalize(js.base_url + "/p5")]["render_added"] is True
+    assert client.exists(crawl.ck.render_plan)
+    assert undescribed(client) == []
 
 
 def test_browser_requests_to_refused_addresses_never_leave(settings):  # type: ignore[no-untyped-def]

@@ -228,7 +228,7 @@ class Crawl:
             p["eta_s"] = round(min(left, p["outstanding"]) / p["recent_pages_per_s"], 1)
         p["backlog"] = self.store.frontier.backlog(5)
         p["hosts_down"] = self._hosts_down([d for d, _ in p["backlog"]])
-        p["summary_path"] = self.store.status.flags().get("summary_path")
+        p["summary_path"] = self.store.status.read().summary_path
         # Workers wait (and cannot record why) while Redis is full: ask Redis itself.
         mem = memory(self.client)
         p["redis_oom"] = mem is not None and mem.refuses_writes()
@@ -278,7 +278,7 @@ class Crawl:
         """The crawl's ``summary.json`` once the finishing worker has written it (the status
         flips just before), else the same figures computed from Redis now."""
         path = self.output_dir / "summary.json"
-        finished_at = float(self.store.status.flags().get("finished_at", 0) or 0)
+        finished_at = self.store.status.read().finished_at or 0.0
         for _ in range(40 if finished_at else 0):
             if path.exists():
                 data = dict(json.loads(path.read_text("utf-8")))

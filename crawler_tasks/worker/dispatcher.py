@@ -387,12 +387,12 @@ class Dispatcher:
     def _finish_abandoned(self, ctx: Context, store: CrawlStore) -> None:
         """A crawl left finishing longer than a live finisher takes: its finisher died, or
         its output could not be written (tried again once the output pause is over)."""
-        flags = store.status.flags()
-        finished_at = float(flags.get("finished_at", 0) or 0)
-        if float(flags.get("output_blocked_until", 0) or 0) > time.time():
+        state = store.status.read()
+        finished_at = state.finished_at or 0.0
+        if state.output_blocked_until > time.time():
             return
         # Its finisher gave up for the disk: again as soon as the pause is over.
-        waited_for_output = "output_problem" in flags
+        waited_for_output = state.output_problem is not None
         if waited_for_output or (
             finished_at and time.time() - finished_at > self.settings.orphan_record_seconds
         ):

@@ -26,6 +26,7 @@ from ..errors import (
     Unreachable,
 )
 from ..state import events, formats
+from ..state.crawl_state import Note
 from ..state.formats import Counter, LeaseEnd, Outcome, RenderAsk, Started
 from ..state.politeness import parse_retry_after
 from ..state.store import CrawlStore
@@ -176,7 +177,7 @@ def _base_final(url: str, depth: int, response: Response) -> Final:
 def note_tls(store: CrawlStore, url: str, why: str) -> None:
     """The crawl's first TLS failure, named in ``status`` and the summary (a private CA the
     workers were not given is the usual cause: the hint is in the summary)."""
-    store.status.first_note(formats.TLS_NOTE, f"{origin_of(url)}: {TLSError.reason}: {why}")
+    store.status.first_note(Note.TLS_ERROR_WHY, f"{origin_of(url)}: {TLSError.reason}: {why}")
 
 
 def _robots(ctx: Context, store: CrawlStore, url: str, depth: int, domain: str) -> Final | None:
@@ -210,7 +211,7 @@ def _robots(ctx: Context, store: CrawlStore, url: str, depth: int, domain: str) 
             final = Final(url, 0, error=reason, counters={counter.value: 1}, recorded=unreachable)
             if unreachable:  # why it could not be read: a TLS or connection failure, a 5xx
                 final.extra["detail"] = f"robots.txt: {robots.why or 'unreachable'}"
-                store.status.first_note("robots_unreachable_why", f"{origin}: {robots.why}")
+                store.status.first_note(Note.ROBOTS_UNREACHABLE_WHY, f"{origin}: {robots.why}")
             return final
         polite.set_crawl_delay(domain, robots.crawl_delay(opts.robots_agent))
     if opts.sitemaps:
