@@ -13,7 +13,7 @@ from .formats import TLS_NOTE, Status, Word
 
 
 class Note(Word):
-    """Notes a worker leaves on the crawl's state hash (``CrawlStatus.note`` and
+    """Notes a worker leaves on the crawl's state hash (``CrawlLifecycle.note`` and
     ``first_note``: the first one kept, ``first``: something done once per crawl)."""
 
     #: "ORIGIN: tls_error: why", the first TLS failure (the summary's hint of a missing CA).
@@ -45,7 +45,7 @@ class CrawlState:
     #: Why the crawl was stopped (an extraction hook no worker can import).
     error: str | None = None
     #: What keeps its output from being written ("disk full at DIR"), and until when (unix
-    #: seconds) releases pause for it (CrawlStatus.output_failed).
+    #: seconds) releases pause for it (CrawlLifecycle.output_failed).
     output_problem: str | None = None
     output_blocked_until: float = 0.0
     #: URLs of max_pages reserved by admissions so far (reserve.lua).

@@ -173,7 +173,7 @@ class Frontier:
     ) -> Release:
         """Up to ``budget`` due entries (None: no cap) from at most ``limit`` domains of
         partition ``part``; ``cluster_rates`` is ``politeness.cluster_rates()``, ``state``
-        the crawl's steering (``CrawlStatus.steering``: run, paused or cancelled); ``holders``
+        the crawl's steering (``CrawlLifecycle.steering``: run, paused or cancelled); ``holders``
         the live fetch processes with a direct queue (``workers.affine``): a released URL is
         marked as held by its host's one (``workers.holder``), not by ``worker``."""
         pk = self.ck.parts[part]

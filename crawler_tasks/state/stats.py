@@ -12,7 +12,7 @@ import redis
 from . import formats
 from .formats import Counter, Group, Shown
 from .keys import CrawlKeys
-from .status import CrawlStatus
+from .status import CrawlLifecycle
 
 #: Seconds of finished-URL counts averaged for the recent pages/s figure.
 RATE_WINDOW = 10
@@ -30,7 +30,7 @@ _LATE = Counter.shown_in(Shown.LATE)
 
 class Stats:
     def __init__(
-        self, client: redis.Redis, ck: CrawlKeys, crawl_id: str, status: CrawlStatus
+        self, client: redis.Redis, ck: CrawlKeys, crawl_id: str, status: CrawlLifecycle
     ) -> None:
         self.client = client
         self.ck = ck

@@ -1,9 +1,9 @@
 """A crawl's status and steering (its state hash): paused, resumed, cancelled, finishing,
 finished; whether it is drained; the finisher's lock and the end of the crawl.
 
-Every write of a crawl's status goes through :class:`CrawlStatus`, with the values of
+Every write of a crawl's status goes through :class:`CrawlLifecycle`, with the values of
 :class:`~crawler_tasks.state.formats.Status`, except finishing.lua's (run by
-:meth:`CrawlStatus.finishing`, its literals pinned by ``tests/test_formats.py``).
+:meth:`CrawlLifecycle.finishing`, its literals pinned by ``tests/test_formats.py``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,11 @@ from .scripts import Scripts
 OUTPUT_PAUSE = 10.0
 
 
-class CrawlStatus:
+class CrawlLifecycle:
+    """A crawl's life through its state hash: its status (formats.Status), the steering of
+    its owner, completion and the finisher's lock. (Named so, not "CrawlStatus": the word
+    status means the Status value alone; ``store.status`` is an instance, an older name.)"""
+
     def __init__(
         self, client: redis.Redis, keys: Keys, ck: CrawlKeys, crawl_id: str, scripts: Scripts
     ) -> None:

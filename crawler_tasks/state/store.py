@@ -53,7 +53,7 @@ from .scripts import Scripts
 from .series import Series
 from .sitemaps import SitemapMarks
 from .stats import Stats
-from .status import CrawlStatus
+from .status import CrawlLifecycle
 from .validators import Recrawl, Validators
 
 
@@ -103,7 +103,7 @@ class CrawlStore:
             opts.crawl_id, opts.partitions or 1, opts.domain_key, opts.partition_tags
         )
         self.ledger = Ledger(r.client, self.ck, opts.crawl_id, r.scripts)
-        self.status = CrawlStatus(r.client, r.keys, self.ck, opts.crawl_id, r.scripts)
+        self.status = CrawlLifecycle(r.client, r.keys, self.ck, opts.crawl_id, r.scripts)
         self.stats = Stats(r.client, self.ck, opts.crawl_id, self.status)
         admits = admission_client or r.client
         self.bloom = BloomFilter(admits, self.ck, opts.bloom, r.scripts)
@@ -177,7 +177,7 @@ class CrawlStore:
             store.frontier.admit((u, 0) for u in batch)
         store.series.sample(now=opts.started_at, force=True)  # the chart's first point
         # Listed for the dispatchers only once its seeds are counted: before, the crawl would
-        # look drained to CrawlStatus.finishing.
+        # look drained to CrawlLifecycle.finishing.
         r.client.sadd(r.keys.running, opts.crawl_id)
         return store
 
