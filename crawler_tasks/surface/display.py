@@ -53,7 +53,8 @@ def render_note(p: dict[str, Any]) -> str:
     return f" — render: {'; '.join(parts)}{more}" if parts else ""
 
 
-#: Figures the one-line and table views always show (the others only when not 0).
+#: Figures the one-line and table views always show (the others only when not 0); the
+#: line begins with them, in this order.
 ALWAYS = ("done", "queued", "in_flight", "failed")
 
 
@@ -65,7 +66,9 @@ def figures(p: dict[str, Any]) -> list[dict[str, Any]]:
 
 def line(p: dict[str, Any]) -> str:
     eta = f" eta={p['eta_s']}s" if p.get("eta_s") is not None else ""
-    shown = " ".join(f"{r['name']}={r['value']}" for r in figures(p))
+    first = {name: i for i, name in enumerate(ALWAYS)}
+    rows = sorted(figures(p), key=lambda r: first.get(r["name"], len(ALWAYS)))
+    shown = " ".join(f"{r['name']}={r['value']}" for r in rows)
     return f"[{p['crawl_id']}] {p['status']}: {shown} pages/s={rate(p):.1f}{eta}{paused(p)}"
 
 
