@@ -276,3 +276,26 @@ def test_redis_gone_is_a_503_saying_so_not_a_traceback():
         redis_py.Redis.from_url(url).shutdown(nosave=True)
         gone = requests.get(base + "/api/crawls", auth=AUTH, timeout=30)
     assert gone.status_code == 503 and gone.json()["error"].startswith("Redis: ")
+
+
+def test_on_item_waiting_is_read_from_the_broker_without_a_worker_module(settings):
+    """status --json and the dashboard show the items waiting in a crawl's on_item queue,
+    read with kombu alone (the dashboard process imports no worker module)."""
+    from kombu import Connection
+
+    from crawler_tasks.surface.figures import crawl_figures
+
+    crawl = start_crawl(
+        ["http://127.0.0.33:9/"],
+        settings=settings,
+        allow_private_networks=True,
+        on_item="myapp.tasks.store",
+        on_item_queue="items-dashboard-test",
+    )
+    assert crawl_figures(crawl)["on_item_waiting"] == 0
+    with Connection(settings.broker_url) as conn:
+        queue = conn.SimpleQueue("items-dashboard-test")
+        for n in range(3):
+            queue.put({"n": n})
+        queue.close()
+    assert crawl_figures(crawl)["on_item_waiting"] == 3

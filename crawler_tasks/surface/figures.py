@@ -32,7 +32,7 @@ def crawl_figures(crawl: Crawl, domains: int = 10) -> dict[str, Any]:
     p = crawl.progress()
     p["domains"] = crawl.domains(domains)
     p["bloom"] = crawl.bloom()
-    shared = read_ceilings(crawl.client, crawl.store.r.keys)
+    shared = read_ceilings(crawl.client, crawl.keys)
     for d in p["domains"]:
         d["ceiling"] = shared.get(d["domain"])
     if crawl.options.on_item:
@@ -116,7 +116,7 @@ def workers_seen(crawl: Crawl) -> list[dict[str, Any]]:
     """Every worker process that beat lately, with its heartbeat's age and whether it counts
     as alive (beat within ``worker_dead_seconds``)."""
     now, dead_after = time.time(), crawl.settings.worker_dead_seconds
-    beats = workers.beats(crawl.client, crawl.store.r.keys)
+    beats = workers.beats(crawl.client, crawl.keys)
     return [
         {"worker": w, "age_s": round(now - t, 1), "alive": now - t <= dead_after}
         for w, t in sorted(beats.items())

@@ -79,7 +79,7 @@ def take(crawl: Crawl) -> Snapshot:
     store = crawl.store
     # Hosts with work, and those this crawl has a rate of its own for (shown even idle).
     names = sorted(set(host_names(crawl.client, store.ck)) | set(store.frontier.rates))
-    ceilings = read_ceilings(crawl.client, store.r.keys)
+    ceilings = read_ceilings(crawl.client, crawl.keys)
     rows = host_rows(store.politeness, names, crawl.options.rate, ceilings)
     opts = crawl.options
     renders = store.render_plan.states(opts.render, opts.render_hosts, names)
