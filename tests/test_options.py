@@ -217,3 +217,7 @@ def test_the_reaper_waits_for_the_crawls_own_timeout() -> None:
     rendered = dataclasses.replace(quick, render="always", render_deadline=20.0)
     assert reap_after(600, quick) == 605 and reap_after(600, slow) == 800
     assert reap_after(600, rendered) == 625
+    # ... and it is the deadline every request of the crawl gets (web/profile.py).
+    from crawler_tasks.web.profile import RequestProfile
+
+    assert RequestProfile.build(quick, "ua").fetch_args()["timeout"] == 5.0
