@@ -75,7 +75,8 @@ class Settings:
     connect_timeout: float = 10.0
     #: Seconds between two received bytes.
     read_timeout: float = 20.0
-    #: Seconds for the whole response, headers to last byte (stops trickling servers).
+    #: Crawl default (``timeout``). Seconds for the whole response, every redirect hop,
+    #: headers to last byte (stops trickling servers).
     total_timeout: float = 60.0
     #: Crawl default. Bytes of (decoded) body kept; longer bodies are cut and marked ``truncated``.
     max_body_bytes: int = 10 * 1024 * 1024
@@ -171,7 +172,7 @@ class Settings:
     # --- rendering (crawl.render workers, worker/browser.py) ------------------------------------
     #: The Chromium binary Playwright drives; empty: /usr/bin/chromium (the Debian package).
     chromium_path: str = ""
-    #: Seconds one page may take to render (load, settle, every subrequest and its token wait)
+    #: Crawl default. Seconds one page may take to render (load, settle, every subrequest and its token wait)
     #: before it is cut off: a retry of the URL, then a recorded ``render_failed``.
     render_deadline: float = 20.0
     #: Seconds a page is given at most, after ``load``, to go quiet (scripts that fetch or
@@ -195,10 +196,12 @@ class Settings:
     render_max_rss_mb: int = 1024
     #: MiB of JavaScript heap per page: a page that allocates past it crashes alone (V8 flag).
     render_js_heap_mb: int = 256
-    #: Subrequests (scripts, XHR, CSS...) and their bytes per page; past either, refused.
+    #: Crawl default. Subrequests (scripts, XHR, CSS...) and their bytes per page; past
+    #: either, refused.
     render_max_subrequests: int = 100
+    #: Crawl default. Bytes of a page's subrequests.
     render_max_bytes: int = 20 * 1024 * 1024
-    #: Resource types aborted unrequested (Playwright's names), comma-separated.
+    #: Crawl default. Resource types aborted unrequested (Playwright's names), comma-separated.
     render_block: str = "image,font,media"
 
     # --- output --------------------------------------------------------------------------------

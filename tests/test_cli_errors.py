@@ -73,7 +73,8 @@ CASES = [
     # crawl --option KEY=JSON
     (f"crawl {SEED} --max-depth 3 --option max_depth=2 {{live}}", "--max-depth"),
     (f"crawl {SEED} --default-rate 2 --option rate=3 {{live}}", "--default-rate"),
-    (f"crawl {SEED} --rate a.example=2 --option rates={{{{}}}} {{live}}", "--rate"),
+    (f"crawl {SEED} --rate a.example=2 --option rates={{{{}}}} {{live}}", "--host-rate"),
+    (f"crawl {SEED} --host-rate a.example=fast {{live}}", "--host-rate"),
     (f"crawl {SEED} --option max_depht=3 {{live}}", "did you mean 'max_depth'"),
     (f"crawl {SEED} --option 'headers={{{{bad' {{live}}", "bad JSON"),
     (f"crawl {SEED} --option max_retries=many {{live}}", "max_retries"),

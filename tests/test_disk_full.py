@@ -97,4 +97,4 @@ def test_output_that_cannot_be_written_is_said_and_cancel_ends_the_crawl(
         assert crawl.cancel()
         summary = wait(crawl, 60)
     assert summary["status"] == "cancelled"
-    assert crawl.store.status.flags()["output_given_up"].startswith("read-only file system")
+    assert crawl.store.status.read().output_given_up.startswith("read-only file system")

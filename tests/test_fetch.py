@@ -823,6 +823,18 @@ def test_trickling_server_cut_at_total_timeout(
     assert fetcher.get(server.url("/page"), allow_private=True).status == 200
 
 
+def test_a_crawls_own_timeout_replaces_the_fetchers(
+    make_fetcher: Callable[..., Fetcher], server: TestServer
+) -> None:
+    # The crawl option ``timeout`` (RequestProfile.fetch_args) is the total deadline of its
+    # requests, whatever the process's CRAWLER_TOTAL_TIMEOUT (here 30 s).
+    fetcher = make_fetcher(total_timeout=30.0, read_timeout=30.0)
+    started = time.monotonic()
+    with pytest.raises(FetchTimeout):
+        fetcher.get(server.url("/trickle-body"), allow_private=True, timeout=1.0)
+    assert 1.0 - 0.02 <= time.monotonic() - started < 10.0
+
+
 def test_one_deadline_thread_expires_in_time_and_forgets_finished_ones() -> None:
     # Every fetch's deadline is one heap entry of one thread (not a thread per fetch); the
     # finished ones do not pile up until their 60 s are over.

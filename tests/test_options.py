@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,8 @@ SETTING_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Settings)}
 
 def _other(value: Any) -> Any:
     """A value of ``value``'s type that differs from it."""
+    if value == SETTING_DEFAULTS["render_block"]:
+        return "script"  # a list of Playwright's resource types
     if isinstance(value, bool):
         return not value
     if isinstance(value, int):
@@ -120,6 +123,7 @@ SAMPLES: dict[str, Any] = {
     "allowed_domains": ["a.example"],
     "render": "auto",
     "render_hosts": {"a.example": "always"},
+    "render_block": "image,script",
 }
 
 
@@ -186,3 +190,34 @@ def test_a_value_of_the_wrong_type_is_refused_by_name(name: str) -> None:
     value = WRONG[str(field.type).split("|")[0].split("[")[0].strip()]
     with pytest.raises(ConfigError, match=name):
         CrawlOptions.from_user(load(env={}), seeds=(SEED,), **{name: value})
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "why"),
+    [
+        ("timeout", 0, "seconds in (0, 300]"),
+        ("timeout", 301.0, "seconds in (0, 300]"),
+        ("render_deadline", -1.0, "seconds in (0, 300]"),
+        ("render_max_subrequests", -1, ">= 0"),
+        ("render_block", "images", "unknown resource types ['images']"),
+    ],
+)
+def test_request_and_render_limits_are_checked_when_the_crawl_is_made(
+    name: str, value: Any, why: str
+) -> None:
+    with pytest.raises(ConfigError, match=re.escape(why)):
+        CrawlOptions.from_user(load(env={}), seeds=(SEED,), **{name: value})
+
+
+def test_the_reaper_waits_for_the_crawls_own_timeout() -> None:
+    from crawler_tasks.state.option_checks import reap_after
+
+    quick = CrawlOptions.from_user(load(env={}), seeds=(SEED,), timeout=5.0)
+    slow = dataclasses.replace(quick, timeout=200.0)
+    rendered = dataclasses.replace(quick, render="always", render_deadline=20.0)
+    assert reap_after(600, quick) == 605 and reap_after(600, slow) == 800
+    assert reap_after(600, rendered) == 625
+    # ... and it is the deadline every request of the crawl gets (web/profile.py).
+    from crawler_tasks.web.profile import RequestProfile
+
+    assert RequestProfile.build(quick, "ua").fetch_args()["timeout"] == 5.0

@@ -90,4 +90,4 @@ def test_a_chain_across_partitions_never_looks_drained(settings):  # type: ignor
     ((_d, _depth, last),) = store.frontier.release_all(10, 180).entries
     ledger.finish(last, formats.Unwritten("rid", "/dev/null", 0.0, {"url": last}), {})
     assert status.drained() and status.finishing()
-    assert status.flags()["status"] == "finishing"
+    assert status.read().status == "finishing"

@@ -9,7 +9,6 @@ domain may be fetched (release.lua). The broker therefore holds at most about
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import chain
@@ -20,6 +19,7 @@ import redis
 from ..web.urls import domain_key
 from . import calls, formats
 from .bloom import KnownURLs, url_hash
+from .crawl_rates import CrawlRates
 from .keys import CrawlKeys
 from .options import CrawlOptions
 from .scripts import Scripts
@@ -76,10 +76,8 @@ class Frontier:
         self.shape = opts.bloom
         #: This process's memory of URLs the crawl's filter holds (None: remember nothing).
         self.known = known
-        #: The owner's rates as release.lua takes them (fixed for the crawl's life).
-        self.owner_rates = "\t".join(
-            f"{h}\t{'inf' if math.isinf(r) else repr(r)}" for h, r in opts.rates.items()
-        )
+        #: The crawl's own host rates: the owner's, and an operator's set while it runs.
+        self.rates = CrawlRates(client, ck, opts.rates)
 
     def domain_of(self, url: str) -> str:
         return domain_key(url, self.opts.domain_key)
@@ -175,7 +173,7 @@ class Frontier:
     ) -> Release:
         """Up to ``budget`` due entries (None: no cap) from at most ``limit`` domains of
         partition ``part``; ``cluster_rates`` is ``politeness.cluster_rates()``, ``state``
-        the crawl's steering (``CrawlStatus.steering``: run, paused or cancelled); ``holders``
+        the crawl's steering (``CrawlLifecycle.steering``: run, paused or cancelled); ``holders``
         the live fetch processes with a direct queue (``workers.affine``): a released URL is
         marked as held by its host's one (``workers.holder``), not by ``worker``."""
         pk = self.ck.parts[part]
@@ -193,7 +191,7 @@ class Frontier:
             worker=worker,
             budget=budget,
             cluster_rates=cluster_rates,
-            owner_rates=self.owner_rates,
+            owner_rates=self.rates.text(),
             steering=state,
             holders="\t".join(holders),
         )

@@ -13,7 +13,6 @@ import difflib
 import json
 import math
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +20,7 @@ from ..errors import ConfigError
 from ..settings import Settings
 from ..web.urls import Scope
 from .bloom import BloomShape
+from .option_checks import check_limits, check_types
 from .render_plan import check_render
 
 PRIORITIES = ("high", "medium", "low")
@@ -121,6 +121,15 @@ class CrawlOptions:
     #: decided by sampling: state/render_plan.py); ``render_hosts`` overrides it per host.
     render: str = "never"
     render_hosts: dict[str, str] = field(default_factory=dict)
+    # --- per-crawl limits that change what a crawl outputs (checks: option_checks.py) ---
+    #: A render's deadline in seconds (load, settle, subrequests), its subrequests and their
+    #: bytes per page, the resource types it aborts (Playwright's): state/render_config.py.
+    render_deadline: float = setting("render_deadline")
+    render_max_subrequests: int = setting("render_max_subrequests")
+    render_max_bytes: int = setting("render_max_bytes")
+    render_block: str = setting("render_block")
+    #: Seconds one request may take, all its redirect hops; the repair waits longer (reap_after).
+    timeout: float = setting("total_timeout")
     started_at: float = 0.0
 
     def __post_init__(self) -> None:
@@ -166,7 +175,7 @@ class CrawlOptions:
         if "rate" in data:
             data["rate"] = _number("rate", data["rate"])
         data.setdefault("crawl_id", "-")
-        _check_types(data)
+        check_types(cls, data)
         return cls(**data)
 
     @classmethod
@@ -269,33 +278,6 @@ def check_names(names: Any, allowed: tuple[str, ...] = ()) -> None:
         raise ConfigError(f"unknown crawl option {name!r}{hint}")
 
 
-_KINDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
-    "int": ("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool)),
-    "float": ("a number", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)),
-    "bool": ("true or false", lambda v: isinstance(v, bool)),
-    "str": ("a string", lambda v: isinstance(v, str)),
-    "tuple": (
-        "a list of strings",
-        lambda v: isinstance(v, (tuple, list)) and all(isinstance(x, str) for x in v),
-    ),
-    "dict": ("a mapping", lambda v: isinstance(v, dict)),
-}
-
-
-def _check_types(data: dict[str, Any]) -> None:
-    """Each value of the type its field declares: a user's value (a schedule's TOML, JSON from
-    ``--option``) of the wrong type is refused when the crawl is created, not by a worker."""
-    for f in dataclasses.fields(CrawlOptions):
-        if f.name not in data:
-            continue
-        value, kinds = data[f.name], [k.strip() for k in str(f.type).split("|")]
-        if value is None and "None" in kinds:
-            continue
-        what, ok = _KINDS[kinds[0].split("[")[0]]
-        if not ok(value):
-            raise ConfigError(f"{f.name} must be {what}, not {value!r}")
-
-
 def _rates(rates: Any) -> dict[str, float]:
     if not isinstance(rates, dict):
         raise ConfigError(f"rates must map hosts to requests/s, not {rates!r}")
@@ -377,6 +359,9 @@ def _check_values(o: CrawlOptions) -> None:
         raise ConfigError(f"max_depth must be an integer, not {o.max_depth!r}")
     if not 0 < o.bloom_error_rate < 1:
         raise ConfigError(f"bloom_error_rate must be between 0 and 1, not {o.bloom_error_rate!r}")
+    check_limits(
+        o.timeout, o.render_deadline, o.render_max_subrequests, o.render_max_bytes, o.render_block
+    )
     for pattern in (*o.include, *o.exclude):
         try:
             re.compile(pattern)

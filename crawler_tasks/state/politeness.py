@@ -51,6 +51,7 @@ import email.utils
 import logging
 import math
 import time
+from collections.abc import Mapping
 from types import TracebackType
 from typing import Any, NamedTuple
 
@@ -112,12 +113,12 @@ class Politeness:
         scripts: Scripts,
         max_crawl_delay: float,
         max_host_outage: float = 120.0,
-        owner_rates: dict[str, float] | None = None,
+        owner_rates: Mapping[str, float] | None = None,
     ) -> None:
         self.client = client
         self.ck = ck
-        #: The crawl owner's rates (its options), for ``domains``.
-        self.owner_rates = owner_rates or {}
+        #: The crawl's own rates (state/crawl_rates.py), for ``domains`` and subrequests.
+        self.owner_rates = owner_rates if owner_rates is not None else {}
         self.scripts = scripts
         self.max_crawl_delay = max_crawl_delay
         self.max_host_outage = max_host_outage

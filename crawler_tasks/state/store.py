@@ -37,7 +37,7 @@ from ..errors import ConfigError, InvalidSeed, InvalidURL
 from ..settings import Settings
 from ..web.netguard import is_public_address
 from ..web.urls import host_of, normalize
-from . import connection
+from . import connection, events
 from .admission import Admission
 from .bloom import BloomFilter, KnownURLs
 from .bodies import BodyStash
@@ -47,12 +47,13 @@ from .keys import CrawlKeys, Keys
 from .ledger import Ledger
 from .options import CrawlOptions
 from .politeness import Politeness
+from .render_config import RenderConfig
 from .render_plan import RenderPlan
 from .scripts import Scripts
 from .series import Series
 from .sitemaps import SitemapMarks
 from .stats import Stats
-from .status import CrawlStatus
+from .status import CrawlLifecycle
 from .validators import Recrawl, Validators
 
 
@@ -102,7 +103,7 @@ class CrawlStore:
             opts.crawl_id, opts.partitions or 1, opts.domain_key, opts.partition_tags
         )
         self.ledger = Ledger(r.client, self.ck, opts.crawl_id, r.scripts)
-        self.status = CrawlStatus(r.client, r.keys, self.ck, opts.crawl_id, r.scripts)
+        self.status = CrawlLifecycle(r.client, r.keys, self.ck, opts.crawl_id, r.scripts)
         self.stats = Stats(r.client, self.ck, opts.crawl_id, self.status)
         admits = admission_client or r.client
         self.bloom = BloomFilter(admits, self.ck, opts.bloom, r.scripts)
@@ -114,10 +115,12 @@ class CrawlStore:
             r.scripts,
             process.max_crawl_delay,
             opts.max_host_outage,
-            opts.rates,
+            self.frontier.rates,
         )
         self.bodies = BodyStash(r.client, self.ck, process.body_ttl)
         self.render_plan = RenderPlan(r.client, self.ck, r.scripts)
+        #: The crawl's render limits, as every render worker applies them.
+        self.render_config = RenderConfig.from_options(opts)
         self.sitemaps = SitemapMarks(r.client, self.ck)
         self.series = Series(r.client, self.ck, self.stats, r.scripts)
         self.recrawl: Recrawl | None = None
@@ -129,6 +132,15 @@ class CrawlStore:
 
     def domain_of(self, url: str) -> str:
         return self.frontier.domain_of(url)
+
+    def set_host_rate(self, host: str, rate: float | None) -> None:
+        """This crawl's requests/s for ``host`` from now on, cluster-wide (None: back to
+        its ``rates`` option or the default; state/crawl_rates.py)."""
+        self.frontier.rates.set(host, rate)
+
+    def record_action(self, name: str, by: str, **data: Any) -> dict[str, Any]:
+        """An operator's action, kept in the crawl's action log and published (events.py)."""
+        return events.action(self.client, self.ck, self.r.scripts, self.id, name, by=by, **data)
 
     @staticmethod
     def read_options(r: RedisHandle, crawl_id: str) -> CrawlOptions | None:
@@ -165,7 +177,7 @@ class CrawlStore:
             store.frontier.admit((u, 0) for u in batch)
         store.series.sample(now=opts.started_at, force=True)  # the chart's first point
         # Listed for the dispatchers only once its seeds are counted: before, the crawl would
-        # look drained to CrawlStatus.finishing.
+        # look drained to CrawlLifecycle.finishing.
         r.client.sadd(r.keys.running, opts.crawl_id)
         return store
 

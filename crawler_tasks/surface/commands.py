@@ -204,23 +204,15 @@ def _keys_of(broker: str | None) -> tuple[Any, Any]:
 
 
 def parse_host(text: str, command: str = "set-rate") -> str:
-    """A politeness domain as buckets are keyed: a host name or IP address, no URL, no port."""
-    import ipaddress
+    """A politeness domain as buckets are keyed: a host name or IP address, no URL, no port
+    (checked as the dashboard checks it: web/host_rates.py)."""
+    from ..errors import ConfigError
+    from ..web.host_rates import host_name
 
-    from ..errors import InvalidURL
-    from ..web.urls import host_of, normalize
-
-    with contextlib.suppress(ValueError):
-        return str(ipaddress.IPv6Address(text.strip("[]")))
-    if any(c in text for c in "/@:?# ") or not text:
-        hint = ""
-        with contextlib.suppress(InvalidURL, ValueError):
-            hint = f" (here: {host_of(normalize(text))})"
-        raise Fail(f"{command} {text!r}: give a host name, not a URL or host:port{hint}")
     try:
-        return host_of(normalize(f"http://{text}/"))
-    except InvalidURL as exc:
-        raise Fail(f"{command} {text!r}: not a host name: {exc}") from None
+        return host_name(text, command)
+    except ConfigError as exc:
+        raise Fail(str(exc)) from None
 
 
 @click.command()

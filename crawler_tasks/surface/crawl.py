@@ -32,7 +32,6 @@ from ..state.options import CrawlOptions
 from ..state.politeness import effective_rate
 from ..state.stats import RATE_WINDOW, Stats
 from ..state.store import CrawlStore, RedisHandle, check_seeds, new_crawl_id
-from ..worker.output import latest_items, latest_pages, read_pages
 
 __all__ = [
     "Crawl",
@@ -229,7 +228,7 @@ class Crawl:
             p["eta_s"] = round(min(left, p["outstanding"]) / p["recent_pages_per_s"], 1)
         p["backlog"] = self.store.frontier.backlog(5)
         p["hosts_down"] = self._hosts_down([d for d, _ in p["backlog"]])
-        p["summary_path"] = self.store.status.flags().get("summary_path")
+        p["summary_path"] = self.store.status.read().summary_path
         # Workers wait (and cannot record why) while Redis is full: ask Redis itself.
         mem = memory(self.client)
         p["redis_oom"] = mem is not None and mem.refuses_writes()
@@ -279,7 +278,7 @@ class Crawl:
         """The crawl's ``summary.json`` once the finishing worker has written it (the status
         flips just before), else the same figures computed from Redis now."""
         path = self.output_dir / "summary.json"
-        finished_at = float(self.store.status.flags().get("finished_at", 0) or 0)
+        finished_at = self.store.status.read().finished_at or 0.0
         for _ in range(40 if finished_at else 0):
             if path.exists():
                 data = dict(json.loads(path.read_text("utf-8")))
@@ -294,6 +293,8 @@ class Crawl:
         logs: a URL replayed by :meth:`retry_failed` has a record for each final state it
         reached; with ``latest`` (default) only its last one is yielded (by ``fetched_at``,
         then file order). ``crawler export --pages`` writes the same records."""
+        from ..worker.output import latest_pages, read_pages  # files: not for the dashboard
+
         return latest_pages(self.output_dir) if latest else read_pages(self.output_dir)
 
     def items(self, latest: bool = True) -> Iterator[dict[str, Any]]:
@@ -301,6 +302,8 @@ class Crawl:
         With ``latest`` (default), only the items of each URL's last record (a page replayed
         by :meth:`retry_failed` has the items of each of its records). ``crawler export
         --items`` writes their ``item`` dicts."""
+        from ..worker.output import latest_items, read_pages
+
         if latest:
             return latest_items(self.output_dir)
         return read_pages(self.output_dir, kind="items")

@@ -78,7 +78,7 @@ def _parse_rates(values: tuple[str, ...]) -> dict[str, float]:
         except ValueError:
             sep = ""
         if not sep or not host:
-            raise Fail(f"--rate {item!r}: expected HOST=RATE (requests/s or inf)")
+            raise Fail(f"--host-rate {item!r}: expected HOST=RATE (requests/s or inf)")
     return rates
 
 
@@ -175,7 +175,13 @@ def _default(name: str) -> str:
 @click.option("--allowed-domain", "allowed_domains", multiple=True, help="Repeatable.")
 @click.option("--include", multiple=True, help="Regex a URL must match (repeatable).")
 @click.option("--exclude", multiple=True, help="Regex a URL must not match (repeatable).")
-@click.option("--rate", "rates", multiple=True, help="HOST=RATE req/s; inf = no limit.")
+@click.option(
+    "--host-rate",
+    "--rate",  # the old spelling, kept: it set `rates` while --default-rate sets `rate`
+    "rates",
+    multiple=True,
+    help="HOST=RATE req/s for one host (the `rates` option); inf = no limit. Also --rate.",
+)
 @click.option("--default-rate", type=float, help="Requests/s per domain ($CRAWLER_DEFAULT_RATE).")
 @click.option(
     "--concurrency", type=int, help="In flight per domain ($CRAWLER_DEFAULT_CONCURRENCY)."
@@ -355,7 +361,7 @@ def _say_pace(opts: CrawlOptions) -> None:
         return
     click.echo(
         f"pace: {opts.rate:g} request/s per host (politeness; robots.txt Crawl-delay may lower "
-        "it). On a site of your own raise it: --rate HOST=10 (or --default-rate)",
+        "it). On a site of your own raise it: --host-rate HOST=10 (or --default-rate)",
         err=True,
     )
 

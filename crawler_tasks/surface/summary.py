@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import TLSError
-from ..state.formats import TLS_NOTE
+from ..state.formats import TLS_NOTE, Counter, Group
+from ..state.stats import LIVE, declared
 
 
 def failed(summary: dict[str, Any]) -> bool:
@@ -21,7 +22,7 @@ def failed(summary: dict[str, Any]) -> bool:
 
 def summary_text(s: dict[str, Any]) -> str:
     c = s.get("counters", {})
-    done = c.get("done", 0)  # cancelled URLs are not in it (Stats.counters)
+    done = c.get("done", 0)
     rate = done / s["duration_s"] if s.get("duration_s") else 0.0
     lines = [
         f"crawl {s['crawl_id']} {s['status']} in {s['duration_s']:.1f}s ({rate:.1f} pages/s)",
@@ -47,18 +48,14 @@ def summary_text(s: dict[str, Any]) -> str:
 
 
 def _pages(s: dict[str, Any], c: dict[str, int]) -> str:
-    cancelled = c.get("cancelled", 0)
-    pages = (
-        f"  pages: {c.get('done', 0)} done, {c.get('fetched', 0)} fetched, "
-        f"{c.get('parsed', 0)} parsed, {c.get('failed', 0)} failed, "
-        f"{c.get('robots_disallowed', 0)} disallowed by robots.txt"
-    )
-    if c.get("robots_unreachable"):
-        pages += f", {c['robots_unreachable']} not fetched: robots.txt unreachable"
-        if s.get("robots_unreachable_why"):
-            pages += f" (e.g. {s['robots_unreachable_why']})"
-    if cancelled:
-        pages += f", {cancelled} cancelled unfetched"
-    if c.get("items") or c.get("extract_errors"):
-        pages += f"; {c.get('items', 0)} items, {c.get('extract_errors', 0)} extract errors"
-    return pages
+    """The counters by group, as declared (formats.Counter): the pages group in full, every
+    other group's counters that are not 0 ("done" counts no URL a cancel dropped)."""
+    groups: dict[str, list[str]] = {}
+    for row in declared(c):
+        if row["name"] in LIVE or (row["group"] != Group.PAGES.value and not row["value"]):
+            continue
+        part = f"{row['value']} {row['name']}"
+        if row["name"] == Counter.ROBOTS_UNREACHABLE and s.get("robots_unreachable_why"):
+            part += f" (e.g. {s['robots_unreachable_why']})"
+        groups.setdefault(row["group"], []).append(part)
+    return "  " + "; ".join(f"{g}: {', '.join(parts)}" for g, parts in groups.items())

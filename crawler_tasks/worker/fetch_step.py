@@ -27,6 +27,7 @@ from ..errors import (
     Unreachable,
 )
 from ..state import events, formats
+from ..state.crawl_state import Note
 from ..state.formats import Counter, LeaseEnd, Outcome, Started
 from ..state.politeness import parse_retry_after
 from ..state.store import CrawlStore
@@ -104,10 +105,10 @@ def _answered(
     return decision
 
 
-def tls_note(url: str, why: str) -> dict[str, str]:
+def tls_note(url: str, why: str) -> dict[Note, str]:
     """The crawl's first TLS failure, named in ``status`` and the summary (a private CA the
     workers were not given is the usual cause: the hint is in the summary)."""
-    return {formats.TLS_NOTE: f"{origin_of(url)}: {TLSError.reason}: {why}"}
+    return {Note.TLS_ERROR_WHY: f"{origin_of(url)}: {TLSError.reason}: {why}"}
 
 
 def _robots(ctx: Context, store: CrawlStore, url: str, depth: int, domain: str) -> Decision | None:
@@ -153,7 +154,7 @@ def _refused(url: str, depth: int, origin: str, kind: str, why: str) -> Decision
     refused = Decision.record(final, LeaseEnd.REFUND)
     if unreachable:  # why it could not be read: a TLS or connection failure, a 5xx
         final.extra["detail"] = f"robots.txt: {why or 'unreachable'}"
-        refused.notes["robots_unreachable_why"] = f"{origin}: {why}"
+        refused.notes[Note.ROBOTS_UNREACHABLE_WHY] = f"{origin}: {why}"
     return refused
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..errors import CrawlerError, InternalError
 from ..state import formats
+from ..state.crawl_state import Note
 from ..state.formats import Counter, LeaseEnd
 from .output import ITEMS
 
@@ -132,7 +133,7 @@ class Decision:
     #: carry it), and first notes of the crawl's state (``status``, the summary): field ->
     #: text, written by ``settle`` (the step only decides).
     counters: dict[str, int] = field(default_factory=dict)
-    notes: dict[str, str] = field(default_factory=dict)
+    notes: dict[Note, str] = field(default_factory=dict)
 
     @classmethod
     def record(cls, final: Final, lease: LeaseEnd = LeaseEnd.OK) -> Decision:

@@ -42,6 +42,7 @@ from typing import Any
 from ..errors import OutputUnavailable
 from ..state import events, formats
 from ..state.admission import RedirectClaims
+from ..state.crawl_state import Note
 from ..state.formats import Counter, Status
 from ..state.store import CrawlStore
 from ..state.workers import alive
@@ -198,29 +199,29 @@ def crawl_finished(ctx: Context, store: CrawlStore) -> bool:
     opts, status = store.opts, store.status
     if not _finisher_lock(ctx, store):
         return False
-    flags = status.flags()
-    if flags.get("status") != Status.FINISHING.value:
+    state = status.read()
+    if state.status is not Status.FINISHING:
         status.unlock_finisher()
         return False
-    final = Status(flags.get("final_status", Status.FINISHED.value))
+    final = state.final_status or Status.FINISHED
     try:
         summary = _files_of_the_end(ctx, store, final)
     except OutputUnavailable as exc:
-        if status.flags().get("cancelled") != "1":
+        if not status.read().cancelled:
             output_failed(ctx, store, exc)
             status.unlock_finisher()
             log.warning("crawl %s: finishing waits for its output: %s", opts.crawl_id, exc)
             return False
         # Cancelled while its output cannot be written: what is not on disk is given up.
         final = Status.CANCELLED
-        status.note(output_given_up=str(exc))
+        status.note(Note.OUTPUT_GIVEN_UP, str(exc))
         summary = store.stats.summary()
         summary["status"] = final.value
     status.expire(ctx.settings.finished_ttl)
     events.emit(store.client, store.ck, "crawl_finished", opts.crawl_id, summary=summary)
-    if opts.on_finished and not flags.get("on_finished_sent"):
+    if opts.on_finished and not state.on_finished_sent:
         ctx.on_finished(opts.on_finished, opts.crawl_id, summary)
-        status.note(on_finished_sent=1)
+        status.note(Note.ON_FINISHED_SENT)
     # The series' last point: the crawl's end, whatever the interval (state/series.py).
     store.series.sample(now=summary.get("finished_at") or None, force=True)
     status.finished(final)
@@ -232,7 +233,7 @@ def _files_of_the_end(ctx: Context, store: CrawlStore, final: Status) -> dict[st
     """Every record on disk, then ``summary.json``; OutputUnavailable if the disk refuses."""
     opts, status = store.opts, store.status
     _write_all_orphans(ctx, store)
-    if store.recrawl is not None and status.first("gone_counted"):
+    if store.recrawl is not None and status.first(Note.GONE_COUNTED):
         store.stats.put(formats.change("gone"), store.recrawl.gone())
     summary = store.stats.summary()
     summary["status"] = final.value
@@ -242,7 +243,7 @@ def _files_of_the_end(ctx: Context, store: CrawlStore, final: Status) -> dict[st
     except OSError as exc:
         raise OutputUnavailable(directory, describe(exc)) from exc
     faults.point("after_summary")
-    status.note(summary_path=path)
+    status.note(Note.SUMMARY_PATH, path)
     return summary
 
 

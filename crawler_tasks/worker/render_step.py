@@ -53,7 +53,7 @@ def render_url(ctx: Context, crawl_id: str, url: str, depth: int) -> str:
         early = _recheck(ctx, store, url, depth, meta, body)
         if early is not None:
             return early
-    guard = SubrequestGuard(ctx, store, url, time.monotonic() + ctx.settings.render_deadline)
+    guard = SubrequestGuard(ctx, store, url, time.monotonic() + store.render_config.deadline)
     try:
         final = _rendered(ctx, store, url, depth, meta, body, guard)
     except RenderRefused as exc:
@@ -80,7 +80,7 @@ def _recheck(
     must not hold the host's pages, which are rendered then); None: render it."""
     answer = store.render_plan.recheck(url)
     waited = time.time() - meta.get("queued_at", 0.0)
-    if answer is RenderRecheck.WAIT and waited < ctx.settings.render_deadline:
+    if answer is RenderRecheck.WAIT and waited < store.render_config.deadline:
         time.sleep(SAMPLE_POLL)  # not a busy loop through the broker while the sample renders
         ctx.publisher.hand_off(store, url, depth, Stage.RENDER)
         return "waiting"
@@ -108,7 +108,7 @@ def _rendered(
         headers=headers or {"content-type": "text/html"},
         body=body,
         subrequest=guard,
-        deadline=s.render_deadline,
+        deadline=store.render_config.deadline,
         settle=s.render_settle,
         quiet=s.render_quiet,
         timer_wait=s.render_timer_wait,

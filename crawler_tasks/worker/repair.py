@@ -21,6 +21,7 @@ from ..settings import Settings
 from ..state import store as stores
 from ..state import workers
 from ..state.formats import Inflight, LeaseEnd, Steering
+from ..state.option_checks import reap_after
 from ..state.store import CrawlStore
 from .broker import BrokerView
 from .context import Context
@@ -41,12 +42,12 @@ class Repair:
         """Publish again fetches whose message never reached a worker. Rare (a dispatcher
         killed between release.lua and the publish); a duplicate is harmless because every
         task is idempotent, so the threshold only has to exceed any normal queueing delay."""
-        older_than = self.settings.visibility_timeout + self.settings.total_timeout
         n = 0
         for crawl_id in stores.running(ctx.r):
             store = ctx.store(crawl_id)
             if store is None:
                 continue
+            older_than = reap_after(self.settings.visibility_timeout, store.opts)
             for url, depth in store.ledger.stale_releases(older_than):
                 log.warning("re-publishing lost fetch of %s (crawl %s)", url, store.id)
                 tier = store.opts.tier(depth, self.settings.medium_max_depth)
@@ -103,12 +104,12 @@ class Repair:
     def finish_abandoned(self, ctx: Context, store: CrawlStore) -> None:
         """A crawl left finishing longer than a live finisher takes: its finisher died, or
         its output could not be written (tried again once the output pause is over)."""
-        flags = store.status.flags()
-        finished_at = float(flags.get("finished_at", 0) or 0)
-        if float(flags.get("output_blocked_until", 0) or 0) > time.time():
+        state = store.status.read()
+        finished_at = state.finished_at or 0.0
+        if state.output_blocked_until > time.time():
             return
         # Its finisher gave up for the disk: again as soon as the pause is over.
-        waited_for_output = "output_problem" in flags
+        waited_for_output = state.output_problem is not None
         if waited_for_output or (
             finished_at and time.time() - finished_at > self.settings.orphan_record_seconds
         ):
