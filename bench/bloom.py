@@ -251,8 +251,13 @@ def big_filter_small_site(client: redis.Redis, urls: int = 31) -> dict[str, Any]
     bloom.add_many(members(urls))
     used = client.info("memory")["used_memory"] - before
     client.delete(*[k for k in client.scan_iter(match="bench:{big*", count=1000)])
-    return {"capacity": shape.capacity, "shards": shape.shards, "urls": urls,
-            "redis_bytes": used, "redis_bytes_per_url": used / urls}
+    return {
+        "capacity": shape.capacity,
+        "shards": shape.shards,
+        "urls": urls,
+        "redis_bytes": used,
+        "redis_bytes_per_url": used / urls,
+    }
 
 
 def main() -> int:

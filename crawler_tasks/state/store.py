@@ -132,8 +132,20 @@ class CrawlStore:
 
     @staticmethod
     def read_options(r: RedisHandle, crawl_id: str) -> CrawlOptions | None:
+        """The crawl's options; None if it expired. ConfigError, one line naming the crawl
+        and ``crawler forget``, for options this version cannot take (an older version's, a
+        number past its ceiling, bad JSON): every command reading crawls goes through here."""
         raw = r.client.get(r.keys.crawl(crawl_id).config)
-        return None if raw is None else CrawlOptions.from_json(raw)
+        if raw is None:
+            return None
+        try:
+            return CrawlOptions.from_json(raw)
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            why = " ".join(str(exc).split())[:200]
+            raise ConfigError(
+                f"crawl {crawl_id} cannot be read ({type(exc).__name__}: {why}); "
+                f"`crawler forget {crawl_id}` removes it"
+            ) from None
 
     @classmethod
     def create(
@@ -187,9 +199,20 @@ def exists(r: RedisHandle, crawl_id: str) -> bool:
     return bool(r.client.exists(r.keys.crawl(crawl_id).config))
 
 
-def recent(r: RedisHandle, limit: int) -> list[str]:
-    """Ids of the ``limit`` newest crawls (expired ones included until their listing goes)."""
-    return [i.decode() for i in r.client.zrevrange(r.keys.crawls, 0, limit - 1)]
+def recent(r: RedisHandle, limit: int, skipped: list[str] | None = None) -> list[str]:
+    """Ids of the ``limit`` newest crawls (expired ones included until their listing goes),
+    without those whose options cannot be read: one such crawl must not break the listing,
+    the dashboard or the exporter. Their one-line reasons go to ``skipped``."""
+    out = []
+    for crawl_id in (i.decode() for i in r.client.zrevrange(r.keys.crawls, 0, limit - 1)):
+        try:
+            CrawlStore.read_options(r, crawl_id)
+        except ConfigError as exc:
+            if skipped is not None:
+                skipped.append(str(exc))
+            continue
+        out.append(crawl_id)
+    return out
 
 
 def running(r: RedisHandle) -> list[str]:
@@ -268,3 +291,49 @@ def start(
         started_at=time.time(),
     )
     return CrawlStore.create(r, opts, process, more_seeds)
+
+
+def forget(r: RedisHandle, crawl_id: str, force: bool = False) -> int:
+    """Delete every key of a crawl (the patterns of keys.py) and its listings; returns how many
+    keys went. A crawl still running, paused or finishing is refused (ConfigError) unless
+    ``force``: its workers would write again. A crawl that cannot be read is forgotten as it
+    is, without its options (that is what it is for)."""
+    ck = r.keys.crawl(crawl_id)
+    raw = r.client.hget(ck.state, "status")
+    status = raw.decode() if raw else Status.UNKNOWN.value
+    if not force and status not in (Status.FINISHED.value, Status.CANCELLED.value, "unknown"):
+        raise ConfigError(
+            f"crawl {crawl_id} is {status}: cancel it first, or forget it with --force "
+            "(its workers may still write)"
+        )
+    schedule = None
+    try:
+        opts = CrawlStore.read_options(r, crawl_id)
+        schedule = opts.schedule if opts else None
+    except ConfigError:
+        pass
+    gone = 0
+    for pattern in ck.patterns:
+        batch = list(r.client.scan_iter(match=pattern, count=1000))
+        for i in range(0, len(batch), 500):
+            gone += int(r.client.unlink(*batch[i : i + 500]) or 0)
+    pipe = r.client.pipeline(transaction=False)
+    pipe.zrem(r.keys.crawls, crawl_id)
+    pipe.srem(r.keys.running, crawl_id)
+    if schedule:
+        pipe.zrem(r.keys.schedule_runs(schedule), crawl_id)
+    pipe.execute()
+    return gone
+
+
+def same_seeds_running(r: RedisHandle, seeds: Iterable[str]) -> list[str]:
+    """Running crawls (readable ones) whose seeds are exactly ``seeds``."""
+    wanted, out = set(seeds), []
+    for crawl_id in running(r):
+        try:
+            opts = CrawlStore.read_options(r, crawl_id)
+        except ConfigError:
+            continue
+        if opts is not None and set(opts.seeds) == wanted:
+            out.append(crawl_id)
+    return sorted(out)

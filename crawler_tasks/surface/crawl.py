@@ -349,6 +349,12 @@ class Crawl:
         finished already."""
         return self.store.status.cancel()
 
+    def forget(self, force: bool = False) -> int:
+        """Delete the crawl's keys (its files stay); refused for a crawl still running unless
+        ``force``. Returns how many keys went."""
+        self._store = None
+        return stores.forget(self._r, self.id, force)
+
     def failed(self) -> list[dict[str, Any]]:
         self.options  # noqa: B018  (UnknownCrawl)
         return self.store.ledger.dead_letters()
@@ -380,7 +386,8 @@ def list_crawls(client: redis.Redis, keys: Keys, limit: int = 50) -> list[dict[s
     whole listing."""
     r = RedisHandle.connect(client, keys.prefix)
     out: list[dict[str, Any]] = []
-    for crawl_id in stores.recent(r, limit):
+    skipped: list[str] = []
+    for crawl_id in stores.recent(r, limit, skipped):
         try:
             opts = CrawlStore.read_options(r, crawl_id)
             if opts is None:
@@ -389,7 +396,8 @@ def list_crawls(client: redis.Redis, keys: Keys, limit: int = 50) -> list[dict[s
         except (redis.ConnectionError, redis.TimeoutError):
             raise
         except Exception as exc:  # one bad crawl (an older version's, a bug) is not all
-            out.append({"crawl_id": crawl_id, "unreadable": f"{type(exc).__name__}: {exc}"})
+            why = " ".join(f"{type(exc).__name__}: {exc}".split())[:200]
+            out.append({"crawl_id": crawl_id, "unreadable": f"crawl {crawl_id}: {why}"})
             continue
         out.append({**p, "seeds": list(opts.seeds), "started_at": opts.started_at})
-    return out
+    return out + [{"crawl_id": "", "unreadable": why} for why in skipped]
