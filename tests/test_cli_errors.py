@@ -3,11 +3,14 @@ the problem, exit code 2, no traceback, and writes nothing to Redis (issue 9's t
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import socket
 import subprocess
 import sys
+import time
+import tracemalloc
 
 import pytest
 import redis
@@ -15,11 +18,13 @@ from conftest import wait_until
 from sitegen import running_sites
 
 from crawler_tasks import start_crawl
-from crawler_tasks.errors import ConfigError, UnknownCrawl
+from crawler_tasks.errors import ConfigError, InvalidSeed, UnknownCrawl
 from crawler_tasks.settings import load
-from crawler_tasks.surface.crawl import Crawl
+from crawler_tasks.state.keys import Keys
+from crawler_tasks.surface.crawl import Crawl, list_crawls
 from crawler_tasks.surface.crawl_command import _has_crawl_workers
 from crawler_tasks.surface.embedded import free_port
+from crawler_tasks.surface.seeds import SeedsFile
 
 
 def run(*args: str, timeout: float = 60):  # type: ignore[no-untyped-def]
@@ -310,3 +315,59 @@ def test_no_part_of_a_password_is_ever_printed(url):
     shown = result.stdout + result.stderr
     for i in range(len(SECRET) - 2):  # no three characters of it in a row
         assert SECRET[i : i + 3] not in shown, shown
+
+
+def _malformed_crawl(client: redis.Redis, crawl_id: str) -> None:
+    """What `--max-pages 99999999999999999999` left before its ceiling: running, a config no
+    version can take (its Bloom shape had 2e13 shards), no frontier."""
+    config = {"crawl_id": crawl_id, "seeds": [SEED], "max_pages": 10**20}
+    client.zadd("crawler:crawls", {crawl_id: time.time()})
+    client.set(f"crawler:{{{crawl_id}}}:config", json.dumps(config))
+    client.hset(f"crawler:{{{crawl_id}}}:state", mapping={"status": "running"})
+    client.sadd("crawler:running", crawl_id)
+
+
+def test_a_malformed_crawl_breaks_no_command_and_forget_removes_it(redis_url, client):
+    _malformed_crawl(client, "bad-1")
+    tracemalloc.start()
+    began = time.monotonic()
+    listed = list_crawls(client, Keys("crawler"))
+    took, (_, peak) = time.monotonic() - began, tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert took < 1 and peak < 100 * 2**20, (took, peak)
+    assert [c["unreadable"] for c in listed] == [
+        "crawl bad-1 cannot be read (ConfigError: max_pages must be between 0 and "
+        "1,000,000,000, not 100000000000000000000); `crawler forget bad-1` removes it"
+    ]
+    result = run("list", "--broker", redis_url)
+    assert result.returncode == 0 and result.stderr.startswith("skipped: crawl bad-1"), result
+    assert len(result.stderr.strip().splitlines()) == 1
+    for command in ("status", "cancel", "failed"):
+        result = run(command, "bad-1", "--broker", redis_url)
+        assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result
+        assert "crawler forget bad-1" in result.stderr
+    result = run("forget", "bad-1", "--broker", redis_url)
+    assert result.returncode == 0, result.stderr
+    assert not [k for k in client.scan_iter("crawler:*") if b"bad-1" in k]
+    assert not client.zscore("crawler:crawls", "bad-1")
+    assert not client.sismember("crawler:running", "bad-1")
+
+
+def test_forget_refuses_a_served_running_crawl_without_force(redis_url, client, settings):
+    crawl = start_crawl([SEED], settings=settings)  # no worker fetches it: it stays running
+    client.hset("crawler:workers", "w1", time.time())  # a live worker serves it
+    result = run("forget", crawl.id, "--broker", redis_url)
+    assert result.returncode == 2 and "--force" in result.stderr, result.stderr
+    assert crawl.exists()
+    assert crawl.forget(force=True) > 0
+    assert not crawl.exists()
+    assert crawl.id not in [c["crawl_id"] for c in list_crawls(client, Keys("crawler"))]
+
+
+def test_inline_comments_and_directories_in_seeds_files(tmp_path):
+    seeds = tmp_path / "seeds.txt"
+    seeds.write_text("# mine\nhttp://a.example/7.html   # the seventh\nhttp://a.example/#top\n")
+    found = SeedsFile(str(seeds)).check(allow_private=False)
+    assert found == ["http://a.example/7.html", "http://a.example/"]
+    with pytest.raises(InvalidSeed, match="a directory, not a seeds file"):
+        SeedsFile(str(tmp_path))

@@ -37,7 +37,7 @@ from ..errors import ConfigError, InvalidSeed, InvalidURL
 from ..settings import Settings
 from ..web.netguard import is_public_address
 from ..web.urls import host_of, normalize
-from . import connection
+from . import connection, workers
 from .admission import Admission
 from .bloom import BloomFilter, KnownURLs
 from .bodies import BodyStash
@@ -293,25 +293,26 @@ def start(
     return CrawlStore.create(r, opts, process, more_seeds)
 
 
-def forget(r: RedisHandle, crawl_id: str, force: bool = False) -> int:
+def forget(r: RedisHandle, crawl_id: str, force: bool = False, dead_after: float = 10.0) -> int:
     """Delete every key of a crawl (the patterns of keys.py) and its listings; returns how many
-    keys went. A crawl still running, paused or finishing is refused (ConfigError) unless
-    ``force``: its workers would write again. A crawl that cannot be read is forgotten as it
-    is, without its options (that is what it is for)."""
+    keys went. Refused (ConfigError) for a crawl still running, paused or finishing while a
+    worker lives (``dead_after`` s since its heartbeat) to serve it, unless ``force``: its
+    workers would write again. A crawl stranded (no worker alive) or unreadable (no worker
+    can serve it) is forgotten as it is, which is what this is for."""
     ck = r.keys.crawl(crawl_id)
     raw = r.client.hget(ck.state, "status")
     status = raw.decode() if raw else Status.UNKNOWN.value
-    if not force and status not in (Status.FINISHED.value, Status.CANCELLED.value, "unknown"):
-        raise ConfigError(
-            f"crawl {crawl_id} is {status}: cancel it first, or forget it with --force "
-            "(its workers may still write)"
-        )
-    schedule = None
     try:
         opts = CrawlStore.read_options(r, crawl_id)
-        schedule = opts.schedule if opts else None
     except ConfigError:
-        pass
+        opts = None
+    else:
+        live = status in (Status.RUNNING.value, Status.PAUSED.value, Status.FINISHING.value)
+        if live and not force and workers.alive(r.client, r.keys, dead_after):
+            raise ConfigError(
+                f"crawl {crawl_id} is {status} and workers serve it: cancel it first, or "
+                "forget it with --force (its workers may still write)"
+            )
     gone = 0
     for pattern in ck.patterns:
         batch = list(r.client.scan_iter(match=pattern, count=1000))
@@ -320,8 +321,8 @@ def forget(r: RedisHandle, crawl_id: str, force: bool = False) -> int:
     pipe = r.client.pipeline(transaction=False)
     pipe.zrem(r.keys.crawls, crawl_id)
     pipe.srem(r.keys.running, crawl_id)
-    if schedule:
-        pipe.zrem(r.keys.schedule_runs(schedule), crawl_id)
+    if opts is not None and opts.schedule:
+        pipe.zrem(r.keys.schedule_runs(opts.schedule), crawl_id)
     pipe.execute()
     return gone
 

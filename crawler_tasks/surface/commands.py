@@ -140,7 +140,7 @@ def forget(crawl_id: str, force: bool, broker: str | None) -> None:
     if not known:
         raise Fail(f"no crawl {crawl_id!r} at {redact(settings.state_url)}")
     try:
-        gone = forget_keys(r, crawl_id, force)
+        gone = forget_keys(r, crawl_id, force, settings.worker_dead_seconds)
     except ConfigError as exc:
         raise Fail(str(exc)) from None
     click.echo(f"{crawl_id}: forgotten ({gone} keys deleted; its output files stay)")

@@ -350,10 +350,10 @@ class Crawl:
         return self.store.status.cancel()
 
     def forget(self, force: bool = False) -> int:
-        """Delete the crawl's keys (its files stay); refused for a crawl still running unless
-        ``force``. Returns how many keys went."""
+        """Delete the crawl's keys (its files stay); refused for a crawl that workers still
+        serve unless ``force`` (stranded and unreadable ones go). Returns how many keys went."""
         self._store = None
-        return stores.forget(self._r, self.id, force)
+        return stores.forget(self._r, self.id, force, self.settings.worker_dead_seconds)
 
     def failed(self) -> list[dict[str, Any]]:
         self.options  # noqa: B018  (UnknownCrawl)
