@@ -35,7 +35,8 @@ that this table does not describe, or whose type differs::
     P:sched:S:runs           zset   crawl ids of schedule S by start time
     P:{C}:config             string crawl options, JSON (immutable after start)
     P:{C}:state              hash   status, started_at, finished_at, paused, cancelled,
-                                    final_status, summary_path, gone_counted,
+                                    final_status, summary_path, summary_host,
+                                    gone_counted,
                                     on_finished_sent
     P:{C}:stats              hash   crawl-wide counters (sitemap files, recrawl changes); the
                                     rest are per partition, summed by stats.py

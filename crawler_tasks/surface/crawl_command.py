@@ -21,6 +21,7 @@ from ..state import connection
 from ..state.options import PRIORITIES, CrawlOptions
 from ..web.urls import host_of, normalize
 from .cli_common import INTERRUPTED, Fail, option_items, parse_options, settings_for
+from .export import output_place
 from .summary import failed, summary_text
 
 if TYPE_CHECKING:
@@ -327,11 +328,7 @@ def _run(
 
     _warn_if_running(settings, opts)
     handle = launch(opts, settings=settings, more_seeds=more_seeds)
-    where = (
-        handle.output_dir
-        if handle.options.output
-        else f"<CRAWLER_OUTPUT_DIR of each worker>/{handle.id} (here: {handle.output_dir})"
-    )
+    where = output_place(handle)[1]
     click.echo(f"crawl {handle.id} started; output in {where}", err=True)
     if no_wait:
         started = {"crawl_id": handle.id, "status": "running", "output_dir": str(where)}
@@ -348,7 +345,7 @@ def _run(
         handle.wait(timeout=30)
         interrupted = True
     summary = handle.summary()
-    summary["output_dir"] = str(handle.output_dir)
+    summary["output_dir"] = output_place(handle)[1]  # the workers' place, once they wrote
     first = next((f for f in handle.failed() if f.get("extract_error")), None)
     if first is not None:
         summary["first_extract_error"] = f"{first['url']}: {first['extract_error']}"

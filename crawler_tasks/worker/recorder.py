@@ -322,7 +322,8 @@ def _files_of_the_end(ctx: Context, store: CrawlStore, final: Status) -> dict[st
     except OSError as exc:
         raise OutputUnavailable(directory, describe(exc)) from exc
     faults.point("after_summary")
-    status.note(summary_path=path)
+    # The host too: the command asking where the files are may run elsewhere (surface/export.py).
+    status.note(summary_path=path, summary_host=socket.gethostname())
     return summary
 
 
