@@ -346,9 +346,14 @@ def _run(
         interrupted = True
     summary = handle.summary()
     summary["output_dir"] = output_place(handle)[1]  # the workers' place, once they wrote
-    first = next((f for f in handle.failed() if f.get("extract_error")), None)
+    dead = handle.failed()
+    first = next((f for f in dead if f.get("extract_error")), None)
     if first is not None:
         summary["first_extract_error"] = f"{first['url']}: {first['extract_error']}"
+    first = next((f for f in dead if f.get("error")), None)
+    if first is not None and not summary.get("counters", {}).get("fetched"):
+        why = first.get("detail") or first["error"]
+        summary["nothing_fetched"] = f"{first['url']}: {first['error']}: {why}"
     return summary, interrupted
 
 

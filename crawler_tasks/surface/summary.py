@@ -5,18 +5,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import TLSError
 from ..state.formats import TLS_NOTE
 
 
 def failed(summary: dict[str, Any]) -> bool:
     """Stopped by an error of its setup (a hook no worker can import), or nothing fetched
-    because every TLS handshake failed (a private CA the workers were not given): a crawl
-    that must not look like a success to a script."""
+    because every URL failed (a mistyped port, a private CA the workers were not given): a
+    crawl that must not look like a success to a script."""
     if summary.get("error"):
         return True
-    fetched = summary.get("counters", {}).get("fetched", 0)
-    return not fetched and bool(summary.get("failures", {}).get(TLSError.reason))
+    c = summary.get("counters", {})
+    return not c.get("fetched", 0) and bool(c.get("failed", 0) or c.get("robots_unreachable", 0))
 
 
 def summary_text(s: dict[str, Any]) -> str:
@@ -30,6 +29,9 @@ def summary_text(s: dict[str, Any]) -> str:
     ]
     if s.get("error"):
         lines.insert(1, f"  error: {s['error']}")
+    elif failed(s):
+        why = s.get("nothing_fetched") or f"robots.txt: {s.get('robots_unreachable_why')}"
+        lines.insert(1, f"  nothing fetched: {why}")
     if s.get("failures"):
         lines.append(f"  failures: {s['failures']}")
     if s.get(TLS_NOTE):
