@@ -66,3 +66,25 @@ def test_render_worker_killed_loses_nothing_and_the_rate_holds(settings, redis_u
     print(report)
     assert report["max_in_window"] <= RATE + 1, report
     assert report["count"] >= N + 2 * (N // 3)  # pages, scripts and XHRs all in the log
+
+
+@pytest.mark.parametrize(
+    ("path", "says"),
+    [("/nonexistent/chromium-browser", "no such file"), ("/bin/false", "exits 1")],
+)
+def test_a_render_worker_without_its_browser_refuses_to_start(redis_url, path, says):  # type: ignore[no-untyped-def]
+    """A wrong CRAWLER_CHROMIUM_PATH: one line and exit 2, not "ready" and every page an
+    internal_error."""
+    import os
+
+    from crawler_tasks.surface.embedded import worker_command
+    from crawler_tasks.worker.app import RENDER_QUEUE
+
+    env = {**os.environ, "CRAWLER_BROKER_URL": redis_url, "CRAWLER_CHROMIUM_PATH": path}
+    done = subprocess.run(
+        worker_command(RENDER_QUEUE, "threads", 1, f"render-check-{os.getpid()}"),
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"CRAWLER_CHROMIUM_PATH={path}: {says}" in lines[0], lines
