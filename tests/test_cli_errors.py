@@ -371,3 +371,14 @@ def test_inline_comments_and_directories_in_seeds_files(tmp_path):
     assert found == ["http://a.example/7.html", "http://a.example/"]
     with pytest.raises(InvalidSeed, match="a directory, not a seeds file"):
         SeedsFile(str(tmp_path))
+
+
+def test_cancel_with_no_worker_says_when_it_will_happen(redis_url, client, settings):
+    crawl = start_crawl([SEED], settings=settings)
+    client.hset("crawler:workers", "w1", time.time())  # a live worker: nothing to add
+    result = run("pause", crawl.id, "--broker", redis_url)
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    client.delete("crawler:workers")  # stranded
+    result = run("cancel", crawl.id, "--broker", redis_url)
+    assert result.returncode == 0, result.stderr
+    assert "no worker serves this crawl: it will be cancelled when one starts" in result.stderr

@@ -110,15 +110,27 @@ def watch(crawl_id: str, broker: str | None) -> None:
     show(handle(crawl_id, broker))
 
 
+_DONE = {"pause": "paused", "resume": "resumed", "cancel": "cancelled"}
+
+
 def _control(action: str, doc: str) -> click.Command:
     @click.command(name=action, help=doc)
     @click.argument("crawl_id")
     @broker_option
     def command(crawl_id: str, broker: str | None) -> None:
+        from ..state.workers import alive
+
         crawl = handle(crawl_id, broker)
         if not getattr(crawl, action)():
             raise Fail(f"crawl {crawl_id} is {crawl.status}: nothing to {action}")
         click.echo(f"{crawl_id}: {action}")
+        # The workers carry the steering out: with none alive, nothing happens yet.
+        if not alive(crawl.client, crawl.keys, crawl.settings.worker_dead_seconds):
+            click.echo(
+                f"no worker serves this crawl: it will be {_DONE[action]} when one starts "
+                f"(`crawler forget {crawl_id}` removes it now)",
+                err=True,
+            )
 
     return command
 
