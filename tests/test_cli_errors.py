@@ -62,6 +62,7 @@ CASES = [
     (f"crawl {SEED} --broker notaurl", "notaurl"),
     (f"crawl {SEED} --broker redis://host:notaport/0", "port"),
     ("list --broker notaurl", "notaurl"),
+    ("list {tls}", "TLS mismatch: it speaks plain Redis, not TLS (use redis://)"),
     ("list --broker redis://:pa@ss@127.0.0.1:1/0", "percent-encode"),
     ("list --broker redis://:pa/ss@127.0.0.1:1/0", "percent-encode"),
     # crawl options
@@ -159,7 +160,12 @@ def test_bad_input_is_one_line_exit_2_nothing_written(template, names, redis_url
     client = redis.Redis.from_url(redis_url)
     dead = f"redis://127.0.0.1:{free_port()}/0"
     args = shlex.split(
-        template.format(live=f"--broker {redis_url}", dead=f"--broker {dead}", busy=busy_port)
+        template.format(
+            live=f"--broker {redis_url}",
+            dead=f"--broker {dead}",
+            busy=busy_port,
+            tls=f"--broker {redis_url.replace('redis://', 'rediss://')}",
+        )
     )
     before = _keys(client)
     result = run(*args)
