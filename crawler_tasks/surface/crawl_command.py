@@ -18,6 +18,7 @@ from click.core import ParameterSource
 from ..errors import ConfigError
 from ..settings import Settings, load, number, redact
 from ..state import connection
+from ..state.formats import TLS_NOTE
 from ..state.options import PRIORITIES, CrawlOptions
 from ..web.urls import host_of, normalize
 from .cli_common import INTERRUPTED, Fail, option_items, parse_options, settings_for
@@ -346,6 +347,12 @@ def _run(
         interrupted = True
     summary = handle.summary()
     summary["output_dir"] = output_place(handle)[1]  # the workers' place, once they wrote
+    if settings.ca_bundle and summary.get(TLS_NOTE):
+        # This command trusts the CA; the workers that failed the handshake do not.
+        summary["tls_hint"] = (
+            f"this command has CRAWLER_CA_BUNDLE={settings.ca_bundle}, the workers that "
+            "fetched do not: start every worker with it too"
+        )
     dead = handle.failed()
     first = next((f for f in dead if f.get("extract_error")), None)
     if first is not None:

@@ -35,10 +35,10 @@ def summary_text(s: dict[str, Any]) -> str:
     if s.get("failures"):
         lines.append(f"  failures: {s['failures']}")
     if s.get(TLS_NOTE):
-        lines.append(
-            f"  TLS failed: {s[TLS_NOTE]} (a private CA? give its PEM file to every worker "
-            "and to this command: CRAWLER_CA_BUNDLE)"
+        hint = s.get("tls_hint") or (
+            "a private CA? give its PEM file to every worker and to this command: CRAWLER_CA_BUNDLE"
         )
+        lines.append(f"  TLS failed: {s[TLS_NOTE]} ({hint})")
     if s.get("first_extract_error"):
         lines.append(f"  first extract error: {s['first_extract_error']}")
     if s.get("output_dir"):
