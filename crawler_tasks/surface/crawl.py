@@ -316,7 +316,8 @@ class Crawl:
         return infos
 
     def events(self, timeout: float | None = None) -> Iterator[dict[str, Any]]:
-        """Live events of this crawl until ``crawl_finished`` (or ``timeout`` s of silence)."""
+        """Live events of this crawl until ``crawl_finished`` (or ``timeout`` s of silence);
+        a crawl already finished yields its ``crawl_finished`` (rebuilt) and ends."""
         # No existence check: listening to a crawl id before start_crawl(crawl_id=...) is fine.
         pubsub = self.client.pubsub(ignore_subscribe_messages=True)
         pubsub.subscribe(self.ck.events)
@@ -326,7 +327,10 @@ class Crawl:
                 # not lost, and a crawl finished long ago (its event gone) ends at once.
                 msg = pubsub.get_message(timeout=timeout if timeout is not None else 1.0)
                 if msg is None:
-                    if timeout is not None or self.finished:
+                    if self.finished:  # its crawl_finished went out before we listened
+                        yield self._final_event()
+                        return
+                    if timeout is not None:
                         return
                     continue
                 event = json.loads(msg["data"])
@@ -335,6 +339,14 @@ class Crawl:
                     return
         finally:
             pubsub.close()
+
+    def _final_event(self) -> dict[str, Any]:
+        """The ``crawl_finished`` event of a crawl that ended before ``events()`` listened,
+        rebuilt from its summary (``replayed``: not the one published then)."""
+        summary = self.summary()
+        ts = summary.get("finished_at") or time.time()
+        return {"event": "crawl_finished", "crawl_id": self.id, "ts": ts, "summary": summary,
+                "replayed": True}  # fmt: skip
 
     # --- steering ----------------------------------------------------------------------------
     def pause(self) -> bool:
