@@ -184,8 +184,8 @@ def parse_rate(text: str) -> float | None:
     try:
         rate = number(text)
     except ValueError as exc:
-        why = str(exc) if "too large" in str(exc) else "expected requests/s, inf or default"
-        raise Fail(f"rate {text!r}: {why}") from None
+        said = str(exc) if "too large" in str(exc) else "expected requests/s, inf or default"
+        raise Fail(f"rate {text!r}: {said}") from None
     low, high = LIMITS["default_rate"]
     why = range_problem("rate", rate, low, high, "default_rate" in INFINITE_OK)
     if why:

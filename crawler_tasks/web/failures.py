@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import ssl
+from typing import Any
 
 import requests
 from urllib3.exceptions import ConnectTimeoutError, DecodeError, NewConnectionError
@@ -65,7 +66,7 @@ def cause(exc: BaseException) -> str:
     error behind urllib3's wrappers, and where), not the 300 characters of their reprs."""
     where, errno = "", None
     for err in _chain(exc):
-        conn = getattr(err, "conn", None) or getattr(err, "pool", None)
+        conn: Any = getattr(err, "conn", None) or getattr(err, "pool", None)
         if not where and getattr(conn, "host", None):
             where = f" at {conn.host}:{conn.port}"
         if isinstance(err, OSError) and isinstance(err.errno, int) and errno is None:
