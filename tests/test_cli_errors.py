@@ -249,7 +249,7 @@ def test_python_api_refuses_bad_options_and_unknown_ids(settings, client):
         ("CRAWLER_PARTITIONS", "many", "CRAWLER_PARTITIONS"),
         ("CRAWLER_FETCH_BATCH", "0", "CRAWLER_FETCH_BATCH"),
         ("CRAWLER_FETCH_BATCH", "-2", "CRAWLER_FETCH_BATCH"),
-        ("CRAWLER_WARC_GZIP_LEVEL", "10", "CRAWLER_WARC_GZIP_LEVEL=10: must be 0 to 9"),
+        ("CRAWLER_WARC_GZIP_LEVEL", "10", "warc_gzip_level must be between 0 and 9"),
         ("CRAWLER_CA_BUNDLE", "/no/such/ca.pem", "CRAWLER_CA_BUNDLE='/no/such/ca.pem': no such"),
     ],
 )

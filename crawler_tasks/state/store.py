@@ -215,6 +215,27 @@ def recent(r: RedisHandle, limit: int, skipped: list[str] | None = None) -> list
     return out
 
 
+def listing(r: RedisHandle, limit: int) -> list[dict[str, Any]]:
+    """``crawler list``: each of the newest crawls' progress, seeds and start; a crawl that
+    cannot be read is ``{"crawl_id", "unreadable": why}``, never a failed listing."""
+    out: list[dict[str, Any]] = []
+    skipped: list[str] = []
+    for crawl_id in recent(r, limit, skipped):
+        try:
+            opts = CrawlStore.read_options(r, crawl_id)
+            if opts is None:
+                continue  # expired
+            p = CrawlStore(r, opts).stats.progress()
+        except (redis.ConnectionError, redis.TimeoutError):
+            raise
+        except Exception as exc:  # one bad crawl (a bug) is not all
+            why = " ".join(f"{type(exc).__name__}: {exc}".split())[:200]
+            out.append({"crawl_id": crawl_id, "unreadable": f"crawl {crawl_id}: {why}"})
+            continue
+        out.append({**p, "seeds": list(opts.seeds), "started_at": opts.started_at})
+    return out + [{"crawl_id": "", "unreadable": why} for why in skipped]
+
+
 def running(r: RedisHandle) -> list[str]:
     """Ids of the crawls the dispatchers release work for."""
     return [i.decode() for i in r.client.smembers(r.keys.running)]

@@ -327,8 +327,11 @@ class Crawl:
                 # not lost, and a crawl finished long ago (its event gone) ends at once.
                 msg = pubsub.get_message(timeout=timeout if timeout is not None else 1.0)
                 if msg is None:
-                    if self.finished:  # its crawl_finished went out before we listened
-                        yield self._final_event()
+                    if self.finished:  # its crawl_finished went out before we listened: rebuilt
+                        s = self.summary()
+                        ts = s.get("finished_at") or time.time()
+                        yield {"event": "crawl_finished", "crawl_id": self.id, "ts": ts,
+                               "summary": s, "replayed": True}  # fmt: skip
                         return
                     if timeout is not None:
                         return
@@ -339,14 +342,6 @@ class Crawl:
                     return
         finally:
             pubsub.close()
-
-    def _final_event(self) -> dict[str, Any]:
-        """The ``crawl_finished`` event of a crawl that ended before ``events()`` listened,
-        rebuilt from its summary (``replayed``: not the one published then)."""
-        summary = self.summary()
-        ts = summary.get("finished_at") or time.time()
-        return {"event": "crawl_finished", "crawl_id": self.id, "ts": ts, "summary": summary,
-                "replayed": True}  # fmt: skip
 
     # --- steering ----------------------------------------------------------------------------
     def pause(self) -> bool:
@@ -393,23 +388,6 @@ def _without_zeros(summary: dict[str, Any]) -> dict[str, Any]:
 
 
 def list_crawls(client: redis.Redis, keys: Keys, limit: int = 50) -> list[dict[str, Any]]:
-    """The newest crawls: id, status, seeds, started_at and their progress counters. A crawl
-    whose state cannot be read is listed with ``unreadable`` (why) instead of failing the
-    whole listing."""
-    r = RedisHandle.connect(client, keys.prefix)
-    out: list[dict[str, Any]] = []
-    skipped: list[str] = []
-    for crawl_id in stores.recent(r, limit, skipped):
-        try:
-            opts = CrawlStore.read_options(r, crawl_id)
-            if opts is None:
-                continue  # expired
-            p = CrawlStore(r, opts).stats.progress()
-        except (redis.ConnectionError, redis.TimeoutError):
-            raise
-        except Exception as exc:  # one bad crawl (an older version's, a bug) is not all
-            why = " ".join(f"{type(exc).__name__}: {exc}".split())[:200]
-            out.append({"crawl_id": crawl_id, "unreadable": f"crawl {crawl_id}: {why}"})
-            continue
-        out.append({**p, "seeds": list(opts.seeds), "started_at": opts.started_at})
-    return out + [{"crawl_id": "", "unreadable": why} for why in skipped]
+    """The newest crawls: id, status, seeds, started_at and their progress counters; one that
+    cannot be read is an entry with ``unreadable`` (why) instead (store.listing)."""
+    return stores.listing(RedisHandle.connect(client, keys.prefix), limit)
