@@ -189,21 +189,23 @@ def test_no_wait_without_workers_refuses_and_writes_nothing(redis_url):
 def test_no_wait_with_workers_returns_and_the_crawl_finishes(redis_url, celery_worker, tmp_path):
     wait_until(lambda: _has_crawl_workers(load(env={}, broker_url=redis_url)), timeout=60)
     with running_sites(["127.0.0.48"], 6, 2) as (_, servers):
-        result = run(
-            "crawl",
-            servers[0].base_url + "/",
-            "--no-wait",
-            "--broker",
-            redis_url,
-            "--allow-private-networks",
-            "--rate",
-            "127.0.0.48=inf",
-            "--output",
-            str(tmp_path),
-        )
+        args = ("crawl", servers[0].base_url + "/", "--no-wait", "--broker", redis_url,
+                "--allow-private-networks", "--output", str(tmp_path))  # fmt: skip
+        result = run(*args, "--rate", "127.0.0.48=inf")
         assert result.returncode == 0, result.stderr
         crawl_id = result.stdout.strip()
         summary = Crawl(crawl_id, broker=redis_url).wait(timeout=60)
+        # --json is honoured; the same seeds while a crawl of them runs: a warning.
+        first = run(*args, "--rate", "127.0.0.48=0.5", "--json")  # 6 pages: 10 s at least
+        started = json.loads(first.stdout)
+        assert started["status"] == "running" and "warning" not in first.stderr, first.stderr
+        again = run(*args, "--json")
+        assert f"warning: crawl {started['crawl_id']} of the same seeds is still running" in (
+            again.stderr
+        )
+        for one in (started["crawl_id"], json.loads(again.stdout)["crawl_id"]):
+            Crawl(one, broker=redis_url).cancel()
+            assert Crawl(one, broker=redis_url).wait(timeout=90)["status"] == "cancelled"
     assert summary["status"] == "finished" and summary["counters"]["done"] >= 6
 
 
@@ -354,6 +356,8 @@ def test_a_malformed_crawl_breaks_no_command_and_forget_removes_it(redis_url, cl
         result = run(command, "bad-1", "--broker", redis_url)
         assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result
         assert "crawler forget bad-1" in result.stderr
+    listed = json.loads(run("list", "--json", "--broker", redis_url).stdout)
+    assert [c["unreadable"] for c in listed][0].startswith("crawl bad-1 cannot be read")
     result = run("forget", "bad-1", "--broker", redis_url)
     assert result.returncode == 0, result.stderr
     assert not [k for k in client.scan_iter("crawler:*") if b"bad-1" in k]

@@ -356,6 +356,8 @@ def same_seeds_running(r: RedisHandle, seeds: Iterable[str]) -> list[str]:
             opts = CrawlStore.read_options(r, crawl_id)
         except ConfigError:
             continue
-        if opts is not None and set(opts.seeds) == wanted:
-            out.append(crawl_id)
+        status = r.client.hget(r.keys.crawl(crawl_id).state, "status") or b""
+        final = status.decode() in (Status.FINISHED.value, Status.CANCELLED.value)
+        if opts is not None and set(opts.seeds) == wanted and not final:
+            out.append(crawl_id)  # (a finished one leaves the running set just after)
     return sorted(out)

@@ -71,13 +71,17 @@ def fp_rate(bloom: dict[str, float]) -> str:
 @click.command("list")
 @broker_option
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
-def list_cmd(broker: str | None, limit: int) -> None:
+@click.option("--json", "as_json", is_flag=True, help="One JSON array (unreadable ones too).")
+def list_cmd(broker: str | None, limit: int, as_json: bool) -> None:
     """Crawls known to the broker, newest first."""
     from ..state.keys import Keys
     from .crawl import list_crawls
 
     settings, client = connect(broker)
     crawls = list_crawls(client, Keys(settings.key_prefix), limit)
+    if as_json:
+        click.echo(json.dumps(crawls))
+        return
     if not crawls:
         click.echo("no crawls", err=True)
         return
