@@ -88,3 +88,18 @@ def test_a_render_worker_without_its_browser_refuses_to_start(redis_url, path, s
     assert done.returncode == 2, (done.stdout, done.stderr)
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and f"CRAWLER_CHROMIUM_PATH={path}: {says}" in lines[0], lines
+
+
+def test_a_browser_that_cannot_start_names_its_cause() -> None:
+    """Not a bare internal_error: render_failed, with Playwright's first line as the cause."""
+    from crawler_tasks.errors import RenderFailed
+    from crawler_tasks.settings import load
+    from crawler_tasks.worker.browser import BrowserPool, RenderJob
+
+    pool = BrowserPool(load(env={}, chromium_path="/nonexistent/chromium-browser"))
+    job = RenderJob("http://127.0.0.1:9/", 200, {}, b"<html></html>", lambda *a: None, 10, 1)  # type: ignore[arg-type, return-value]
+    try:
+        with pytest.raises(RenderFailed, match="cannot start: .*executable doesn.t exist at"):
+            pool.render(job)
+    finally:
+        pool.close()

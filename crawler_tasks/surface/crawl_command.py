@@ -358,9 +358,9 @@ def _run(
     if first is not None:
         summary["first_extract_error"] = f"{first['url']}: {first['extract_error']}"
     first = next((f for f in dead if f.get("error")), None)
-    if first is not None and not summary.get("counters", {}).get("fetched"):
-        why = first.get("detail") or first["error"]
-        summary["nothing_fetched"] = f"{first['url']}: {first['error']}: {why}"
+    if first is not None:  # its cause, not only a count by reason (a browser that won't start)
+        why = f": {first['detail']}" if first.get("detail") else ""
+        summary["first_failure"] = f"{first['url']}: {first['error']}{why}"
     return summary, interrupted
 
 

@@ -30,8 +30,10 @@ def summary_text(s: dict[str, Any]) -> str:
     if s.get("error"):
         lines.insert(1, f"  error: {s['error']}")
     elif failed(s):
-        why = s.get("nothing_fetched") or f"robots.txt: {s.get('robots_unreachable_why')}"
+        why = s.get("first_failure") or f"robots.txt: {s.get('robots_unreachable_why')}"
         lines.insert(1, f"  nothing fetched: {why}")
+    elif s.get("first_failure"):
+        lines.append(f"  first failure: {s['first_failure']}")
     if s.get("failures"):
         lines.append(f"  failures: {s['failures']}")
     if s.get(TLS_NOTE):
