@@ -87,6 +87,12 @@ class BloomShape:
     def bits(self) -> int:
         return self.shard_bits * self.shards
 
+    @property
+    def upfront_bytes(self) -> int:
+        """Redis bytes the first admit may allocate: every shard of a filter of up to
+        ``FEW_SHARDS``, that many 64-KiB shards of a bigger one (the rest come with URLs)."""
+        return min(self.shards, FEW_SHARDS) * self.shard_bits // 8
+
     def positions(self, url: str) -> list[int]:
         """``[shard, offset_1 .. offset_k]`` for one URL (the layout the Lua scripts read)."""
         h = mmh3.hash128(url.encode("utf-8", "surrogatepass"), signed=False)

@@ -124,7 +124,7 @@ def launch(
     client = client or connection.connect(settings.state_url)
     connection.check_broker(settings.broker_url, client)
     r = RedisHandle.connect(client, settings.key_prefix)
-    if no_room_for(client, opts.bloom.bits // 8):
+    if no_room_for(client, opts.bloom.upfront_bytes):
         raise RedisFull(_full_message(client, opts))
     try:
         store = stores.start(r, opts, more_seeds=more_seeds)
@@ -146,7 +146,7 @@ def _full_message(client: redis.Redis, opts: CrawlOptions) -> str:
     info, bloom = client.info("memory"), opts.bloom
     mb = 1024 * 1024
     bounded = bool(opts.max_pages)
-    why = f"its dedupe filter takes {bloom.bits / 8 / mb:.1f} MB up front" + (
+    why = f"its dedupe filter takes {bloom.upfront_bytes / mb:.1f} MB up front" + (
         "" if bounded else f" (no max_pages: sized for {bloom.capacity:,} URLs)"
     )
     return (
