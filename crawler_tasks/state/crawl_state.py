@@ -24,6 +24,8 @@ class Note(Word):
     OUTPUT_GIVEN_UP = "output_given_up"
     #: Where the finisher wrote summary.json (on that worker's host).
     SUMMARY_PATH = "summary_path"
+    #: The host of that worker (the command asking where the files are may run elsewhere).
+    SUMMARY_HOST = "summary_host"
     #: The crawl's on_finished task was sent (once).
     ON_FINISHED_SENT = "on_finished_sent"
     #: A recrawl's vanished URLs were counted (once).
@@ -54,6 +56,7 @@ class CrawlState:
     robots_unreachable_why: str | None = None
     output_given_up: str | None = None
     summary_path: str | None = None
+    summary_host: str | None = None
     on_finished_sent: bool = False
     gone_counted: bool = False
 
@@ -76,6 +79,7 @@ class CrawlState:
             robots_unreachable_why=text["robots_unreachable_why"],
             output_given_up=text["output_given_up"],
             summary_path=text["summary_path"],
+            summary_host=text["summary_host"],
             on_finished_sent=bool(text["on_finished_sent"]),
             gone_counted=bool(text["gone_counted"]),
         )

@@ -125,20 +125,21 @@ class Frontier:
         if hashes is None:
             hashes = [url_hash(url) for _, _, url in batch]
         max_pages, cap = self._limits(sum(1 for d, _, _ in batch if d), force)
+        packed, shards = self.shape.pack(hashes)
         call = calls.AdmitCall(
             max_pages=max_pages,
             k=self.shape.k,
             queue_prefix=pk.queue_prefix,
             dfs=self.opts.order == "dfs",
-            shards=self.shape.shards,
+            shards=len(shards),
             force=force,
             shard_bits=self.shape.shard_bits,
-            packed_hashes=self.shape.pack(hashes),
+            packed_hashes=packed,
             known=skipped + extra,
             cap=cap,
         )
         keys = [pk.flow, pk.stats, pk.ready]
-        keys += [pk.bloom(i) for i in range(self.shape.shards)]
+        keys += [pk.bloom(s) for s in shards]  # only the shards these URLs touch
         args = call.args([(domain, value) for domain, value, _ in batch])
         result: list[int] = self.scripts.admit(keys=keys, args=args, client=self.admit_client)
         if cap > int(result[0]):  # give back the room duplicates did not take

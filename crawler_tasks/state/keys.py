@@ -37,7 +37,7 @@ that this table does not describe, or whose type differs::
     P:{C}:state              hash   status, started_at, finished_at, paused, cancelled,
                                     final_status, error, output_problem,
                                     output_blocked_until, reserved, tls_error_why,
-                                    robots_unreachable_why, output_given_up, summary_path,
+                                    robots_unreachable_why, output_given_up, summary_path, summary_host,
                                     gone_counted, on_finished_sent (read as one CrawlState:
                                     state/crawl_state.py)
     P:{C}:stats              hash   crawl-wide counters (sitemap files, recrawl changes); the

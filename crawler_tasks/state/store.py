@@ -37,7 +37,7 @@ from ..errors import ConfigError, InvalidSeed, InvalidURL
 from ..settings import Settings
 from ..web.netguard import is_public_address
 from ..web.urls import host_of, normalize
-from . import connection, events
+from . import connection, events, workers
 from .admission import Admission
 from .bloom import BloomFilter, KnownURLs
 from .bodies import BodyStash
@@ -144,8 +144,20 @@ class CrawlStore:
 
     @staticmethod
     def read_options(r: RedisHandle, crawl_id: str) -> CrawlOptions | None:
+        """The crawl's options; None if it expired. ConfigError, one line naming the crawl
+        and ``crawler forget``, for options this version cannot take (an older version's, a
+        number past its ceiling, bad JSON): every command reading crawls goes through here."""
         raw = r.client.get(r.keys.crawl(crawl_id).config)
-        return None if raw is None else CrawlOptions.from_json(raw)
+        if raw is None:
+            return None
+        try:
+            return CrawlOptions.from_json(raw)
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            why = " ".join(str(exc).split())[:200]
+            raise ConfigError(
+                f"crawl {crawl_id} cannot be read ({type(exc).__name__}: {why}); "
+                f"`crawler forget {crawl_id}` removes it"
+            ) from None
 
     @classmethod
     def create(
@@ -199,9 +211,41 @@ def exists(r: RedisHandle, crawl_id: str) -> bool:
     return bool(r.client.exists(r.keys.crawl(crawl_id).config))
 
 
-def recent(r: RedisHandle, limit: int) -> list[str]:
-    """Ids of the ``limit`` newest crawls (expired ones included until their listing goes)."""
-    return [i.decode() for i in r.client.zrevrange(r.keys.crawls, 0, limit - 1)]
+def recent(r: RedisHandle, limit: int, skipped: list[str] | None = None) -> list[str]:
+    """Ids of the ``limit`` newest crawls (expired ones included until their listing goes),
+    without those whose options cannot be read: one such crawl must not break the listing,
+    the dashboard or the exporter. Their one-line reasons go to ``skipped``."""
+    out = []
+    for crawl_id in (i.decode() for i in r.client.zrevrange(r.keys.crawls, 0, limit - 1)):
+        try:
+            CrawlStore.read_options(r, crawl_id)
+        except ConfigError as exc:
+            if skipped is not None:
+                skipped.append(str(exc))
+            continue
+        out.append(crawl_id)
+    return out
+
+
+def listing(r: RedisHandle, limit: int) -> list[dict[str, Any]]:
+    """``crawler list``: each of the newest crawls' progress, seeds and start; a crawl that
+    cannot be read is ``{"crawl_id", "unreadable": why}``, never a failed listing."""
+    out: list[dict[str, Any]] = []
+    skipped: list[str] = []
+    for crawl_id in recent(r, limit, skipped):
+        try:
+            opts = CrawlStore.read_options(r, crawl_id)
+            if opts is None:
+                continue  # expired
+            p = CrawlStore(r, opts).stats.progress()
+        except (redis.ConnectionError, redis.TimeoutError):
+            raise
+        except Exception as exc:  # one bad crawl (a bug) is not all
+            why = " ".join(f"{type(exc).__name__}: {exc}".split())[:200]
+            out.append({"crawl_id": crawl_id, "unreadable": f"crawl {crawl_id}: {why}"})
+            continue
+        out.append({**p, "seeds": list(opts.seeds), "started_at": opts.started_at})
+    return out + [{"crawl_id": "", "unreadable": why} for why in skipped]
 
 
 def running(r: RedisHandle) -> list[str]:
@@ -280,3 +324,52 @@ def start(
         started_at=time.time(),
     )
     return CrawlStore.create(r, opts, process, more_seeds)
+
+
+def forget(r: RedisHandle, crawl_id: str, force: bool = False, dead_after: float = 10.0) -> int:
+    """Delete every key of a crawl (the patterns of keys.py) and its listings; returns how many
+    keys went. Refused (ConfigError) for a crawl still running, paused or finishing while a
+    worker lives (``dead_after`` s since its heartbeat) to serve it, unless ``force``: its
+    workers would write again. A crawl stranded (no worker alive) or unreadable (no worker
+    can serve it) is forgotten as it is, which is what this is for."""
+    ck = r.keys.crawl(crawl_id)
+    raw = r.client.hget(ck.state, "status")
+    status = raw.decode() if raw else Status.UNKNOWN.value
+    try:
+        opts = CrawlStore.read_options(r, crawl_id)
+    except ConfigError:
+        opts = None
+    else:
+        live = status in (Status.RUNNING.value, Status.PAUSED.value, Status.FINISHING.value)
+        if live and not force and workers.alive(r.client, r.keys, dead_after):
+            raise ConfigError(
+                f"crawl {crawl_id} is {status} and workers serve it: cancel it first, or "
+                "forget it with --force (its workers may still write)"
+            )
+    gone = 0
+    for pattern in ck.patterns:
+        batch = list(r.client.scan_iter(match=pattern, count=1000))
+        for i in range(0, len(batch), 500):
+            gone += int(r.client.unlink(*batch[i : i + 500]) or 0)
+    pipe = r.client.pipeline(transaction=False)
+    pipe.zrem(r.keys.crawls, crawl_id)
+    pipe.srem(r.keys.running, crawl_id)
+    if opts is not None and opts.schedule:
+        pipe.zrem(r.keys.schedule_runs(opts.schedule), crawl_id)
+    pipe.execute()
+    return gone
+
+
+def same_seeds_running(r: RedisHandle, seeds: Iterable[str]) -> list[str]:
+    """Running crawls (readable ones) whose seeds are exactly ``seeds``."""
+    wanted, out = set(seeds), []
+    for crawl_id in running(r):
+        try:
+            opts = CrawlStore.read_options(r, crawl_id)
+        except ConfigError:
+            continue
+        status = r.client.hget(r.keys.crawl(crawl_id).state, "status") or b""
+        final = status.decode() in (Status.FINISHED.value, Status.CANCELLED.value)
+        if opts is not None and set(opts.seeds) == wanted and not final:
+            out.append(crawl_id)  # (a finished one leaves the running set just after)
+    return sorted(out)

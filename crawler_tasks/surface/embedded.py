@@ -132,6 +132,11 @@ def worker_command(
 ) -> list[str]:
     return [
         sys.executable,
+        # Celery warns a worker run as root (a container's default user) on every start; these
+        # workers take JSON only (the pickle case it refuses outright still fails), and the
+        # warning buried `make example`'s output. Workers an operator starts still warn.
+        "-W",
+        "ignore:You're running the worker with superuser privileges",
         "-m",
         "celery",
         "-A",

@@ -60,7 +60,8 @@ class CrawlCollector(Collector):
         return not ended or time.time() - ended <= self.settings.metrics_finished_seconds
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
-        ids = stores.recent(self.r, MAX_CRAWLS)
+        skipped: list[str] = []  # unreadable options (store.recent): counted with the rest
+        ids = stores.recent(self.r, MAX_CRAWLS, skipped)
         counters = {
             n: CounterMetricFamily(f"crawler_{n}", text, labels=["crawl"])
             for n, text in _COUNTERS.items()
@@ -83,7 +84,9 @@ class CrawlCollector(Collector):
             "1 while the crawl's output cannot be written (disk full...): releases pause",
             labels=["crawl"],
         )
-        unreadable = 0
+        for why in skipped:
+            log.warning("crawler metrics: skipped: %s", why)
+        unreadable = len(skipped)
         for crawl_id in ids:
             try:
                 summary = self._figures(crawl_id)

@@ -5,19 +5,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import TLSError
 from ..state.formats import TLS_NOTE, Counter, Group
 from ..state.stats import LIVE, declared
 
 
 def failed(summary: dict[str, Any]) -> bool:
     """Stopped by an error of its setup (a hook no worker can import), or nothing fetched
-    because every TLS handshake failed (a private CA the workers were not given): a crawl
-    that must not look like a success to a script."""
+    because every URL failed (a mistyped port, a private CA the workers were not given): a
+    crawl that must not look like a success to a script."""
     if summary.get("error"):
         return True
-    fetched = summary.get("counters", {}).get("fetched", 0)
-    return not fetched and bool(summary.get("failures", {}).get(TLSError.reason))
+    c = summary.get("counters", {})
+    return not c.get("fetched", 0) and bool(c.get("failed", 0) or c.get("robots_unreachable", 0))
 
 
 def summary_text(s: dict[str, Any]) -> str:
@@ -31,13 +30,18 @@ def summary_text(s: dict[str, Any]) -> str:
     ]
     if s.get("error"):
         lines.insert(1, f"  error: {s['error']}")
+    elif failed(s):
+        why = s.get("first_failure") or f"robots.txt: {s.get('robots_unreachable_why')}"
+        lines.insert(1, f"  nothing fetched: {why}")
+    elif s.get("first_failure"):
+        lines.append(f"  first failure: {s['first_failure']}")
     if s.get("failures"):
         lines.append(f"  failures: {s['failures']}")
     if s.get(TLS_NOTE):
-        lines.append(
-            f"  TLS failed: {s[TLS_NOTE]} (a private CA? give its PEM file to every worker "
-            "and to this command: CRAWLER_CA_BUNDLE)"
+        hint = s.get("tls_hint") or (
+            "a private CA? give its PEM file to every worker and to this command: CRAWLER_CA_BUNDLE"
         )
+        lines.append(f"  TLS failed: {s[TLS_NOTE]} ({hint})")
     if s.get("first_extract_error"):
         lines.append(f"  first extract error: {s['first_extract_error']}")
     if s.get("output_dir"):

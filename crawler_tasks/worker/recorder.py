@@ -243,7 +243,9 @@ def _files_of_the_end(ctx: Context, store: CrawlStore, final: Status) -> dict[st
     except OSError as exc:
         raise OutputUnavailable(directory, describe(exc)) from exc
     faults.point("after_summary")
+    # The host too: the command asking where the files are may run elsewhere (surface/export.py).
     status.note(Note.SUMMARY_PATH, path)
+    status.note(Note.SUMMARY_HOST, socket.gethostname())
     return summary
 
 

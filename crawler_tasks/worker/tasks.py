@@ -133,6 +133,21 @@ def _refuse_bad_settings(**_: Any) -> None:
         raise SystemExit(2)  # not an Exception: Celery's signal dispatch lets it through
 
 
+@worker_init.connect
+def _refuse_without_browser(sender: Any = None, **_: Any) -> None:
+    """A worker that takes render tasks (all queues, or crawl.render) and cannot run its
+    browser stops with one line (worker/browser.py)."""
+    from .browser import browser_problem
+
+    consumed = getattr(getattr(sender, "app", app).amqp.queues, "consume_from", None)
+    if consumed and RENDER_QUEUE not in consumed:
+        return
+    error = browser_problem(settings())
+    if error:
+        sys.stderr.write(f"error: render worker: {error}\n")
+        raise SystemExit(2)
+
+
 app.conf.crawler_runtime = Runtime(
     lambda: Context(settings(), CeleryPublisher(), enqueue_callback, send_items)
 )
