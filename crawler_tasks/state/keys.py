@@ -33,6 +33,7 @@ that this table does not describe, or whose type differs::
     P:robots:ORIGIN          string robots.txt cache, shared by crawls
     P:sched:S:validators     hash   url -> zlib(JSON) validators of the last runs of schedule S
     P:sched:S:runs           zset   crawl ids of schedule S by start time
+    P:sched:S:captures       hash   H(url, 8 bytes) -> last full WARC capture (web/captures.py)
     P:{C}:config             string crawl options, JSON (immutable after start)
     P:{C}:state              hash   status, started_at, finished_at, paused, cancelled,
                                     final_status, summary_path, gone_counted,
@@ -119,6 +120,9 @@ class Keys:
 
     def schedule_runs(self, name: str) -> str:
         return f"{self.prefix}:sched:{name}:runs"
+
+    def schedule_captures(self, name: str) -> str:
+        return f"{self.prefix}:sched:{name}:captures"
 
 
 def partition_of(domain: str, partitions: int) -> int:

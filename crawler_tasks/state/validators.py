@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import redis
 
+from .captures import Captures
 from .keys import Keys
 
 
@@ -44,6 +45,8 @@ class Validators:
     def __init__(self, client: redis.Redis, keys: Keys, schedule: str) -> None:
         self.client = client
         self.key = keys.schedule_validators(schedule)
+        #: The last full WARC capture of each URL (revisit records), forgotten with it.
+        self.captures = Captures(client, keys, schedule)
 
     def get(self, url: str) -> Seen | None:
         raw = self.client.hget(self.key, url)
@@ -64,6 +67,7 @@ class Validators:
                 stale.append(url)
         for i in range(0, len(stale), 1000):
             self.client.hdel(self.key, *stale[i : i + 1000])
+        self.captures.forget(url.decode("utf-8", "surrogateescape") for url in stale)
         return len(stale)
 
 
@@ -80,6 +84,7 @@ class Recrawl:
     def __init__(self, validators: Validators, run: str) -> None:
         self.validators = validators
         self.run = run
+        self.captures = validators.captures
 
     def conditional_headers(self, url: str) -> dict[str, str]:
         seen = self.validators.get(url)

@@ -1,0 +1,119 @@
+"""What the recrawl tests and bench/recrawl.py share: a sitegen site that changes between two
+runs of a schedule, and the second run's WARC records resolved against the first run's with a
+replay tool's indexer (cdxj-indexer, as pywb indexes)."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sitegen import Graph, Page, SiteServer, render_html
+from warcio.archiveiterator import ArchiveIterator
+
+
+def half_with_etags(path: str) -> bool:
+    """Every other page (by a stable hash of its path) has an ETag and answers 304."""
+    return zlib.crc32(path.encode()) % 2 == 0
+
+
+def change_site(
+    graph: Graph, server: SiteServer, share: float, new: int, seed: int = 1
+) -> tuple[set[str], set[str]]:
+    """Change ``share`` of the HTML pages (their text) and add ``new`` pages, each linked from
+    a changed page; serves the new version. Returns (changed URLs, new URLs)."""
+    rng = random.Random(seed)
+    html = sorted(u for u, p in graph.pages.items() if p.is_html)
+    changed = set(rng.sample(html, max(1, round(share * len(html)))))
+    added = {f"{server.base_url}/new/p{i}" for i in range(new)}
+    for i, url in enumerate(sorted(added)):
+        graph.pages[url] = Page(url=url)
+        parent = graph.pages[sorted(changed)[i % len(changed)]]
+        parent.links.append(url)
+        if parent.hrefs:
+            parent.hrefs.append(url)
+    for url in changed:
+        page = graph.pages[url]
+        page.body = render_html(page).replace(b"</body>", b"<p>changed</p></body>")
+    server.graph = graph
+    return changed, added
+
+
+@dataclass
+class Record:
+    type: str
+    uri: str
+    headers: dict[str, str]
+    length: int
+    #: A warcinfo record's fields ('' for other records).
+    info: str = ""
+
+
+def warc_records(directory: Path) -> Iterator[tuple[Path, list[Record]]]:
+    """Each WARC file of a crawl's directory and its records, in file order."""
+    for path in sorted(directory.glob("crawl-*.warc.gz")):
+        with open(path, "rb") as f:
+            records = [_record(r) for r in ArchiveIterator(f)]
+        yield path, records
+
+
+def _record(r: Any) -> Record:
+    content = r.content_stream().read()
+    return Record(
+        r.rec_type,
+        r.rec_headers.get_header("WARC-Target-URI") or "",
+        dict(r.rec_headers.headers),
+        len(content),
+        content.decode() if r.rec_type == "warcinfo" else "",
+    )
+
+
+def cdxj(directory: Path) -> list[dict[str, Any]]:
+    """cdxj-indexer's index of a crawl's WARC files: one dict per line, with its timestamp."""
+    files = [str(p) for p in sorted(directory.glob("crawl-*.warc.gz"))]
+    exe = Path(sys.executable).with_name("cdxj-indexer")
+    out = subprocess.run([str(exe), *files], capture_output=True, text=True, check=True).stdout
+    lines = []
+    for line in out.splitlines():
+        urlkey, timestamp, data = line.split(" ", 2)
+        lines.append({"urlkey": urlkey, "timestamp": timestamp, **json.loads(data)})
+    return lines
+
+
+def unresolved(first: Path, second: Path) -> list[str]:
+    """The revisit records of run ``second`` that no response of run ``first`` resolves, as
+    a replay tool looks them up: the response indexed for WARC-Refers-To-Target-URI at
+    WARC-Refers-To-Date (to the second), with the revisit's payload digest."""
+    index = {
+        (e["url"], e["timestamp"]): e["digest"]
+        for e in cdxj(first)
+        if e.get("mime") != "warc/revisit"
+    }
+    bad = []
+    for _, records in warc_records(second):
+        for r in records:
+            if r.type != "revisit":
+                continue
+            date = r.headers["WARC-Refers-To-Date"]
+            stamp = "".join(c for c in date.split(".")[0] if c.isdigit())
+            digest = index.get((r.headers["WARC-Refers-To-Target-URI"], stamp))
+            if (
+                digest is None
+                or "sha1:" + digest.removeprefix("sha1:") != r.headers["WARC-Payload-Digest"]
+            ):
+                bad.append(r.uri)
+    return bad
+
+
+def warcio_check(directory: Path) -> str:
+    """``warcio check`` of every WARC file of a crawl ('' when all pass)."""
+    files = [str(p) for p in sorted(directory.glob("crawl-*.warc.gz"))]
+    exe = Path(sys.executable).with_name("warcio")
+    result = subprocess.run([str(exe), "check", "-v", *files], capture_output=True, text=True)
+    return "" if result.returncode == 0 else result.stdout[-3000:] + result.stderr[-2000:]
