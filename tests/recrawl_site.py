@@ -9,7 +9,7 @@ import random
 import subprocess
 import sys
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,8 +23,33 @@ def half_with_etags(path: str) -> bool:
     return zlib.crc32(path.encode()) % 2 == 0
 
 
+def with_text(size: int) -> Callable[[Page], bytes]:
+    """Pages of about ``size`` more bytes of text (words drawn per URL), for WARC sizes like
+    a real site's: sitegen's own pages are only their links."""
+    words = [f"w{i:03d}{'abcdefgh'[i % 8] * (i % 7)}" for i in range(600)]
+
+    def render(page: Page) -> bytes:
+        rng = random.Random(page.url)
+        text = " ".join(rng.choice(words) for _ in range(size // 7))
+        return render_html(page).replace(b"</body>", f"<p>{text}</p></body>".encode())
+
+    return render
+
+
+def serve(graph: Graph, server: SiteServer, render: Callable[[Page], bytes]) -> None:
+    for page in graph.pages.values():
+        if page.is_html:
+            page.body = render(page)
+    server.graph = graph
+
+
 def change_site(
-    graph: Graph, server: SiteServer, share: float, new: int, seed: int = 1
+    graph: Graph,
+    server: SiteServer,
+    share: float,
+    new: int,
+    seed: int = 1,
+    render: Callable[[Page], bytes] = render_html,
 ) -> tuple[set[str], set[str]]:
     """Change ``share`` of the HTML pages (their text) and add ``new`` pages, each linked from
     a changed page; serves the new version. Returns (changed URLs, new URLs)."""
@@ -34,13 +59,14 @@ def change_site(
     added = {f"{server.base_url}/new/p{i}" for i in range(new)}
     for i, url in enumerate(sorted(added)):
         graph.pages[url] = Page(url=url)
+        graph.pages[url].body = render(graph.pages[url])
         parent = graph.pages[sorted(changed)[i % len(changed)]]
         parent.links.append(url)
         if parent.hrefs:
             parent.hrefs.append(url)
     for url in changed:
         page = graph.pages[url]
-        page.body = render_html(page).replace(b"</body>", b"<p>changed</p></body>")
+        page.body = render(page).replace(b"</body>", b"<p>changed</p></body>")
     server.graph = graph
     return changed, added
 

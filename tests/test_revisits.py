@@ -5,15 +5,24 @@ WARC file begins with a warcinfo record. Checked with warcio and a replay indexe
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
 from recrawl_site import change_site, half_with_etags, unresolved, warc_records, warcio_check
 from sitegen import running_sites
 
 from crawler_tasks import start_crawl
+from crawler_tasks.state.keys import Keys
+from crawler_tasks.state.schedules import Schedule, Schedules
+from crawler_tasks.surface.figures import crawl_figures
+from crawler_tasks.surface.metrics import CrawlCollector
 from crawler_tasks.web.captures import Capture, payload_digest, warc_date
+from crawler_tasks.worker.app import make_app
 from crawler_tasks.worker.warc import REVISIT_IDENTICAL, REVISIT_NOT_MODIFIED
 
 
@@ -46,7 +55,7 @@ def run(settings, server, schedule: str):  # type: ignore[no-untyped-def]
 
 @pytest.mark.timeout(300)
 def test_second_run_writes_revisits_that_resolve_to_the_first_runs_responses(
-    settings, celery_worker
+    settings, client, celery_worker
 ):
     with running_sites(["127.0.0.21"], 60, 5, broken_ratio=0, cross_host_ratio=0) as (
         graph,
@@ -89,3 +98,41 @@ def test_second_run_writes_revisits_that_resolve_to_the_first_runs_responses(
     assert unresolved(first_dir, second_dir) == []
     pages = {r["url"]: r for r in second.pages()}
     assert {u for u, r in pages.items() if r.get("change") == "changed"} == changed
+    _assert_freshness_figures(settings, client, second, changed, revisits, first_dir)
+
+
+def _assert_freshness_figures(settings, client, second, changed, revisits, first_dir):  # type: ignore[no-untyped-def]
+    """The run's freshness figures in status --json, Prometheus and schedule list."""
+    first_sizes = {
+        r.uri: int(r.headers["Content-Length"])
+        for _, rs in warc_records(first_dir)
+        for r in rs
+        if r.type == "response"
+    }
+    status = crawl_figures(second)
+    revisited = len(revisits) + len(changed)  # every page but the new ones was seen before
+    assert status["revisits"] == revisited
+    assert status["revisits_changed"] == len(changed)
+    assert status["revisit_records"] == len(revisits)
+    # Each revisit saved the payload of the response it points at (its HTTP head aside).
+    saved = status["revisit_bytes_saved"]
+    assert 0 < saved < sum(first_sizes[r.uri] for r in revisits)
+    registry = CollectorRegistry()
+    registry.register(CrawlCollector(client, settings))
+    text = generate_latest(registry).decode()
+    assert f'crawler_revisit_records_total{{crawl="{second.id}"}} {len(revisits)}.0' in text
+    assert f'crawler_revisit_bytes_saved_total{{crawl="{second.id}"}} {saved}.0' in text
+    Schedules(make_app(settings), client, Keys(settings.key_prefix)).add(
+        Schedule("site", ["http://127.0.0.21/"], every_hours=24, check=False)
+    )
+    listed = subprocess.run(
+        [sys.executable, "-m", "crawler_tasks.surface.cli", "schedule", "list"]
+        + ["--broker", settings.broker_url],
+        capture_output=True, text=True, timeout=60, env=dict(os.environ),
+    )  # fmt: skip
+    assert listed.returncode == 0, listed.stderr
+    share = f"{len(changed) / revisited:.1%}"
+    assert (
+        f"last run {second.id}: revisits={revisited} changed={share} "
+        f"revisit_records={len(revisits)} bytes_saved={saved}"
+    ) in listed.stdout

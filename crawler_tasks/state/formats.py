@@ -123,6 +123,25 @@ class Counter(Word):
     SUBREQUESTS = "subrequests"
     SUBREQUESTS_BLOCKED = "subrequests_blocked"
     SUBREQUESTS_REFUSED = "subrequests_refused"
+    # A schedule's runs (issue 35): pages a previous run had seen, fetched again (a 304, or a
+    # 2xx found changed or unchanged), and those of them found changed; the WARC revisit
+    # records written instead of a response, and the payload bytes they did not store again.
+    REVISITS = "revisits", Shown.LATE, "recrawl: pages a previous run had seen, fetched again"
+    REVISITS_CHANGED = (
+        "revisits_changed",
+        Shown.LATE,
+        "recrawl: revisited pages found changed",
+    )
+    REVISIT_RECORDS = (
+        "revisit_records",
+        Shown.LATE,
+        "recrawl: WARC revisit records written instead of a response",
+    )
+    REVISIT_BYTES_SAVED = (
+        "revisit_bytes_saved",
+        Shown.LATE,
+        "recrawl: payload bytes revisit records did not store again",
+    )
 
     @classmethod
     def shown_in(cls, where: Shown) -> tuple[Counter, ...]:

@@ -13,10 +13,13 @@ import hashlib
 import json
 import zlib
 from dataclasses import dataclass, field
+from typing import Any
 
 import redis
 
+from . import formats
 from .captures import Captures
+from .formats import Counter, Outcome
 from .keys import Keys
 
 
@@ -69,6 +72,34 @@ class Validators:
             self.client.hdel(self.key, *stale[i : i + 1000])
         self.captures.forget(url.decode("utf-8", "surrogateescape") for url in stale)
         return len(stale)
+
+
+#: Change kinds of a page a previous run had seen (``new`` is not a revisit, ``gone`` not a
+#: fetch).
+_REVISITED = {"changed", "unchanged", Outcome.NOT_MODIFIED.value}
+
+
+def change_counters(kind: str) -> dict[str, int]:
+    """The counters a page's change kind adds: its ``change:*`` and the revisit figures."""
+    counters = {formats.change(kind): 1}
+    if kind in _REVISITED:
+        counters[Counter.REVISITS.value] = 1
+        if kind == "changed":
+            counters[Counter.REVISITS_CHANGED.value] = 1
+    return counters
+
+
+def freshness(counters: dict[str, int]) -> dict[str, Any]:
+    """A run's freshness figures from its counters: revisits, the share of them that found a
+    change (None without revisits), revisit records and the bytes they saved."""
+    revisits = counters.get(Counter.REVISITS.value, 0)
+    changed = counters.get(Counter.REVISITS_CHANGED.value, 0)
+    return {
+        "revisits": revisits,
+        "changed_share": round(changed / revisits, 4) if revisits else None,
+        "revisit_records": counters.get(Counter.REVISIT_RECORDS.value, 0),
+        "revisit_bytes_saved": counters.get(Counter.REVISIT_BYTES_SAVED.value, 0),
+    }
 
 
 def change(previous: Seen | None, body_digest: str) -> str:

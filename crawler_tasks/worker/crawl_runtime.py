@@ -50,14 +50,23 @@ class CrawlRuntime:
         """The crawl's output files in this process."""
         return self._output()
 
-    def write_warc(self, response: Response, recrawl: Recrawl | None = None) -> str | None:
+    def write_warc(
+        self,
+        response: Response,
+        recrawl: Recrawl | None = None,
+        counters: dict[str, int] | None = None,
+    ) -> str | None:
         """The response's WARC records; the response (or revisit) record's id (None: not
-        written). In a schedule's run (``recrawl``), an unchanged page is a revisit record."""
+        written). In a schedule's run (``recrawl``), an unchanged page is a revisit record,
+        added to ``counters`` (the URL's final counters: counted once, with its record)."""
         if not self.opts.warc_non_html and response.content_type not in WARC_HTML:
             return None
         if recrawl is not None:
             headers = self.profile.recorded_headers()
-            return write_capture(self.output(), recrawl.captures, response, headers).record_id
+            written = write_capture(self.output(), recrawl.captures, response, headers)
+            if counters is not None:
+                counters.update(written.counters())
+            return written.record_id
         return self.output().warc(
             response.final_url,
             response.status,

@@ -45,6 +45,7 @@ from ..state import events, formats
 from ..state.admission import RedirectClaims
 from ..state.formats import Counter, Status
 from ..state.store import CrawlStore
+from ..state.validators import change_counters
 from ..state.workers import alive
 from . import faults
 from .context import Context
@@ -104,7 +105,7 @@ class Final:
     def note_change(self, kind: str | None) -> None:
         if kind is not None:
             self.extra["change"] = kind
-            self.counters[formats.change(kind)] = 1
+            self.counters.update(change_counters(kind))  # revisit figures: issue 35
 
     @classmethod
     def failed(cls, url: str, depth: int, exc: CrawlerError) -> Final:

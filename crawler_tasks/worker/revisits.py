@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 
 from ..state.captures import Captures
+from ..state.formats import Counter
 from ..web.captures import Capture, now_micros, payload_digest, warc_date
 from ..web.fetcher import Response
 from .output import CrawlOutput
@@ -32,6 +33,11 @@ class Written:
     profile: str | None = None
     #: Payload bytes a revisit did not store again.
     saved: int = 0
+
+    def counters(self) -> dict[str, int]:
+        if self.profile is None:
+            return {}
+        return {Counter.REVISIT_RECORDS.value: 1, Counter.REVISIT_BYTES_SAVED.value: self.saved}
 
 
 def write_capture(
