@@ -1,0 +1,53 @@
+"""How often a page changes, estimated from "changed or not" observations, and when to visit
+it next (adaptive recrawls, issue 35).
+
+The estimator is the bias-reduced one of J. Cho and H. Garcia-Molina, "Estimating frequency of
+change", ACM Transactions on Internet Technology 3(3), 2003, section 4 (regular accesses): a
+page visited ``n`` times at a regular interval ``I``, a change detected on ``X`` of them, changes
+as a Poisson process of rate lambda; then
+
+    r = -log((n - X + 0.5) / (n + 0.5)),   lambda = r / I
+
+The naive X / (n I) underestimates lambda, as a visit sees at most one change however many
+happened since the last one; the +0.5 terms keep the estimate finite when every visit found a
+change (X = n) and make it nearly unbiased. Recrawls are not exactly regular (a run takes time,
+a run may skip a page that is not due), so ``I`` is the mean interval between the visits.
+
+The next interval is the time by which the page has changed with probability ``p``
+(1 - exp(-lambda t) = p, so t = -log(1 - p) / lambda; p = 0.5: the median time to the next
+change), kept within the schedule's ``[min_interval, max_interval]``: a page never seen to change
+drifts to ``max_interval``, one that changes every visit to ``min_interval``.
+"""
+
+from __future__ import annotations
+
+import math
+
+
+def change_rate(visits: int, changes: int, interval: float) -> float:
+    """Changes per second of a page ``visits`` times observed (each observation a visit after
+    the first) ``interval`` seconds apart on average, a change found on ``changes`` of them."""
+    if visits <= 0 or interval <= 0:
+        raise ValueError("change_rate needs at least one observation over a positive interval")
+    if not 0 <= changes <= visits:
+        raise ValueError(f"changes ({changes}) must be between 0 and visits ({visits})")
+    r = -math.log((visits - changes + 0.5) / (visits + 0.5))
+    return r / interval
+
+
+def next_interval(
+    visits: int,
+    changes: int,
+    interval: float,
+    min_interval: float,
+    max_interval: float,
+    p: float = 0.5,
+) -> float:
+    """Seconds until a page should be visited again (see the module's docstring); before any
+    observation, ``min_interval`` (nothing is known: visit at the schedule's pace)."""
+    if visits <= 0 or interval <= 0:
+        return min_interval
+    rate = change_rate(visits, changes, interval)
+    if rate == 0:
+        return max_interval
+    return min(max_interval, max(min_interval, -math.log(1.0 - p) / rate))
