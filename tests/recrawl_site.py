@@ -5,6 +5,7 @@ replay tool's indexer (cdxj-indexer, as pywb indexes)."""
 from __future__ import annotations
 
 import json
+import math
 import random
 import subprocess
 import sys
@@ -50,12 +51,14 @@ def change_site(
     new: int,
     seed: int = 1,
     render: Callable[[Page], bytes] = render_html,
+    pages: set[str] | None = None,
 ) -> tuple[set[str], set[str]]:
     """Change ``share`` of the HTML pages (their text) and add ``new`` pages, each linked from
-    a changed page; serves the new version. Returns (changed URLs, new URLs)."""
+    a changed page (``pages``: those pages changed instead); serves the new version. Returns
+    (changed URLs, new URLs)."""
     rng = random.Random(seed)
     html = sorted(u for u, p in graph.pages.items() if p.is_html)
-    changed = set(rng.sample(html, max(1, round(share * len(html)))))
+    changed = pages or set(rng.sample(html, max(1, round(share * len(html)))))
     added = {f"{server.base_url}/new/p{i}" for i in range(new)}
     for i, url in enumerate(sorted(added)):
         graph.pages[url] = Page(url=url)
@@ -143,3 +146,29 @@ def warcio_check(directory: Path) -> str:
     exe = Path(sys.executable).with_name("warcio")
     result = subprocess.run([str(exe), "check", "-v", *files], capture_output=True, text=True)
     return "" if result.returncode == 0 else result.stdout[-3000:] + result.stderr[-2000:]
+
+
+def run_at(settings: Any, client: Any, server: SiteServer, at: float, **options: Any) -> Any:
+    """A finished run of schedule ``options["schedule"]`` whose time (what its visits count as
+    and due-ness is measured against) is ``at``: a simulated clock, through the real code."""
+    from crawler_tasks.state import store as stores
+    from crawler_tasks.state.store import RedisHandle
+    from crawler_tasks.surface.crawl import Crawl, plan
+
+    host = server.netloc.split(":")[0]
+    opts = plan(
+        [server.base_url + "/"],
+        settings,
+        output=settings.output_dir,
+        allow_private_networks=True,
+        allowed_domains=[host],
+        rates={host: math.inf},
+        rate=math.inf,
+        concurrency=8,
+        **options,
+    )
+    store = stores.start(RedisHandle.connect(client, settings.key_prefix), opts, at=at)
+    crawl = Crawl(store.id, settings=settings, client=client, store=store)
+    summary = crawl.wait(timeout=120)
+    assert summary["status"] == "finished", summary
+    return crawl

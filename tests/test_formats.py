@@ -242,7 +242,7 @@ def test_progress_and_metrics_lists_come_from_counter() -> None:
     assert [c.value for c in _LATE] == [
         "done", "fetched", "parsed", "failed", "robots_disallowed", "cancelled", "bytes",
         "items", "extract_errors", "rendered",
-        "revisits", "revisits_changed", "revisit_records", "revisit_bytes_saved",
+        "revisits", "revisits_changed", "not_due", "revisit_records", "revisit_bytes_saved",
     ]  # fmt: skip
     assert set(_COUNTERS) == {c.value for c in formats.Counter if c.help} - {"queued"}
     assert _GAUGES["queued"] == formats.Counter.QUEUED.help

@@ -120,6 +120,7 @@ SAMPLES: dict[str, Any] = {
     "allowed_domains": ["a.example"],
     "render": "auto",
     "render_hosts": {"a.example": "always"},
+    "max_interval": 7200.0,  # not below min_interval's default
 }
 
 

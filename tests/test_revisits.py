@@ -133,6 +133,6 @@ def _assert_freshness_figures(settings, client, second, changed, revisits, first
     assert listed.returncode == 0, listed.stderr
     share = f"{len(changed) / revisited:.1%}"
     assert (
-        f"last run {second.id}: revisits={revisited} changed={share} "
+        f"last run {second.id}: revisits={revisited} changed={share} not_due=0 "
         f"revisit_records={len(revisits)} bytes_saved={saved}"
     ) in listed.stdout

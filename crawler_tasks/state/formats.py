@@ -132,6 +132,11 @@ class Counter(Word):
         Shown.LATE,
         "recrawl: revisited pages found changed",
     )
+    NOT_DUE = (
+        "not_due",
+        Shown.LATE,
+        "recrawl: pages not fetched as not due (adaptive schedules)",
+    )
     REVISIT_RECORDS = (
         "revisit_records",
         Shown.LATE,

@@ -17,6 +17,7 @@ from typing import Any
 
 import redis
 
+from ..web.change_rate import Visits
 from . import formats
 from .captures import Captures
 from .formats import Counter, Outcome
@@ -30,6 +31,13 @@ class Seen:
     digest: str | None = None
     links: list[str] = field(default_factory=list)
     run: str = ""
+    #: The URL's visits as the change-rate estimator needs them: web/change_rate.Visits's
+    #: fields in order ([] before the first), recorded by every run, adaptive or not.
+    visits: list[float] = field(default_factory=list)
+
+    def observed(self, now: float, changed: bool) -> list[float]:
+        v = Visits(*self.visits).observed(now, changed)  # type: ignore[arg-type]
+        return [v.visits, v.changes, v.first, v.last, v.before_last]
 
     def headers(self) -> dict[str, str]:
         h = {}
@@ -91,12 +99,13 @@ def change_counters(kind: str) -> dict[str, int]:
 
 def freshness(counters: dict[str, int]) -> dict[str, Any]:
     """A run's freshness figures from its counters: revisits, the share of them that found a
-    change (None without revisits), revisit records and the bytes they saved."""
+    change (None without revisits), pages not due, revisit records and the bytes they saved."""
     revisits = counters.get(Counter.REVISITS.value, 0)
     changed = counters.get(Counter.REVISITS_CHANGED.value, 0)
     return {
         "revisits": revisits,
         "changed_share": round(changed / revisits, 4) if revisits else None,
+        "not_due": counters.get(Counter.NOT_DUE.value, 0),
         "revisit_records": counters.get(Counter.REVISIT_RECORDS.value, 0),
         "revisit_bytes_saved": counters.get(Counter.REVISIT_BYTES_SAVED.value, 0),
     }
@@ -110,12 +119,38 @@ def change(previous: Seen | None, body_digest: str) -> str:
 
 
 class Recrawl:
-    """The validators of one run (crawl ``run``) of a schedule, as the pipeline uses them."""
+    """The validators of one run (crawl ``run``) of a schedule, as the pipeline uses them.
+    ``now``: the run's time (its start), which its visits count as and due-ness is measured
+    against; ``bounds``: an adaptive schedule's (min_interval, max_interval), None for one
+    that visits every page each run."""
 
-    def __init__(self, validators: Validators, run: str) -> None:
+    def __init__(
+        self,
+        validators: Validators,
+        run: str,
+        now: float = 0.0,
+        bounds: tuple[float, float] | None = None,
+    ) -> None:
         self.validators = validators
         self.run = run
+        self.now = now
+        self.bounds = bounds
         self.captures = validators.captures
+
+    def not_due(self, url: str) -> list[str] | None:
+        """An adaptive schedule's page seen before and not due at this run's time: its
+        previous links (it is not fetched; it counts as seen by this run); None otherwise."""
+        if self.bounds is None:
+            return None
+        seen = self.validators.get(url)
+        if seen is None:
+            return None
+        due = Visits(*seen.visits).due_at(*self.bounds)  # type: ignore[arg-type]
+        if self.now >= due:
+            return None
+        seen.run = self.run
+        self.validators.put(url, seen)
+        return seen.links
 
     def conditional_headers(self, url: str) -> dict[str, str]:
         seen = self.validators.get(url)
@@ -128,6 +163,7 @@ class Recrawl:
         if seen is None:
             return []
         seen.run = self.run
+        seen.visits = seen.observed(self.now, False)
         self.validators.put(url, seen)
         return seen.links
 
@@ -135,9 +171,11 @@ class Recrawl:
         """Store this run's validators for ``url``; returns new, changed or unchanged."""
         body_digest = digest(body)
         previous = self.validators.get(url)
+        kind = change(previous, body_digest)
         seen = Seen(headers.get("etag"), headers.get("last-modified"), body_digest, links, self.run)
+        seen.visits = (previous or seen).observed(self.now, kind == "changed")
         self.validators.put(url, seen)
-        return change(previous, body_digest)
+        return kind
 
     def gone(self) -> int:
         return self.validators.gone(self.run)

@@ -318,7 +318,7 @@ def _freshness(schedules: Any, runs: list[str], broker: str | None) -> str:
         f = freshness(counters)
         share = "-" if f["changed_share"] is None else f"{f['changed_share']:.1%}"
         return (
-            f"last run {run}: revisits={f['revisits']} changed={share} "
+            f"last run {run}: revisits={f['revisits']} changed={share} not_due={f['not_due']} "
             f"revisit_records={f['revisit_records']} bytes_saved={f['revisit_bytes_saved']}"
         )
     return ""

@@ -16,12 +16,23 @@ a run may skip a page that is not due), so ``I`` is the mean interval between th
 The next interval is the time by which the page has changed with probability ``p``
 (1 - exp(-lambda t) = p, so t = -log(1 - p) / lambda; p = 0.5: the median time to the next
 change), kept within the schedule's ``[min_interval, max_interval]``: a page never seen to change
-drifts to ``max_interval``, one that changes every visit to ``min_interval``.
+drifts to ``max_interval``, one that changes every visit to ``min_interval``. An estimate from
+few observations is noisy (no change seen in one visit gives lambda = 0), so an interval grows
+by at most ``GROWTH`` times the last one, as Nutch's and StormCrawler's adaptive schedules
+grow theirs step by step; it shrinks at once.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+
+#: At most this many times the last interval between two visits (see the module's docstring).
+GROWTH = 2.0
+#: A page is due this share of its interval early: runs of a schedule start a little before
+#: or after their period (beat's tick, a queue), and a page due at 24 h must not wait for the
+#: next run because this one started at 23 h 59 min.
+SLACK = 0.1
 
 
 def change_rate(visits: int, changes: int, interval: float) -> float:
@@ -51,3 +62,37 @@ def next_interval(
     if rate == 0:
         return max_interval
     return min(max_interval, max(min_interval, -math.log(1.0 - p) / rate))
+
+
+@dataclass(frozen=True)
+class Visits:
+    """What a URL's visits tell the estimator: observations (visits after the first), those
+    that found a change, and the times (seconds) of the first and last visits and of the one
+    before the last (0: none)."""
+
+    visits: int = 0
+    changes: int = 0
+    first: float = 0.0
+    last: float = 0.0
+    before_last: float = 0.0
+
+    def observed(self, now: float, changed: bool) -> Visits:
+        """After a visit at ``now`` (a run's time) that found the page ``changed`` or not; a
+        second visit in the same run (a retry) is not a new observation."""
+        if not self.last:
+            return Visits(0, 0, now, now, 0.0)
+        if now <= self.last:
+            return self
+        return Visits(self.visits + 1, self.changes + changed, self.first, now, self.last)
+
+    def due_at(self, min_interval: float, max_interval: float) -> float:
+        """When the page is due again (0: no visit yet, due now)."""
+        if not self.last:
+            return 0.0
+        if not self.visits:
+            return self.last + min_interval
+        mean = (self.last - self.first) / self.visits
+        interval = next_interval(self.visits, self.changes, mean, min_interval, max_interval)
+        last_gap = self.last - self.before_last
+        interval = max(min_interval, min(interval, GROWTH * last_gap))
+        return self.last + interval * (1.0 - SLACK)

@@ -32,6 +32,7 @@ from ..state.store import CrawlStore
 from ..web.fetcher import Response
 from ..web.page import is_html
 from ..web.urls import origin_of
+from .adaptive import not_due
 from .context import Context
 from .parse_step import parsed
 from .recorder import Final
@@ -57,6 +58,9 @@ def decide(
     if started is Started.HOST_DEAD:  # declared dead in this crawl: no request
         down = Final.failed(url, depth, HostDown(f"{domain} is down"))
         return Decision.record(down, LeaseEnd.REFUND)
+    skipped = not_due(ctx, store, url, depth)  # an adaptive schedule's page (issue 35)
+    if skipped is not None:
+        return Decision.record(skipped, LeaseEnd.REFUND)
     events.emit(ctx.client, store.ck, "request_started", store.id, url=url)
     robots_verdict = _robots(ctx, store, url, depth, domain)
     if robots_verdict is not None:
