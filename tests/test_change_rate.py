@@ -46,10 +46,10 @@ def test_estimator_is_nearly_unbiased_where_the_naive_one_is_not() -> None:
     [
         (0, 0, 3600.0),  # nothing known yet: the schedule's pace
         (10, 0, 30 * DAY),  # never changed: the longest
-        # Changed on each of 10 daily visits: log(21) changes a day at least, ~5.5 h.
-        (10, 10, math.log(2) / (math.log(21) / DAY)),
-        (10, 1, math.log(2) / (-math.log(9.5 / 10.5) / DAY)),  # ~6.9 days
-        (10, 5, math.log(2) / (-math.log(5.5 / 10.5) / DAY)),  # ~1.07 days
+        # Changed on each of 10 daily visits: log(21) changes a day at least, ~2.8 h.
+        (10, 10, -math.log(0.7) / (math.log(21) / DAY)),
+        (10, 1, -math.log(0.7) / (-math.log(9.5 / 10.5) / DAY)),  # ~3.6 days
+        (10, 5, -math.log(0.7) / (-math.log(5.5 / 10.5) / DAY)),  # ~0.55 days
     ],
 )
 def test_next_interval_table(visits: int, changes: int, expected: float) -> None:

@@ -14,8 +14,9 @@ change (X = n) and make it nearly unbiased. Recrawls are not exactly regular (a 
 a run may skip a page that is not due), so ``I`` is the mean interval between the visits.
 
 The next interval is the time by which the page has changed with probability ``p``
-(1 - exp(-lambda t) = p, so t = -log(1 - p) / lambda; p = 0.5: the median time to the next
-change), kept within the schedule's ``[min_interval, max_interval]``: a page never seen to change
+(1 - exp(-lambda t) = p, so t = -log(1 - p) / lambda; ``P_CHANGE`` = 0.3: sooner than the
+median time to the next change, which bench/adaptive.py found to keep the collection fresher
+than fixed-period runs where p = 0.5 did not), kept within the schedule's ``[min_interval, max_interval]``: a page never seen to change
 drifts to ``max_interval``, one that changes every visit to ``min_interval``. An estimate from
 few observations is noisy (no change seen in one visit gives lambda = 0), so an interval grows
 by at most ``GROWTH`` times the last one, as Nutch's and StormCrawler's adaptive schedules
@@ -27,6 +28,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+#: The chance that a page has changed by its next visit (see the module's docstring).
+P_CHANGE = 0.3
 #: At most this many times the last interval between two visits (see the module's docstring).
 GROWTH = 2.0
 #: A page is due this share of its interval early: runs of a schedule start a little before
@@ -52,7 +55,7 @@ def next_interval(
     interval: float,
     min_interval: float,
     max_interval: float,
-    p: float = 0.5,
+    p: float = P_CHANGE,
 ) -> float:
     """Seconds until a page should be visited again (see the module's docstring); before any
     observation, ``min_interval`` (nothing is known: visit at the schedule's pace)."""
