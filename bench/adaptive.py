@@ -19,24 +19,16 @@ own log of what it served, not from the crawler's figures.
 
 from __future__ import annotations
 
-import bisect
-import random
 import tempfile
-import threading
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import _util
 import redis
-from recrawl_site import run_at
+from recrawl_site import DAY, HOUR, T0, Server, build_site, run_at
 
 from crawler_tasks.settings import load
 from crawler_tasks.surface.embedded import local_workers, private_redis
 
-HOUR = 3600.0
-DAY = 24 * HOUR
-T0 = 1_700_000_000.0
 ADDRESS = "127.0.0.32"
 #: (changes per second, share of the pages): hourly .. never.
 MIX = [
@@ -49,91 +41,12 @@ MIX = [
 ]
 
 
-@dataclass
-class SimSite:
-    """Pages' change times (seconds after T0); the simulated now; what was served."""
-
-    changes: list[list[float]]
-    now: float = T0
-    requests: int = 0
-    #: page -> version last served (a 304 serves the version the client has)
-    held: dict[int, int] = field(default_factory=dict)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def version(self, page: int, at: float) -> int:
-        return bisect.bisect_right(self.changes[page], at - T0)
-
-    def freshness(self, at: float) -> float:
-        fresh = sum(self.held.get(i) == self.version(i, at) for i in range(len(self.changes)))
-        return fresh / len(self.changes)
-
-
-def build_site(pages: int, span: float, seed: int) -> SimSite:
-    rng = random.Random(seed)
-    changes: list[list[float]] = []
-    for rate, share in MIX:
-        for _ in range(round(pages * share)):
-            times, t = [], 0.0
-            while rate:
-                t += rng.expovariate(rate)
-                if t > span:
-                    break
-                times.append(t)
-            changes.append(times)
-    return SimSite(changes)
-
-
-class Handler(BaseHTTPRequestHandler):
-    site: SimSite
-
-    def do_GET(self) -> None:  # noqa: N802 - stdlib name
-        site = self.site
-        if self.path == "/":
-            links = "".join(f'<a href="/p{i}">p{i}</a>' for i in range(len(site.changes)))
-            return self._send(200, f"<html><body>{links}</body></html>".encode(), '"root"')
-        if not self.path.startswith("/p") or not self.path[2:].isdigit():
-            return self._send(404, b"", None)
-        page = int(self.path[2:])
-        with site.lock:
-            version = site.version(page, site.now)
-            site.requests += 1
-            site.held[page] = version
-        etag = f'"{page}-{version}"'
-        if self.headers.get("If-None-Match") == etag:
-            return self._send(304, b"", etag)
-        body = f"<html><title>p{page}</title><body>p{page} version {version}</body></html>"
-        self._send(200, body.encode(), etag)
-
-    def _send(self, status: int, body: bytes, etag: str | None) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", "text/html")
-        self.send_header("Content-Length", str(len(body)))
-        if etag:
-            self.send_header("ETag", etag)
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-class Server:
-    """What run_at needs of a site server: ``netloc`` and ``base_url``."""
-
-    def __init__(self, site: SimSite) -> None:
-        handler = type("SimHandler", (Handler,), {"site": site})
-        self.httpd = ThreadingHTTPServer((ADDRESS, 0), handler)
-        self.netloc = f"{ADDRESS}:{self.httpd.server_address[1]}"
-        self.base_url = f"http://{self.netloc}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-
 def simulate(
     args: Any, settings: Any, client: Any, name: str, period: float, options: dict
 ) -> dict[str, Any]:
     span = args.days * DAY
-    site = build_site(args.pages, span, args.seed)
-    server = Server(site)
+    site = build_site(args.pages, span, args.seed, MIX, sitemap=args.sitemap)
+    server = Server(site, ADDRESS)
     runs = [T0 + k * period for k in range(int(span / period))]
     samples, run_index, not_due = [], 0, 0
     try:
@@ -161,7 +74,8 @@ def measure(args: Any) -> dict[str, Any]:
         settings = load(env={}, broker_url=url, output_dir=tmp)
         client = redis.Redis.from_url(url)
         with local_workers(url, log_dir=tmp, fetchers=1):
-            fixed = simulate(args, settings, client, "fixed", args.fixed_hours * HOUR, {})
+            maps = {"sitemaps": args.sitemap}
+            fixed = simulate(args, settings, client, "fixed", args.fixed_hours * HOUR, maps)
             adaptive = simulate(
                 args,
                 settings,
@@ -169,6 +83,7 @@ def measure(args: Any) -> dict[str, Any]:
                 "adaptive",
                 args.adaptive_hours * HOUR,
                 {
+                    **maps,
                     "adaptive": True,
                     "min_interval": args.adaptive_hours * HOUR,
                     "max_interval": args.max_days * DAY,
@@ -192,6 +107,9 @@ def main() -> int:
     ap.add_argument("--adaptive-hours", type=float, default=12)
     ap.add_argument("--max-days", type=float, default=30)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument(
+        "--sitemap", action="store_true", help="a sitemap with accurate lastmods (both modes)"
+    )
     args = ap.parse_args()
     result = measure(args)
     figures = {k: v for k, v in result.items() if k != "modes"}

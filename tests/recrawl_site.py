@@ -4,14 +4,18 @@ replay tool's indexer (cdxj-indexer, as pywb indexes)."""
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import random
 import subprocess
 import sys
+import threading
 import zlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -164,11 +168,119 @@ def run_at(settings: Any, client: Any, server: SiteServer, at: float, **options:
         allowed_domains=[host],
         rates={host: math.inf},
         rate=math.inf,
-        concurrency=8,
-        **options,
+        **{"concurrency": 8, **options},
     )
     store = stores.start(RedisHandle.connect(client, settings.key_prefix), opts, at=at)
     crawl = Crawl(store.id, settings=settings, client=client, store=store)
     summary = crawl.wait(timeout=120)
     assert summary["status"] == "finished", summary
     return crawl
+
+
+# A site under a simulated clock (bench/adaptive.py, tests/test_adaptive.py) ------------------
+
+HOUR = 3600.0
+DAY = 24 * HOUR
+T0 = 1_700_000_000.0
+
+
+@dataclass
+class SimSite:
+    """Pages' change times (seconds after T0); the simulated now; what was served."""
+
+    changes: list[list[float]]
+    now: float = T0
+    #: robots.txt names /sitemap.xml, which lists every page with its last change as lastmod
+    sitemap: bool = False
+    requests: int = 0
+    #: page -> version last served (a 304 serves the version the client has)
+    held: dict[int, int] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def version(self, page: int, at: float) -> int:
+        return bisect.bisect_right(self.changes[page], at - T0)
+
+    def sitemap_xml(self, base: str) -> str:
+        entries = []
+        for i, times in enumerate(self.changes):
+            done = times[: self.version(i, self.now)]
+            when = T0 + (done[-1] if done else -DAY)  # never changed: a day before it all
+            stamp = datetime.fromtimestamp(when, timezone.utc).isoformat()
+            entries.append(f"<url><loc>{base}/p{i}</loc><lastmod>{stamp}</lastmod></url>")
+        ns = "http://www.sitemaps.org/schemas/sitemap/0.9"
+        return f'<?xml version="1.0"?><urlset xmlns="{ns}">{"".join(entries)}</urlset>'
+
+    def freshness(self, at: float) -> float:
+        fresh = sum(self.held.get(i) == self.version(i, at) for i in range(len(self.changes)))
+        return fresh / len(self.changes)
+
+
+def build_site(
+    pages: int, span: float, seed: int, mix: list[tuple[float, float]], sitemap: bool = False
+) -> SimSite:
+    """``pages`` pages, each changing as a Poisson process at one of the rates of ``mix``
+    ((changes per second, share of the pages)) over ``span`` seconds after T0."""
+    rng = random.Random(seed)
+    changes: list[list[float]] = []
+    for rate, share in mix:
+        for _ in range(round(pages * share)):
+            times, t = [], 0.0
+            while rate:
+                t += rng.expovariate(rate)
+                if t > span:
+                    break
+                times.append(t)
+            changes.append(times)
+    return SimSite(changes, sitemap=sitemap)
+
+
+class Handler(BaseHTTPRequestHandler):
+    site: SimSite
+
+    def do_GET(self) -> None:  # noqa: N802 - stdlib name
+        site = self.site
+        if self.path == "/robots.txt" and site.sitemap:
+            return self._send(200, f"Sitemap: {self._base()}/sitemap.xml\n".encode(), None)
+        if self.path == "/sitemap.xml" and site.sitemap:
+            return self._send(200, site.sitemap_xml(self._base()).encode(), None)
+        if self.path == "/":
+            links = "".join(f'<a href="/p{i}">p{i}</a>' for i in range(len(site.changes)))
+            return self._send(200, f"<html><body>{links}</body></html>".encode(), '"root"')
+        if not self.path.startswith("/p") or not self.path[2:].isdigit():
+            return self._send(404, b"", None)
+        page = int(self.path[2:])
+        with site.lock:
+            version = site.version(page, site.now)
+            site.requests += 1
+            site.held[page] = version
+        etag = f'"{page}-{version}"'
+        if self.headers.get("If-None-Match") == etag:
+            return self._send(304, b"", etag)
+        body = f"<html><title>p{page}</title><body>p{page} version {version}</body></html>"
+        self._send(200, body.encode(), etag)
+
+    def _base(self) -> str:
+        return "http://" + self.headers.get("Host", "")
+
+    def _send(self, status: int, body: bytes, etag: str | None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        if etag:
+            self.send_header("ETag", etag)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+class Server:
+    """What run_at needs of a site server: ``netloc`` and ``base_url``."""
+
+    def __init__(self, site: SimSite, address: str) -> None:
+        handler = type("SimHandler", (Handler,), {"site": site})
+        self.httpd = ThreadingHTTPServer((address, 0), handler)
+        self.netloc = f"{address}:{self.httpd.server_address[1]}"
+        self.base_url = f"http://{self.netloc}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()

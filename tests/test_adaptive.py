@@ -6,14 +6,15 @@ times (the run's time is what due-ness is measured against), through the real wo
 from __future__ import annotations
 
 import pytest
-from recrawl_site import change_site, half_with_etags, run_at
+from recrawl_site import HOUR, T0, Server, SimSite, change_site, half_with_etags, run_at
 from sitegen import running_sites
 
 from crawler_tasks.errors import ConfigError
+from crawler_tasks.state.keys import Keys
 from crawler_tasks.state.options import CrawlOptions
-
-HOUR = 3600.0
-T0 = 1_700_000_000.0
+from crawler_tasks.state.validators import Validators
+from crawler_tasks.web.change_rate import lastmod_agrees, lastmod_trusted
+from crawler_tasks.web.sitemaps import w3c_time
 
 
 def fetched(server) -> set[str]:  # type: ignore[no-untyped-def]
@@ -61,3 +62,45 @@ def test_interval_bounds_are_checked() -> None:
         CrawlOptions.from_user(None, seeds=("http://a.example/",), min_interval=0)
     with pytest.raises(ConfigError, match="max_interval"):
         CrawlOptions.from_user(None, seeds=("http://a.example/",), min_interval=10, max_interval=5)
+
+
+@pytest.mark.timeout(300)
+def test_sitemap_lastmod_decides_once_proven_accurate(settings, client, celery_worker):
+    """30 pages; 5 change between runs 1 and 2 (each of 30 visits in run 2 checks its lastmod:
+    all agree, the host is trusted from then on); 2 change after run 2. At run 3 the estimator
+    alone would fetch nothing (no interval has passed): the lastmods fetch exactly those 2."""
+    changes = [[0.5 * HOUR] for _ in range(5)] + [[1.2 * HOUR] for _ in range(2)]
+    site = SimSite(changes + [[] for _ in range(23)], sitemap=True)
+    server = Server(site, "127.0.0.25")
+    options = {
+        "schedule": "maps",
+        "adaptive": True,
+        "min_interval": HOUR,
+        "max_interval": 10 * HOUR,
+        "sitemaps": True,
+        "concurrency": 1,  # the sitemap is read before the pages are released
+    }
+    try:
+        for at in (T0, T0 + HOUR):
+            site.now = at
+            run_at(settings, client, server, at, **options)
+        accuracy = Validators(client, Keys(settings.key_prefix), "maps").lastmods
+        assert accuracy.trusted(server.base_url + "/p0")
+        site.requests, site.held = 0, {}
+        site.now = T0 + 1.5 * HOUR
+        third = run_at(settings, client, server, site.now, **options)
+    finally:
+        server.httpd.shutdown()
+    assert set(site.held) == {5, 6}
+    assert third.stats.counters()["not_due"] == 30 - 2 + 1  # the root too
+
+
+def test_lastmod_rules() -> None:
+    assert lastmod_agrees(lastmod=10.0, previous_visit=5.0, changed=True)
+    assert lastmod_agrees(lastmod=4.0, previous_visit=5.0, changed=False)
+    assert not lastmod_agrees(lastmod=4.0, previous_visit=5.0, changed=True)
+    assert not lastmod_trusted(checks=19, agreed=19)
+    assert lastmod_trusted(checks=20, agreed=19) and not lastmod_trusted(checks=20, agreed=18)
+    assert w3c_time("2024-05-01") == 1714521600.0
+    assert w3c_time("2024-05-01T02:00:00+02:00") == 1714521600.0 == w3c_time("2024-05-01T00:00Z")
+    assert w3c_time("2024-05") is None and w3c_time("yesterday") is None

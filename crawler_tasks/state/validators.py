@@ -22,6 +22,7 @@ from . import formats
 from .captures import Captures
 from .formats import Counter, Outcome
 from .keys import Keys
+from .lastmods import LastMods
 
 
 @dataclass
@@ -58,6 +59,8 @@ class Validators:
         self.key = keys.schedule_validators(schedule)
         #: The last full WARC capture of each URL (revisit records), forgotten with it.
         self.captures = Captures(client, keys, schedule)
+        #: Sitemap lastmods and their accuracy per host (adaptive schedules).
+        self.lastmods = LastMods(client, keys, schedule)
 
     def get(self, url: str) -> Seen | None:
         raw = self.client.hget(self.key, url)
@@ -79,6 +82,7 @@ class Validators:
         for i in range(0, len(stale), 1000):
             self.client.hdel(self.key, *stale[i : i + 1000])
         self.captures.forget(url.decode("utf-8", "surrogateescape") for url in stale)
+        self.lastmods.forget(stale)
         return len(stale)
 
 
@@ -136,6 +140,7 @@ class Recrawl:
         self.now = now
         self.bounds = bounds
         self.captures = validators.captures
+        self.lastmods = validators.lastmods
 
     def not_due(self, url: str) -> list[str] | None:
         """An adaptive schedule's page seen before and not due at this run's time: its
@@ -143,10 +148,7 @@ class Recrawl:
         if self.bounds is None:
             return None
         seen = self.validators.get(url)
-        if seen is None:
-            return None
-        due = Visits(*seen.visits).due_at(*self.bounds)  # type: ignore[arg-type]
-        if self.now >= due:
+        if seen is None or self._due(url, Visits(*seen.visits), self.bounds):  # type: ignore[arg-type]
             return None
         seen.run = self.run
         self.validators.put(url, seen)
@@ -156,6 +158,27 @@ class Recrawl:
         seen = self.validators.get(url)
         return seen.headers() if seen else {}
 
+    def _due(self, url: str, visits: Visits, bounds: tuple[float, float]) -> bool:
+        """By this run's sitemap lastmod if the host's have proven accurate (changed since the
+        last visit), else by the estimator's interval."""
+        lastmod = self.lastmods.get(url, self.run)
+        if lastmod is not None and visits.last and self.lastmods.trusted(url):
+            return lastmod > visits.last
+        return self.now >= visits.due_at(*bounds)
+
+    def note_lastmods(self, lastmods: dict[str, float]) -> None:
+        """The lastmods of a sitemap this run read (normalised URLs)."""
+        self.lastmods.note(self.run, lastmods)
+
+    def _check_lastmod(self, url: str, previous: Seen | None, changed: bool) -> None:
+        """A visit of a page an earlier run visited checks this run's lastmod of it."""
+        last = Visits(*previous.visits).last if previous and previous.visits else 0.0  # type: ignore[arg-type]
+        if not last or last >= self.now:
+            return
+        lastmod = self.lastmods.get(url, self.run)
+        if lastmod is not None:
+            self.lastmods.check(url, lastmod, last, changed)
+
     def previous_links(self, url: str) -> list[str]:
         """Outlinks the previous run found on ``url`` (a 304 page is not parsed again); the
         page counts as seen by this run."""
@@ -163,6 +186,7 @@ class Recrawl:
         if seen is None:
             return []
         seen.run = self.run
+        self._check_lastmod(url, seen, False)
         seen.visits = seen.observed(self.now, False)
         self.validators.put(url, seen)
         return seen.links
@@ -173,6 +197,7 @@ class Recrawl:
         previous = self.validators.get(url)
         kind = change(previous, body_digest)
         seen = Seen(headers.get("etag"), headers.get("last-modified"), body_digest, links, self.run)
+        self._check_lastmod(url, previous, kind == "changed")
         seen.visits = (previous or seen).observed(self.now, kind == "changed")
         self.validators.put(url, seen)
         return kind

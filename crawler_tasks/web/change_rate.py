@@ -99,3 +99,20 @@ class Visits:
         last_gap = self.last - self.before_last
         interval = max(min_interval, min(interval, GROWTH * last_gap))
         return self.last + interval * (1.0 - SLACK)
+
+
+#: A host's sitemap ``lastmod`` is trusted once this many visits checked it ...
+LASTMOD_CHECKS = 20
+#: ... and at least this share of them agreed with what the visit found.
+LASTMOD_ACCURACY = 0.95
+
+
+def lastmod_agrees(lastmod: float, previous_visit: float, changed: bool) -> bool:
+    """Whether a sitemap's lastmod told a visit's outcome: a lastmod after the previous visit
+    says the page changed since, one before it that it did not."""
+    return (lastmod > previous_visit) == changed
+
+
+def lastmod_trusted(checks: int, agreed: int) -> bool:
+    """A host's lastmods are used for due-ness once proven accurate (see the constants)."""
+    return checks >= LASTMOD_CHECKS and agreed >= LASTMOD_ACCURACY * checks

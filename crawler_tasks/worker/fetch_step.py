@@ -58,13 +58,14 @@ def decide(
     if started is Started.HOST_DEAD:  # declared dead in this crawl: no request
         down = Final.failed(url, depth, HostDown(f"{domain} is down"))
         return Decision.record(down, LeaseEnd.REFUND)
-    skipped = not_due(ctx, store, url, depth)  # an adaptive schedule's page (issue 35)
-    if skipped is not None:
-        return Decision.record(skipped, LeaseEnd.REFUND)
     events.emit(ctx.client, store.ck, "request_started", store.id, url=url)
     robots_verdict = _robots(ctx, store, url, depth, domain)
     if robots_verdict is not None:
         return Decision.record(robots_verdict)
+    # An adaptive schedule's page (issue 35), after robots.txt: its sitemaps' lastmods count.
+    skipped = not_due(ctx, store, url, depth)
+    if skipped is not None:
+        return Decision.record(skipped, LeaseEnd.REFUND)
     return _request(ctx, store, url, depth)
 
 
