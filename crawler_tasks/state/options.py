@@ -121,9 +121,7 @@ class CrawlOptions:
     #: decided by sampling: state/render_plan.py); ``render_hosts`` overrides it per host.
     render: str = "never"
     render_hosts: dict[str, str] = field(default_factory=dict)
-    #: An adaptive schedule (issue 35): a run fetches a page only when it is due, its interval
-    #: learnt from the changes its visits found (web/change_rate.py), within
-    #: [min_interval, max_interval] seconds; pages not seen before are always fetched.
+    #: Adaptive schedules (README: Recrawls): a page fetched when due, in [min, max] seconds.
     adaptive: bool = False
     min_interval: float = 3600.0
     max_interval: float = 30 * 86400.0
@@ -373,9 +371,7 @@ def _plain_proxy(url: str) -> bool:
 def _check_values(o: CrawlOptions) -> None:
     """Ranges that would make a crawl hang or misbehave later, refused when it is created."""
     if not 0 < o.min_interval <= o.max_interval:
-        raise ConfigError(
-            f"min_interval ({o.min_interval}) must be > 0 and <= max_interval ({o.max_interval})"
-        )
+        raise ConfigError(f"min_interval must be > 0 and <= max_interval ({o.max_interval})")
     if isinstance(o.rate, bool) or not isinstance(o.rate, (int, float)):
         raise ConfigError(f"rate must be a number, not {o.rate!r}")
     if not o.rate > 0:
