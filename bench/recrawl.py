@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import tempfile
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -35,16 +34,6 @@ from crawler_tasks.state.keys import Keys
 from crawler_tasks.surface.embedded import local_workers, private_redis
 
 ADDRESS = "127.0.0.31"
-
-
-def wait_for_workers(client: redis.Redis, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if client.exists("_kombu.binding.parse") and client.exists("_kombu.binding.crawl.low"):
-            time.sleep(1.0)
-            return
-        time.sleep(0.1)
-    raise TimeoutError("workers did not start")
 
 
 def one_run(settings: Any, client: redis.Redis, server: Any, timeout: float) -> Any:
@@ -100,7 +89,6 @@ def measure(args: Any) -> dict[str, Any]:
         settings = load(env={}, broker_url=url, output_dir=tmp)
         client = redis.Redis.from_url(url)
         with local_workers(url, log_dir=tmp, fetchers=1):
-            wait_for_workers(client)
             first = one_run(settings, client, server, args.timeout)
             changed, added = change_site(graph, server, args.change, args.new, render=render)
             second = one_run(settings, client, server, args.timeout)
