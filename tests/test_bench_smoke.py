@@ -26,6 +26,8 @@ RUNS = {
     "--timeout 60",
     "scaling.py": "--hosts 5 --pages 3 --fetchers 1 --states one --threads 8 --timeout 60",
     "render.py": "--pages 12 --mixed-hosts 2 --mixed-pages 6 --skip-scrapy --timeout 60",
+    "recrawl.py": "--pages 20 --new 1 --page-bytes 2000 --timeout 60",
+    "adaptive.py": "--pages 20 --days 2",
 }
 #: More runs of a script, for a mode with a code path of its own: name -> (script, arguments).
 VARIANTS = {

@@ -278,6 +278,7 @@ def test_progress_and_metrics_lists_come_from_counter() -> None:
     assert [c.value for c in _LATE] == [
         "done", "fetched", "parsed", "failed", "bytes", "robots_disallowed",
         "robots_unreachable", "cancelled", "rendered", "items", "extract_errors",
+        "revisits", "revisits_changed", "not_due", "revisit_records", "revisit_bytes_saved",
     ]  # fmt: skip
     assert set(_COUNTERS) == {c.value for c in formats.Counter} - {"queued"}
     assert _GAUGES["queued"] == formats.Counter.QUEUED.help

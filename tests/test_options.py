@@ -126,6 +126,8 @@ SAMPLES: dict[str, Any] = {
     "render": "auto",
     "render_hosts": {"a.example": "always"},
     "render_block": "image,script",
+    "max_interval": 7200.0,  # not below min_interval's default
+    "min_interval": 600.0,
 }
 
 

@@ -68,11 +68,12 @@ class Group(Enum):
     RENDER = "rendering"
     EXTRACTION = "extraction"
     SITEMAPS = "sitemaps"
+    RECRAWL = "recrawl"
 
 
 # Short names for the declaration below.
-F, P, N, R, E, S = (Group.FRONTIER, Group.PAGES, Group.NOT_FETCHED, Group.RENDER,
-                    Group.EXTRACTION, Group.SITEMAPS)  # fmt: skip
+F, P, N, R, E, S, RC = (Group.FRONTIER, Group.PAGES, Group.NOT_FETCHED, Group.RENDER,
+                        Group.EXTRACTION, Group.SITEMAPS, Group.RECRAWL)  # fmt: skip
 
 
 class Counter(Word):
@@ -152,6 +153,25 @@ class Counter(Word):
     )
     SITEMAP_FILES = "sitemap_files", S, Shown.NO, "sitemap files admitted (capped)"
     SITEMAPS = "sitemaps", S, Shown.NO, "sitemap files fetched and used"
+    # A schedule's runs: pages a previous run had seen, fetched again (a 304, or a 2xx found
+    # changed or unchanged), and those found changed; pages an adaptive schedule left for
+    # later; the WARC revisit records written instead of a response, and the payload bytes
+    # they did not store again.
+    REVISITS = "revisits", RC, Shown.LATE, "pages a previous run had seen, fetched again"
+    REVISITS_CHANGED = "revisits_changed", RC, Shown.LATE, "revisited pages found changed"
+    NOT_DUE = "not_due", RC, Shown.LATE, "pages not fetched as not due (adaptive schedules)"
+    REVISIT_RECORDS = (
+        "revisit_records",
+        RC,
+        Shown.LATE,
+        "WARC revisit records written instead of a response",
+    )
+    REVISIT_BYTES_SAVED = (
+        "revisit_bytes_saved",
+        RC,
+        Shown.LATE,
+        "payload bytes revisit records did not store again",
+    )
 
     @classmethod
     def shown_in(cls, where: Shown) -> tuple[Counter, ...]:

@@ -33,6 +33,9 @@ that this table does not describe, or whose type differs::
     P:robots:ORIGIN          string robots.txt cache, shared by crawls
     P:sched:S:validators     hash   url -> zlib(JSON) validators of the last runs of schedule S
     P:sched:S:runs           zset   crawl ids of schedule S by start time
+    P:sched:S:captures       hash   H(url, 8 bytes) -> last full WARC capture (web/captures.py)
+    P:sched:S:lastmod        hash   url -> "lastmod run": a sitemap's lastmod, the run that read it
+    P:sched:S:lastmod_acc    hash   "host:checks" / "host:agreed" -> visits that checked lastmod
     P:{C}:config             string crawl options, JSON (immutable after start)
     P:{C}:state              hash   status, started_at, finished_at, paused, cancelled,
                                     final_status, error, output_problem,
@@ -126,6 +129,15 @@ class Keys:
 
     def schedule_runs(self, name: str) -> str:
         return f"{self.prefix}:sched:{name}:runs"
+
+    def schedule_captures(self, name: str) -> str:
+        return f"{self.prefix}:sched:{name}:captures"
+
+    def schedule_lastmods(self, name: str) -> str:
+        return f"{self.prefix}:sched:{name}:lastmod"
+
+    def schedule_lastmod_accuracy(self, name: str) -> str:
+        return f"{self.prefix}:sched:{name}:lastmod_acc"
 
 
 def partition_of(domain: str, partitions: int) -> int:

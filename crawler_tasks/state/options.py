@@ -130,6 +130,10 @@ class CrawlOptions:
     render_block: str = setting("render_block")
     #: Seconds one request may take, all its redirect hops; the repair waits longer (reap_after).
     timeout: float = setting("total_timeout")
+    #: Adaptive schedules (README: Recrawls): a page fetched when due, in [min, max] seconds.
+    adaptive: bool = False
+    min_interval: float = 3600.0
+    max_interval: float = 30 * 86400.0
     started_at: float = 0.0
 
     def __post_init__(self) -> None:
@@ -251,6 +255,8 @@ OWN_LIMITS: dict[str, tuple[float, float]] = {
     "max_pages": (0, 10**9),
     "bloom_capacity": (0, 10**9),  # 0: sized by max_pages (options built without settings)
     "extract_timeout": (0.001, 3600),
+    "min_interval": (1, 366 * 86400),  # adaptive schedules (seconds; tests drive time)
+    "max_interval": (1, 366 * 86400),
 }
 
 
@@ -348,6 +354,8 @@ def _plain_proxy(url: str) -> bool:
 
 def _check_values(o: CrawlOptions) -> None:
     """Ranges that would make a crawl hang or misbehave later, refused when it is created."""
+    if not 0 < o.min_interval <= o.max_interval:
+        raise ConfigError(f"min_interval must be > 0 and <= max_interval ({o.max_interval})")
     for name, (low, high, infinite) in _LIMITS.items():
         value = getattr(o, name)
         if value is None and name == "max_depth":

@@ -125,7 +125,9 @@ class CrawlStore:
         self.series = Series(r.client, self.ck, self.stats, r.scripts)
         self.recrawl: Recrawl | None = None
         if opts.schedule:
-            self.recrawl = Recrawl(Validators(r.client, r.keys, opts.schedule), opts.crawl_id)
+            bounds = (opts.min_interval, opts.max_interval) if opts.adaptive else None
+            validators = Validators(r.client, r.keys, opts.schedule)
+            self.recrawl = Recrawl(validators, opts.crawl_id, opts.started_at, bounds)
 
     def __repr__(self) -> str:
         return f"<CrawlStore {self.id}>"
@@ -313,15 +315,17 @@ def start(
     opts: CrawlOptions,
     process: Process | None = None,
     more_seeds: Iterable[str] = (),
+    at: float | None = None,
 ) -> CrawlStore:
     """Register a crawl planned by :func:`plan` and admit its seeds: its partitions placed
-    (``partitions`` 0: automatic) and its start time stamped now."""
+    (``partitions`` 0: automatic) and its start time stamped now, or ``at`` (a simulated
+    clock: the time a schedule's run counts as, tests/recrawl_site.py, bench/adaptive.py)."""
     partitions = opts.partitions or connection.default_partitions(r.client)
     opts = dataclasses.replace(
         opts,
         partitions=partitions,
         partition_tags=connection.placed_tags(r.client, opts.crawl_id, partitions),
-        started_at=time.time(),
+        started_at=time.time() if at is None else at,
     )
     return CrawlStore.create(r, opts, process, more_seeds)
 

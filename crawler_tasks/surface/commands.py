@@ -341,6 +341,28 @@ def schedule_list(broker: str | None) -> None:
         )
         runs = schedules.runs(item.name, 5)
         click.echo(f"{item.name}\t{period}\t{' '.join(item.seeds)}\truns: {', '.join(runs) or '-'}")
+        fresh = _freshness(schedules, runs, broker)
+        if fresh:
+            click.echo(f"  {fresh}")
+
+
+def _freshness(schedules: Any, runs: list[str], broker: str | None) -> str:
+    """The most recent run's freshness figures, one line ('' if no run is known)."""
+    from ..state.validators import freshness
+    from .crawl import Crawl
+
+    for run in runs:
+        try:
+            counters = Crawl(run, broker=broker, client=schedules.client).stats.counters()
+        except KeyError:  # UnknownCrawl: expired
+            continue
+        f = freshness(counters)
+        share = "-" if f["changed_share"] is None else f"{f['changed_share']:.1%}"
+        return (
+            f"last run {run}: revisits={f['revisits']} changed={share} not_due={f['not_due']} "
+            f"revisit_records={f['revisit_records']} bytes_saved={f['revisit_bytes_saved']}"
+        )
+    return ""
 
 
 @schedule.command("remove")

@@ -14,6 +14,7 @@ from celery import Celery
 from kombu import Exchange, Queue
 
 from ..settings import Settings, load
+from ..state.connection import is_cluster
 
 # The queues' names are the broker module's (the crawler's one view of the broker).
 from .broker import FETCH_QUEUES as FETCH_QUEUES
@@ -78,6 +79,11 @@ def make_app(settings: Settings | None = None) -> Celery:
         redbeat_lock_timeout=60,
         beat_max_loop_interval=5,
     )
+    if is_cluster(settings.state_url):
+        # RedBeat on the crawl-state cluster (its own RedisCluster client, strings as its other
+        # clients have them): its entries, schedule zset and lock are single keys, its
+        # pipelines not transactions, all of which a cluster routes by key.
+        app.conf.redbeat_redis_options = {"cluster": True, "decode_responses": True}
     app.conf.crawler_settings = settings
     return app
 

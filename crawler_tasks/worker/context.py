@@ -33,6 +33,7 @@ from .handoff import Publisher
 from .hooks import Hooks
 from .output import Outputs
 from .room import Room
+from .warc import warcinfo_fields
 
 log = logging.getLogger(__name__)
 
@@ -167,12 +168,13 @@ class Context:
     def _runtime(self, opts: CrawlOptions) -> CrawlRuntime:
         profile = RequestProfile.build(opts, self.settings.user_agent)
         root = opts.output or self.settings.output_dir
+        info = warcinfo_fields(opts.crawl_id, opts.to_json())
         return CrawlRuntime(
             opts,
             profile,
             self.fetcher,
             self.robots(profile),
-            lambda: self.outputs.get(opts.crawl_id, root),
+            lambda: self.outputs.get(opts.crawl_id, root, info),
         )
 
     def first_sitemap_look(self, crawl_id: str, origin: str) -> bool:

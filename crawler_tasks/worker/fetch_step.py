@@ -33,6 +33,7 @@ from ..state.politeness import parse_retry_after
 from ..state.store import CrawlStore
 from ..web.fetcher import Response
 from ..web.urls import origin_of
+from .adaptive import not_due
 from .context import Context
 from .outcome import Decision, Final, Next
 from .respond import respond
@@ -61,6 +62,10 @@ def decide(
     robots_verdict = _robots(ctx, store, url, depth, domain)
     if robots_verdict is not None:
         return robots_verdict
+    # An adaptive schedule's page (issue 35), after robots.txt: its sitemaps' lastmods count.
+    skipped = not_due(ctx, store, url, depth)
+    if skipped is not None:
+        return Decision.record(skipped, LeaseEnd.REFUND)
     return _request(ctx, store, url, depth)
 
 

@@ -18,6 +18,7 @@ from ..errors import CrawlerError, InternalError
 from ..state import formats
 from ..state.crawl_state import Note
 from ..state.formats import Counter, LeaseEnd
+from ..state.validators import change_counters
 from .output import ITEMS
 
 
@@ -66,7 +67,7 @@ class Final:
     def note_change(self, kind: str | None) -> None:
         if kind is not None:
             self.extra["change"] = kind
-            self.counters[formats.change(kind)] = 1
+            self.counters.update(change_counters(kind))  # revisit figures: issue 35
 
     @classmethod
     def failed(cls, url: str, depth: int, exc: CrawlerError) -> Final:

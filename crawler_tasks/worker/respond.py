@@ -28,8 +28,9 @@ def respond(
     """What a response that is not retried becomes, its lease returned: its final state, or
     None when its body went to a parse task."""
     status = response.status
-    warc_id = ctx.crawl(store).write_warc(response)
     final = _base_final(url, depth, response)
+    # A recrawl's unchanged page is a revisit record, counted in final.counters (issue 35).
+    warc_id = ctx.crawl(store).write_warc(response, store.recrawl, final.counters)
     if 200 <= status < 300 and is_html(response.content_type, response.body[:1024]):
         meta = response_meta(response, final.extra, final.counters, bool(store.opts.extract))
         opts = store.opts
