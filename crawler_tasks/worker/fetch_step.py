@@ -26,7 +26,7 @@ from ..errors import (
     Unreachable,
 )
 from ..state import events, formats
-from ..state.formats import Counter, LeaseEnd, Outcome, RenderAsk, Started
+from ..state.formats import Begun, Counter, LeaseEnd, Outcome, RenderAsk, Started
 from ..state.politeness import parse_retry_after
 from ..state.store import CrawlStore
 from ..web.fetcher import Response
@@ -35,6 +35,7 @@ from ..web.urls import origin_of
 from .context import Context
 from .parse_step import parsed
 from .recorder import Final
+from .send_gate import SendSlot
 from .settle import Decision, Next
 from .sitemap_seeds import Sitemaps
 
@@ -42,11 +43,12 @@ THROTTLE_STATUSES = {429, 503}
 
 
 def decide(
-    ctx: Context, store: CrawlStore, url: str, depth: int, started: Started | None
+    ctx: Context, store: CrawlStore, url: str, depth: int, begun: Begun | None
 ) -> Decision:
-    """What becomes of ``url``; ``started``: start.lua's word on it if already asked."""
-    if started is None:
-        started = Started(store.ledger.start(url, ctx.worker_id))
+    """What becomes of ``url``; ``begun``: start.lua's word on it if already asked."""
+    if begun is None:
+        begun = store.ledger.start_many([url], ctx.worker_id)[url]
+    started = Started(begun.code)
     if started is Started.DUPLICATE:
         return Decision(Next.DUPLICATE, lease=None)
     if started is Started.UNRECORDED:  # the process that finished it died before its record
@@ -57,11 +59,15 @@ def decide(
     if started is Started.HOST_DEAD:  # declared dead in this crawl: no request
         down = Final.failed(url, depth, HostDown(f"{domain} is down"))
         return Decision.record(down, LeaseEnd.REFUND)
+    slot = SendSlot(store, url, domain, ctx.worker_id, begun)
+    if not slot.still_ours():  # held up so long that another process fetches it now
+        return Decision(Next.DUPLICATE, lease=None)
     events.emit(ctx.client, store.ck, "request_started", store.id, url=url)
-    robots_verdict = _robots(ctx, store, url, depth, domain)
-    if robots_verdict is not None:
-        return Decision.record(robots_verdict)
-    return _request(ctx, store, url, depth)
+    with ctx.fetcher.gated(slot.wait):
+        robots_verdict = _robots(ctx, store, url, depth, domain)
+        if robots_verdict is not None:
+            return Decision.record(robots_verdict)
+        return _request(ctx, store, url, depth)
 
 
 def _request(ctx: Context, store: CrawlStore, url: str, depth: int) -> Decision:
