@@ -173,6 +173,12 @@ class Ledger:
     def count_attempt(self, url: str) -> int:
         return int(self.client.hincrby(self.ck.for_url(url).attempts, url, 1))
 
+    def count_takeback(self, url: str) -> int:
+        """One more take-back of ``url`` from a worker that went silent. Not an attempt: a
+        process that was only stalled (a frozen VM, memory pressure) may be alive, and the
+        URL did nothing wrong; this count only stops a URL that kills every worker."""
+        return int(self.client.hincrby(self.ck.for_url(url).takebacks, url, 1))
+
     def requeue(self, domain: str, depth: int, url: str, delay: float) -> bool:
         """Back into the frontier after ``delay`` s (requeue.lua); False if not in flight."""
         pk = self.ck.for_domain(domain)

@@ -53,6 +53,9 @@ AFFINITY_MIN_HOSTS = 1
 AFFINITY_WINDOW = 5.0
 #: Seconds between two looks for lost fetch messages.
 REAP_EVERY = 60.0
+#: Take-backs of one URL before it fails as ``worker_lost``: they spend no retry (a stalled
+#: process may be alive), so this only stops a URL that kills every worker that takes it.
+MAX_TAKEBACKS = 5
 #: Seconds between two looks for URLs of dead workers and unwritten records (an HSCAN of
 #: each running crawl's in-flight hash: a few hundred entries on a broad crawl).
 RECLAIM_EVERY = 2.0
@@ -85,6 +88,7 @@ class Dispatcher:
         self.more = False
         self._thread: threading.Thread | None = None
         self._next_reclaim = time.monotonic() + RECLAIM_EVERY
+        self._last_reclaim: float | None = None
         self._broker: redis.Redis | None = None
         #: Live fetch processes with a direct queue (host affinity), and their queues' lengths.
         self._holders: list[str] = []
@@ -153,6 +157,8 @@ class Dispatcher:
         write records dead processes left."""
         ctx = self._context()
         s = self.settings
+        if self._stalled():
+            return 0
         living = workers.alive(ctx.client, ctx.keys, s.worker_dead_seconds)
         idle = self._idle_queues()
         n = 0
@@ -160,7 +166,8 @@ class Dispatcher:
             store = ctx.store(crawl_id)
             if store is None:
                 continue
-            for url, entry, value in store.ledger.stuck(living, s.lost_message_seconds, idle):
+            stuck = store.ledger.stuck(living, s.lost_message_seconds, idle)
+            for url, entry, value in self._really_stuck(ctx, store.id, stuck, living):
                 n += self._take_back(ctx, store, url, entry, value)
             sweep_orphans(ctx, store)
             store.series.sample()  # one process per interval cluster-wide (series.py)
@@ -170,6 +177,48 @@ class Dispatcher:
                 crawl_finished(ctx, store)
         return n
 
+    def _stalled(self) -> bool:
+        """Whether this dispatcher itself was held up since its last look (a frozen VM, memory
+        pressure, a starved CPU): then every heartbeat it reads may be stale only because the
+        others were held up too, or their beats wait to be read. It lets them catch up for
+        one dead threshold before it judges anyone."""
+        now, last = time.monotonic(), self._last_reclaim
+        self._last_reclaim = now
+        if last is None or now - last <= RECLAIM_EVERY + self.settings.worker_dead_seconds / 2:
+            return False
+        log.warning("dispatcher held up %.1f s: judging no worker dead for a while", now - last)
+        self._next_reclaim = now + self.settings.worker_dead_seconds
+        return True
+
+    def _really_stuck(
+        self, ctx: Context, crawl_id: str, stuck: list[tuple[str, Inflight, str]], living: set[str]
+    ) -> list[tuple[str, Inflight, str]]:
+        """``stuck`` less what a second look clears: a worker that beat since the heartbeats
+        were read (a process whose first beat came after that read), and a message that a
+        living process says it holds (received, waiting for a thread: not lost)."""
+        if not stuck:
+            return []
+        silent = {e.worker for _, e, _ in stuck if e.worker and e.worker not in living}
+        if silent:
+            now_alive = workers.alive(ctx.client, ctx.keys, self.settings.worker_dead_seconds)
+            living = living | (now_alive & silent)
+
+        def key(url: str) -> str:
+            return f"{crawl_id}\t{url}"
+
+        late = [key(url) for url, e, _ in stuck if e.stage == "r" and e.worker in living]
+        held = workers.held_by(ctx.client, ctx.keys, living, late)
+
+        def still(url: str, e: Inflight) -> bool:
+            if e.stage in ("q", "v"):  # its parse or render message is late (no worker named)
+                return True
+            if e.worker not in living:  # silent after a second look
+                return True
+            # Released to a living process, unstarted, its queue empty: lost unless held.
+            return e.stage == "r" and key(url) not in held
+
+        return [(url, e, v) for url, e, v in stuck if still(url, e)]
+
     def _take_back(
         self, ctx: Context, store: CrawlStore, url: str, entry: Inflight, value: str
     ) -> int:
@@ -178,7 +227,7 @@ class Dispatcher:
         fetching = entry.stage in ("r", "s")
         lease = store.politeness.lease(url, entry.domain) if fetching else None
         lost = WorkerLost(f"{entry.stage}:{entry.worker}: its worker or message was lost")
-        if store.ledger.count_attempt(url) > store.opts.max_retries:
+        if store.ledger.count_takeback(url) > MAX_TAKEBACKS:
             failed = Decision.record(Final.failed(url, entry.depth, lost), LeaseEnd.ERROR)
             settle(ctx, store, url, entry.depth, failed, lease)
             return 1

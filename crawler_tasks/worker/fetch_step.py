@@ -42,9 +42,7 @@ from .sitemap_seeds import Sitemaps
 THROTTLE_STATUSES = {429, 503}
 
 
-def decide(
-    ctx: Context, store: CrawlStore, url: str, depth: int, begun: Begun | None
-) -> Decision:
+def decide(ctx: Context, store: CrawlStore, url: str, depth: int, begun: Begun | None) -> Decision:
     """What becomes of ``url``; ``begun``: start.lua's word on it if already asked."""
     if begun is None:
         begun = store.ledger.start_many([url], ctx.worker_id)[url]
