@@ -64,9 +64,10 @@ def test_urls_of_one_message_start_together_each_on_its_own(settings, client) ->
     assert ledger.finish(written, None, {}) > 0
     never = "http://127.0.0.67:8000/"
     got = ledger.start_many([*seeds, never], "host-1")
-    assert got == {unwritten: 2, written: 0, running: 1, never: 0}
+    assert {u: b.code for u, b in got.items()} == {unwritten: 2, written: 0, running: 1, never: 0}
     crawl.cancel()
-    assert ledger.start_many([running, written], "host-2") == {running: 3, written: 0}
+    got = ledger.start_many([running, written], "host-2")
+    assert {u: b.code for u, b in got.items()} == {running: 3, written: 0}
 
 
 def test_requeue_writes_a_retry_member_release_reads_back(settings, client) -> None:  # type: ignore[no-untyped-def]

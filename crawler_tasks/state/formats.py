@@ -40,7 +40,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Any, NamedTuple
 
 
 class Word(str, Enum):
@@ -268,6 +268,19 @@ class Started(int, Enum):
     UNRECORDED = 2  # final, but the process that finished it died before its record
     CANCELLED = 3  # (fetch only) the crawl was cancelled
     HOST_DEAD = 4  # (fetch only) its host was declared dead in this crawl (done.lua)
+
+
+class Begun(NamedTuple):
+    """start.lua's reply for one URL: its code, and for a fetch that goes on the seconds from
+    ``at`` (time.monotonic() when the reply came) to its host's send slot (gate_lib.lua)."""
+
+    code: int
+    wait: float = 0.0
+    at: float = 0.0
+
+    def send_at(self) -> float:
+        """time.monotonic() before which the request must not be sent."""
+        return self.at + self.wait
 
 
 class Committed(int, Enum):

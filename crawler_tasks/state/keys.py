@@ -28,6 +28,8 @@ that this table does not describe, or whose type differs::
     P:ceil:D                 string GCRA state (tat) of host D's shared ceiling (ceiling.lua)
     P:workers                hash   worker process id -> last heartbeat (unix seconds)
     P:fetchers               set    fetch worker processes with a direct queue (host affinity)
+    P:held:<worker>          set    "crawl<TAB>url" of the fetch messages a live process holds
+                                    (received, not yet begun), written with its heartbeat
     P:schedules              hash   recrawl schedules
     P:redbeat:*              -      celery beat's schedule entries and lock (RedBeat)
     P:robots:ORIGIN          string robots.txt cache, shared by crawls
@@ -74,6 +76,7 @@ that this table does not describe, or whose type differs::
     P:{C/N}:inflight         hash   url -> formats.Inflight, every released, unfinished URL
     P:{C/N}:retry            zset   formats.retry_member waiting for a retry, scored by due time
     P:{C/N}:attempts         hash   url -> failed attempts so far (only URLs that failed once)
+    P:{C/N}:takebacks        hash   url -> times taken back from a silent worker (not attempts)
     P:{C/N}:body:H           hash   fetched response waiting for its parse task: meta, body
     P:{C/N}:failed           hash   url -> dead-letter record, JSON
     P:{C/N}:unwritten        hash   url -> formats.Unwritten: final, record not yet on disk
@@ -106,6 +109,11 @@ class Keys:
         self.ceilings = f"{prefix}:ceilings"
         self.workers = f"{prefix}:workers"
         self.fetchers = f"{prefix}:fetchers"
+        self._held = f"{prefix}:held:"
+
+    def held(self, worker: str) -> str:
+        """The fetch URLs ``worker`` has received and not begun (workers.Heartbeat)."""
+        return self._held + worker
 
     def crawl(
         self,
@@ -213,6 +221,7 @@ class PartKeys:
         self.inflight = f"{base}:inflight"
         self.retry = f"{base}:retry"
         self.attempts = f"{base}:attempts"
+        self.takebacks = f"{base}:takebacks"
         self.failed = f"{base}:failed"
         self.unwritten = f"{base}:unwritten"
         self.fenced = f"{base}:fenced"

@@ -29,14 +29,18 @@ class Ledger:
         """Mark a fetch (``s``) or parse (``p``) as begun by ``worker`` (start.lua): 1 in
         flight, go on; 2 final but its record is not on disk (write it); 0 a duplicate; for a
         fetch also 3 (in flight, the crawl is cancelled) and 4 (in flight, its host is dead)."""
-        return self.start_many([url], worker, stage)[url]
+        return self.start_many([url], worker, stage)[url].code
 
-    def start_many(self, urls: list[str], worker: str, stage: str = "s") -> dict[str, int]:
-        """:meth:`start` for several URLs: one start.lua call per partition among them."""
+    def start_many(
+        self, urls: list[str], worker: str, stage: str = "s"
+    ) -> dict[str, formats.Begun]:
+        """:meth:`start` for several URLs: one start.lua call per partition among them. A
+        fetch that goes on also gets its host's next send slot (gate_lib.lua): the seconds
+        to wait before sending it."""
         by_part: dict[int, list[str]] = {}
         for url in urls:
             by_part.setdefault(self.ck.for_url(url).index, []).append(url)
-        out: dict[str, int] = {}
+        out: dict[str, formats.Begun] = {}
         for part, some in by_part.items():
             pk = self.ck.parts[part]
             keys = [pk.inflight, pk.unwritten]
@@ -46,8 +50,21 @@ class Ledger:
             got = self.scripts.start(
                 keys=keys, args=[stage, worker, prefix, *some], client=self.client
             )
-            out.update(zip(some, (int(v) for v in got), strict=True))
+            codes = got[: len(some)]
+            waits = got[len(some) :] or [b"0"] * len(some)
+            for url, code, wait in zip(some, codes, waits, strict=True):
+                out[url] = formats.Begun(int(code), float(wait), time.monotonic())
         return out
+
+    def send_slot(self, domain: str, url: str = "", worker: str = "") -> float:
+        """Another slot of ``domain``'s send gate (gate.lua): for its robots.txt (``url``
+        empty), or for ``url`` whose slot went by while its task was held up, if the URL is
+        still this worker's fetch. Seconds to wait before sending; -1: no longer ours."""
+        pk = self.ck.for_domain(domain)
+        inflight = self.ck.for_url(url).inflight if url else pk.inflight
+        args = [url, f"s:{worker}" if url else ""]
+        keys = [pk.domain(domain), inflight]
+        return float(self.scripts.gate(keys=keys, args=args, client=self.client))
 
     def reclaim(self, url: str, entry: formats.Inflight, value: str) -> bool:
         """reclaim.lua: take ``url`` back from a dead worker if ``value`` is still current."""
@@ -155,6 +172,12 @@ class Ledger:
 
     def count_attempt(self, url: str) -> int:
         return int(self.client.hincrby(self.ck.for_url(url).attempts, url, 1))
+
+    def count_takeback(self, url: str) -> int:
+        """One more take-back of ``url`` from a worker that went silent. Not an attempt: a
+        process that was only stalled (a frozen VM, memory pressure) may be alive, and the
+        URL did nothing wrong; this count only stops a URL that kills every worker."""
+        return int(self.client.hincrby(self.ck.for_url(url).takebacks, url, 1))
 
     def requeue(self, domain: str, depth: int, url: str, delay: float) -> bool:
         """Back into the frontier after ``delay`` s (requeue.lua); False if not in flight."""

@@ -13,6 +13,8 @@ import redis
 
 # Scripts that use the Bloom helpers get ``bloom_lib.lua`` prepended (EVAL cannot import).
 _WITH_BLOOM = {"admit", "bloom_add"}
+# Scripts that take a slot of a host's send gate get ``gate_lib.lua`` prepended.
+_WITH_GATE = {"start", "gate"}
 
 
 @cache
@@ -20,6 +22,8 @@ def source(name: str) -> str:
     text = resources.files("crawler_tasks.state").joinpath(f"lua/{name}.lua").read_text("utf-8")
     if name in _WITH_BLOOM:
         text = source("bloom_lib") + "\n" + text
+    if name in _WITH_GATE:
+        text = source("gate_lib") + "\n" + text
     return text
 
 
@@ -44,4 +48,5 @@ class Scripts:
         self.sample = client.register_script(source("sample"))
         self.action = client.register_script(source("action"))
         self.subrequest = client.register_script(source("subrequest"))
+        self.gate = client.register_script(source("gate"))
         self.render_plan = client.register_script(source("render_plan"))

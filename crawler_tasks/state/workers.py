@@ -11,11 +11,12 @@ import contextlib
 import hashlib
 import logging
 import threading
-import time
+from collections.abc import Callable, Iterable
 
 import redis
 
 from .keys import Keys
+from .scripts import source
 
 log = logging.getLogger(__name__)
 
@@ -24,20 +25,55 @@ log = logging.getLogger(__name__)
 HEARTBEAT_EVERY = 2.0
 #: Seconds after which a silent worker's entry is deleted from the hash.
 FORGET_AFTER = 24 * 3600
+#: Seconds a process's held set outlives its last change (it is read only while the process
+#: beats; this only clears what a killed process left).
+HELD_TTL = 3600
 
 
 class Heartbeat:
-    """This process's heartbeat thread (started on creation, stopped by :meth:`stop`)."""
+    """This process's heartbeat thread (started on creation, stopped by :meth:`stop`).
 
-    def __init__(self, client: redis.Redis, keys: Keys, worker: str) -> None:
+    ``client`` should be a client of its own (a connection pool of one): a beat must never
+    wait for a pooled connection behind the process's own fetch threads, or a process that
+    is only busy looks dead and its URLs are taken back from it. The time written is Redis's
+    (beat.lua). With ``held``, each beat also writes which fetch URLs the process has received
+    and not begun (``keys.held``): the reclaim then does not take a message that a slow but
+    living process holds for one lost with a dead worker (see :func:`held_by`)."""
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        keys: Keys,
+        worker: str,
+        held: Callable[[], Iterable[str]] | None = None,
+    ) -> None:
         self.client, self.key, self.worker = client, keys.workers, worker
+        self._held, self._held_key = held, keys.held(worker)
+        self._written: set[str] = set()
+        self._script = client.register_script(source("beat"))
         self._stop = threading.Event()
         self.beat()
         self._thread = threading.Thread(target=self._run, name="crawler-heartbeat", daemon=True)
         self._thread.start()
 
     def beat(self) -> None:
-        self.client.hset(self.key, self.worker, repr(time.time()))
+        self._script(keys=[self.key], args=[self.worker], client=self.client)
+        if self._held is not None:
+            self._write_held(set(self._held()))
+
+    def _write_held(self, now: set[str]) -> None:
+        """The difference since the last beat, so that no reader sees the set empty."""
+        gone, new = self._written - now, now - self._written
+        if not (gone or new):
+            return
+        pipe = self.client.pipeline(transaction=False)
+        if new:
+            pipe.sadd(self._held_key, *new)
+        if gone:
+            pipe.srem(self._held_key, *gone)
+        pipe.expire(self._held_key, HELD_TTL)
+        pipe.execute()
+        self._written = now
 
     def _run(self) -> None:
         while not self._stop.wait(HEARTBEAT_EVERY):
@@ -45,21 +81,46 @@ class Heartbeat:
                 self.beat()
             except redis.RedisError as exc:  # Redis away: the next beat will do
                 log.debug("heartbeat failed: %s", exc)
+            except Exception:  # a beat must never end the thread (a process taken for dead)
+                log.exception("heartbeat failed")
 
     def stop(self) -> None:
         self._stop.set()
         with contextlib.suppress(redis.RedisError):
             self.client.hdel(self.key, self.worker)  # gone on purpose: reclaim at once
+            self.client.delete(self._held_key)
+
+
+def redis_now(client: redis.Redis) -> float:
+    """Redis's clock (seconds), the one heartbeats are written with."""
+    sec, usec = client.time()
+    return float(sec) + usec / 1e6
 
 
 def alive(client: redis.Redis, keys: Keys, dead_after: float) -> set[str]:
-    """Workers that beat within ``dead_after`` seconds; forgets long-silent ones."""
-    now = time.time()
+    """Workers that beat within ``dead_after`` seconds of Redis's clock; forgets long-silent
+    ones."""
+    now = redis_now(client)
     beats = {w.decode(): float(t) for w, t in client.hgetall(keys.workers).items()}
     gone = [w for w, t in beats.items() if t < now - FORGET_AFTER]
     if gone:
         client.hdel(keys.workers, *gone)
     return {w for w, t in beats.items() if t >= now - dead_after}
+
+
+def held_by(client: redis.Redis, keys: Keys, living: Iterable[str], members: list[str]) -> set[str]:
+    """Which of ``members`` ("crawl<TAB>url") a living process says it holds (received, not
+    begun): their messages are not lost, only waiting in a busy process."""
+    living = sorted(living)
+    if not members or not living:
+        return set()
+    pipe = client.pipeline(transaction=False)
+    for worker in living:
+        pipe.smismember(keys.held(worker), members)
+    found: set[str] = set()
+    for flags in pipe.execute():
+        found.update(m for m, f in zip(members, flags, strict=True) if f)
+    return found
 
 
 def beats(client: redis.Redis, keys: Keys) -> dict[str, float]:
@@ -88,7 +149,7 @@ def affine(client: redis.Redis, keys: Keys, dead_after: float) -> tuple[list[str
     members = sorted(m.decode() for m in client.smembers(keys.fetchers))
     if not members:
         return [], []
-    now = time.time()
+    now = redis_now(client)
     beat = client.hmget(keys.workers, members)
     live = [m for m, t in zip(members, beat, strict=True) if t and float(t) >= now - dead_after]
     return live, [m for m in members if m not in live]

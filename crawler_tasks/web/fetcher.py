@@ -23,9 +23,10 @@ hops followed so far) and ``details["final_url"]`` (the URL being fetched when i
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from http.client import HTTPException
 from typing import cast
@@ -138,6 +139,17 @@ class Fetcher:
     def close(self) -> None:
         self._session.close()
 
+    @contextlib.contextmanager
+    def gated(self, gate: Callable[[], None]) -> Iterator[None]:
+        """Within the block, each fetch this thread begins (robots.txt, the page; not a
+        redirect hop) first calls ``gate``: the host's send gate, which sleeps until the
+        host's next send slot (worker/fetch_step.py)."""
+        self._context.gate = gate
+        try:
+            yield
+        finally:
+            self._context.gate = None
+
     def get(
         self,
         url: str,
@@ -163,6 +175,13 @@ class Fetcher:
         connection was made: errors.Unreachable), BlockedAddress, UnsupportedScheme,
         TooManyRedirects, TooLarge, BadEncoding or InvalidURL.
         """
+        gate = self._context.gate
+        if gate is not None:  # before the deadline runs: waiting for a slot is not fetching
+            self._context.gate = None  # a fetch inside ``follow`` is another host's
+            try:
+                gate()
+            finally:
+                self._context.gate = gate
         total = self._total_timeout if timeout is None else timeout  # the crawl's, if given
         chain = _Chain(url, allow_private, headers, follow, Deadline(total))
         chain.max_body_bytes = max_body_bytes or self._max_body_bytes

@@ -17,7 +17,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import certifi
@@ -169,6 +169,10 @@ class ConnectionContext(threading.local):
 
     pinned_ip: str | None = None
     deadline: Deadline | None = None
+    #: Called as each fetch begins, before its deadline runs and before it connects (not
+    #: before a redirect hop): the host's send gate (the worker's politeness), which sleeps
+    #: until the host's next send slot. Set for a task's duration by :meth:`Fetcher.gated`.
+    gate: Callable[[], None] | None = None
 
     def attach(self, sock: socket.socket) -> None:
         if self.deadline is not None:

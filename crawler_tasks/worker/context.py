@@ -31,6 +31,7 @@ from .browser import BrowserPool
 from .crawl_runtime import CrawlRuntime, robots_getter
 from .handoff import Publisher
 from .hooks import Hooks
+from .liveness import received_fetches
 from .output import Outputs
 from .room import Room
 from .warc import warcinfo_fields
@@ -84,7 +85,14 @@ class Context:
         self.outputs = Outputs(gzip_level=settings.warc_gzip_level)
         #: This process in heartbeats and inflight marks: "host-pid".
         self.worker_id = self.outputs.tag
-        self.heartbeat = Heartbeat(self.client, self.keys, self.worker_id)
+        # A client of its own: a beat never waits behind this process's fetch threads for a
+        # pooled connection (a busy process must not look dead).
+        self._beat_client = connection.connect(
+            settings.state_url, pool_size=1, socket_timeout=5, socket_connect_timeout=5
+        )
+        self.heartbeat = Heartbeat(
+            self._beat_client, self.keys, self.worker_id, held=received_fetches
+        )
         #: Whether this process may admit new URLs while Redis nears maxmemory (room.py).
         self.room = Room(self.client, settings.admission_memory_fraction, settings.admission_wait)
         #: Where a URL's next step is published (handoff.py); the dispatcher's too.
@@ -125,6 +133,7 @@ class Context:
         if self._batch is not None:
             self._batch.shutdown(wait=False)
         self.heartbeat.stop()
+        self._beat_client.close()
         self.outputs.close()
         self.fetcher.close()
         self.client.close()

@@ -30,7 +30,7 @@ from .broker import BrokerView
 from .context import Context
 from .logs import Throttled
 from .outage import REDIS_UNAVAILABLE
-from .repair import Repair
+from .repair import RECLAIM_EVERY, Repair
 from .rounds import Rounds
 from .routing import HostRouter
 
@@ -38,9 +38,6 @@ log = logging.getLogger(__name__)
 
 #: Seconds between two looks for lost fetch messages.
 REAP_EVERY = 60.0
-#: Seconds between two looks for URLs of dead workers and unwritten records (an HSCAN of
-#: each running crawl's in-flight hash: a few hundred entries on a broad crawl).
-RECLAIM_EVERY = 2.0
 
 
 class Dispatcher:

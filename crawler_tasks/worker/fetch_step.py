@@ -28,7 +28,7 @@ from ..errors import (
 )
 from ..state import events, formats
 from ..state.crawl_state import Note
-from ..state.formats import Counter, LeaseEnd, Outcome, Started
+from ..state.formats import Begun, Counter, LeaseEnd, Outcome, Started
 from ..state.politeness import parse_retry_after
 from ..state.store import CrawlStore
 from ..web.fetcher import Response
@@ -37,17 +37,17 @@ from .adaptive import not_due
 from .context import Context
 from .outcome import Decision, Final, Next
 from .respond import respond
+from .send_gate import SendSlot
 from .sitemap_seeds import Sitemaps
 
 THROTTLE_STATUSES = {429, 503}
 
 
-def decide(
-    ctx: Context, store: CrawlStore, url: str, depth: int, started: Started | None
-) -> Decision:
-    """What becomes of ``url``; ``started``: start.lua's word on it if already asked."""
-    if started is None:
-        started = Started(store.ledger.start(url, ctx.worker_id))
+def decide(ctx: Context, store: CrawlStore, url: str, depth: int, begun: Begun | None) -> Decision:
+    """What becomes of ``url``; ``begun``: start.lua's word on it if already asked."""
+    if begun is None:
+        begun = store.ledger.start_many([url], ctx.worker_id)[url]
+    started = Started(begun.code)
     if started is Started.DUPLICATE:
         return Decision(Next.DUPLICATE, lease=None)
     if started is Started.UNRECORDED:  # the process that finished it died before its record
@@ -58,15 +58,19 @@ def decide(
     if started is Started.HOST_DEAD:  # declared dead in this crawl: no request
         down = Final.failed(url, depth, HostDown(f"{domain} is down"))
         return Decision.record(down, LeaseEnd.REFUND)
+    slot = SendSlot(store, url, domain, ctx.worker_id, begun)
+    if not slot.still_ours():  # held up so long that another process fetches it now
+        return Decision(Next.DUPLICATE, lease=None)
     events.emit(ctx.client, store.ck, "request_started", store.id, url=url)
-    robots_verdict = _robots(ctx, store, url, depth, domain)
-    if robots_verdict is not None:
-        return robots_verdict
-    # An adaptive schedule's page (issue 35), after robots.txt: its sitemaps' lastmods count.
-    skipped = not_due(ctx, store, url, depth)
-    if skipped is not None:
-        return Decision.record(skipped, LeaseEnd.REFUND)
-    return _request(ctx, store, url, depth)
+    with ctx.fetcher.gated(slot.wait):
+        robots_verdict = _robots(ctx, store, url, depth, domain)
+        if robots_verdict is not None:
+            return robots_verdict
+        # An adaptive schedule's page (issue 35), after robots.txt: its sitemaps' lastmods.
+        skipped = not_due(ctx, store, url, depth)
+        if skipped is not None:
+            return Decision.record(skipped, LeaseEnd.REFUND)
+        return _request(ctx, store, url, depth)
 
 
 def _request(ctx: Context, store: CrawlStore, url: str, depth: int) -> Decision:

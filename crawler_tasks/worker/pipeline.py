@@ -32,7 +32,7 @@ import logging
 from collections.abc import Callable
 
 from ..errors import AdmissionPaused, OutputUnavailable
-from ..state.formats import Started
+from ..state.formats import Begun
 from . import fetch_step, parse_step, render_step
 from .context import Context
 from .outage import REDIS_UNAVAILABLE
@@ -50,7 +50,7 @@ INFRA_ERRORS = REDIS_UNAVAILABLE  # never a URL's fault: the task waits (tasks.p
 
 
 def fetch_url(
-    ctx: Context, crawl_id: str, url: str, depth: int, begun: dict[str, int] | None = None
+    ctx: Context, crawl_id: str, url: str, depth: int, begun: dict[str, Begun] | None = None
 ) -> str:
     """Fetch one released URL; returns what happened (for logs and tests). ``begun``: what
     :func:`begin` said of it, used once (a run again after a Redis outage asks again)."""
@@ -62,14 +62,13 @@ def fetch_url(
             return "duplicate"
         domain = store.domain_of(url)
         with store.politeness.lease(url, domain, keep_on=INFRA_ERRORS) as lease:
-            begun = None if started is None else Started(started)
-            decision = fetch_step.decide(ctx, store, url, depth, begun)
+            decision = fetch_step.decide(ctx, store, url, depth, started)
             return settle(ctx, store, url, depth, decision, lease)
 
     return _guarded(step, ctx, crawl_id, url, depth, parse=False)
 
 
-def begin(ctx: Context, crawl_id: str, urls: list[str]) -> dict[str, int]:
+def begin(ctx: Context, crawl_id: str, urls: list[str]) -> dict[str, Begun]:
     """start.lua for the URLs of one message at once (one round trip per partition), for
     :func:`fetch_url`; {} when that cannot be said here, so each URL asks on its own."""
     store = ctx.store(crawl_id)

@@ -28,15 +28,22 @@ from .context import Context
 from .handoff import Stage
 from .outcome import Decision
 from .recorder import crawl_finished, sweep_orphans
-from .settle import attempt, settle
+from .settle import settle, takeback
 
 log = logging.getLogger(__name__)
+
+#: Seconds between two looks for URLs of dead workers and unwritten records (an HSCAN of
+#: each running crawl's in-flight hash: a few hundred entries on a broad crawl).
+RECLAIM_EVERY = 2.0
 
 
 class Repair:
     def __init__(self, settings: Settings, broker: BrokerView) -> None:
         self.settings = settings
         self._broker = broker
+        #: time.monotonic() of the last reclaim, and until when none judges (after a stall).
+        self._last: float | None = None
+        self._quiet_until = 0.0
 
     def reap(self, ctx: Context) -> int:
         """Publish again fetches whose message never reached a worker. Rare (a dispatcher
@@ -59,6 +66,8 @@ class Repair:
         """Take back URLs held by workers that stopped beating or whose message was lost;
         write records dead processes left."""
         s = self.settings
+        if self._stalled():
+            return 0
         living = workers.alive(ctx.client, ctx.keys, s.worker_dead_seconds)
         fetchers = sorted(m.decode() for m in ctx.client.smembers(ctx.keys.fetchers))
         idle = self._broker.idle_stages(fetchers)
@@ -67,7 +76,8 @@ class Repair:
             store = ctx.store(crawl_id)
             if store is None:
                 continue
-            for url, entry, value in store.ledger.stuck(living, s.lost_message_seconds, idle):
+            stuck = store.ledger.stuck(living, s.lost_message_seconds, idle)
+            for url, entry, value in self._really_stuck(ctx, store.id, stuck, living):
                 n += self._take_back(ctx, store, url, entry, value)
             sweep_orphans(ctx, store)
             store.series.sample()  # one process per interval cluster-wide (series.py)
@@ -76,6 +86,47 @@ class Repair:
             if not finishing and store.status.finishing():
                 crawl_finished(ctx, store)
         return n
+
+    def _stalled(self) -> bool:
+        """Whether this process was itself held up since its last look (a paused VM, memory
+        pressure, a starved CPU): every heartbeat it reads may then be stale only because the
+        others were held up too, or their beats wait to be read. It lets them catch up for
+        one dead threshold before it judges anyone."""
+        now, last, dead = time.monotonic(), self._last, self.settings.worker_dead_seconds
+        self._last = now
+        if last is not None and now - last > RECLAIM_EVERY + dead / 2:
+            log.warning("repair held up %.1f s: judging no worker dead for %g s", now - last, dead)
+            self._quiet_until = now + dead
+        return now < self._quiet_until
+
+    def _really_stuck(
+        self, ctx: Context, crawl_id: str, stuck: list[tuple[str, Inflight, str]], living: set[str]
+    ) -> list[tuple[str, Inflight, str]]:
+        """``stuck`` less what a second look clears: a worker that beat since the heartbeats
+        were read (a process whose first beat came after that read), and a message that a
+        living process says it holds (received, waiting for a thread: not lost)."""
+        if not stuck:
+            return []
+        silent = {e.worker for _, e, _ in stuck if e.worker and e.worker not in living}
+        if silent:
+            now_alive = workers.alive(ctx.client, ctx.keys, self.settings.worker_dead_seconds)
+            living = living | (now_alive & silent)
+
+        def key(url: str) -> str:
+            return f"{crawl_id}\t{url}"
+
+        late = [key(url) for url, e, _ in stuck if e.stage == "r" and e.worker in living]
+        held = workers.held_by(ctx.client, ctx.keys, living, late)
+
+        def still(url: str, e: Inflight) -> bool:
+            if e.stage in ("q", "v"):  # its parse or render message is late (no worker named)
+                return True
+            if e.worker not in living:  # silent after a second look
+                return True
+            # Released to a living process, unstarted, its queue empty: lost unless held.
+            return e.stage == "r" and key(url) not in held
+
+        return [(url, e, v) for url, e, v in stuck if still(url, e)]
 
     def _take_back(
         self, ctx: Context, store: CrawlStore, url: str, entry: Inflight, value: str
@@ -86,7 +137,7 @@ class Repair:
         fetching = entry.stage in ("r", "s")
         lease = store.politeness.lease(url, entry.domain) if fetching else None
         lost = WorkerLost(f"{entry.stage}:{entry.worker}: its worker or message was lost")
-        attempts = attempt(store, url)
+        attempts = takeback(store, url)  # not an attempt: a stalled process may be alive
         if attempts.last:
             failed = Decision.record(attempts.failed(url, entry.depth, lost), LeaseEnd.ERROR)
             settle(ctx, store, url, entry.depth, failed, lease)

@@ -102,6 +102,19 @@ def attempt(store: CrawlStore, url: str) -> Attempt:
     return Attempt(number, number > store.opts.max_retries)
 
 
+#: Take-backs of one URL before it fails as ``worker_lost``: they spend no retry (a process
+#: that was only stalled, by memory pressure or a paused VM, may be alive: the URL did nothing
+#: wrong), so this only stops a URL that kills every worker that takes it.
+MAX_TAKEBACKS = 5
+
+
+def takeback(store: CrawlStore, url: str) -> Attempt:
+    """The repair path's rule: a URL taken back from a silent worker counts a take-back, not
+    an attempt; beyond :data:`MAX_TAKEBACKS` it is final."""
+    number = store.ledger.count_takeback(url)
+    return Attempt(number, number > MAX_TAKEBACKS)
+
+
 def retry_or_fail(ctx: Context, store: CrawlStore, url: str, depth: int, exc: CrawlerError) -> str:
     opts, attempts = store.opts, attempt(store, url)
     if attempts.last:

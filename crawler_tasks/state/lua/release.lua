@@ -12,8 +12,8 @@
 -- + interval), so a queueing delay between this release and the HTTP request cannot bunch
 -- two requests up; done.lua also charges robots.txt fetches ("extra") and adapts the pace.
 -- Crawl-delay is a minimum gap between requests: when it sets the interval there is no burst.
--- The interval used and whether the crawl's owner set the rate are stored in the domain's
--- hash ("iv", "own") for done.lua.
+-- The interval used, its burst slack and whether the crawl's owner set the rate are stored in
+-- the domain's hash ("iv", "sl", "own") for done.lua and the send gate (gate_lib.lua).
 -- A domain is in the ready zset exactly while its queue is non-empty; its score is the
 -- earliest time anything can change for it (next token, next lease expiry, Retry-After).
 --
@@ -170,7 +170,8 @@ for _, d in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0,
         out[#out + 1] = d; out[#out + 1] = e
       end
       redis.call('HSET', dom, 'tat', string.format('%.6f', tat),
-                 'iv', string.format('%.6f', interval), 'own', own)
+                 'iv', string.format('%.6f', interval), 'own', own,
+                 'sl', string.format('%.6f', slack))
     end
     if pending == 0 then
       redis.call('ZREM', KEYS[1], d)

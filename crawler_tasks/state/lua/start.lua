@@ -14,7 +14,12 @@
 -- Returns, per URL: 1 if the URL is in flight (the task should go on), 2 if it is final but
 -- its record is not on disk yet (the task that finished it died: write it), 0 otherwise (a
 -- duplicate); for a fetch in flight, 3 if the crawl is cancelled, 4 if its host is dead.
+-- A fetch that goes on also takes its host's next send slot here (gate_lib.lua), in this
+-- same round trip: after the codes come, per URL, the seconds to wait before sending it
+-- ("0" for a URL that does not go on).
 local cancelled = nil
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
 local function start(url)
   local v = redis.call('HGET', KEYS[1], url)
   if not v then
@@ -31,10 +36,19 @@ local function start(url)
   if KEYS[3] then
     if cancelled == nil then cancelled = redis.call('HGET', KEYS[3], 'cancelled') == '1' end
     if cancelled then return 3 end
-    if redis.call('HGET', ARGV[3] .. string.sub(v, 1, a - 1), 'dead') == '1' then return 4 end
+    local dom = ARGV[3] .. string.sub(v, 1, a - 1)
+    if redis.call('HGET', dom, 'dead') == '1' then return 4 end
+    return 1, take_send_slot(dom, now)
   end
   return 1
 end
-local out = {}
-for i = 4, #ARGV do out[#out + 1] = start(ARGV[i]) end
+local out, waits = {}, {}
+for i = 4, #ARGV do
+  local code, wait = start(ARGV[i])
+  out[#out + 1] = code
+  waits[#waits + 1] = string.format('%.6f', wait or 0)
+end
+if KEYS[3] then
+  for _, w in ipairs(waits) do out[#out + 1] = w end
+end
 return out

@@ -27,5 +27,9 @@ local nb, tat = tonumber(f[3]) or 0, tonumber(f[4]) or now
 if nb > 0 then tat = math.max(tat, nb + slack) end
 if now < nb then return string.format('%.6f', nb - now) end
 if now < tat - slack then return string.format('%.6f', tat - slack - now) end
-redis.call('HSET', KEYS[1], 'tat', string.format('%.6f', math.max(tat, now) + iv))
+-- A subrequest is a send too: it waits for the host's send gate like a page (gate_lib.lua).
+local sg = tonumber(redis.call('HGET', KEYS[1], 'sg')) or now
+if now < sg - slack then return string.format('%.6f', sg - slack - now) end
+redis.call('HSET', KEYS[1], 'tat', string.format('%.6f', math.max(tat, now) + iv),
+           'sg', string.format('%.6f', math.max(sg, now) + iv))
 return '0'
