@@ -45,3 +45,4 @@ class Scripts:
         self.action = client.register_script(source("action"))
         self.subrequest = client.register_script(source("subrequest"))
         self.render_plan = client.register_script(source("render_plan"))
+        self.address = client.register_script(source("address"))

@@ -180,6 +180,10 @@ def _default(name: str) -> str:
 @click.option(
     "--concurrency", type=int, help="In flight per domain ($CRAWLER_DEFAULT_CONCURRENCY)."
 )
+@click.option("--ip-rate", type=float, help="Requests/s per server address ($CRAWLER_IP_RATE).")
+@click.option("--ip-concurrency", type=int, help="In flight per server address (0 = no limit).")
+@click.option("--ip-exempt", multiple=True, help="CIDR or host suffix not grouped by address.")
+@click.option("--autothrottle", is_flag=True, help="Pace each host from its latency.")
 @click.option("--allow-private-networks", is_flag=True, help="Allow loopback/private hosts.")
 @click.option("--sitemaps", is_flag=True, help="Enqueue robots.txt Sitemap: URLs as seeds.")
 @click.option("--header", "headers", multiple=True, help="'Name: value' on every request.")

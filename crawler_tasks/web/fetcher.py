@@ -83,6 +83,8 @@ class Response:
     stop_reason: str | None = None
     #: time.monotonic() when the first request of the chain was sent (None: not known)
     sent_at: float | None = None
+    #: Seconds from sending the first request to its headers (never queueing: AutoThrottle).
+    latency: float | None = None
 
 
 class Fetcher:
@@ -191,6 +193,8 @@ class Fetcher:
         chain.visited.add(normalize(chain.url))
         while True:
             resp = self._request(chain)
+            if chain.answered_at is None:
+                chain.answered_at = time.monotonic()
             try:
                 location = redirect_location(resp)
                 if location is None:
@@ -308,6 +312,7 @@ class Fetcher:
             http_version=http_version(raw),
             stop_reason=stop_reason,
             sent_at=chain.deadline.sent_at,
+            latency=_latency(chain),
         )
 
 
@@ -323,6 +328,7 @@ class _Chain:
     started: float = field(default_factory=time.monotonic)
     current: str = ""  #: the URL being fetched
     ip: str | None = None  #: the address it is fetched from
+    answered_at: float | None = None  #: time.monotonic() at the first response's headers
     visited: set[str] = field(default_factory=set)
     redirects: list[tuple[int, str]] = field(default_factory=list)
     max_body_bytes: int = 0
@@ -368,3 +374,8 @@ def _accept_encoding() -> str:
     # urllib3 decodes br only with one of these installed; never ask for what we cannot decode.
     has_brotli = any(importlib.util.find_spec(m) for m in ("brotli", "brotlicffi"))
     return "gzip, deflate, br" if has_brotli else "gzip, deflate"
+
+
+def _latency(chain: _Chain) -> float | None:
+    sent, answered = chain.deadline.sent_at, chain.answered_at
+    return None if sent is None or answered is None else max(0.0, answered - sent)

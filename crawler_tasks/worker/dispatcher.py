@@ -249,6 +249,8 @@ class Dispatcher:
             holders=tuple(self._holders),
         )
         entries = release.entries
+        if release.resolve:
+            ctx.addresses.ask(store, release.resolve)  # worker/addresses.py
         if not release.cancelled and self._ceilings:
             entries = self._within_ceilings(ctx, store, entries)
         queues: dict[str, list[tuple[str, int]]] = {}

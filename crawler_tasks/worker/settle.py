@@ -20,6 +20,7 @@ from enum import Enum
 
 from ..errors import CrawlerError, HostDown
 from ..state.formats import LeaseEnd
+from ..state.pacing import NO_ANSWER, Answer
 from ..state.politeness import Done, Lease
 from ..state.store import CrawlStore
 from .context import Context
@@ -52,6 +53,8 @@ class Decision:
     #: Retry-After seconds for the lease (a throttled host), and when the request was sent.
     retry_after: float = 0.0
     sent: float = -1.0
+    #: The response's address and latency, for the host's address group and AutoThrottle.
+    answer: Answer = NO_ANSWER
     #: RESPONSE: what the response becomes, after the lease is back (None: a parse task).
     then: Callable[[], Final | None] | None = None
 
@@ -74,7 +77,9 @@ def settle(
         if decision.lease is None:
             lease.disown()
         else:
-            reply = lease.release(decision.lease, decision.retry_after, decision.sent)
+            reply = lease.release(
+                decision.lease, decision.retry_after, decision.sent, decision.answer
+            )
     match decision.next:
         case Next.DUPLICATE:
             return "duplicate"
