@@ -21,6 +21,7 @@ from sitegen import Handler, SiteServer, rate_report
 
 from crawler_tasks import start_crawl
 from crawler_tasks.errors import ConfigError
+from crawler_tasks.state.formats import LeaseEnd
 from crawler_tasks.state.options import CrawlOptions
 from crawler_tasks.surface.cli import main as cli
 from crawler_tasks.surface.commands import domain_line
@@ -186,3 +187,50 @@ def test_bad_address_and_autothrottle_options_are_refused(settings):  # type: ig
     assert CrawlOptions.from_json(ok.to_json()) == ok
     result = CliRunner().invoke(cli, ["crawl", "http://a.test/", "--ip-rate", "-1"])
     assert result.exit_code == 2 and "ip_rate" in result.output, result.output
+
+
+def test_an_address_lease_holds_its_hosts_until_it_is_returned(settings, client):  # type: ignore[no-untyped-def]
+    """release.lua on its own: a host whose address is unknown is asked for, not released; two
+    hosts on one address with ``ip_concurrency=1`` go one at a time, the lease's return waking
+    the one that waited; with ``ip_rate=2`` the second waits half a second (Redis's clock)."""
+    hosts = ["127.0.0.50", "127.0.0.51"]
+    for extra in ({"ip_concurrency": 1}, {"ip_rate": 2.0}):
+        urls = [f"http://{h}/{i}" for h in hosts for i in range(2)]
+        crawl = start_crawl(
+            urls, settings=settings, allow_private_networks=True, rate=100.0, **extra
+        )
+        frontier, polite = crawl.store.frontier, crawl.store.politeness
+        first = frontier.release_all(100, 180)
+        assert first.entries == [] and sorted(first.resolve) == hosts
+        for h in hosts:
+            polite.set_address(h, "10.9.9.9")
+        one = frontier.release_all(100, 180).entries
+        assert len(one) == 1, one
+        start = redis_now(client)
+        while not (two := frontier.release_all(100, 180).entries):
+            if "ip_concurrency" in extra:  # held by the lease, however long we wait
+                assert redis_now(client) - start < 0.3
+                time.sleep(0.3)
+                assert frontier.release_all(100, 180).entries == []
+                waiting = [h for h in hosts if h != one[0][0]][0]
+                ready = crawl.ck.for_domain(waiting).ready
+                # Until the lease's expiry (the dead-worker bound), unless it is returned.
+                assert client.zscore(ready, waiting) > redis_now(client) + 100
+                domain, _depth, url = one[0]
+                polite.done(url, domain, LeaseEnd.OK, sent=0.0)
+                assert client.zscore(ready, waiting) <= redis_now(client)
+                continue
+            time.sleep(0.02)
+        waited = redis_now(client) - start
+        assert len(two) == 1, two  # one at a time at the address, whichever host
+        if "ip_rate" in extra:
+            assert waited >= 0.45, waited
+        info = {d["domain"]: d for d in polite.domains(hosts)}
+        assert info[hosts[0]]["address_group"] == "10.9.9.9", info
+        expected = "1 in flight" if "ip_concurrency" in extra else "(2/s, all its hosts)"
+        assert any(expected in w for w in info[hosts[0]]["why"]), info
+
+
+def redis_now(client: Any) -> float:
+    seconds, micros = client.time()
+    return float(seconds + micros / 1e6)

@@ -221,12 +221,12 @@ class Frontier:
 
     def release_all(self, limit: int, lease_seconds: float, **kw: Any) -> Release:
         """One release over every partition (tests, tools): entries of all of them."""
-        cancelled, entries = False, []
-        for part in range(len(self.ck.parts)):
-            r = self.release(part, limit, lease_seconds, **kw)
-            cancelled = cancelled or r.cancelled
-            entries += r.entries
-        return Release(cancelled, entries)
+        parts = [self.release(p, limit, lease_seconds, **kw) for p in range(len(self.ck.parts))]
+        return Release(
+            any(r.cancelled for r in parts),
+            [e for r in parts for e in r.entries],
+            [d for r in parts for d in r.resolve],
+        )
 
     def backlog(self, top: int = 10) -> list[tuple[str, int]]:
         """Domains with the most pending URLs (scans at most 1,000 ready domains each
