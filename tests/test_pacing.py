@@ -58,6 +58,17 @@ def _site(address: str, pages: int, latency: Any = None) -> SiteServer:
     return SiteServer(address=address, extra_routes=routes)
 
 
+def _watch(crawl: Any, top: int) -> list[dict[str, Any]]:
+    """``crawl.domains(top)`` every 0.25 s until the crawl is finished: what status showed."""
+    seen: list[dict[str, Any]] = []
+    deadline = time.monotonic() + 120
+    while not crawl.finished and time.monotonic() < deadline:
+        seen += crawl.domains(top)
+        time.sleep(0.25)
+    crawl.wait(timeout=5)
+    return seen
+
+
 def _wait_for_workers(settings: Any, count: int) -> None:
     app = make_app(settings)
     wait_until(lambda: len(app.control.ping(timeout=0.5) or []) >= count, timeout=30)
@@ -75,12 +86,7 @@ def test_hosts_on_one_address_share_its_rate(settings, workers):  # type: ignore
         crawl = start_crawl(
             seeds, settings=settings, allow_private_networks=True, rate=2.0, ip_rate=3.0
         )
-        seen: list[dict[str, Any]] = []
-        deadline = time.monotonic() + 120
-        while not crawl.finished and time.monotonic() < deadline:
-            seen += crawl.domains(3)
-            time.sleep(0.5)
-        crawl.wait(timeout=5)
+        seen = _watch(crawl, 3)
         log = site.requests()
     expected = {f"http://{n}:{site.port}/{p}" for n in NAMES for p in ("", "p/1", "p/2", "p/3")}
     assert {r["url"] for r in crawl.pages()} == expected
@@ -149,12 +155,7 @@ def test_autothrottle_slows_a_slow_host_and_speeds_it_up_again(settings, workers
             autothrottle=True,
             autothrottle_target=1.0,
         )
-        seen: list[dict[str, Any]] = []
-        deadline = time.monotonic() + 120
-        while not crawl.finished and time.monotonic() < deadline:
-            seen += crawl.domains(1)
-            time.sleep(0.25)
-        crawl.wait(timeout=5)
+        seen = _watch(crawl, 1)
         log = site.requests()
     assert len(list(crawl.pages())) == 25
     sent = sorted(e.time for e in log if e.path.startswith("/p/"))
