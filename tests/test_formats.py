@@ -117,6 +117,7 @@ _PLACEHOLDER = {
     "N": r"\d+",
     "H": r"[0-9a-f]+",
     "S": r"[^:]+",
+    "A": r".+",  # a server address (IPv6 ones have colons)
 }
 
 

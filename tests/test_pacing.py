@@ -18,6 +18,7 @@ import pytest
 from click.testing import CliRunner
 from conftest import wait_until
 from sitegen import Handler, SiteServer, rate_report
+from test_formats import undescribed
 
 from crawler_tasks import start_crawl
 from crawler_tasks.errors import ConfigError
@@ -230,6 +231,7 @@ def test_an_address_lease_holds_its_hosts_until_it_is_returned(settings, client)
         assert info[hosts[0]]["address_group"] == "10.9.9.9", info
         expected = "1 in flight" if "ip_concurrency" in extra else "(2/s, all its hosts)"
         assert any(expected in w for w in info[hosts[0]]["why"]), info
+    assert undescribed(client) == []  # the address keys are in keys.py's table
 
 
 def redis_now(client: Any) -> float:
