@@ -24,6 +24,7 @@ from crawler_tasks import start_crawl
 from crawler_tasks.errors import ConfigError
 from crawler_tasks.state.formats import LeaseEnd
 from crawler_tasks.state.options import CrawlOptions
+from crawler_tasks.state.pacing import address_limits
 from crawler_tasks.surface.cli import main as cli
 from crawler_tasks.surface.commands import domain_line
 from crawler_tasks.worker.app import make_app
@@ -187,6 +188,10 @@ def test_bad_address_and_autothrottle_options_are_refused(settings):  # type: ig
     )
     assert ok.ip_exempt == ("cdn.example.net",)
     assert CrawlOptions.from_json(ok.to_json()) == ok
+    # P partitions (a Redis Cluster) each pace an address at ip_rate / P: never more in total.
+    assert address_limits(3.0, 0, 1) == (pytest.approx(1 / 3), 0)
+    assert address_limits(3.0, 4, 3) == (pytest.approx(1.0), 1)
+    assert address_limits(0.0, 0, 3) == (0.0, 0)
     result = CliRunner().invoke(cli, ["crawl", "http://a.test/", "--ip-rate", "-1"])
     assert result.exit_code == 2 and "ip_rate" in result.output, result.output
 
