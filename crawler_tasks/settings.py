@@ -140,6 +140,17 @@ class Settings:
     default_burst: int = limited(1, 0, 1000)
     #: Crawl default. Requests in flight per domain at once, cluster-wide.
     default_concurrency: int = limited(1, 1, 1000)
+    #: Crawl default. Requests per second per server address (the address a host resolves to,
+    #: all its hosts together), cluster-wide; 0 = no limit per address.
+    ip_rate: float = limited(0.0, 0, 100_000)
+    #: Crawl default. Requests in flight per server address at once (with ``ip_rate``); 0 = no limit.
+    ip_concurrency: int = limited(0, 0, 100_000)
+    #: Crawl default. Pace each host from its latency (AutoThrottle, state/pacing.py): interval =
+    #: latency / ``autothrottle_target`` (requests in flight the server should see), between
+    #: the rate's interval and 60 s.
+    autothrottle: bool = False
+    #: Crawl default. AutoThrottle's target: requests in flight a server should see on average.
+    autothrottle_target: float = limited(1.0, 0.01, 1000)
     #: Seconds a domain lease lives before it is reclaimed (a killed worker never blocks a host).
     lease_seconds: float = limited(180.0, 0.1, DAY)
     #: Seconds, cap on a robots.txt ``Crawl-delay``.

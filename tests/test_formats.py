@@ -119,6 +119,7 @@ _PLACEHOLDER = {
     "N": r"\d+",
     "H": r"[0-9a-f]+",
     "S": r"[^:]+",
+    "A": r".+",  # a server address (IPv6 ones have colons)
 }
 
 
@@ -347,11 +348,12 @@ def test_release_call_fills_every_argument_release_lua_reads() -> None:
     documented = max(int(n) for n in re.findall(r"ARGV\[(\d+)\]", source))
     call = calls.ReleaseCall(
         10, "q:", "l:", "d:", 180, float("inf"), 1, 2, 1000, "w", None, "", "",
-        formats.Steering.PAUSED, "a\tb",
+        formats.Steering.PAUSED, "a\tb", 0.5, 2, "p:{c/0}:ip",
     )  # fmt: skip
     args = call.args()
-    assert len(args) == documented == 15
+    assert len(args) == documented == 18
     assert (args[5], args[10], args[13], args[14]) == ("inf", "inf", "paused", "a\tb")
+    assert args[15:] == [0.5, 2, "p:{c/0}:ip"]
     # The steering words release.lua compares its last argument with.
     compared = set(re.findall(r"ARGV\[14\] == '(\w+)'", source))
     assert compared == {formats.Steering.PAUSED.value, formats.Steering.CANCELLED.value}

@@ -66,6 +66,9 @@ class ReleaseCall:
     owner_rates: str  # the crawl owner's rates, the same way
     steering: Steering
     holders: str = ""  # live fetch processes with a direct queue, tab-joined (workers.holder)
+    address_interval: float = 0.0  # seconds between two requests to one address (0: none)
+    address_concurrency: int = 0  # in flight per address (0: none)
+    address_prefix: str = ""  # the partition's address keys (PartKeys.address_prefix)
 
     def args(self) -> list[str | int | float]:
         return [
@@ -84,4 +87,7 @@ class ReleaseCall:
             self.owner_rates,
             self.steering.value,
             self.holders,
+            self.address_interval,
+            self.address_concurrency,
+            self.address_prefix,
         ]

@@ -10,7 +10,7 @@ domain may be fetched (release.lua). The broker therefore holds at most about
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any
 
@@ -22,6 +22,7 @@ from .bloom import KnownURLs, url_hash
 from .crawl_rates import CrawlRates
 from .keys import CrawlKeys
 from .options import CrawlOptions
+from .pacing import address_limits
 from .scripts import Scripts
 
 #: URLs per admit.lua call: keeps each script run short (Redis is single-threaded).
@@ -51,6 +52,8 @@ class Release:
 
     cancelled: bool
     entries: list[tuple[str, int, str]]  # (domain, depth, url)
+    #: Domains whose server address is asked for before they are released (state/pacing.py).
+    resolve: list[str] = field(default_factory=list)
 
 
 class Frontier:
@@ -179,6 +182,7 @@ class Frontier:
         marked as held by its host's one (``workers.holder``), not by ``worker``."""
         pk = self.ck.parts[part]
         opts = self.opts
+        ip_iv, ip_conc = address_limits(opts.ip_rate, opts.ip_concurrency, len(self.ck.parts))
         call = calls.ReleaseCall(
             limit=limit,
             queue_prefix=pk.queue_prefix,
@@ -195,6 +199,9 @@ class Frontier:
             owner_rates=self.rates.text(),
             steering=state,
             holders="\t".join(holders),
+            address_interval=ip_iv,
+            address_concurrency=ip_conc,
+            address_prefix=pk.address_prefix,
         )
         out = self.scripts.release(
             keys=[pk.ready, pk.inflight, pk.stats, pk.retry, pk.flow],
@@ -202,20 +209,23 @@ class Frontier:
             client=self.client,
         )
         mode = _text(out[0])
-        entries = []
+        entries, resolve = [], []
         for i in range(1, len(out), 2):
+            if not out[i + 1]:  # its address first
+                resolve.append(_text(out[i]))
+                continue
             depth, url = formats.parse_entry(_text(out[i + 1]))
             entries.append((_text(out[i]), depth, url))
-        return Release(mode == "cancel", entries)
+        return Release(mode == "cancel", entries, resolve)
 
     def release_all(self, limit: int, lease_seconds: float, **kw: Any) -> Release:
         """One release over every partition (tests, tools): entries of all of them."""
-        cancelled, entries = False, []
-        for part in range(len(self.ck.parts)):
-            r = self.release(part, limit, lease_seconds, **kw)
-            cancelled = cancelled or r.cancelled
-            entries += r.entries
-        return Release(cancelled, entries)
+        parts = [self.release(p, limit, lease_seconds, **kw) for p in range(len(self.ck.parts))]
+        return Release(
+            any(r.cancelled for r in parts),
+            [e for r in parts for e in r.entries],
+            [d for r in parts for d in r.resolve],
+        )
 
     def backlog(self, top: int = 10) -> list[tuple[str, int]]:
         """Domains with the most pending URLs (scans at most 1,000 ready domains each

@@ -36,11 +36,12 @@ def host_rows(
     politeness: Politeness, names: list[str], default_rate: float, ceilings: dict[str, float]
 ) -> list[dict[str, Any]]:
     """One row per host: backlog, in flight, effective rate, Crawl-delay, circuit state,
-    connection failures in a row, the shared ceiling (``crawler set-ceiling``)."""
+    connection failures in a row, the shared ceiling (``crawler set-ceiling``), the interval
+    between its requests now and why (state/pacing.py ``explain``), its address group."""
     rows = []
     rates = politeness.client.hgetall(politeness.ck.cluster_rates)  # `crawler set-rate`, once
     for i in range(0, len(names), CHUNK):
-        for info in politeness.domains(names[i : i + CHUNK], rates):
+        for info in politeness.domains(names[i : i + CHUNK], rates, ceilings):
             rate = effective_rate(info, default_rate)
             rows.append(
                 {
@@ -55,6 +56,9 @@ def host_rows(
                     "ceiling": ceilings.get(info["domain"]),
                     # This crawl's own rate for the host (its rates option or an operator's).
                     "crawl_rate": _own(info["override"]),
+                    "interval": info["interval"],
+                    "address": info["address_group"],
+                    "why": "; ".join(info["why"]),
                 }
             )
     return rows

@@ -17,9 +17,9 @@ Keys that are not a crawl's have no tag (each lives wherever its name hashes) an
 touches them beside a crawl's keys.
 
 Layout (``P`` is the prefix setting, default ``crawler``; ``C`` a crawl id; ``D`` a domain;
-``H`` a URL digest; ``N`` a number; ``S`` a schedule name). Formats of values shared with the
-Lua scripts are in ``formats.py``. ``tests/test_formats.py`` fails on any key a crawl writes
-that this table does not describe, or whose type differs::
+``H`` a URL digest; ``N`` a number; ``S`` a schedule name; ``A`` a server address). Formats of
+values shared with the Lua scripts are in ``formats.py``. ``tests/test_formats.py`` fails on
+any key a crawl writes that this table does not describe, or whose type differs::
 
     P:crawls                 zset   crawl ids by start time (``crawler list``)
     P:running                set    crawl ids the dispatchers release work for
@@ -71,8 +71,13 @@ that this table does not describe, or whose type differs::
     P:{C/N}:ready            zset   domains with pending work, scored by when they may go next
     P:{C/N}:dom:D            hash   politeness state of a domain: tat, slow, not_before, delay,
                                     iv (interval of the last release), own (owner's rate),
-                                    fails, down_since, dead (circuit breaker, done.lua)
+                                    fails, down_since, dead (circuit breaker, done.lua),
+                                    ip, ip_until, ipx (its server address, state/pacing.py),
+                                    at, lat, piv (AutoThrottle's delay, latency, floor)
     P:{C/N}:lease:D          zset   in-flight lease tokens of a domain, scored by expiry
+    P:{C/N}:ip:A             hash   tat of server address A's bucket (``ip_rate``, release.lua)
+    P:{C/N}:ipl:A            zset   URLs in flight to address A by expiry (``ip_concurrency``)
+    P:{C/N}:ipw:A            set    domains waiting for a lease of address A (done.lua wakes them)
     P:{C/N}:inflight         hash   url -> formats.Inflight, every released, unfinished URL
     P:{C/N}:retry            zset   formats.retry_member waiting for a retry, scored by due time
     P:{C/N}:attempts         hash   url -> failed attempts so far (only URLs that failed once)
@@ -232,6 +237,8 @@ class PartKeys:
         self.queue_prefix = f"{base}:q:"
         self.lease_prefix = f"{base}:lease:"
         self.domain_prefix = f"{base}:dom:"
+        #: Server address keys (state/pacing.py): ``address_prefix`` + ":A", "l:A", "w:A".
+        self.address_prefix = f"{base}:ip"
 
     def bloom(self, shard: int) -> str:
         return f"{self.base}:bloom:{shard}"

@@ -21,6 +21,7 @@ from ..settings import INFINITE_OK, LIMITS, Settings, number, range_problem
 from ..web.urls import Scope
 from .bloom import BloomShape
 from .option_checks import check_limits, check_types
+from .pacing import check_pacing
 from .render_plan import check_render
 
 PRIORITIES = ("high", "medium", "low")
@@ -60,6 +61,11 @@ class CrawlOptions:
     rate: float = setting("default_rate")
     burst: int = setting("default_burst")
     concurrency: int = setting("default_concurrency")
+    ip_rate: float = setting("ip_rate")
+    ip_concurrency: int = setting("ip_concurrency")
+    ip_exempt: tuple[str, ...] = ()
+    autothrottle: bool = setting("autothrottle")
+    autothrottle_target: float = setting("autothrottle_target")
     obey_robots: bool = True
     sitemaps: bool = False
     output: str = ""
@@ -145,6 +151,7 @@ class CrawlOptions:
         _check_hooks(self)
         _check_requests(self)
         check_render(self.render, self.render_hosts)
+        check_pacing(self)
         # Builds the scope as every worker will (allowed domains, patterns): a crawl that
         # could not be admitted must fail here, before anything of it is written.
         self.scope  # noqa: B018
@@ -162,7 +169,7 @@ class CrawlOptions:
         """Options from ``values`` (names known) over the settings' defaults, values checked."""
         base = cls.defaults(settings) if settings is not None else {}
         data = {**base, **{k: v for k, v in values.items() if v is not None}}
-        for key in ("seeds", "allowed_domains", "include", "exclude"):
+        for key in ("seeds", "allowed_domains", "include", "exclude", "ip_exempt"):
             raw = data.get(key) or ()
             if not isinstance(raw, (str, list, tuple)):
                 raise ConfigError(f"{key} must be a list of strings, not {raw!r}")
@@ -195,9 +202,8 @@ class CrawlOptions:
         started_at: float,
         **options: Any,
     ) -> CrawlOptions:
-        """Options of a new crawl: ``options`` (user keywords, validated here) over the
-        defaults that come from ``settings``. Used by ``store.plan``: start_crawl, the CLI and
-        schedules."""
+        """Options of a new crawl: ``options`` (user keywords, validated here) over the defaults
+        from ``settings``. Used by ``store.plan``: start_crawl, the CLI and schedules."""
         check_names(options)
         if not _CRAWL_ID.match(crawl_id):
             raise ConfigError(
@@ -240,8 +246,8 @@ class CrawlOptions:
     def from_json(cls, text: str | bytes) -> CrawlOptions:
         data = json.loads(text)
         data["rates"] = {h: float(r) for h, r in data.get("rates", {}).items()}
-        for name in ("seeds", "allowed_domains", "include", "exclude", "partition_tags"):
-            data[name] = tuple(data.get(name) or ())
+        for k in ("seeds", "allowed_domains", "include", "exclude", "partition_tags", "ip_exempt"):
+            data[k] = tuple(data.get(k) or ())
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
 

@@ -60,6 +60,15 @@ import redis
 from . import formats
 from .formats import LeaseEnd
 from .keys import CrawlKeys, Keys
+from .pacing import (
+    ADDRESS_TTL,
+    AUTOTHROTTLE_MAX_DELAY,
+    NO_ANSWER,
+    UNRESOLVED_TTL,
+    Answer,
+    Pacing,
+    explain,
+)
 from .scripts import Scripts
 
 log = logging.getLogger(__name__)
@@ -114,6 +123,7 @@ class Politeness:
         max_crawl_delay: float,
         max_host_outage: float = 120.0,
         owner_rates: Mapping[str, float] | None = None,
+        pacing: Pacing | None = None,
     ) -> None:
         self.client = client
         self.ck = ck
@@ -122,6 +132,8 @@ class Politeness:
         self.scripts = scripts
         self.max_crawl_delay = max_crawl_delay
         self.max_host_outage = max_host_outage
+        #: Limits per server address and AutoThrottle (state/pacing.py).
+        self.pacing = pacing or Pacing()
 
     def lease(self, url: str, domain: str, keep_on: tuple[type[BaseException], ...] = ()) -> Lease:
         """The lease release.lua took for ``url``, to be returned exactly once (see
@@ -136,13 +148,21 @@ class Politeness:
         return [formats.parse_entry(e.decode("utf-8", "surrogateescape")) for e in raw]
 
     def _done(
-        self, url: str, domain: str, end: LeaseEnd, retry_after: float = 0.0, sent: float = -1.0
+        self,
+        url: str,
+        domain: str,
+        end: LeaseEnd,
+        retry_after: float = 0.0,
+        sent: float = -1.0,
+        answer: Answer = NO_ANSWER,
     ) -> Done:
         """done.lua: return the lease of ``url`` and pace the next request, from when it was
         sent, ``sent`` seconds ago, if it went well; from now if it failed or if ``sent`` is
-        unknown (-1). Private: a task returns a lease once, through :class:`Lease` (its only
+        unknown (-1); ``answer``: the response's address and latency (address groups,
+        AutoThrottle). Private: a task returns a lease once, through :class:`Lease` (its only
         caller besides :meth:`extra_request`), so done.lua runs once per lease."""
-        pk = self.ck.for_domain(domain)
+        pk, p = self.ck.for_domain(domain), self.pacing
+        exempt = 1 if answer.ip and p.exempt.covers(domain, answer.ip) else 0
         args = [
             url,
             domain,
@@ -151,6 +171,15 @@ class Politeness:
             MAX_SLOWDOWN,
             self.max_host_outage,
             sent,
+            answer.ip,
+            exempt,
+            answer.latency,
+            1 if answer.ok else 0,
+            p.autothrottle_target,
+            AUTOTHROTTLE_MAX_DELAY,
+            ADDRESS_TTL,
+            pk.address_prefix if p.grouped else "",
+            p.address_interval,
         ]
         raw = self.scripts.done(
             keys=[pk.ready, pk.lease(domain), pk.domain(domain), pk.queue(domain)],
@@ -160,6 +189,15 @@ class Politeness:
         text = raw.decode() if isinstance(raw, bytes) else str(raw)
         slow, down_for, dead = (text.split("|") + ["-1", "0"])[:3]
         return Done(float(slow), float(down_for), dead == "1")
+
+    def set_address(self, domain: str, ip: str | None) -> None:
+        """The server address the dispatcher resolved for ``domain`` (None: it could not):
+        stored for ADDRESS_TTL, and the domain woken (address.lua)."""
+        pk = self.ck.for_domain(domain)
+        exempt = 1 if ip and self.pacing.exempt.covers(domain, ip) else 0
+        ttl = ADDRESS_TTL if ip else UNRESOLVED_TTL
+        args = [domain, ip or "?", exempt, ttl]
+        self.scripts.address(keys=[pk.ready, pk.domain(domain)], args=args, client=self.client)
 
     def extra_request(self, domain: str) -> None:
         """A request the release did not pay for (robots.txt) has just ended: charge it."""
@@ -189,11 +227,15 @@ class Politeness:
             self.client.hset(self.ck.domain(domain), "delay", repr(capped))
 
     def domains(
-        self, names: list[str], cluster_rates: dict[bytes, bytes] | None = None
+        self,
+        names: list[str],
+        cluster_rates: dict[bytes, bytes] | None = None,
+        ceilings: dict[str, float] | None = None,
     ) -> list[dict[str, Any]]:
-        """Current pace of each domain: effective req/s, slow-down, pending, in flight.
-        ``cluster_rates``: the ``set-rate`` hash read once by a caller asking about many
-        domains (the dashboard's host table), instead of one HGET per domain."""
+        """Current pace of each domain: effective req/s, slow-down, pending, in flight, its
+        interval and why (``why``: pacing.explain). ``cluster_rates``: the ``set-rate`` hash
+        read once by a caller asking about many domains (the dashboard's host table), instead
+        of one HGET per domain; ``ceilings``: the shared ceilings (``ceilings.read``)."""
         pipe = self.client.pipeline(transaction=False)
         for d in names:
             pipe.hgetall(self.ck.domain(d))
@@ -212,7 +254,13 @@ class Politeness:
                 cluster = cluster_rates.get(d.encode("utf-8", "surrogateescape"))
             own = self.owner_rates.get(d)
             own_text = None if own is None else "inf" if math.isinf(own) else repr(own)
-            out.append(_describe(d, state, pending, inflight, own_text, cluster))
+            info = _describe(d, state, pending, inflight, own_text, cluster)
+            info["ceiling"] = (ceilings or {}).get(d)
+            info["address_group"] = info["address"] if self.pacing.grouped else None
+            if info["address"] == "?" or info["address_exempt"]:
+                info["address_group"] = None
+            info["why"] = explain(info, self.pacing, time.time())
+            out.append(info)
         return out
 
 
@@ -250,13 +298,20 @@ class Lease:
         self.ended: LeaseEnd | None = None
         self.held = True
 
-    def release(self, end: LeaseEnd, retry_after: float = 0.0, sent: float = -1.0) -> Done:
+    def release(
+        self,
+        end: LeaseEnd,
+        retry_after: float = 0.0,
+        sent: float = -1.0,
+        answer: Answer = NO_ANSWER,
+    ) -> Done:
         """Return the lease (done.lua with ``end``) unless it was returned already; done.lua's
-        reply, or a neutral one for a second call."""
+        reply, or a neutral one for a second call. ``answer``: the response's address and
+        latency (state/pacing.py)."""
         if not self.held:
             return Done(1.0)
         self.held, self.ended = False, end
-        return self.politeness._done(self.url, self.domain, end, retry_after, sent)
+        return self.politeness._done(self.url, self.domain, end, retry_after, sent, answer)
 
     def disown(self) -> None:
         """Not this task's to return (start.lua says another delivery holds the URL)."""
@@ -285,7 +340,8 @@ class Lease:
 def _describe(
     domain: str, state: dict, pending: int, inflight: int, own: Any, cluster: Any
 ) -> dict[str, Any]:
-    s = {k.decode(): float(v) for k, v in state.items()}
+    text = {k.decode(): v.decode() for k, v in state.items()}
+    s = {k: float(v) for k, v in text.items() if k != "ip"}
     # Down: its circuit is open (done.lua: 3 connection failures in a row, no success since).
     down = s.get("fails", 0) >= 3 and "down_since" in s
     now = time.time()
@@ -304,15 +360,22 @@ def _describe(
         "dead": s.get("dead") == 1.0,
         # Connection failures in a row (3 open the circuit; a success resets it).
         "fails": int(s.get("fails", 0)),
+        # Its server address (state/pacing.py) and AutoThrottle's delay and latency.
+        "address": text.get("ip"),
+        "address_exempt": text.get("ipx") == "1",
+        "autothrottle_delay": s.get("at"),
+        "latency": s.get("lat"),
     }
 
 
 def effective_rate(info: dict[str, Any], default_rate: float) -> float:
     """Requests/s a domain is released at now (mirrors release.lua's interval)."""
-    slow = info.get("slowdown") or 1.0
+    slow, at = info.get("slowdown") or 1.0, info.get("autothrottle_delay") or 0.0
     if info.get("override"):
         own = float(info["override"])
-        return math.inf if math.isinf(own) else own / slow
-    rate = float(info["cluster_rate"]) if info.get("cluster_rate") else default_rate
-    interval = max(1 / rate if rate > 0 else 0.0, info.get("crawl_delay") or 0.0) * slow
+        interval = 0.0 if math.isinf(own) else slow / own
+    else:
+        rate = float(info["cluster_rate"]) if info.get("cluster_rate") else default_rate
+        interval = max(1 / rate if rate > 0 else 0.0, info.get("crawl_delay") or 0.0) * slow
+    interval = max(interval, at)  # AutoThrottle's delay raises it (release.lua)
     return math.inf if interval == 0 else 1 / interval

@@ -50,3 +50,4 @@ class Scripts:
         self.subrequest = client.register_script(source("subrequest"))
         self.gate = client.register_script(source("gate"))
         self.render_plan = client.register_script(source("render_plan"))
+        self.address = client.register_script(source("address"))

@@ -46,6 +46,7 @@ from .frontier import Frontier
 from .keys import CrawlKeys, Keys
 from .ledger import Ledger
 from .options import CrawlOptions
+from .pacing import Pacing
 from .politeness import Politeness
 from .render_config import RenderConfig
 from .render_plan import RenderPlan
@@ -116,6 +117,7 @@ class CrawlStore:
             process.max_crawl_delay,
             opts.max_host_outage,
             self.frontier.rates,
+            Pacing.of(opts, len(self.ck.parts)),
         )
         self.bodies = BodyStash(r.client, self.ck, process.body_ttl)
         self.render_plan = RenderPlan(r.client, self.ck, r.scripts)

@@ -54,6 +54,8 @@ def domain_line(d: dict[str, Any]) -> str:
         text += f" set-rate={d['cluster_rate']}/s (all crawls)"
     if d.get("ceiling"):
         text += f" ceiling={d['ceiling']:g}/s (shared by all crawls)"
+    if d.get("why"):
+        text += f" interval={d['interval'] or 0:.3g}s why: {'; '.join(d['why'])}"
     if d.get("dead"):
         text += " DEAD: down longer than max_host_outage, its URLs failed"
     elif d.get("down_since"):

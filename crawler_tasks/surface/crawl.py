@@ -24,6 +24,7 @@ from ..errors import ConfigError, RedisFull, UnknownCrawl
 from ..settings import Settings, load
 from ..state import connection
 from ..state import store as stores
+from ..state.ceilings import read as read_ceilings
 from ..state.connection import check_redis_url
 from ..state.formats import Status
 from ..state.health import memory, no_room_for
@@ -313,7 +314,8 @@ class Crawl:
 
     def domains(self, top: int = 20) -> list[dict[str, Any]]:
         names = [d for d, _ in self.store.frontier.backlog(top)]
-        infos = self.store.politeness.domains(names)
+        shared = read_ceilings(self.client, self.store.r.keys)
+        infos = self.store.politeness.domains(names, ceilings=shared)
         for info in infos:
             info["rate"] = effective_rate(info, self.options.rate)
         return infos

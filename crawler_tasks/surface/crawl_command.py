@@ -1,7 +1,5 @@
-"""``crawler crawl SEED...``: the command line turned into a crawl's options, checked whole
-before anything is started or written, then the crawl run on a usable broker (started here
-when missing, see :func:`cluster`) with progress on stderr and a summary on stdout. Registered
-in the ``crawler`` group by ``cli``."""
+"""``crawler crawl SEED...``: options checked whole before anything is written, then the crawl
+run on a usable broker (started here when missing: :func:`cluster`); registered by ``cli``."""
 
 from __future__ import annotations
 
@@ -166,12 +164,8 @@ def _default(name: str) -> str:
 @click.option(
     "--max-pages", type=int, help=f"URLs admitted at most, 0: no limit ({_default('max_pages')})."
 )
-@click.option(
-    "--priority", type=click.Choice(PRIORITIES), help=f"Highest queue ({_default('priority')})."
-)
-@click.option(
-    "--order", type=click.Choice(["bfs", "dfs"]), help=f"Per domain ({_default('order')})."
-)
+@click.option("--priority", type=click.Choice(PRIORITIES), help=f"({_default('priority')})")
+@click.option("--order", type=click.Choice(["bfs", "dfs"]), help=f"({_default('order')})")
 @click.option("--max-pages-per-host", type=int, help="URLs admitted per domain at most.")
 @click.option("--render", type=click.Choice(["never", "always", "auto"]), help="Run JavaScript.")
 @click.option("--allowed-domain", "allowed_domains", multiple=True, help="Repeatable.")
@@ -186,6 +180,10 @@ def _default(name: str) -> str:
 )
 @click.option("--default-rate", help="Requests/s per domain ($CRAWLER_DEFAULT_RATE).")
 @click.option("--concurrency", type=int, help="In flight per domain ($CRAWLER_DEFAULT_CONCURRENCY)")
+@click.option("--ip-rate", type=float, help="Requests/s per server address ($CRAWLER_IP_RATE).")
+@click.option("--ip-concurrency", type=int, help="In flight per server address (0 = no limit).")
+@click.option("--ip-exempt", multiple=True, help="CIDR or host suffix not grouped by address.")
+@click.option("--autothrottle", is_flag=True, help="Pace each host from its latency.")
 @click.option("--allow-private-networks", is_flag=True, help="Allow loopback/private hosts.")
 @click.option("--sitemaps", is_flag=True, help="Enqueue robots.txt Sitemap: URLs as seeds.")
 @click.option("--header", "headers", multiple=True, help="'Name: value' on every request.")

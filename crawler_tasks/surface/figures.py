@@ -17,7 +17,6 @@ from ..errors import UnknownCrawl
 from ..settings import Settings
 from ..state import events, workers
 from ..state import store as stores
-from ..state.ceilings import read as read_ceilings
 from ..state.stats import declared
 from ..state.store import RedisHandle
 from .crawl import Crawl
@@ -27,14 +26,11 @@ EXAMPLES_SCANNED = 2000
 
 
 def crawl_figures(crawl: Crawl, domains: int = 10) -> dict[str, Any]:
-    """``progress()``, the ``domains`` busiest hosts (with their shared ceilings) and the
+    """``progress()``, the ``domains`` busiest hosts (their pace and why) and the
     dedupe filter's fill: what ``crawler status --json`` prints."""
     p = crawl.progress()
     p["domains"] = crawl.domains(domains)
     p["bloom"] = crawl.bloom()
-    shared = read_ceilings(crawl.client, crawl.keys)
-    for d in p["domains"]:
-        d["ceiling"] = shared.get(d["domain"])
     if crawl.options.on_item:
         p["on_item_waiting"] = waiting(crawl.settings, crawl.options.on_item_queue)
     return p

@@ -37,6 +37,9 @@ COLUMNS = (
     ("state", "Circuit"),
     ("fails", "Failures in a row"),
     ("ceiling", "Ceiling (req/s)"),
+    ("interval", "Interval (s)"),
+    ("address", "Address group"),
+    ("why", "Why this pace"),
 )
 #: Columns shown only when some host has a value.
 OPTIONAL = (("crawl_rate", "This crawl's rate (req/s)"), ("render", "Render"))

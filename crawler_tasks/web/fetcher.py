@@ -84,6 +84,8 @@ class Response:
     stop_reason: str | None = None
     #: time.monotonic() when the first request of the chain was sent (None: not known)
     sent_at: float | None = None
+    #: Seconds from sending the first request to its headers (never queueing: AutoThrottle).
+    latency: float | None = None
 
 
 class Fetcher:
@@ -141,9 +143,8 @@ class Fetcher:
 
     @contextlib.contextmanager
     def gated(self, gate: Callable[[], None]) -> Iterator[None]:
-        """Within the block, each fetch this thread begins (robots.txt, the page; not a
-        redirect hop) first calls ``gate``: the host's send gate, which sleeps until the
-        host's next send slot (worker/fetch_step.py)."""
+        """In the block, each fetch this thread begins (robots.txt, a page; not a redirect hop)
+        first calls ``gate``, the host's send gate: it sleeps until the host's next slot."""
         self._context.gate = gate
         try:
             yield
@@ -178,10 +179,8 @@ class Fetcher:
         gate = self._context.gate
         if gate is not None:  # before the deadline runs: waiting for a slot is not fetching
             self._context.gate = None  # a fetch inside ``follow`` is another host's
-            try:
-                gate()
-            finally:
-                self._context.gate = gate
+            gate()
+            self._context.gate = gate  # (an exception leaves the block: gated() clears it)
         total = self._total_timeout if timeout is None else timeout  # the crawl's, if given
         chain = _Chain(url, allow_private, headers, follow, Deadline(total))
         chain.max_body_bytes = max_body_bytes or self._max_body_bytes
@@ -212,6 +211,8 @@ class Fetcher:
         chain.visited.add(normalize(chain.url))
         while True:
             resp = self._request(chain)
+            if chain.answered_at is None:
+                chain.answered_at = time.monotonic()
             try:
                 location = redirect_location(resp)
                 if location is None:
@@ -329,6 +330,7 @@ class Fetcher:
             http_version=http_version(raw),
             stop_reason=stop_reason,
             sent_at=chain.deadline.sent_at,
+            latency=_latency(chain),
         )
 
 
@@ -344,6 +346,7 @@ class _Chain:
     started: float = field(default_factory=time.monotonic)
     current: str = ""  #: the URL being fetched
     ip: str | None = None  #: the address it is fetched from
+    answered_at: float | None = None  #: time.monotonic() at the first response's headers
     visited: set[str] = field(default_factory=set)
     redirects: list[tuple[int, str]] = field(default_factory=list)
     max_body_bytes: int = 0
@@ -389,3 +392,8 @@ def _accept_encoding() -> str:
     # urllib3 decodes br only with one of these installed; never ask for what we cannot decode.
     has_brotli = any(importlib.util.find_spec(m) for m in ("brotli", "brotlicffi"))
     return "gzip, deflate, br" if has_brotli else "gzip, deflate"
+
+
+def _latency(chain: _Chain) -> float | None:
+    sent, answered = chain.deadline.sent_at, chain.answered_at
+    return None if sent is None or answered is None else max(0.0, answered - sent)

@@ -27,6 +27,7 @@ from ..state.store import CrawlStore, Process, RedisHandle
 from ..state.workers import Heartbeat
 from ..web.fetcher import Fetcher
 from ..web.profile import RequestProfile
+from .addresses import Resolver
 from .browser import BrowserPool
 from .crawl_runtime import CrawlRuntime, robots_getter
 from .handoff import Publisher
@@ -104,6 +105,8 @@ class Context:
         self.send_items = send_items or (lambda *_: None)
         #: The users' extraction hooks this process imported (worker/hooks.py).
         self.hooks = Hooks()
+        #: Hosts' server addresses, resolved for the dispatcher (ip_rate crawls).
+        self.addresses = Resolver()
         self._process = Process(settings.max_crawl_delay, settings.body_ttl)
         self._stores: OrderedDict[str, tuple[CrawlStore, CrawlRuntime]] = OrderedDict()
         self._robots: dict[RequestProfile, RobotsCache] = {}
@@ -130,6 +133,7 @@ class Context:
 
     def close(self) -> None:
         self.browser.close()
+        self.addresses.close()
         if self._batch is not None:
             self._batch.shutdown(wait=False)
         self.heartbeat.stop()

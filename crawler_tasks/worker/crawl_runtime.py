@@ -13,6 +13,7 @@ from ..state.robots_cache import RobotsCache
 from ..state.validators import Recrawl
 from ..web.fetcher import Fetcher, Response
 from ..web.profile import RequestProfile
+from .outage import REDIS_UNAVAILABLE
 from .output import CrawlOutput
 from .revisits import write_capture
 
@@ -88,6 +89,8 @@ def robots_getter(
     def get(url: str) -> tuple[int | None, str | None, bytes]:
         try:
             resp = fetcher.get(url, **profile.robots_args())
+        except REDIS_UNAVAILABLE:  # the send gate could not be asked: Redis's, not the host's
+            raise
         except Exception as exc:  # any failure to get robots.txt means "unreachable"
             log.info("robots.txt %s unreachable: %s", url, exc)
             reason = getattr(exc, "reason", type(exc).__name__)

@@ -29,6 +29,7 @@ from ..errors import (
 from ..state import events, formats
 from ..state.crawl_state import Note
 from ..state.formats import Begun, Counter, LeaseEnd, Outcome, Started
+from ..state.pacing import Answer
 from ..state.politeness import parse_retry_after
 from ..state.store import CrawlStore
 from ..web.fetcher import Response
@@ -105,6 +106,8 @@ def _answered(
     else:  # paced from when the request was sent (politeness.py)
         sent = time.monotonic() - response.sent_at if response.sent_at is not None else -1.0
         decision = Decision(Next.RESPONSE, LeaseEnd.OK, sent=sent)
+    latency = -1.0 if response.latency is None else response.latency
+    decision.answer = Answer(response.ip or "", latency, 200 <= status < 300)
     if status >= 500 or status in (408, 429):
         # Counted now: the URL's final record (a retry's, or a failure) will not carry it.
         decision.counters[formats.status(status)] = 1

@@ -18,6 +18,7 @@ from ..errors import CrawlerError, InternalError
 from ..state import formats
 from ..state.crawl_state import Note
 from ..state.formats import Counter, LeaseEnd
+from ..state.pacing import NO_ANSWER, Answer
 from ..state.validators import change_counters
 from .output import ITEMS
 
@@ -128,6 +129,8 @@ class Decision:
     #: Retry-After seconds for the lease (a throttled host), and when the request was sent.
     retry_after: float = 0.0
     sent: float = -1.0
+    #: The response's address and latency, for the host's address group and AutoThrottle.
+    answer: Answer = NO_ANSWER
     #: RESPONSE: what the response becomes, after the lease is back (None: a parse task).
     then: Callable[[], Final | None] | None = None
     #: Crawl-wide counters the step found (a retried status: the retry's record will not

@@ -98,6 +98,8 @@ class Rounds:
                 finalize(ctx, store, Final.cancelled(url, depth))
             return len(release.entries)
         entries = release.entries
+        if release.resolve:
+            ctx.addresses.ask(store, release.resolve)  # worker/addresses.py
         if self._ceilings:
             entries = self._within_ceilings(ctx, store, entries)
         tier = store.opts.tier

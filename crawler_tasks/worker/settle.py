@@ -36,7 +36,9 @@ def settle(
         if decision.lease is None:
             lease.disown()
         else:
-            reply = lease.release(decision.lease, decision.retry_after, decision.sent)
+            reply = lease.release(
+                decision.lease, decision.retry_after, decision.sent, decision.answer
+            )
     _note(store, decision)
     match decision.next:
         case Next.DUPLICATE:

@@ -29,12 +29,26 @@
 -- ARGV[1] url  ARGV[2] domain  ARGV[3] event  ARGV[4] seconds  ARGV[5] maximum slow-down
 -- ARGV[6] seconds of outage after which a host is dead (max_host_outage)
 -- ARGV[7] seconds since the request was sent, -1 unknown (ok only)
+-- ARGV[8] the address the request went to ("" unknown)  ARGV[9] 1 if it is exempt (ip_exempt)
+-- ARGV[10] seconds from send to headers (-1 unknown)  ARGV[11] 1 if the answer was a 2xx
+-- ARGV[12] AutoThrottle's target concurrency (0: off)  ARGV[13] its maximum delay, seconds
+-- ARGV[14] seconds an address is trusted  ARGV[15] the address key prefix (release.lua)
+-- ARGV[16] seconds between two requests to one address (release.lua's ARGV[16])
+-- Address (state/pacing.py): the lease of the domain's address is returned with the domain's
+-- (the domains waiting for one are woken) and its bucket paced from the send like the
+-- domain's; the address this request used is stored (ip, ip_until), for release.lua.
+-- AutoThrottle: "at" moves half way to latency / target, within [piv, maximum]; an answer
+-- that is not a 2xx may raise it, never lower it ("lat" keeps the latency, for status).
 -- Returns "slow|seconds|dead": the slow-down factor; after "down" the seconds the host has
 -- been down while its circuit is open (-1 when it is not); 1 if it was declared dead now.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
 local event, seconds = ARGV[3], tonumber(ARGV[4]) or 0
-local f = redis.call('HMGET', KEYS[3], 'slow', 'tat', 'iv', 'own', 'delay', 'fails', 'down_since')
+local f = redis.call('HMGET', KEYS[3], 'slow', 'tat', 'iv', 'own', 'delay', 'fails', 'down_since',
+                    'ip', 'at', 'piv', 'ipx')
+-- The domain's address group as release.lua saw it (nil: none, unresolved or exempt).
+local group_ip = f[8]
+if group_ip == '?' or f[11] == '1' then group_ip = nil end
 local slow, iv = tonumber(f[1]) or 1, tonumber(f[3]) or 0
 local tat = tonumber(f[2]) or now
 -- A Crawl-delay learnt from robots.txt after the release applies at once.
@@ -49,15 +63,44 @@ local function wake()
   end
 end
 
+-- The address lease of this URL back (its waiting domains woken), and the address's bucket
+-- paced from ``from`` + its interval (nil: not charged; refund: its token given back).
+local aprefix, aiv = ARGV[15] or '', tonumber(ARGV[16]) or 0
+local function address_end(from, refund)
+  local a = group_ip
+  if not a or aprefix == '' then return end
+  if redis.call('ZREM', aprefix .. 'l:' .. a, ARGV[1]) == 1 then
+    local waiting = aprefix .. 'w:' .. a
+    for _, d in ipairs(redis.call('SMEMBERS', waiting)) do
+      redis.call('ZADD', KEYS[1], 'XX', 'LT', now, d)
+    end
+    redis.call('DEL', waiting)
+  end
+  if aiv <= 0 or (from == nil and not refund) then return end
+  local key = aprefix .. ':' .. a
+  local gtat = tonumber(redis.call('HGET', key, 'tat')) or now
+  if refund then gtat = gtat - aiv else gtat = math.max(gtat, from + aiv) end
+  redis.call('HSET', key, 'tat', string.format('%.6f', gtat))
+end
+
 if event == 'refund' then
   tat = tat - (tonumber(f[3]) or 0)
   redis.call('HSET', KEYS[3], 'tat', string.format('%.6f', tat))
-  if redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then wake() end
+  if redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then
+    address_end(nil, true)
+    wake()
+  end
   return tostring(slow)
 end
 if event == 'extra' then
   tat = math.max(tat, now + iv) + iv
   redis.call('HSET', KEYS[3], 'tat', string.format('%.6f', tat))
+  -- The address's bucket pays for it the same way (it reached the same server).
+  if group_ip and aprefix ~= '' and aiv > 0 then
+    local key = aprefix .. ':' .. group_ip
+    local gtat = tonumber(redis.call('HGET', key, 'tat')) or now
+    redis.call('HSET', key, 'tat', string.format('%.6f', math.max(gtat, now + aiv) + aiv))
+  end
   return tostring(slow)
 end
 
@@ -66,9 +109,25 @@ if redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then
   local sent = tonumber(ARGV[7]) or -1
   if longer or event ~= 'ok' or sent < 0 then
     tat = math.max(tat, now + iv)
+    address_end(now, false)
   else
     tat = math.max(tat, now - sent + iv)
+    address_end(now - sent, false)
   end
+end
+if (ARGV[8] or '') ~= '' then
+  redis.call('HSET', KEYS[3], 'ip', ARGV[8], 'ipx', ARGV[9],
+             'ip_until', string.format('%.6f', now + (tonumber(ARGV[14]) or 300)))
+end
+local latency, target = tonumber(ARGV[10]) or -1, tonumber(ARGV[12]) or 0
+if target > 0 and latency >= 0 then
+  local low = tonumber(f[10]) or 0
+  local old = tonumber(f[9]) or low
+  local new = math.max(low, math.min(tonumber(ARGV[13]) or 60, (old + latency / target) / 2))
+  if ARGV[11] == '1' or new > old then
+    redis.call('HSET', KEYS[3], 'at', string.format('%.6f', new))
+  end
+  redis.call('HSET', KEYS[3], 'lat', string.format('%.6f', latency))
 end
 local cap = tonumber(ARGV[5])
 if event == 'ok' then

@@ -42,8 +42,22 @@
 --          with it. Rendezvous hashing: the process with the greatest sha1(process TAB host);
 --          workers.holder computes the same in Python. A process joining or leaving moves
 --          only the hosts it wins or held.
+-- ARGV[16] seconds between two requests to one server address (state/pacing.py: ip_rate
+--          split over the partitions), 0 = none
+-- ARGV[17] requests in flight per server address (ip_concurrency, split the same way), 0 = none
+--          With either set, a domain is grouped by its address ("ip" in its hash, until
+--          "ip_until", unless "ipx" = 1: exempt, or "?": unresolved): the address's bucket
+--          (P:{C/N}:ip:A, "tat", no burst) and leases (ipl:A, URLs by expiry) are taken with
+--          the domain's, and a domain that waits for a lease of its address is noted in
+--          ipw:A (done.lua wakes them when one is returned).
+-- ARGV[18] the partition's address key prefix ("P:{C/N}:ip": the keys are prefix .. ":" .. A,
+--          prefix .. "l:" .. A and prefix .. "w:" .. A)
+-- AutoThrottle: a domain's "at" (done.lua's delay from its latency) raises its interval (no
+-- burst then); "piv" stores the interval before it (done.lua's lower bound).
 -- Returns {mode, domain1, entry1, domain2, entry2, ...}; mode is "fetch", or "cancel" when
 -- the crawl was cancelled and the entries are drained without politeness (not to be fetched).
+-- An empty entry asks for the domain's address (grouped, unknown or expired): nothing of it is
+-- released until the dispatcher has resolved it (address.lua wakes it).
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
@@ -138,53 +152,105 @@ local function pace(d, delay, slow)
   return base * slow, burst * base * slow, 0
 end
 
+local ip_iv, ip_conc, aprefix = tonumber(ARGV[16]) or 0, tonumber(ARGV[17]) or 0, ARGV[18]
+local grouped = ip_iv > 0 or ip_conc > 0
 local out = {'fetch'}
 local released = 0
-for _, d in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, limit)) do
-  -- Domains not reached keep their score: the earliest-ready go first next round.
-  if released >= budget then break end
+
+-- The address group of a domain whose hash fields are f (HMGET below): its address, or nil
+-- (not grouped); false when it must be resolved first.
+local function address(f)
+  if not grouped then return nil end
+  if not f[6] or (tonumber(f[7]) or 0) < now then return false end
+  if f[6] == '?' or f[8] == '1' then return nil end
+  return f[6]
+end
+
+-- The state of address a's bucket and leases: {tat, in use, leases key}.
+local function group(a)
+  local g = {tat = now, inuse = 0, leases = aprefix .. 'l:' .. a}
+  g.tat = tonumber(redis.call('HGET', aprefix .. ':' .. a, 'tat')) or now
+  if ip_conc > 0 then
+    redis.call('ZREMRANGEBYSCORE', g.leases, '-inf', now)
+    g.inuse = redis.call('ZCARD', g.leases)
+  end
+  return g
+end
+
+local function release_domain(d)
   local q, lease, dom = qprefix .. d, lprefix .. d, dprefix .. d
   local pending = redis.call('LLEN', q)
   if pending == 0 then
     redis.call('ZREM', KEYS[1], d)
-  else
-    redis.call('ZREMRANGEBYSCORE', lease, '-inf', now)
-    local inuse = redis.call('ZCARD', lease)
-    local f = redis.call('HMGET', dom, 'delay', 'slow', 'not_before', 'tat')
-    local slow = tonumber(f[2]) or 1
-    local interval, slack, own = pace(d, tonumber(f[1]) or 0, slow)
-    local nb, tat = tonumber(f[3]) or 0, tonumber(f[4]) or now
-    -- The bucket does not refill during a Retry-After: one request at not_before, then the pace.
-    if nb > 0 then tat = math.max(tat, nb + slack) end
-    if now >= nb then
-      local by = nil
-      while inuse < conc and pending > 0 and now >= tat - slack and released < budget do
-        local e = redis.call('LPOP', q)
-        local url = string.sub(e, string.find(e, '|', 1, true) + 1)
-        redis.call('ZADD', lease, now + lease_s, url)
-        -- "domain|released at|depth|r:worker" (formats.Inflight): enough to publish it again.
-        by = by or holder(d)
-        redis.call('HSET', KEYS[2], url, d .. '|' .. t[1] .. '|' .. string.sub(e, 1, string.find(e, '|', 1, true) - 1) .. '|r:' .. by)
-        tat = math.max(tat, now) + interval
-        inuse, pending, released = inuse + 1, pending - 1, released + 1
-        out[#out + 1] = d; out[#out + 1] = e
-      end
-      redis.call('HSET', dom, 'tat', string.format('%.6f', tat),
-                 'iv', string.format('%.6f', interval), 'own', own,
-                 'sl', string.format('%.6f', slack))
-    end
-    if pending == 0 then
-      redis.call('ZREM', KEYS[1], d)
-    elseif now < nb then
-      redis.call('ZADD', KEYS[1], nb, d)
-    elseif inuse >= conc then
-      -- Woken earlier by done.lua when a lease is returned; this is the dead-worker bound.
-      local first = redis.call('ZRANGE', lease, 0, 0, 'WITHSCORES')
-      redis.call('ZADD', KEYS[1], tonumber(first[2]) or now + lease_s, d)
-    else
-      redis.call('ZADD', KEYS[1], math.max(now, tat - slack), d)
-    end
+    return
   end
+  local f = redis.call('HMGET', dom, 'delay', 'slow', 'not_before', 'tat', 'at', 'ip', 'ip_until', 'ipx')
+  local a = address(f)
+  if a == false then
+    -- Asked for; address.lua wakes it once resolved (this score is the bound if it is not).
+    out[#out + 1] = d; out[#out + 1] = ''
+    redis.call('ZADD', KEYS[1], now + 5, d)
+    return
+  end
+  local g = a and group(a)
+  redis.call('ZREMRANGEBYSCORE', lease, '-inf', now)
+  local inuse = redis.call('ZCARD', lease)
+  local slow = tonumber(f[2]) or 1
+  local interval, slack, own = pace(d, tonumber(f[1]) or 0, slow)
+  local piv, at = interval, tonumber(f[5]) or 0
+  if at > interval then interval, slack = at, 0 end
+  local nb, tat = tonumber(f[3]) or 0, tonumber(f[4]) or now
+  -- The bucket does not refill during a Retry-After: one request at not_before, then the pace.
+  if nb > 0 then tat = math.max(tat, nb + slack) end
+  local function group_free()
+    return not g or ((ip_conc == 0 or g.inuse < ip_conc) and now >= g.tat)
+  end
+  if now >= nb then
+    local by = nil
+    while inuse < conc and pending > 0 and now >= tat - slack and released < budget and group_free() do
+      local e = redis.call('LPOP', q)
+      local url = string.sub(e, string.find(e, '|', 1, true) + 1)
+      redis.call('ZADD', lease, now + lease_s, url)
+      -- "domain|released at|depth|r:worker" (formats.Inflight): enough to publish it again.
+      by = by or holder(d)
+      redis.call('HSET', KEYS[2], url, d .. '|' .. t[1] .. '|' .. string.sub(e, 1, string.find(e, '|', 1, true) - 1) .. '|r:' .. by)
+      tat = math.max(tat, now) + interval
+      if g then
+        g.tat = math.max(g.tat, now) + ip_iv
+        if ip_conc > 0 then
+          redis.call('ZADD', g.leases, now + lease_s, url)
+          g.inuse = g.inuse + 1
+        end
+      end
+      inuse, pending, released = inuse + 1, pending - 1, released + 1
+      out[#out + 1] = d; out[#out + 1] = e
+    end
+    redis.call('HSET', dom, 'tat', string.format('%.6f', tat), 'iv', string.format('%.6f', interval),
+               'piv', string.format('%.6f', piv), 'own', own, 'sl', string.format('%.6f', slack))
+    if g then redis.call('HSET', aprefix .. ':' .. a, 'tat', string.format('%.6f', g.tat)) end
+  end
+  if pending == 0 then
+    redis.call('ZREM', KEYS[1], d)
+  elseif now < nb then
+    redis.call('ZADD', KEYS[1], nb, d)
+  elseif inuse >= conc then
+    -- Woken earlier by done.lua when a lease is returned; this is the dead-worker bound.
+    local first = redis.call('ZRANGE', lease, 0, 0, 'WITHSCORES')
+    redis.call('ZADD', KEYS[1], tonumber(first[2]) or now + lease_s, d)
+  elseif g and ip_conc > 0 and g.inuse >= ip_conc then
+    -- Woken by done.lua when its address's lease is returned; the same dead-worker bound.
+    redis.call('SADD', aprefix .. 'w:' .. a, d)
+    local first = redis.call('ZRANGE', g.leases, 0, 0, 'WITHSCORES')
+    redis.call('ZADD', KEYS[1], tonumber(first[2]) or now + lease_s, d)
+  else
+    redis.call('ZADD', KEYS[1], math.max(now, tat - slack, g and g.tat or 0), d)
+  end
+end
+
+for _, d in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, limit)) do
+  -- Domains not reached keep their score: the earliest-ready go first next round.
+  if released >= budget then break end
+  release_domain(d)
 end
 if released > 0 then redis.call('HINCRBY', KEYS[3], 'queued', -released) end
 return out
