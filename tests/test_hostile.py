@@ -69,6 +69,7 @@ CRAWL_LIMITS = {
     "max_retries": RETRIES,
     "retry_backoff": 0.2,
     "retry_backoff_max": 1.0,
+    "timeout": 3.0,  # the crawl's own (CRAWLER_TOTAL_TIMEOUT is read where the crawl starts)
 }
 
 
