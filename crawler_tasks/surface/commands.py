@@ -12,7 +12,16 @@ from typing import Any
 import click
 
 from ..errors import ConfigError
-from .cli_common import Fail, broker_option, connect, handle, option_items, parse_options
+from .cli_common import (
+    Fail,
+    broker_option,
+    connect,
+    handle,
+    option_items,
+    parse_options,
+    patient,
+    patiently,
+)
 from .export import export
 
 
@@ -25,7 +34,7 @@ def status(crawl_id: str, broker: str | None, as_json: bool) -> None:
     from .figures import crawl_figures
 
     crawl = handle(crawl_id, broker)
-    p = crawl_figures(crawl)
+    p = patiently(crawl.settings, lambda: crawl_figures(crawl))
     if as_json:
         click.echo(json.dumps(p, indent=2, default=str))
         return
@@ -76,7 +85,7 @@ def list_cmd(broker: str | None, limit: int) -> None:
     from .crawl import list_crawls
 
     settings, client = connect(broker)
-    crawls = list_crawls(client, Keys(settings.key_prefix), limit)
+    crawls = patiently(settings, lambda: list_crawls(client, Keys(settings.key_prefix), limit))
     if not crawls:
         click.echo("no crawls", err=True)
         return
@@ -106,7 +115,8 @@ def watch(crawl_id: str, broker: str | None) -> None:
     """Live progress of a crawl until it finishes."""
     from .display import watch as show
 
-    show(handle(crawl_id, broker))
+    crawl = handle(crawl_id, broker)
+    show(patient(crawl))
 
 
 def _control(action: str, doc: str) -> click.Command:
@@ -115,7 +125,7 @@ def _control(action: str, doc: str) -> click.Command:
     @broker_option
     def command(crawl_id: str, broker: str | None) -> None:
         crawl = handle(crawl_id, broker)
-        if not getattr(crawl, action)():
+        if not patiently(crawl.settings, getattr(crawl, action)):
             raise Fail(f"crawl {crawl_id} is {crawl.status}: nothing to {action}")
         click.echo(f"{crawl_id}: {action}")
 
@@ -127,7 +137,7 @@ def _control(action: str, doc: str) -> click.Command:
 @broker_option
 def failed(crawl_id: str, broker: str | None) -> None:
     """Dead-lettered URLs of a crawl (JSON lines)."""
-    for record in handle(crawl_id, broker).failed():
+    for record in patient(handle(crawl_id, broker)).failed():
         click.echo(json.dumps(record))
 
 

@@ -21,7 +21,15 @@ from ..settings import Settings, load, redact
 from ..state import connection
 from ..state.options import PRIORITIES, CrawlOptions
 from ..web.urls import host_of, normalize
-from .cli_common import INTERRUPTED, Fail, option_items, parse_options, settings_for
+from .cli_common import (
+    INTERRUPTED,
+    Fail,
+    client_for,
+    option_items,
+    parse_options,
+    patient,
+    settings_for,
+)
 from .summary import failed, summary_text
 
 if TYPE_CHECKING:
@@ -321,7 +329,7 @@ def _run(
     from .crawl import launch
     from .display import watch
 
-    handle = launch(opts, settings=settings, more_seeds=more_seeds)
+    handle = launch(opts, settings=settings, client=client_for(settings), more_seeds=more_seeds)
     where = (
         handle.output_dir
         if handle.options.output
@@ -333,6 +341,9 @@ def _run(
         return None, False
     _say_pace(opts)
     interrupted = False
+    # From here on the crawl runs in the workers: a failover or a frozen state Redis is
+    # ridden out here as they ride it out, not taken for the end of the crawl.
+    handle = patient(handle)
     try:
         # Progress on stderr: stdout carries only the summary (``--json`` pipes cleanly).
         watch(handle, console=Console(stderr=True))
