@@ -32,6 +32,7 @@ from .context import Context
 from .logs import Throttled
 from .outage import REDIS_UNAVAILABLE
 from .recorder import Final, crawl_finished, finalize, sweep_orphans
+from .room import probe_output
 from .settle import Decision, settle
 
 log = logging.getLogger(__name__)
@@ -210,6 +211,8 @@ class Dispatcher:
             if store is None or budget == 0:
                 continue
             state = store.status.steering()
+            if state is Steering.PAUSED:  # by a full disk, perhaps: probed, not fetched
+                probe_output(ctx, store)
             if state is Steering.FINISHING:
                 self._finish_abandoned(ctx, store)
                 continue
