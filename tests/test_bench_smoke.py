@@ -25,6 +25,7 @@ RUNS = {
     "--timeout 60",
     "scaling.py": "--hosts 5 --pages 3 --fetchers 1 --states one --threads 8 --timeout 60",
     "render.py": "--pages 12 --mixed-hosts 2 --mixed-pages 6 --skip-scrapy --timeout 60",
+    "failover.py": "--pages 60 --kills 1 --timeout 120",
 }
 #: More runs of a script, for a mode with a code path of its own: name -> (script, arguments).
 VARIANTS = {
