@@ -164,6 +164,7 @@ class Dispatcher:
             for url, entry, value in store.ledger.stuck(living, s.lost_message_seconds, idle):
                 n += self._take_back(ctx, store, url, entry, value)
             sweep_orphans(ctx, store)
+            probe_output(ctx, store)  # a full disk: room found by a write, not by a fetch
             store.series.sample()  # one process per interval cluster-wide (series.py)
             # A process that died between finishing the last URL and CrawlStatus.finishing.
             finishing = store.status.steering() is Steering.FINISHING
@@ -211,8 +212,6 @@ class Dispatcher:
             if store is None or budget == 0:
                 continue
             state = store.status.steering()
-            if state is Steering.PAUSED:  # by a full disk, perhaps: probed, not fetched
-                probe_output(ctx, store)
             if state is Steering.FINISHING:
                 self._finish_abandoned(ctx, store)
                 continue

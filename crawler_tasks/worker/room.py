@@ -23,8 +23,8 @@ One WARNING line when admission pauses in this process, one a minute while it la
 it resumes; ``crawler status`` shows the same state, read from Redis (``state/health.py``).
 
 Room on the output disk (:func:`probe_output`). A crawl whose files could not be written (a
-full disk: ``CrawlStatus.output_failed``) releases nothing until there is room again. Each
-dispatcher finds that out every ``OUTPUT_PAUSE`` s with a write of its own (a probe file of
+full disk: ``CrawlStatus.output_failed``) releases nothing until there is room again. The
+dispatchers find that out every ``OUTPUT_PAUSE`` s with a write of its own (a probe file of
 ``OUTPUT_PROBE_BYTES``, fsynced, then deleted) in the crawl's directory on its host, never by
 fetching a page: a disk full for a minute costs no request but the one whose write failed.
 """
@@ -242,7 +242,7 @@ class _Pipeline:
 def probe_output(ctx: Context, store: CrawlStore) -> None:
     """While ``store``'s output cannot be written and its next probe is due: a probe write in
     its directory here; room found ends the pause (releases go on), none sets the next probe
-    ``OUTPUT_PAUSE`` s later. Called by the dispatcher for a paused crawl."""
+    ``OUTPUT_PAUSE`` s later. Called by each dispatcher's reclaim round (every 2 s)."""
     flags = store.status.flags()
     due = float(flags.get("output_blocked_until", 0) or 0)
     if "output_problem" not in flags or due > time.time():
