@@ -31,20 +31,20 @@ def fill(disk: Path, leave: int) -> Path:
     return filler
 
 
+def one_of_each(redis_url: str, worker_logs: Path):  # type: ignore[no-untyped-def]
+    """A fetch and a parse process. Not about how long a record waits before the sweep
+    writes it (30 s by default): 5 s."""
+    env = {"CRAWLER_ORPHAN_RECORD_SECONDS": "5"}
+    return local_workers(redis_url, fetchers=1, parsers=1, log_dir=str(worker_logs), extra_env=env)
+
+
 def test_a_disk_that_fills_mid_crawl_loses_nothing_and_resumes(
     settings, redis_url, tmp_path, worker_logs
 ):  # type: ignore[no-untyped-def]
     with (
         tmpfs(tmp_path / "disk", "2m") as disk,
         running_sites(["127.0.0.96", "127.0.0.97"], 120, 4) as (graph, servers),
-        # Not about how long a record waits before the sweep writes it (30 s by default).
-        local_workers(
-            redis_url,
-            fetchers=1,
-            parsers=1,
-            log_dir=str(worker_logs),
-            extra_env={"CRAWLER_ORPHAN_RECORD_SECONDS": "5"},
-        ),  # fmt: skip
+        one_of_each(redis_url, worker_logs),
     ):
         filler = fill(disk, 60_000)  # room for a few dozen pages' records and WARC records
         seeds, crawl = start(settings, servers, output=str(disk / "out"))
@@ -110,13 +110,7 @@ def test_a_disk_full_for_a_minute_costs_at_most_one_extra_request_per_url(
     with (
         tmpfs(tmp_path / "disk", "2m") as disk,
         running_sites(["127.0.0.95"], 60, 4) as (graph, servers),
-        local_workers(
-            redis_url,
-            fetchers=1,
-            parsers=1,
-            log_dir=str(worker_logs),
-            extra_env={"CRAWLER_ORPHAN_RECORD_SECONDS": "5"},
-        ),  # fmt: skip
+        one_of_each(redis_url, worker_logs),
     ):
         filler = fill(disk, 60_000)
         seeds, crawl = start(settings, servers, output=str(disk / "out"), rate=20.0)
