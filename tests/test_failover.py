@@ -21,15 +21,15 @@ import pytest
 import redis
 from cluster import Cluster
 from conftest import wait_until
-from sitegen import running_sites
+from sitegen import reachable, running_sites
 from test_cluster import assert_exact, master_of, workers_on
 
 from crawler_tasks.settings import load
+from crawler_tasks.state.connection import connect
+from crawler_tasks.state.keys import Keys
 from crawler_tasks.surface.crawl import Crawl, list_crawls
 from crawler_tasks.surface.crawl_command import _has_crawl_workers
 from crawler_tasks.surface.embedded import local_workers, private_redis
-from crawler_tasks.state.connection import connect
-from crawler_tasks.state.keys import Keys
 
 CRAWLER = str(Path(sys.executable).parent / "crawler")
 
@@ -60,9 +60,7 @@ def the_crawl(state_url: str, broker_url: str, output: Path) -> Crawl:
 
 
 def ask(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [CRAWLER, *args], env=env, capture_output=True, text=True, timeout=120
-    )
+    return subprocess.run([CRAWLER, *args], env=env, capture_output=True, text=True, timeout=120)
 
 
 @pytest.fixture
@@ -104,9 +102,7 @@ def test_a_master_sigkilled_mid_crawl_is_ridden_out_by_every_client(
     assert_exact(crawl, graph, seeds, crawl.summary())
 
 
-def test_a_single_redis_frozen_20s_does_not_end_the_watching_command(
-    tmp_path, worker_logs
-):
+def test_a_single_redis_frozen_20s_does_not_end_the_watching_command(tmp_path, worker_logs):
     with private_redis() as url:
         pid = int(redis.Redis.from_url(url).info("server")["process_id"])
         env = {**os.environ, "CRAWLER_BROKER_URL": url}
@@ -128,3 +124,22 @@ def test_a_single_redis_frozen_20s_does_not_end_the_watching_command(
         assert "state Redis not answering" in err and "answers again after" in err, err
         seeds = [servers[0].base_url + "/"]
         assert_exact(crawl, graph, seeds, json.loads(out))
+
+
+def test_local_workers_of_crawl_keep_their_state_where_the_crawl_is(tmp_path):
+    """``crawler crawl`` with the crawl state apart from the broker and no worker running:
+    the local workers it starts use that state too (they kept it on the broker, where they
+    found no crawl, and the crawl never moved)."""
+    with (
+        private_redis() as broker,
+        private_redis() as state,
+        running_sites(["127.0.0.43"], 40, 4) as (graph, servers),
+    ):
+        env = {**os.environ, "CRAWLER_BROKER_URL": broker, "CRAWLER_REDIS_URL": state}
+        seed = servers[0].base_url + "/"
+        args = [CRAWLER, "crawl", "--allow-private-networks", "--rate", "127.0.0.43=inf"]
+        args += ["--output", str(tmp_path / "out"), "--json", seed]
+        done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "starting local workers" in done.stderr
+    assert json.loads(done.stdout)["counters"]["done"] == len(reachable(graph, [seed]))

@@ -147,7 +147,11 @@ def cluster(
             stack.enter_context(local_workers(url, log_dir=logs, renderers=renders))
         elif not _has_crawl_workers(settings, renders):  # a render worker too, when it renders
             click.echo("no worker consumes the crawl queues: starting local workers", err=True)
-            stack.enter_context(local_workers(settings.broker_url, log_dir=logs, renderers=renders))
+            # Their crawl state where this crawl's is (local_workers drops CRAWLER_REDIS_URL).
+            state = {"CRAWLER_REDIS_URL": settings.redis_url} if settings.redis_url else None
+            stack.enter_context(
+                local_workers(settings.broker_url, log_dir=logs, renderers=renders, extra_env=state)
+            )
         yield settings
 
 
