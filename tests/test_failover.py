@@ -1,7 +1,7 @@
 """The clients a person runs ride out what the workers ride out. A Redis Cluster (3 masters and
 3 replicas, every client told of all six nodes) loses the master holding the crawl to SIGKILL
 mid-crawl: ``crawler crawl`` keeps watching and exits 0 with the crawl exact, and ``crawler
-status`` and ``crawler list`` answer throughout. A single Redis frozen for 20 s (SIGSTOP): the
+status``, ``crawler list`` and the dashboard answer throughout. A single Redis frozen for 20 s (SIGSTOP): the
 watching command waits, as the workers do, instead of exiting 2.
 
 Each test runs its own Redis (one cluster is heavy: `make test` runs this module alone)."""
@@ -19,8 +19,10 @@ from pathlib import Path
 
 import pytest
 import redis
+import requests
 from cluster import Cluster
 from conftest import wait_until
+from dashboard_server import AUTH, dashboard
 from sitegen import reachable, running_sites
 from test_cluster import assert_exact, master_of, workers_on
 
@@ -72,11 +74,13 @@ def cluster6() -> Iterator[Cluster]:
 
 @pytest.mark.allow_worker_errors(".*")
 def test_a_master_sigkilled_mid_crawl_is_ridden_out_by_every_client(
-    cluster6, redis_url, tmp_path, worker_logs
+    cluster6, redis_url, tmp_path, worker_logs, monkeypatch
 ):
     state = cluster6.nodes_url
     env = {**os.environ, "CRAWLER_BROKER_URL": redis_url, "CRAWLER_REDIS_URL": state}
+    monkeypatch.setenv("CRAWLER_REDIS_URL", state)  # the dashboard's
     with (
+        dashboard(redis_url) as base,
         workers_on(redis_url, state, worker_logs),
         running_sites(["127.0.0.41"], 150, 5, delay=0.02) as (graph, servers),
     ):
@@ -90,6 +94,8 @@ def test_a_master_sigkilled_mid_crawl_is_ridden_out_by_every_client(
             for args in (("status", crawl.id), ("list",)):
                 done = ask(env, *args)
                 answers.append((args[0], done.returncode, done.stderr.strip()[-300:]))
+            page = requests.get(f"{base}/api/crawls/{crawl.id}", auth=AUTH, timeout=30)
+            answers.append(("dashboard", 0 if page.ok else page.status_code, page.text[:300]))
             time.sleep(0.5)
         out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
 from typing import Any
 
@@ -13,6 +15,8 @@ from ..errors import UnknownCrawl
 from ..state import events
 from ..state.keys import Keys
 from ..state.politeness import set_rate
+from ..worker.logs import Throttled
+from ..worker.outage import ride_out
 from .cli_common import Fail, one_line
 from .crawl import Crawl
 from .dashboard import LOOPBACK_NAMES, authorized, dumps, executor
@@ -20,6 +24,13 @@ from .figures import crawl_figures, crawl_page, crawls_list
 from .host_table import MAX_LIMIT, SORTABLE, HostTables
 
 #: Crawl controls: action name -> the Crawl method the CLI's command of that name calls.
+log = logging.getLogger(__name__)
+
+#: Seconds a request waits for Redis before it answers 503: beyond a cluster's failover
+#: (a replica is elected ~2-4 s after its master dies, cluster-node-timeout 2 s), below what
+#: a browser's poll waits.
+ANSWER_WITHIN = 15.0
+
 CONTROLS = {
     "pause": "pause",
     "resume": "resume",
@@ -87,10 +98,13 @@ class Base(tornado.web.RequestHandler):
         self.finish(dumps(value))
 
     async def off_loop(self, fn: Any, *args: Any) -> Any:
-        """``fn`` in a thread; Redis gone or refusing answers 503 with why (the page says it
-        and keeps polling), not a traceback."""
+        """``fn`` in a thread, waiting out a cluster's failover (``ANSWER_WITHIN`` s); Redis
+        gone longer or refusing answers 503 with why (the page says it and keeps polling),
+        not a traceback."""
+        told = Throttled(log, "dashboard: Redis")
+        call = functools.partial(ride_out, lambda: fn(*args), ANSWER_WITHIN, told, max_delay=1.0)
         try:
-            return await IOLoop.current().run_in_executor(self.ctx["pool"], fn, *args)
+            return await IOLoop.current().run_in_executor(self.ctx["pool"], call)
         except redis.RedisError as exc:
             raise tornado.web.HTTPError(503, f"Redis: {one_line(str(exc))}") from None
 
