@@ -10,8 +10,10 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
+# setuptools' "Editable installation ... folders with the same name" notice is about the
+# checkout's own package directory, which is the point of an editable install: not shown.
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[test,dev,ops]'
+	PYTHONWARNINGS="ignore:Editable installation" $(BIN)/pip install -q -e '.[test,dev,ops]'
 	touch $@
 
 install: $(STAMP)

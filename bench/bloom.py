@@ -89,7 +89,7 @@ class LegacyBloom:
     """The old encoding: one argument per offset, test then set (bench/legacy_bloom.lua)."""
 
     def __init__(self, client: redis.Redis, bloom: BloomFilter) -> None:
-        self.client, self.shape, self.keys = client, bloom.shape, bloom.shard_keys[0]
+        self.client, self.shape, self.keys = client, bloom.shape, flat_keys(bloom)
         self.script = client.register_script(LEGACY_LUA.read_text("utf-8"))
 
     def add_many(self, urls: list[str]) -> list[bool]:
@@ -101,7 +101,7 @@ class LegacyBloom:
 
 def flat_keys(bloom: BloomFilter) -> list[str]:
     """Every shard key of every partition (a bench filter has one partition)."""
-    return [key for part in bloom.shard_keys for key in part]
+    return [pk.bloom(i) for pk in bloom.keys.parts for i in range(bloom.shape.shards)]
 
 
 def fresh(client: redis.Redis, bloom: BloomFilter) -> None:
@@ -242,6 +242,24 @@ def accuracy(client: redis.Redis, n: int, tests: int, p: float) -> dict[str, Any
     }
 
 
+def big_filter_small_site(client: redis.Redis, urls: int = 31) -> dict[str, Any]:
+    """Redis bytes of a filter sized for max_pages = 10**9 that stores a small site's URLs:
+    what a careless ``--max-pages`` costs (it was 8 MiB per shard touched, ~7 MB a page)."""
+    shape = BloomShape.plan(10**9, 0.001, Settings().bloom_shard_bits)
+    bloom = BloomFilter(client, Keys("bench").crawl("big"), shape, Scripts(client))
+    before = client.info("memory")["used_memory"]
+    bloom.add_many(members(urls))
+    used = client.info("memory")["used_memory"] - before
+    client.delete(*[k for k in client.scan_iter(match="bench:{big*", count=1000)])
+    return {
+        "capacity": shape.capacity,
+        "shards": shape.shards,
+        "urls": urls,
+        "redis_bytes": used,
+        "redis_bytes_per_url": used / urls,
+    }
+
+
 def main() -> int:
     p = _util.parser(__doc__)
     p.add_argument("--quick", action="store_true", help="200k URLs in the accuracy part")
@@ -261,8 +279,9 @@ def main() -> int:
         for rate in (0.01, 0.001):
             _util.log(args, f"accuracy: {n:,} URLs in a filter for {n:,} at p={rate}")
             acc.append(accuracy(client, n, n, rate))
+        big = big_filter_small_site(client)
         client.close()
-    result = {"throughput": rows, "memory": memory, "accuracy": acc}
+    result = {"throughput": rows, "memory": memory, "accuracy": acc, "big_filter": big}
     tput_cols = [
         "case",
         "batch",
@@ -286,6 +305,11 @@ def main() -> int:
             "value": memory["redis_allocated_bytes"],
         },
         {"figure": "k / shards", "value": f"{memory['k']} / {memory['shards']}"},
+        {
+            "figure": f"Redis bytes, {big['urls']} URLs in a filter for 10^9 "
+            f"({big['shards']:,} shards)",
+            "value": big["redis_bytes"],
+        },
     ]
     acc_cols = [
         "design_p",

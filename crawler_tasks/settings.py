@@ -19,6 +19,7 @@ task arguments, or to logs (see :func:`redact`).
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import ssl
@@ -26,6 +27,16 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 ENV_PREFIX = "CRAWLER_"
+DAY = 86400
+
+
+def limited(default: Any, low: float, high: float) -> Any:
+    """A numeric setting's default and its range, (lowest, highest), both allowed: past either,
+    a value is a typo or a unit mistake (milliseconds for seconds, a rate of 1e400), refused
+    by :func:`load` before anything starts; a crawl option that takes its default from a
+    setting is held to the same range (state/options.py). README "Limits" lists them. Floors
+    are low (tests run with 2-s timeouts) but never 0 where 0 would hang or spin."""
+    return dataclasses.field(default=default, metadata={"limits": (low, high)})
 
 
 @dataclass(frozen=True)
@@ -39,25 +50,25 @@ class Settings:
     key_prefix: str = "crawler"
     #: Seconds a delivered but unacknowledged task waits before Redis redelivers it. Must exceed
     #: the longest task (fetch deadline) and every retry countdown.
-    visibility_timeout: int = 600
+    visibility_timeout: int = limited(600, 1, 7 * DAY)
     #: Seconds a running task waits, retrying, for Redis to come back (restart, failover) or to
     #: accept writes again (``maxmemory``) before it gives up and fails.
-    redis_outage_wait: float = 600.0
+    redis_outage_wait: float = limited(600.0, 0, DAY)
     #: Seconds any Redis call (crawl state or broker) waits for an answer, and to connect,
     #: before it fails as Redis being away: a connection that stops answering without being
     #: closed (a silent partition, a frozen server) ends in a timeout that is ridden out like
     #: an outage, never in a thread blocked for ever. Above the slowest command the crawler
     #: sends (a Lua script over one batch: milliseconds).
-    redis_timeout: float = 10.0
+    redis_timeout: float = limited(10.0, 0.1, 3600)
     #: Fraction of Redis's ``maxmemory`` (policy ``noeviction``) from which workers admit no new
     #: URLs: pages wait for room and no fetch is released, while the rest of the crawl (and
     #: the broker, on the same Redis) keeps the last part. 1 = only once Redis refuses writes.
     #: ``crawler status`` reports "admission paused" from the same fraction.
-    admission_memory_fraction: float = 0.9
+    admission_memory_fraction: float = limited(0.9, 0.05, 1)
     #: Seconds a fetched page waits for room to admit its links before its URL goes back to the
     #: frontier (fetched again once there is room, no retry spent). Below
     #: ``visibility_timeout``: the broker must not hand a waiting task to another worker.
-    admission_wait: float = 120.0
+    admission_wait: float = limited(120.0, 0.1, DAY)
 
     # --- HTTP ----------------------------------------------------------------------------------
     #: Crawl default. User-agent header sent with every request.
@@ -73,78 +84,80 @@ class Settings:
     #: least recently used host's are closed. About the hosts a process fetches from within
     #: ``connection_idle`` seconds: too few, and a host's next page pays a new connection
     #: and, on HTTPS, a full TLS handshake (32 gave 1.0 new connections per page on 200 hosts).
-    connection_pools: int = 1024
+    connection_pools: int = limited(1024, 1, 1_000_000)
     #: Seconds a kept-alive connection may wait unused before the fetcher closes it (servers
     #: close theirs after 5-75 s; one closed by the server is replaced when next needed).
-    connection_idle: float = 30.0
+    connection_idle: float = limited(30.0, 0, DAY)
     #: Seconds to establish a TCP/TLS connection.
-    connect_timeout: float = 10.0
+    connect_timeout: float = limited(10.0, 0.01, 3600)
     #: Seconds between two received bytes.
-    read_timeout: float = 20.0
-    #: Seconds for the whole response, headers to last byte (stops trickling servers).
-    total_timeout: float = 60.0
+    read_timeout: float = limited(20.0, 0.01, 3600)
+    #: Crawl default (``timeout``). Seconds for the whole response, every redirect hop,
+    #: headers to last byte (stops trickling servers). At most 300 s: the crawl option's
+    #: ceiling (below the broker's visibility timeout, state/option_checks.py).
+    total_timeout: float = limited(60.0, 0.01, 300)
     #: Crawl default. Bytes of (decoded) body kept; longer bodies are cut and marked ``truncated``.
-    max_body_bytes: int = 10 * 1024 * 1024
+    max_body_bytes: int = limited(10 * 1024 * 1024, 1, 1 << 30)
     #: Crawl default. Redirect hops followed before the URL fails with ``too_many_redirects``.
-    max_redirects: int = 10
+    max_redirects: int = limited(10, 0, 100)
     #: Crawl default. Retries of a retryable failure (timeouts, resets, 5xx, 408, 429) before it is final.
-    max_retries: int = 3
+    max_retries: int = limited(3, 0, 100)
     #: Crawl default. Seconds of the first retry back-off; doubles each time, with full jitter.
-    retry_backoff: float = 2.0
+    retry_backoff: float = limited(2.0, 0, DAY)
     #: Crawl default. Seconds, cap of one retry back-off (must stay below ``visibility_timeout``).
-    retry_backoff_max: float = 60.0
+    retry_backoff_max: float = limited(60.0, 0, DAY)
     #: Crawl default. Seconds a host may stay down (connections refused or timing out, its
     #: circuit open: probed every 10 s at most, its URLs waiting, their retries spared) before
     #: it is declared dead for the crawl and its pending URLs fail with ``host_down``.
-    max_host_outage: float = 120.0
+    max_host_outage: float = limited(120.0, 0, 30 * DAY)
 
     # --- parsing -------------------------------------------------------------------------------
     #: Crawl default. Links kept per page; the rest are counted as ``skipped:too_many_links``.
-    max_links_per_page: int = 5000
+    max_links_per_page: int = limited(5000, 1, 1_000_000)
     #: Crawl default. Characters of a URL; longer URLs are dropped as ``skipped:url_too_long``.
-    max_url_length: int = 2048
+    max_url_length: int = limited(2048, 16, 1 << 20)
     #: Crawl default. Honour ``rel=nofollow`` on links and ``nofollow`` in meta robots / X-Robots-Tag.
     honour_nofollow: bool = True
     #: Crawl default. A path segment repeated this many times marks a spider trap (``/a/b/a/b/a/b``).
-    max_repeated_segments: int = 3
+    max_repeated_segments: int = limited(3, 1, 1000)
     #: Crawl default. URLs admitted per host (per politeness domain) at most, seeds included; 0 = no limit.
     #: Contains spider traps (calendars, session ids); links turned away are counted as
     #: ``skipped:max_pages_per_host``. The default of the crawl option of the same name.
-    max_pages_per_host: int = 0
+    max_pages_per_host: int = limited(0, 0, 10**9)
 
     # --- dedupe --------------------------------------------------------------------------------
     #: Crawl default. URLs the Bloom filter is sized for when a crawl sets no ``max_pages``.
-    bloom_capacity: int = 10_000_000
+    bloom_capacity: int = limited(10_000_000, 1, 10**9)
     #: Crawl default. Designed false-positive rate of the Bloom filter at capacity (0.001 = 1.8 bytes per URL;
     #: 10 M URLs cost 18 MB of Redis).
-    bloom_error_rate: float = 0.001
+    bloom_error_rate: float = limited(0.001, 1e-9, 0.5)
     #: Crawl default. Bits per Bloom shard key (2^26 bits = 8 MiB): keeps each key far below Redis's 512 MB
     #: string limit and its first allocation short.
-    bloom_shard_bits: int = 1 << 26
+    bloom_shard_bits: int = limited(1 << 26, 1 << 10, 1 << 32)
     #: Crawl default: partitions of a new crawl's state (the frontier, filter and counters are
     #: split by a hash of the domain; see state/keys.py). 0 = automatic: 1 on a standalone
     #: Redis, 4 per master on a Redis Cluster, so one crawl spreads over every master.
-    partitions: int = 0
+    partitions: int = limited(0, 0, 1024)
 
     # --- politeness ----------------------------------------------------------------------------
     #: Crawl default. Requests per second per domain, cluster-wide.
-    default_rate: float = 1.0
+    default_rate: float = limited(1.0, 0.001, 100_000)
     #: Crawl default. Extra requests a domain may receive at once after being idle (token-bucket burst).
-    default_burst: int = 1
+    default_burst: int = limited(1, 0, 1000)
     #: Crawl default. Requests in flight per domain at once, cluster-wide.
-    default_concurrency: int = 1
+    default_concurrency: int = limited(1, 1, 1000)
     #: Seconds a domain lease lives before it is reclaimed (a killed worker never blocks a host).
-    lease_seconds: float = 180.0
+    lease_seconds: float = limited(180.0, 0.1, DAY)
     #: Seconds, cap on a robots.txt ``Crawl-delay``.
-    max_crawl_delay: float = 30.0
+    max_crawl_delay: float = limited(30.0, 0, DAY)
     #: Seconds, cap on a ``Retry-After`` header.
-    max_retry_after: float = 120.0
+    max_retry_after: float = limited(120.0, 0, 30 * DAY)
     #: Crawl default. ``host`` or ``registered_domain`` (tldextract, offline suffix list): what one bucket covers.
     domain_key: str = "host"
     #: Seconds robots.txt stays cached in Redis.
-    robots_ttl: int = 24 * 3600
+    robots_ttl: int = limited(24 * 3600, 1, 365 * DAY)
     #: Seconds a host whose robots.txt gave 5xx/unreachable stays fully disallowed before retry.
-    robots_error_ttl: int = 600
+    robots_error_ttl: int = limited(600, 1, 30 * DAY)
     #: Per-worker Celery ``rate_limit`` of the fetch task (a bandwidth cap, not politeness).
     #: Counts messages, so setting it also sets ``fetch_batch`` to 1.
     fetch_rate_limit: str = ""
@@ -152,59 +165,61 @@ class Settings:
     #: out together (``crawl.fetch_many``) and the worker that takes the message fetches them
     #: side by side: one delivery, ack and publish for several pages (Celery's per-message
     #: work was ~30 % of a fetch process's CPU). 1 = a ``crawl.fetch`` message per URL.
-    fetch_batch: int = 4
+    fetch_batch: int = limited(4, 1, 1000)
 
     # --- frontier ------------------------------------------------------------------------------
     #: Seconds between two release rounds of the dispatcher running in every worker.
-    dispatch_interval: float = 0.05
+    dispatch_interval: float = limited(0.05, 0.001, 60)
     #: Domains examined per crawl per release round.
-    dispatch_batch: int = 500
+    dispatch_batch: int = limited(500, 1, 1_000_000)
     #: Messages, fetch tasks that may wait in the broker's queues for a free pool slot; the
     #: dispatcher releases nothing more while they do (0 = no cap), so a released host does
     #: not wait behind other hosts. About what all fetch pools start in one release round.
-    dispatch_queue_max: int = 64
+    dispatch_queue_max: int = limited(64, 0, 1_000_000)
     #: Depth up to which fetches go to ``crawl.medium``; deeper ones to ``crawl.low``; seeds
     #: (depth 0) to ``crawl.high``.
-    medium_max_depth: int = 2
+    medium_max_depth: int = limited(2, 0, 1_000_000)
     #: Seconds a fetched body waits in Redis for its parse task.
-    body_ttl: int = 3600
+    body_ttl: int = limited(3600, 1, 30 * DAY)
     #: Bytes: an HTML body up to this size is parsed in the fetch task that got it (no parse
     #: task, no body through Redis: ~20 fewer Redis commands and one Celery task less per
     #: page); larger ones go to the ``parse`` queue, so one huge page does not hold a fetch
     #: thread's CPU. 0 = every page goes to ``parse``.
-    inline_parse_bytes: int = 262144
+    inline_parse_bytes: int = limited(262144, 0, 1 << 30)
 
     # --- rendering (crawl.render workers, worker/browser.py) ------------------------------------
     #: The Chromium binary Playwright drives; empty: /usr/bin/chromium (the Debian package).
     chromium_path: str = ""
-    #: Seconds one page may take to render (load, settle, every subrequest and its token wait)
+    #: Crawl default. Seconds one page may take to render (load, settle, every subrequest and its token wait)
     #: before it is cut off: a retry of the URL, then a recorded ``render_failed``.
-    render_deadline: float = 20.0
+    render_deadline: float = limited(20.0, 0.1, 300)
     #: Seconds a page is given at most, after ``load``, to go quiet (scripts that fetch or
     #: wait in ``setTimeout``); within ``render_deadline``.
-    render_settle: float = 3.0
+    render_settle: float = limited(3.0, 0, 3600)
     #: Seconds without a request open, a response or a short timer's callback after which a
     #: loaded page counts as quiet (worker/browser.py). Playwright's ``networkidle`` waits a
     #: fixed 500 ms after the last request, timers unseen: 2/3 of a render's wall time on a
     #: JS site (bench/render.py).
-    render_quiet: float = 0.1
+    render_quiet: float = limited(0.1, 0.001, 60)
     #: Seconds: a ``setTimeout`` of up to this delay is waited for (a link list filled after
     #: a short timer); longer ones, like repeating timers, are not.
-    render_timer_wait: float = 1.0
+    render_timer_wait: float = limited(1.0, 0, 3600)
     #: Pages of one crawl rendered in one browser context (cookies, cache and storage shared
     #: among them, never with another crawl) before a new one: a context per page costs a
     #: renderer process per page (bench/render.py: 2.2 pages/s against 5.7 shared).
-    render_pages_per_context: int = 50
+    render_pages_per_context: int = limited(50, 1, 1_000_000)
     #: Pages a browser renders before it is replaced, and its processes' memory (MiB of PSS,
     #: looked at every 20 pages) past which it is replaced: Chromium's grows with every page.
-    render_browser_pages: int = 200
-    render_max_rss_mb: int = 1024
+    render_browser_pages: int = limited(200, 1, 1_000_000)
+    render_max_rss_mb: int = limited(1024, 16, 1 << 20)
     #: MiB of JavaScript heap per page: a page that allocates past it crashes alone (V8 flag).
-    render_js_heap_mb: int = 256
-    #: Subrequests (scripts, XHR, CSS...) and their bytes per page; past either, refused.
-    render_max_subrequests: int = 100
-    render_max_bytes: int = 20 * 1024 * 1024
-    #: Resource types aborted unrequested (Playwright's names), comma-separated.
+    render_js_heap_mb: int = limited(256, 16, 1 << 16)
+    #: Crawl default. Subrequests (scripts, XHR, CSS...) and their bytes per page; past
+    #: either, refused.
+    render_max_subrequests: int = limited(100, 0, 1_000_000)
+    #: Crawl default. Bytes of a page's subrequests.
+    render_max_bytes: int = limited(20 * 1024 * 1024, 0, 1 << 32)
+    #: Crawl default. Resource types aborted unrequested (Playwright's names), comma-separated.
     render_block: str = "image,font,media"
 
     # --- output --------------------------------------------------------------------------------
@@ -215,19 +230,19 @@ class Settings:
     #: zlib level (0-9) of each WARC record's gzip member. 1: ~0.55 ms of CPU a page of 49 KB
     #: against ~1.03 at 6 (bench/README, HTTPS real sizes), files ~7-20 % larger; a crawler
     #: is held by its CPU, rarely by its disk. 6 or 9 for archives that are kept long.
-    warc_gzip_level: int = 1
+    warc_gzip_level: int = limited(1, 0, 9)
     #: Seconds a finished crawl's state stays in Redis (counters, config, filter).
-    finished_ttl: int = 7 * 24 * 3600
+    finished_ttl: int = limited(7 * 24 * 3600, 1, 365 * DAY)
     #: Seconds after which a final URL whose record is still not on disk is taken as left by
     #: a dead process and written by someone else (the redelivered task does it at once).
     #: Longer than any pause between finish.lua and the write of a live process.
-    orphan_record_seconds: float = 30.0
+    orphan_record_seconds: float = limited(30.0, 0.1, DAY)
     #: Seconds without a heartbeat after which a worker process counts as dead and the URLs it
     #: was fetching or parsing are taken back (instead of waiting for visibility_timeout).
-    worker_dead_seconds: float = 10.0
+    worker_dead_seconds: float = limited(10.0, 0.1, DAY)
     #: Seconds a released fetch or a published parse may wait unstarted, while its broker
     #: queue is empty, before its message counts as lost with a worker and it is sent again.
-    lost_message_seconds: float = 15.0
+    lost_message_seconds: float = limited(15.0, 0.1, DAY)
 
     # --- operations ----------------------------------------------------------------------------
     #: TOML file of recrawl schedules loaded when beat starts; empty = the checkout's
@@ -237,13 +252,13 @@ class Settings:
     #: is one more Redis PUBLISH per task. Workers send their own task events with ``-E``.
     task_events: bool = False
     #: Port of ``crawler metrics`` (Prometheus exposition).
-    metrics_port: int = 9808
+    metrics_port: int = limited(9808, 0, 65535)
     #: Seconds a finished (or cancelled) crawl stays in ``crawler metrics`` after it ended;
     #: then its series stop, so that the exporter's series do not grow with every crawl ever
     #: run. Its numbers stay in ``crawler status`` and ``summary.json``.
-    metrics_finished_seconds: float = 3600.0
+    metrics_finished_seconds: float = limited(3600.0, 0, 365 * DAY)
     #: Port of ``crawler dashboard`` (the crawl dashboard, a web page and its JSON API).
-    dashboard_port: int = 8787
+    dashboard_port: int = limited(8787, 0, 65535)
     #: ``user:password`` of the dashboard's HTTP basic auth; empty: no auth, which the
     #: dashboard accepts only on a loopback address. A secret: from the environment only
     #: (``CRAWLER_DASHBOARD_AUTH``), never shown (not in the settings' repr either).
@@ -259,14 +274,50 @@ class Settings:
         return 1 if self.fetch_rate_limit else self.fetch_batch
 
 
+#: The range of every numeric setting, from its declaration (:func:`limited`).
+LIMITS: dict[str, tuple[float, float]] = {
+    f.name: f.metadata["limits"] for f in fields(Settings) if "limits" in f.metadata
+}
+#: Settings for which inf is a value (a rate: no limit).
+INFINITE_OK = frozenset({"default_rate"})
+
+
+def range_problem(
+    name: str, value: Any, low: float, high: float, infinite_ok: bool = False
+) -> str | None:
+    """Why ``value`` is not a number of ``name`` in ``[low, high]`` (``inf`` too, if
+    ``infinite_ok``), or None. One rule for settings, crawl options, rates and periods."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"{name} must be a number, not {value!r}"
+    if math.isinf(value) and value > 0 and infinite_ok:
+        return None
+    if math.isnan(value) or not low <= value <= high:
+        more = " (or inf: no limit)" if infinite_ok else ""
+        return f"{name} must be between {_plain(low)} and {_plain(high)}{more}, not {value!r}"
+    return None
+
+
+def _plain(bound: float) -> str:
+    return f"{int(bound):,}" if float(bound).is_integer() else f"{bound:g}"
+
+
 def _coerce(raw: str, default: Any) -> Any:
     if isinstance(default, bool):
         return raw.strip().lower() in {"1", "true", "yes", "on"}
     if isinstance(default, int):
         return int(raw)
     if isinstance(default, float):
-        return float(raw)
+        return number(raw)
     return raw
+
+
+def number(text: str) -> float:
+    """``float(text)``, except that only "inf" spells infinity: ``1e400`` overflows to inf in
+    Python, which a rate would take as "no limit"."""
+    value = float(text)
+    if math.isinf(value) and text.strip().lstrip("+-").lower() not in ("inf", "infinity"):
+        raise ValueError(f"{text.strip()!r} is too large a number (inf, if no limit is meant)")
+    return value
 
 
 def load(env: dict[str, str] | None = None, **overrides: Any) -> Settings:
@@ -282,11 +333,11 @@ def load(env: dict[str, str] | None = None, **overrides: Any) -> Settings:
             except ValueError as exc:
                 raise ValueError(f"{ENV_PREFIX}{f.name.upper()}={raw!r}: {exc}") from None
     values.update(overrides)
-    if values.get("fetch_batch", 1) < 1:
-        raise ValueError(f"{ENV_PREFIX}FETCH_BATCH={values['fetch_batch']}: must be at least 1")
-    if not 0 <= values.get("warc_gzip_level", 1) <= 9:
-        level = values["warc_gzip_level"]
-        raise ValueError(f"{ENV_PREFIX}WARC_GZIP_LEVEL={level}: must be 0 to 9")
+    for name, value in values.items():
+        low, high = LIMITS.get(name, (-math.inf, math.inf))
+        why = name in LIMITS and range_problem(name, value, low, high, name in INFINITE_OK)
+        if why:
+            raise ValueError(f"{ENV_PREFIX}{name.upper()}={value!r}: {why}")
     if values.get("ca_bundle"):
         _check_ca_bundle(values["ca_bundle"])
     prefix = values.get("key_prefix", Settings.key_prefix)

@@ -17,6 +17,7 @@ from crawler_tasks.surface.crawl import Crawl
 from crawler_tasks.worker import pipeline
 from crawler_tasks.worker.context import Context
 from crawler_tasks.worker.dispatcher import Dispatcher
+from crawler_tasks.worker.handoff import Publisher
 
 
 class Driver:
@@ -30,31 +31,11 @@ class Driver:
         #: on_item messages: (task, crawl, url, depth, items); ``fail_items`` makes sending raise.
         self.items_sent: list[tuple[str, str, str, int, list[dict[str, Any]]]] = []
         self.fail_items: Exception | None = None
-        self.ctx = Context(
-            settings, self._enqueue_parse, self._callback, self._send_items, self._enqueue_render
-        )
-        self.dispatcher = Dispatcher(
-            lambda: self.ctx,
-            self._publish,
-            settings,
-            self._enqueue_parse,
-            publish_render=self._enqueue_render,
-        )
+        self.ctx = Context(settings, _Publisher(self), self._callback, self._send_items)
+        self.dispatcher = Dispatcher(lambda: self.ctx, settings)
 
     def close(self) -> None:
         self.ctx.close()
-
-    def _publish(self, crawl_id: str, items: list[tuple[str, int]], queue: str) -> None:
-        self.batches.append(len(items))
-        for url, depth in items:
-            self.published.append((crawl_id, url, depth, queue))
-            self.messages.append(("fetch", crawl_id, url, depth))
-
-    def _enqueue_parse(self, crawl_id: str, url: str, depth: int) -> None:
-        self.messages.append(("parse", crawl_id, url, depth))
-
-    def _enqueue_render(self, crawl_id: str, url: str, depth: int) -> None:
-        self.messages.append(("render", crawl_id, url, depth))
 
     def _callback(self, task: str, crawl_id: str, summary: dict[str, Any]) -> None:
         self.callbacks.append((task, crawl_id, summary))
@@ -90,3 +71,22 @@ class Driver:
             if not self.step():
                 time.sleep(0.005)  # waiting for a token, a lease or a retry
         return crawl.summary()
+
+
+class _Publisher(Publisher):
+    """The driver's deque where the broker would be."""
+
+    def __init__(self, driver: Driver) -> None:
+        self.driver = driver
+
+    def fetch(self, crawl_id: str, items: list[tuple[str, int]], queue: str) -> None:
+        self.driver.batches.append(len(items))
+        for url, depth in items:
+            self.driver.published.append((crawl_id, url, depth, queue))
+            self.driver.messages.append(("fetch", crawl_id, url, depth))
+
+    def parse(self, crawl_id: str, url: str, depth: int) -> None:
+        self.driver.messages.append(("parse", crawl_id, url, depth))
+
+    def render(self, crawl_id: str, url: str, depth: int) -> None:
+        self.driver.messages.append(("render", crawl_id, url, depth))

@@ -27,6 +27,7 @@ Everything binds to 127.0.0.x only; nothing here talks to the network.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import io
 import logging
 import math
@@ -528,6 +529,17 @@ class Handler(BaseHTTPRequestHandler):
             self._headers_buffer.append(body)
         self.flush_headers()
 
+    def send_validated(self, status: int, body: bytes, content_type: str) -> None:
+        """With an ETag, and 304 to a request whose If-None-Match names it (recrawls)."""
+        etag = '"' + hashlib.md5(body).hexdigest() + '"'
+        if status == 200 and self.headers.get("If-None-Match") == etag:
+            self.send_response(304)
+            self.send_header("ETag", etag)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        self.send_body(status, body, content_type, {"ETag": etag})
+
     def redirect(self, location: str, status: int = 302) -> None:
         self.send_body(status, b"", headers={"Location": location})
 
@@ -566,6 +578,8 @@ class Handler(BaseHTTPRequestHandler):
                 static = site._static.get(self.path)
                 if static is None:
                     self.not_found()
+                elif site.etags is not None and site.etags(self.path):
+                    self.send_validated(*static)
                 else:
                     self.send_body(*static)
         finally:
@@ -614,6 +628,8 @@ class SiteServer:
         self.robots_txt = robots_txt
         self.extra_routes: dict[str, RouteHandler] = dict(extra_routes or {})
         self.delay = delay
+        #: Which paths carry an ETag and answer 304 to it (None: none do).
+        self.etags: Callable[[str], bool] | None = None
         self.log: list[Request] = []
         self.stopping = threading.Event()
         #: Scratch space for stateful routes (/flaky, /rate-limited); guard with ``state_lock``.

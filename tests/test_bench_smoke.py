@@ -16,6 +16,7 @@ RUNS = {
     "dashboard.py": "--hosts 2000 --crawls 3 --repeat 2 --broad-hosts 5 --broad-pages 3 "
     "--broad-repeat 1 --window 2",
     "near_duplicates.py": "--originals 50",
+    "parse.py": "--links 20000 --repeat 1 --max-seconds 60",
     "frontier.py": "--urls 2000 --domains 5 --sample-seconds 3 --admit-pages 50 "
     "--cancel-timeout 30",
     "memory.py": "--urls 5000 --domains 100 --release 10 --simhash-pages 100",
@@ -25,6 +26,8 @@ RUNS = {
     "--timeout 60",
     "scaling.py": "--hosts 5 --pages 3 --fetchers 1 --states one --threads 8 --timeout 60",
     "render.py": "--pages 12 --mixed-hosts 2 --mixed-pages 6 --skip-scrapy --timeout 60",
+    "recrawl.py": "--pages 20 --new 1 --page-bytes 2000 --timeout 60",
+    "adaptive.py": "--pages 20 --days 2",
     "failover.py": "--pages 60 --kills 1 --timeout 120",
 }
 #: More runs of a script, for a mode with a code path of its own: name -> (script, arguments).

@@ -295,3 +295,33 @@ def test_a_bad_ca_bundle_stops_the_crawl_command_before_anything_is_written(redi
         assert result.returncode == 2 and "Traceback" not in result.stderr
         assert line.startswith(f"error: CRAWLER_CA_BUNDLE='{bundle}': {words}"), line
     assert not (tmp_path / "out").exists()
+
+
+def test_a_mistyped_port_fails_the_crawl_in_one_short_line(redis_url, tmp_path):
+    port = free_port()
+    result = run(
+        "crawl", f"http://127.0.0.1:{port}/", "--broker", redis_url, "--allow-private-networks",
+        "--output", str(tmp_path), "--option", "max_retries=0", "--option", "max_host_outage=1",
+    )  # fmt: skip
+    assert result.returncode == 1, (result.stdout, result.stderr)
+    line = next(x for x in result.stdout.splitlines() if "nothing fetched" in x)
+    assert f"connection refused at 127.0.0.1:{port}" in line, result.stdout
+    assert "Pool" not in result.stdout and "Errno" not in result.stdout, result.stdout
+
+
+def test_a_ca_given_to_the_command_but_not_the_workers_is_named(redis_url, celery_worker, tmp_path):  # type: ignore[no-untyped-def]
+    from conftest import wait_until
+
+    from crawler_tasks.settings import load
+    from crawler_tasks.surface.crawl_command import _has_crawl_workers
+
+    wait_until(lambda: _has_crawl_workers(load(env={}, broker_url=redis_url)), timeout=60)
+    files = make_ca(tmp_path, "127.0.0.25")
+    with https_site("127.0.0.25", files) as site:
+        result = run(
+            "crawl", f"https://127.0.0.25:{site.server_port}/", "--broker", redis_url,
+            "--allow-private-networks", "--output", str(tmp_path / "out"),
+            env={"CRAWLER_CA_BUNDLE": str(files["ca"])},
+        )  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    assert f"this command has CRAWLER_CA_BUNDLE={files['ca']}, the workers" in result.stdout

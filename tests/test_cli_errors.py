@@ -3,11 +3,14 @@ the problem, exit code 2, no traceback, and writes nothing to Redis (issue 9's t
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import socket
 import subprocess
 import sys
+import time
+import tracemalloc
 
 import pytest
 import redis
@@ -15,11 +18,13 @@ from conftest import wait_until
 from sitegen import running_sites
 
 from crawler_tasks import start_crawl
-from crawler_tasks.errors import ConfigError, UnknownCrawl
+from crawler_tasks.errors import ConfigError, InvalidSeed, UnknownCrawl
 from crawler_tasks.settings import load
-from crawler_tasks.surface.crawl import Crawl
+from crawler_tasks.state.keys import Keys
+from crawler_tasks.surface.crawl import Crawl, list_crawls
 from crawler_tasks.surface.crawl_command import _has_crawl_workers
 from crawler_tasks.surface.embedded import free_port
+from crawler_tasks.surface.seeds import SeedsFile
 
 
 def run(*args: str, timeout: float = 60):  # type: ignore[no-untyped-def]
@@ -57,6 +62,7 @@ CASES = [
     (f"crawl {SEED} --broker notaurl", "notaurl"),
     (f"crawl {SEED} --broker redis://host:notaport/0", "port"),
     ("list --broker notaurl", "notaurl"),
+    ("list {tls}", "TLS mismatch: it speaks plain Redis, not TLS (use redis://)"),
     ("list --broker redis://:pa@ss@127.0.0.1:1/0", "percent-encode"),
     ("list --broker redis://:pa/ss@127.0.0.1:1/0", "percent-encode"),
     # crawl options
@@ -73,7 +79,8 @@ CASES = [
     # crawl --option KEY=JSON
     (f"crawl {SEED} --max-depth 3 --option max_depth=2 {{live}}", "--max-depth"),
     (f"crawl {SEED} --default-rate 2 --option rate=3 {{live}}", "--default-rate"),
-    (f"crawl {SEED} --rate a.example=2 --option rates={{{{}}}} {{live}}", "--rate"),
+    (f"crawl {SEED} --rate a.example=2 --option rates={{{{}}}} {{live}}", "--host-rate"),
+    (f"crawl {SEED} --host-rate a.example=fast {{live}}", "--host-rate"),
     (f"crawl {SEED} --option max_depht=3 {{live}}", "did you mean 'max_depth'"),
     (f"crawl {SEED} --option 'headers={{{{bad' {{live}}", "bad JSON"),
     (f"crawl {SEED} --option max_retries=many {{live}}", "max_retries"),
@@ -90,26 +97,45 @@ CASES = [
     (f"crawl {SEED} --extract json:__name__ {{live}}", "is not a function"),
     # set-rate
     ("set-rate a.example abc {live}", "abc"),
-    ("set-rate a.example 0 {live}", "> 0"),
+    ("set-rate a.example 0 {live}", "must be between 0.001"),
     ("set-rate http://127.0.0.1:8600/ 5 {live}", "here: 127.0.0.1"),
     ("set-rate a.example:8080 5 {live}", "not a URL or host:port"),
     ("set-rate 'a b' 5 {live}", "host name"),
     ("set-ceiling http://127.0.0.1:8600/ 5 {live}", "here: 127.0.0.1"),
     ("set-ceiling a.example inf {live}", "a ceiling is a number"),
-    ("set-ceiling a.example 0 {live}", "> 0"),
+    ("set-ceiling a.example 0 {live}", "must be between 0.001"),
     # schedules
     (f"schedule add s {SEED} --cron 'bogus cron' {{live}}", "cron"),
     (f"schedule add s {SEED} --cron '99 * * * *' {{live}}", "99"),
     (f"schedule add s {SEED} --every-hours -1 {{live}}", "every_hours"),
-    (f"schedule add s {SEED} --every-hours 0 {{live}}", "every_hours must be > 0"),
+    (f"schedule add s {SEED} --every-hours 0 {{live}}", "every_hours must be between"),
     ("schedule add s http://127.0.0.1:9/ --every-hours 1 {live}", "--option allow_private"),
-    (f"crawl {SEED} --concurrency 100000 {{live}}", "concurrency must be <= 1000"),
+    (f"crawl {SEED} --concurrency 100000 {{live}}", "concurrency must be between 1 and 1,000"),
+    # numbers past their ceiling, periods under their floor (issue 34)
+    (f"crawl {SEED} --max-pages 99999999999999999999 {{live}}", "max_pages must be between"),
+    (f"crawl {SEED} --max-depth 1000000000 {{live}}", "max_depth must be between"),
+    (f"crawl {SEED} --default-rate 1e400 {{live}}", "rate must be a number up to its limit"),
+    (f"crawl {SEED} --default-rate nan {{live}}", "not nan"),
+    (f"crawl {SEED} --rate a.example=1e400 {{live}}", "too large"),
+    (f"crawl {SEED} --option burst=5000 {{live}}", "burst must be between 0 and 1,000"),
+    (f"crawl {SEED} --extract-timeout 1e400 {{live}}", "extract_timeout"),
+    (f"crawl {SEED} --option max_body_bytes=1e12 {{live}}", "max_body_bytes"),
+    ("set-rate 127.0.0.1 -5 {live}", "rate '-5': rate must be between 0.001"),
+    ("set-rate a.example 1e400 {live}", "too large"),
+    ("set-rate a.example nan {live}", "not nan"),
+    ("set-ceiling a.example -5 {live}", "rate '-5'"),
+    (
+        f"schedule add flood {SEED} --every-seconds 0.001 {{live}}",
+        "every_seconds must be between 60",
+    ),
+    (f"schedule add s {SEED} --every-hours 1e400 {{live}}", "every_hours"),
+    ("forget nope {live}", "no crawl 'nope'"),
     (f"schedule add s {SEED} --every-hours 1 --option max_depht=3 {{live}}", "max_depth"),
     (f"schedule add s {SEED} --every-hours 1 --option rate=0 {{live}}", "rate"),
     (f"schedule add s {SEED} --every-hours 1 --every-seconds 5 {{live}}", "exactly one"),
     ("schedule remove nope {live}", "nope"),
     (f"schedule add s {SEED} --every-hours 1 --option partitions=-1 {{live}}", "partitions"),
-    (f"schedule add s {SEED} --every-hours 1 --option partitions=5000 {{live}}", "1024"),
+    (f"schedule add s {SEED} --every-hours 1 --option partitions=5000 {{live}}", "1,024"),
     (f"schedule add s {SEED} --every-hours 1 --option 'include=[1' {{live}}", "bad JSON"),
     (f"schedule add s {SEED} --every-hours 1 --option max_retries=many {{live}}", "max_retries"),
     ("schedule add s http://127.0.0.1/ --every-hours 1 {live}", "allow-private"),
@@ -135,7 +161,12 @@ def test_bad_input_is_one_line_exit_2_nothing_written(template, names, redis_url
     client = redis.Redis.from_url(redis_url)
     dead = f"redis://127.0.0.1:{free_port()}/0"
     args = shlex.split(
-        template.format(live=f"--broker {redis_url}", dead=f"--broker {dead}", busy=busy_port)
+        template.format(
+            live=f"--broker {redis_url}",
+            dead=f"--broker {dead}",
+            busy=busy_port,
+            tls=f"--broker {redis_url.replace('redis://', 'rediss://')}",
+        )
     )
     before = _keys(client)
     result = run(*args)
@@ -159,21 +190,23 @@ def test_no_wait_without_workers_refuses_and_writes_nothing(redis_url):
 def test_no_wait_with_workers_returns_and_the_crawl_finishes(redis_url, celery_worker, tmp_path):
     wait_until(lambda: _has_crawl_workers(load(env={}, broker_url=redis_url)), timeout=60)
     with running_sites(["127.0.0.48"], 6, 2) as (_, servers):
-        result = run(
-            "crawl",
-            servers[0].base_url + "/",
-            "--no-wait",
-            "--broker",
-            redis_url,
-            "--allow-private-networks",
-            "--rate",
-            "127.0.0.48=inf",
-            "--output",
-            str(tmp_path),
-        )
+        args = ("crawl", servers[0].base_url + "/", "--no-wait", "--broker", redis_url,
+                "--allow-private-networks", "--output", str(tmp_path))  # fmt: skip
+        result = run(*args, "--rate", "127.0.0.48=inf")
         assert result.returncode == 0, result.stderr
         crawl_id = result.stdout.strip()
         summary = Crawl(crawl_id, broker=redis_url).wait(timeout=60)
+        # --json is honoured; the same seeds while a crawl of them runs: a warning.
+        first = run(*args, "--rate", "127.0.0.48=0.5", "--json")  # 6 pages: 10 s at least
+        started = json.loads(first.stdout)
+        assert started["status"] == "running" and "warning" not in first.stderr, first.stderr
+        again = run(*args, "--json")
+        assert f"warning: crawl {started['crawl_id']} of the same seeds is still running" in (
+            again.stderr
+        )
+        for one in (started["crawl_id"], json.loads(again.stdout)["crawl_id"]):
+            Crawl(one, broker=redis_url).cancel()
+            assert Crawl(one, broker=redis_url).wait(timeout=90)["status"] == "cancelled"
     assert summary["status"] == "finished" and summary["counters"]["done"] >= 6
 
 
@@ -191,7 +224,9 @@ def test_finished_crawl_is_not_revived_and_its_events_end(redis_url, celery_work
         assert result.returncode == 2 and "finished" in result.stderr, result.stderr
     assert crawl.status == "finished"
     assert crawl.wait(timeout=5)["status"] == "finished"
-    assert list(crawl.events()) == []  # returns at once: crawl_finished is long gone
+    (final,) = list(crawl.events())  # at once: its crawl_finished, rebuilt from the summary
+    assert final["event"] == "crawl_finished" and final["replayed"]
+    assert final["summary"]["status"] == "finished" and final["summary"]["counters"]["done"] >= 4
 
 
 def test_python_api_refuses_bad_options_and_unknown_ids(settings, client):
@@ -217,7 +252,7 @@ def test_python_api_refuses_bad_options_and_unknown_ids(settings, client):
         ("CRAWLER_PARTITIONS", "many", "CRAWLER_PARTITIONS"),
         ("CRAWLER_FETCH_BATCH", "0", "CRAWLER_FETCH_BATCH"),
         ("CRAWLER_FETCH_BATCH", "-2", "CRAWLER_FETCH_BATCH"),
-        ("CRAWLER_WARC_GZIP_LEVEL", "10", "CRAWLER_WARC_GZIP_LEVEL=10: must be 0 to 9"),
+        ("CRAWLER_WARC_GZIP_LEVEL", "10", "warc_gzip_level must be between 0 and 9"),
         ("CRAWLER_CA_BUNDLE", "/no/such/ca.pem", "CRAWLER_CA_BUNDLE='/no/such/ca.pem': no such"),
     ],
 )
@@ -291,3 +326,72 @@ def test_no_part_of_a_password_is_ever_printed(url):
     shown = result.stdout + result.stderr
     for i in range(len(SECRET) - 2):  # no three characters of it in a row
         assert SECRET[i : i + 3] not in shown, shown
+
+
+def _malformed_crawl(client: redis.Redis, crawl_id: str) -> None:
+    """What `--max-pages 99999999999999999999` left before its ceiling: running, a config no
+    version can take (its Bloom shape had 2e13 shards), no frontier."""
+    config = {"crawl_id": crawl_id, "seeds": [SEED], "max_pages": 10**20}
+    client.zadd("crawler:crawls", {crawl_id: time.time()})
+    client.set(f"crawler:{{{crawl_id}}}:config", json.dumps(config))
+    client.hset(f"crawler:{{{crawl_id}}}:state", mapping={"status": "running"})
+    client.sadd("crawler:running", crawl_id)
+
+
+def test_a_malformed_crawl_breaks_no_command_and_forget_removes_it(redis_url, client):
+    _malformed_crawl(client, "bad-1")
+    tracemalloc.start()
+    began = time.monotonic()
+    listed = list_crawls(client, Keys("crawler"))
+    took, (_, peak) = time.monotonic() - began, tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert took < 1 and peak < 100 * 2**20, (took, peak)
+    assert [c["unreadable"] for c in listed] == [
+        "crawl bad-1 cannot be read (ConfigError: max_pages must be between 0 and "
+        "1,000,000,000, not 100000000000000000000); `crawler forget bad-1` removes it"
+    ]
+    result = run("list", "--broker", redis_url)
+    assert result.returncode == 0 and result.stderr.startswith("skipped: crawl bad-1"), result
+    assert len(result.stderr.strip().splitlines()) == 1
+    for command in ("status", "cancel", "failed"):
+        result = run(command, "bad-1", "--broker", redis_url)
+        assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result
+        assert "crawler forget bad-1" in result.stderr
+    listed = json.loads(run("list", "--json", "--broker", redis_url).stdout)
+    assert [c["unreadable"] for c in listed][0].startswith("crawl bad-1 cannot be read")
+    result = run("forget", "bad-1", "--broker", redis_url)
+    assert result.returncode == 0, result.stderr
+    assert not [k for k in client.scan_iter("crawler:*") if b"bad-1" in k]
+    assert not client.zscore("crawler:crawls", "bad-1")
+    assert not client.sismember("crawler:running", "bad-1")
+
+
+def test_forget_refuses_a_served_running_crawl_without_force(redis_url, client, settings):
+    crawl = start_crawl([SEED], settings=settings)  # no worker fetches it: it stays running
+    client.hset("crawler:workers", "w1", time.time())  # a live worker serves it
+    result = run("forget", crawl.id, "--broker", redis_url)
+    assert result.returncode == 2 and "--force" in result.stderr, result.stderr
+    assert crawl.exists()
+    assert crawl.forget(force=True) > 0
+    assert not crawl.exists()
+    assert crawl.id not in [c["crawl_id"] for c in list_crawls(client, Keys("crawler"))]
+
+
+def test_inline_comments_and_directories_in_seeds_files(tmp_path):
+    seeds = tmp_path / "seeds.txt"
+    seeds.write_text("# mine\nhttp://a.example/7.html   # the seventh\nhttp://a.example/#top\n")
+    found = SeedsFile(str(seeds)).check(allow_private=False)
+    assert found == ["http://a.example/7.html", "http://a.example/"]
+    with pytest.raises(InvalidSeed, match="a directory, not a seeds file"):
+        SeedsFile(str(tmp_path))
+
+
+def test_cancel_with_no_worker_says_when_it_will_happen(redis_url, client, settings):
+    crawl = start_crawl([SEED], settings=settings)
+    client.hset("crawler:workers", "w1", time.time())  # a live worker: nothing to add
+    result = run("pause", crawl.id, "--broker", redis_url)
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    client.delete("crawler:workers")  # stranded
+    result = run("cancel", crawl.id, "--broker", redis_url)
+    assert result.returncode == 0, result.stderr
+    assert "no worker serves this crawl: it will be cancelled when one starts" in result.stderr

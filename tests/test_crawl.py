@@ -15,6 +15,7 @@ from sitegen import has_skipped_extension, reachable, running_sites
 from warcio.archiveiterator import ArchiveIterator
 
 from crawler_tasks import start_crawl
+from crawler_tasks.state.option_checks import reap_after
 from crawler_tasks.surface.embedded import local_workers, stop_process
 from crawler_tasks.web.urls import normalize
 
@@ -154,11 +155,13 @@ def test_sigkilled_worker_loses_nothing(settings, redis_url, workers, worker_log
 
 def test_fetch_lost_between_release_and_publish_is_reaped(settings, redis_url, worker_logs):
     with running_sites(["127.0.0.15"], 20, 3) as (graph, servers):
-        seeds, crawl = start(settings, servers)
+        # The reaper waits visibility_timeout (the workers') + the crawl's own timeout.
+        seeds, crawl = start(settings, servers, timeout=1.0)
+        assert reap_after(2, crawl.options) == 3.0
         # A dispatcher that died right after release.lua: URLs in flight, no message anywhere.
         released = crawl.store.frontier.release_all(100, 180)
         assert [url for _, _, url in released.entries] == seeds
-        env = {"CRAWLER_VISIBILITY_TIMEOUT": "2", "CRAWLER_TOTAL_TIMEOUT": "1"}
+        env = {"CRAWLER_VISIBILITY_TIMEOUT": "2"}
         with local_workers(
             redis_url, fetch_threads=4, parsers=1, extra_env=env, log_dir=str(worker_logs)
         ):

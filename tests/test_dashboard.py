@@ -75,16 +75,31 @@ def test_auth_xsrf_and_the_controls_with_their_events(settings):
         # Authenticated but no XSRF token (a forged cross-site POST): refused, nothing done.
         forged = requests.post(url + "/pause", auth=AUTH, timeout=5)
         assert forged.status_code == 403
-        assert crawl.store.status.flags().get("paused") != "1"
+        assert not crawl.store.status.read().paused
         s = session(base)
         assert s.post(url + "/pause", timeout=5).json()["ok"]
-        assert crawl.store.status.flags()["paused"] == "1"
+        assert crawl.store.status.read().paused
         assert s.post(url + "/pause", timeout=5).ok  # pausing a paused crawl is fine, as in the CLI
         assert s.post(url + "/resume", timeout=5).ok
-        assert crawl.store.status.flags()["paused"] == "0"
+        assert not crawl.store.status.read().paused
+        # "Set rate" is this crawl's own rate for the host, not the cluster-wide set-rate...
         rate = s.post(url + "/rate", data={"host": "127.0.0.32", "rate": "0.5"}, timeout=5)
         assert rate.ok, rate.text
-        assert crawl.domains()[0]["cluster_rate"] == "0.5"
+        (domain,) = crawl.domains()
+        assert domain["override"] == "0.5" and domain["cluster_rate"] is None
+        assert crawl.client.hget(crawl.keys.rates, "127.0.0.32") is None
+        other = start_crawl(
+            ["http://127.0.0.32:9/x"], settings=settings, allow_private_networks=True
+        )
+        assert other.domains()[0]["override"] is None, "another crawl of the host: untouched"
+        # ... and the ceiling every crawl of the host shares is a control of its own.
+        ceiling = s.post(url + "/ceiling", data={"host": "127.0.0.32", "rate": "2"}, timeout=5)
+        assert ceiling.ok, ceiling.text
+        assert crawl.client.hget(crawl.keys.ceilings, "127.0.0.32") == b"2.0"
+        inf = s.post(url + "/ceiling", data={"host": "127.0.0.32", "rate": "inf"}, timeout=5)
+        assert inf.status_code == 400, inf.text
+        huge = s.post(url + "/rate", data={"host": "127.0.0.32", "rate": "1e400"}, timeout=5)
+        assert huge.status_code == 400 and "> 0" in huge.json()["error"]
         bad = s.post(url + "/rate", data={"host": "http://x/", "rate": "0.5"}, timeout=5)
         assert bad.status_code == 400 and "host name" in bad.json()["error"]
         assert s.post(url + "/retry_failed", timeout=5).json()["event"]["requeued"] == 0
@@ -94,7 +109,7 @@ def test_auth_xsrf_and_the_controls_with_their_events(settings):
     while msg := pubsub.get_message(timeout=1.0) or pubsub.get_message(timeout=1.0):
         heard.append(json.loads(msg["data"]))
     pubsub.close()
-    wanted = ["retry_failed", "set_rate", "resume", "pause", "pause", "cancel"]
+    wanted = ["retry_failed", "set_rate", "set_ceiling", "resume", "pause", "pause", "cancel"]
     assert sorted(a["action"] for a in page["actions"]) == sorted(wanted)
     assert all(a["by"] == "operator" for a in page["actions"])
     assert sorted(e["action"] for e in heard if e["event"] == "action") == sorted(wanted)
@@ -261,3 +276,26 @@ def test_redis_gone_is_a_503_saying_so_not_a_traceback():
         redis_py.Redis.from_url(url).shutdown(nosave=True)
         gone = requests.get(base + "/api/crawls", auth=AUTH, timeout=30)
     assert gone.status_code == 503 and gone.json()["error"].startswith("Redis: ")
+
+
+def test_on_item_waiting_is_read_from_the_broker_without_a_worker_module(settings):
+    """status --json and the dashboard show the items waiting in a crawl's on_item queue,
+    read with kombu alone (the dashboard process imports no worker module)."""
+    from kombu import Connection
+
+    from crawler_tasks.surface.figures import crawl_figures
+
+    crawl = start_crawl(
+        ["http://127.0.0.33:9/"],
+        settings=settings,
+        allow_private_networks=True,
+        on_item="myapp.tasks.store",
+        on_item_queue="items-dashboard-test",
+    )
+    assert crawl_figures(crawl)["on_item_waiting"] == 0
+    with Connection(settings.broker_url) as conn:
+        queue = conn.SimpleQueue("items-dashboard-test")
+        for n in range(3):
+            queue.put({"n": n})
+        queue.close()
+    assert crawl_figures(crawl)["on_item_waiting"] == 3

@@ -84,7 +84,7 @@ def test_pages_in_a_browser_over_a_running_crawl(settings, celery_worker, browse
             # Pause, resume: the page says so, the crawl does so.
             page.click('button[data-action="pause"]')
             page.locator("#status", has_text="paused").wait_for(timeout=5000)
-            assert crawl.store.status.flags()["paused"] == "1"
+            assert crawl.store.status.read().paused
             # During the crawl (paused: once its last fetches are in, nothing moves), the
             # page's figures are status --json's.
             wait_until(lambda: crawl.progress()["in_flight"] == 0, timeout=20)
@@ -102,7 +102,7 @@ def test_pages_in_a_browser_over_a_running_crawl(settings, celery_worker, browse
                 "async (u) => (await fetch(u, {method: 'POST', credentials: 'same-origin'})).status",
                 f"/api/crawls/{crawl.id}/pause",
             )
-            assert forged == 403 and crawl.store.status.flags()["paused"] == "0"
+            assert forged == 403 and not crawl.store.status.read().paused
             page.wait_for_timeout(200)
             # The refused request is the one console error Chromium reports here.
             assert errors and "403" in errors.pop(), errors
@@ -120,6 +120,28 @@ def test_pages_in_a_browser_over_a_running_crawl(settings, celery_worker, browse
             )
             for name in ("failed", "fetched", "queued", "robots_disallowed"):
                 assert int(counters[name]) == status[name], name
+            # Every declared counter shows, grouped, the render ones too; help on hover.
+            assert {"rendered", "robots_unreachable", "subrequests", "retrying"} <= set(counters)
+            groups = page.locator("#counters table").evaluate_all(
+                "ts => ts.map(t => t.dataset.group)"
+            )
+            assert groups[:3] == ["frontier", "pages", "not fetched"], groups
+            assert (
+                page.locator('#counters tr[data-key="rendered"] td')
+                .first.get_attribute("title")
+                .startswith("pages rendered")
+            )
+            # The chart has a time axis (clock times) and a rate axis.
+            assert page.locator("#chart text.time").count() >= 2
+            assert re.fullmatch(
+                r"\d\d:\d\d:\d\d", page.locator("#chart text.time").first.text_content() or ""
+            )
+            # On a finished crawl only "Retry failed" applies (one URL failed).
+            assert page.locator('button[data-action="pause"]').is_disabled()
+            assert page.locator('button[data-action="cancel"]').is_disabled()
+            assert page.locator('button[data-action="retry_failed"]').is_enabled()
+            # Only live worker processes are listed.
+            assert page.locator("#workers tbody tr").count() >= 1
             codes = {
                 r.locator("td").nth(0).inner_text(): int(r.locator("td").nth(1).inner_text())
                 for r in page.locator("#status-codes tbody tr").all()
@@ -135,7 +157,20 @@ def test_pages_in_a_browser_over_a_running_crawl(settings, celery_worker, browse
             page.fill("#rate-value", "3")
             page.click("#rate-form button[type=submit]")
             page.locator("#control-result", has_text="rate: done").wait_for(timeout=5000)
-            assert crawl.client.hget(crawl.store.r.keys.rates, host) == b"3.0"
+            # This crawl's rate for the host (not the cluster-wide set-rate), in its table.
+            assert crawl.client.hget(crawl.ck.host_rates, host) == b"3.0"
+            assert crawl.client.hget(crawl.store.r.keys.rates, host) is None
+            host_row = page.locator(f'#hosts tbody tr[data-host="{host}"]')
+            heads = page.locator("#hosts thead th")
+            title = "This crawl's rate (req/s)"
+
+            def shown_rate() -> str:
+                texts = heads.all_inner_texts()
+                if title not in texts or not host_row.count():
+                    return ""
+                return host_row.locator("td").nth(texts.index(title)).inner_text()
+
+            wait_until(lambda: shown_rate() == "3", timeout=20)
             assert status["failed"] == 1, "the seed answering 500 fails (no retries)"
             error_row = page.locator("#errors tbody tr").first
             assert re.search(r"http://127\.0\.0\.37:\d+/broken/1", error_row.inner_text())
@@ -157,6 +192,32 @@ def test_pages_in_a_browser_over_a_running_crawl(settings, celery_worker, browse
     assert actions == ["pause", "resume", "set_rate", "retry_failed"]
 
 
+def test_cancel_asks_first(settings, browser):
+    """Cancel is one click away from dropping a crawl's queue: the page asks first, and a
+    "no" leaves the crawl running."""
+    crawl = start_crawl(["http://127.0.0.39:9/"], settings=settings, allow_private_networks=True)
+    with dashboard(settings.broker_url) as base:
+        ctx = browser.new_context(
+            http_credentials={"username": AUTH[0], "password": AUTH[1]}, viewport=VIEWPORT
+        )
+        page = ctx.new_page()
+        asked: list[str] = []
+
+        def answer(dialog):  # type: ignore[no-untyped-def]
+            asked.append(dialog.message)
+            dialog.dismiss()
+
+        page.on("dialog", answer)
+        page.goto(f"{base}/crawls/{crawl.id}")
+        page.locator("#status", has_text="running").wait_for(timeout=10_000)
+        assert page.locator('button[data-action="resume"]').is_disabled()
+        page.click('button[data-action="cancel"]')
+        page.wait_for_timeout(500)
+        assert asked and crawl.id in asked[0]
+        assert crawl.status == "running" and page.locator("#control-result").inner_text() == ""
+        ctx.close()
+
+
 def test_cancel_from_the_crawl_page(settings, celery_worker, browser):
     # One request every 2 s: the crawl is still running when the page cancels it.
     with running_sites(["127.0.0.38"], 40, 3) as (_, servers):
@@ -171,6 +232,7 @@ def test_cancel_from_the_crawl_page(settings, celery_worker, browser):
             errors = _console_errors(page)
             page.goto(f"{base}/crawls/{crawl.id}")
             page.locator("#status", has_text="running").wait_for(timeout=10_000)
+            page.once("dialog", lambda dialog: dialog.accept())  # "Cancel crawl ...?"
             page.click('button[data-action="cancel"]')
             page.locator("#control-result", has_text="cancel: done").wait_for(timeout=5000)
             summary = crawl.wait(timeout=30)

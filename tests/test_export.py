@@ -68,6 +68,7 @@ def test_items_in_every_format(crawled, tmp_path, suffix):  # type: ignore[no-un
     assert "6 items" in result.stderr
     rows = _read(target)
     assert len(rows) == 6  # 3 pages x 2 items
+    assert all(r["page_url"].startswith("http://127.0.0.143") for r in rows)
     titles = [r["title"] for r in rows if r.get("title")]
     assert len(titles) == 3 and all(isinstance(t, str) for t in titles)
     assert not list(tmp_path.glob(".*export*"))  # no temporary file left
@@ -97,6 +98,7 @@ def test_pages_last_record_per_url_and_the_same_as_crawl_pages(crawled, tmp_path
         (["--items", "-o", "{tmp}/exists.csv"], "-O overwrites"),
         (["--items", "-o", "{tmp}/no/such/dir/x.csv"], "no directory"),
         (["--items", "-o", "{tmp}"], "is a directory"),
+        (["--items", "--pages", "-o", "{tmp}/x.csv"], "--items or --pages (one of them)"),
     ],
 )
 def test_bad_export_is_one_line_exit_2_and_writes_nothing(crawled, tmp_path, args, says):  # type: ignore[no-untyped-def]
@@ -135,3 +137,31 @@ def _read(path: Path) -> list[dict]:  # type: ignore[type-arg]
         with open(path, newline="") as f:
             return list(csv.DictReader(f))
     return pq.read_table(path).to_pylist()  # type: ignore[no-any-return]
+
+
+def test_parquet_lists_are_lists(crawled, tmp_path):  # type: ignore[no-untyped-def]
+    crawl, broker = crawled
+    target = tmp_path / "pages.parquet"
+    assert export(crawl.id, "--pages", "-o", str(target), "--broker", broker).returncode == 0
+    rows = _read(target)
+    assert all(isinstance(r["outlinks"], list) for r in rows)
+    assert sorted(len(r["outlinks"]) for r in rows) == [1, 1, 2]
+
+
+def test_files_on_another_host_are_named_with_it(crawled, tmp_path):  # type: ignore[no-untyped-def]
+    """The workers' place comes from summary.json's path and host, not this command's
+    ./data: on another host, export says where they are."""
+    import redis
+
+    crawl, broker = crawled
+    client = redis.Redis.from_url(broker)
+    state = crawl.ck.state
+    host = client.hget(state, "summary_host")
+    assert host and Path(client.hget(state, "summary_path").decode()).parent == crawl.output_dir
+    client.hset(state, mapping={"summary_host": "far-away", "summary_path": "/srv/x/summary.json"})
+    try:
+        result = export(crawl.id, "--pages", "-o", str(tmp_path / "p.csv"), "--broker", broker)
+    finally:
+        client.hset(state, "summary_host", host)
+        client.hset(state, "summary_path", str(crawl.output_dir / "summary.json"))
+    assert result.returncode == 2 and "in /srv/x on host far-away" in result.stderr, result.stderr

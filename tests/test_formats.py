@@ -10,7 +10,8 @@ import pytest
 
 from crawler_tasks import start_crawl
 from crawler_tasks.state import calls, formats, keys
-from crawler_tasks.state.formats import Inflight
+from crawler_tasks.state.crawl_state import FIELDS, Note
+from crawler_tasks.state.formats import Inflight, LeaseEnd, Status
 
 
 @pytest.mark.parametrize(
@@ -75,7 +76,7 @@ def test_requeue_writes_a_retry_member_release_reads_back(settings, client) -> N
     assert crawl.store.ledger.requeue(domain, depth, url, 0.0)
     (member,) = client.zrange(crawl.ck.for_url(url).retry, 0, -1)
     assert member.decode() == formats.retry_member(domain, depth, url)
-    crawl.store.politeness.done(url, domain, "ok")
+    crawl.store.politeness.lease(url, domain).release(LeaseEnd.OK)
     assert crawl.store.frontier.release_all(10, 180).entries == [(domain, depth, url)]
 
 
@@ -141,24 +142,59 @@ def table() -> list[tuple[re.Pattern[str], str]]:
 
 
 def undescribed(client) -> list[str]:  # type: ignore[no-untyped-def]
+    """Keys no row of keys.py's table describes (or of another type), and fields of a
+    crawl's state hash that neither the table nor CrawlState (state/crawl_state.py) names."""
+    from crawler_tasks.state.crawl_state import FIELDS
+
     rows = table()
+    documented = _state_fields()
     bad = []
     for raw in client.scan_iter(match="crawler:*", count=1000):
         key = raw.decode()
         kind = client.type(raw).decode()
         if not any(rx.match(key) and want in (kind, "-") for rx, want in rows):
             bad.append(f"{key} ({kind})")
+        if key.endswith("}:state") and kind == "hash":
+            fields = {f.decode() for f in client.hkeys(raw)}
+            bad += [f"{key} field {f}" for f in sorted(fields - (FIELDS & documented))]
     return bad
+
+
+def _state_fields() -> set[str]:
+    """The fields keys.py's table lists for ``P:{C}:state``."""
+    doc = keys.__doc__ or ""
+    row = doc[doc.index("P:{C}:state") :].split("\n    P:", 1)[0]
+    listed = row.split("hash", 1)[1].split("(", 1)[0]  # the fields, before the remark
+    return set(re.findall(r"[a-z_]+", listed))
 
 
 def test_the_table_check_catches_an_undescribed_key(client) -> None:  # type: ignore[no-untyped-def]
     assert len(table()) >= 25
     client.set("crawler:20260101-000000-abcdef:stray", "1")
     client.hset("crawler:20260101-000000-abcdef:config", "wrong", "type")
+    # A note under a literal name neither CrawlState nor the table knows.
+    client.hset("crawler:{20260101-000000-abcdef}:state", mapping={"status": "running", "why": "x"})
     assert sorted(undescribed(client)) == [
         "crawler:20260101-000000-abcdef:config (hash)",
         "crawler:20260101-000000-abcdef:stray (string)",
+        "crawler:{20260101-000000-abcdef}:state field why",
     ]
+    assert _state_fields() == FIELDS, "keys.py's table and CrawlState name the same fields"
+
+
+def test_the_state_hash_reads_as_one_typed_value(settings) -> None:  # type: ignore[no-untyped-def]
+    crawl = start_crawl(["http://127.0.0.68:8000/"], settings=settings, allow_private_networks=True)
+    status = crawl.store.status
+    status.first_note(Note.ROBOTS_UNREACHABLE_WHY, "http://a: refused")
+    status.first_note(Note.ROBOTS_UNREACHABLE_WHY, "http://b: later")
+    status.note(Note.SUMMARY_PATH, "/data/x/summary.json")
+    assert crawl.pause()
+    state = status.read()
+    assert state.status is Status.PAUSED and state.paused and not state.cancelled
+    assert state.started_at == crawl.options.started_at and state.finished_at is None
+    assert state.robots_unreachable_why == "http://a: refused"
+    assert state.summary_path == "/data/x/summary.json"
+    assert crawl.progress()["summary_path"] == "/data/x/summary.json"
 
 
 # --- counter names the Lua scripts write, statuses and steering ---------------------------------
@@ -240,11 +276,40 @@ def test_progress_and_metrics_lists_come_from_counter() -> None:
 
     assert [c.value for c in _EARLY] == ["discovered", "admitted", "deduplicated", "queued"]
     assert [c.value for c in _LATE] == [
-        "done", "fetched", "parsed", "failed", "robots_disallowed", "cancelled", "bytes",
-        "items", "extract_errors", "rendered",
+        "done", "fetched", "parsed", "failed", "bytes", "robots_disallowed",
+        "robots_unreachable", "cancelled", "rendered", "items", "extract_errors",
+        "revisits", "revisits_changed", "not_due", "revisit_records", "revisit_bytes_saved",
     ]  # fmt: skip
-    assert set(_COUNTERS) == {c.value for c in formats.Counter if c.help} - {"queued"}
+    assert set(_COUNTERS) == {c.value for c in formats.Counter} - {"queued"}
     assert _GAUGES["queued"] == formats.Counter.QUEUED.help
+
+
+def test_every_view_takes_every_counter_from_its_declaration() -> None:
+    """status text, the summary, the dashboard's counters and Prometheus name every counter
+    (render ones included) with the group and help text declared with it, once."""
+    from rich.console import Console
+
+    from crawler_tasks.state.stats import LIVE, declared
+    from crawler_tasks.surface.display import line, table
+    from crawler_tasks.surface.metrics import _COUNTERS, _GAUGES
+    from crawler_tasks.surface.summary import summary_text
+
+    values = {c.value: n for n, c in enumerate(formats.Counter, start=1)}
+    rows = declared({**values, "retrying": 7})
+    assert {r["name"] for r in rows} == set(values) | set(LIVE)
+    assert all(r["help"] and r["group"] for r in rows)
+    assert {r["name"]: r["help"] for r in rows} == {**_COUNTERS, **{
+        k: v for k, v in _GAUGES.items() if k in values or k in LIVE}}  # fmt: skip
+    groups = [r["group"] for r in rows]
+    assert groups == sorted(groups, key=[g.value for g in formats.Group].index)
+    progress = {"crawl_id": "c", "status": "running", "pages_per_s": 1.0,
+                "recent_pages_per_s": 1.0, **values}  # fmt: skip
+    summary = {"crawl_id": "c", "status": "finished", "duration_s": 1.0, "counters": values}
+    console = Console(width=400, record=True)
+    console.print(table(progress))
+    for text in (line(progress), summary_text(summary), console.export_text()):
+        for name in ("rendered", "robots_unreachable", "subrequests_blocked", "sitemaps"):
+            assert f"{name}" in text, (name, text)
     assert formats.Counter("done") is formats.Counter.DONE and f"{formats.Counter.DONE}" == "done"
 
 
@@ -268,8 +333,8 @@ def test_finishing_lua_writes_the_status_values(settings, client) -> None:  # ty
         ((_domain, _depth, url),) = crawl.store.frontier.release_all(10, 180).entries
         assert crawl.store.ledger.finish(url, None, {}) == 0
         assert status.finishing() and status.finishing()
-        flags = status.flags()
-        assert (flags["status"], flags["final_status"]) == (Status.FINISHING, final)
+        state = status.read()
+        assert (state.status, state.final_status) == (Status.FINISHING, final)
         assert not crawl.resume() and status.steering() is formats.Steering.FINISHING
         status.finished(final)
         assert crawl.status is final and crawl.finished and not crawl.pause()

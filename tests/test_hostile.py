@@ -43,6 +43,7 @@ from crawler_tasks.surface.embedded import (
 from crawler_tasks.web.fetcher import Fetcher
 from crawler_tasks.worker import pipeline
 from crawler_tasks.worker.context import Context
+from crawler_tasks.worker.handoff import Publisher
 
 MIB = 1 << 20
 LIMIT = 6 * MIB  # max_body_bytes: /links-100k (5.1 MiB) fits, /endless and the bomb do not
@@ -525,7 +526,7 @@ def test_broker_password_never_leaks(password_redis, tmp_path: Path, worker_logs
 
 @pytest.fixture
 def context(settings) -> Iterator[Context]:  # type: ignore[no-untyped-def]
-    ctx = Context(settings, lambda *a: None, lambda *a: None)
+    ctx = Context(settings, Publisher(), lambda *a: None)
     yield ctx
     ctx.close()
 

@@ -10,6 +10,8 @@ cannot hide a cycle.
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -91,6 +93,76 @@ def test_the_check_catches_an_upward_import(tmp_path: Path) -> None:
     finally:
         probe.unlink()
     assert "crawler_tasks.worker.pipeline" in found
+
+
+def import_graph(paths: list[Path]) -> dict[str, set[str]]:
+    """module -> the package's modules it imports (lazy and TYPE_CHECKING imports too)."""
+    names = {module_name(p) for p in paths}
+    return {
+        module_name(p): {t for t in imports(p) if t in names and t != module_name(p)} for p in paths
+    }
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every import circle: the strongly connected components of more than one module
+    (Tarjan's algorithm, iterative: no recursion limit on a deep package)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        while work:
+            node, targets = work[-1]
+            nxt = next((t for t in targets if t not in index or t in stack), None)
+            if nxt is not None and nxt not in index:
+                index[nxt] = low[nxt] = len(index)
+                stack.append(nxt)
+                work.append((nxt, iter(sorted(graph[nxt]))))
+                continue
+            if nxt is not None:
+                low[node] = min(low[node], index[nxt])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                part = stack[stack.index(node) :]
+                del stack[stack.index(node) :]
+                if len(part) > 1:
+                    found.append(sorted(part))
+    return found
+
+
+def test_no_import_circle_anywhere() -> None:
+    """No module reaches itself through imports, inside a layer as well as between layers
+    (a circle inside surface/ passes the direction check above)."""
+    found = circles(import_graph(MODULES))
+    assert not found, f"import circles (break each along a seam): {found}"
+
+
+def test_the_circle_check_catches_a_circle_inside_a_layer() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e2"}, "e2": set()}
+    assert circles(graph) == [["a", "b", "c"]]
+    # And on the real package: a surface module importing back the one that imports it.
+    real = import_graph(MODULES)
+    real["crawler_tasks.surface.host_table"].add("crawler_tasks.surface.dashboard_state")
+    assert any("crawler_tasks.surface.host_table" in c for c in circles(real))
+
+
+def test_the_dashboard_process_imports_no_worker_module() -> None:
+    """The dashboard's app (its command, handlers and figures) loads no worker module: their
+    import registers Celery signal handlers and the dispatcher's bootstep."""
+    code = (
+        "import sys, crawler_tasks.surface.dashboard, crawler_tasks.surface.dashboard_app;"
+        "print(' '.join(m for m in sys.modules if m.startswith('crawler_tasks.worker')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == []
 
 
 #: House rule: a module longer than this is split along a seam (issue 21).

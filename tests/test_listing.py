@@ -51,7 +51,7 @@ def test_a_bad_crawl_is_skipped_and_named(settings, driver, client):  # type: ig
     )  # fmt: skip
     assert listed.returncode == 0, listed.stderr
     assert crawl.id in listed.stdout and bad not in listed.stdout
-    assert f"skipped crawl {bad}: unreadable" in listed.stderr
+    assert listed.stderr.startswith(f"skipped: crawl {bad}"), listed.stderr
     text = scrape(client, settings)
     assert f'crawler_done_total{{crawl="{crawl.id}"}}' in text
     assert "crawler_unreadable_crawls 1.0" in text

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,8 @@ SETTING_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Settings)}
 
 def _other(value: Any) -> Any:
     """A value of ``value``'s type that differs from it."""
+    if value == SETTING_DEFAULTS["render_block"]:
+        return "script"  # a list of Playwright's resource types
     if isinstance(value, bool):
         return not value
     if isinstance(value, int):
@@ -117,9 +120,14 @@ SAMPLES: dict[str, Any] = {
     "cookies": {"a.example": {"session": "env:SESSION"}},
     "auth": {"a.example": "env:A_AUTH"},
     "bloom_error_rate": 0.01,
+    "bloom_shard_bits": 1 << 14,
+    "max_url_length": 200,
     "allowed_domains": ["a.example"],
     "render": "auto",
     "render_hosts": {"a.example": "always"},
+    "render_block": "image,script",
+    "max_interval": 7200.0,  # not below min_interval's default
+    "min_interval": 600.0,
 }
 
 
@@ -186,3 +194,75 @@ def test_a_value_of_the_wrong_type_is_refused_by_name(name: str) -> None:
     value = WRONG[str(field.type).split("|")[0].split("[")[0].strip()]
     with pytest.raises(ConfigError, match=name):
         CrawlOptions.from_user(load(env={}), seeds=(SEED,), **{name: value})
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "why"),
+    [
+        ("timeout", 0, "timeout must be between 0.01 and 300"),
+        ("timeout", 301.0, "timeout must be between 0.01 and 300"),
+        ("render_deadline", -1.0, "render_deadline must be between 0.1 and 300"),
+        ("render_max_subrequests", -1, "render_max_subrequests must be between 0 and"),
+        ("render_block", "images", "unknown resource types ['images']"),
+    ],
+)
+def test_request_and_render_limits_are_checked_when_the_crawl_is_made(
+    name: str, value: Any, why: str
+) -> None:
+    with pytest.raises(ConfigError, match=re.escape(why)):
+        CrawlOptions.from_user(load(env={}), seeds=(SEED,), **{name: value})
+
+
+def test_the_reaper_waits_for_the_crawls_own_timeout() -> None:
+    from crawler_tasks.state.option_checks import reap_after
+
+    quick = CrawlOptions.from_user(load(env={}), seeds=(SEED,), timeout=5.0)
+    slow = dataclasses.replace(quick, timeout=200.0)
+    rendered = dataclasses.replace(quick, render="always", render_deadline=20.0)
+    assert reap_after(600, quick) == 605 and reap_after(600, slow) == 800
+    assert reap_after(600, rendered) == 625
+    # ... and it is the deadline every request of the crawl gets (web/profile.py).
+    from crawler_tasks.web.profile import RequestProfile
+
+    assert RequestProfile.build(quick, "ua").fetch_args()["timeout"] == 5.0
+
+
+def test_every_number_has_a_range():
+    """A numeric setting or crawl option without a declared range is how `--max-pages 1e20`
+    and `set-rate HOST 1e400` got through: each one declares its floor and ceiling."""
+    from crawler_tasks.settings import LIMITS
+    from crawler_tasks.state.options import option_limits
+
+    numeric = {"int", "float"}
+    for f in dataclasses.fields(Settings):
+        if str(f.type).split(" ")[0] in numeric:
+            assert f.name in LIMITS, f.name
+    for f in dataclasses.fields(CrawlOptions):
+        kind = str(f.type).split("|")[0].strip()
+        if kind in numeric and f.name != "started_at":
+            assert f.name in option_limits(), f.name
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"max_pages": 99999999999999999999}, "max_pages must be between 0 and 1,000,000,000"),
+        ({"rate": "1e400"}, "rate must be a number up to its limit"),
+        ({"rates": {"a.example": "1e400"}}, "rate for 'a.example'"),
+        ({"rates": {"a.example": -5}}, "rate for 'a.example' must be between 0.001"),
+        ({"rate": float("nan")}, "not nan"),
+        ({"burst": 10**6}, "burst must be between 0 and 1,000"),
+        ({"max_depth": 10**9}, "max_depth must be between 0 and 100,000"),
+        ({"retry_backoff_max": float("inf")}, "retry_backoff_max must be between"),
+    ],
+)
+def test_numbers_past_their_range_are_refused(values, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        CrawlOptions.from_user(load(env={}), seeds=(SEED,), **values)
+    assert CrawlOptions.from_user(None, seeds=(SEED,), rate="inf").rate == float("inf")
+
+
+def test_settings_past_their_range_are_refused():
+    for name, raw in [("DEFAULT_RATE", "1e400"), ("CONNECT_TIMEOUT", "0"), ("FETCH_BATCH", "0")]:
+        with pytest.raises(ValueError, match=f"CRAWLER_{name}="):
+            load(env={f"CRAWLER_{name}": raw})

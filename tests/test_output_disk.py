@@ -105,4 +105,5 @@ def test_warc_gzip_level_is_applied_and_readable(tmp_path: Path) -> None:
                 for r in ArchiveIterator(f)
             ]
     assert sizes[1] > sizes[9], sizes
-    assert urls[1] == urls[9] and urls[1][1][2] == body
+    # warcinfo, request, response
+    assert urls[1] == urls[9] and urls[1][0][0] == "warcinfo" and urls[1][2][2] == body

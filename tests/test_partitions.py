@@ -11,6 +11,7 @@ from sitegen import reachable, running_sites
 
 from crawler_tasks import start_crawl
 from crawler_tasks.state import formats
+from crawler_tasks.state.formats import LeaseEnd
 from crawler_tasks.state.keys import partition_of
 
 HOSTS = ["127.0.0.81", "127.0.0.82", "127.0.0.83", "127.0.0.84"]
@@ -81,7 +82,7 @@ def test_a_chain_across_partitions_never_looks_drained(settings):  # type: ignor
             assert store.frontier.admit([(child, depth + 1)]).admitted == 1
             entry = formats.Unwritten("rid", "/dev/null", 0.0, {"url": url})
             assert ledger.finish(url, entry, {}) >= 0
-            store.politeness.done(url, domain, "ok")  # its lease back
+            store.politeness.lease(url, domain).release(LeaseEnd.OK)  # its lease back
     finally:
         stop.set()
         checker.join()
@@ -89,4 +90,4 @@ def test_a_chain_across_partitions_never_looks_drained(settings):  # type: ignor
     ((_d, _depth, last),) = store.frontier.release_all(10, 180).entries
     ledger.finish(last, formats.Unwritten("rid", "/dev/null", 0.0, {"url": last}), {})
     assert status.drained() and status.finishing()
-    assert status.flags()["status"] == "finishing"
+    assert status.read().status == "finishing"

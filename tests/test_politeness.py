@@ -27,6 +27,7 @@ from conftest import wait_until
 from sitegen import Request, max_concurrency, rate_report, reachable, running_sites
 
 from crawler_tasks import start_crawl
+from crawler_tasks.state.formats import LeaseEnd
 from crawler_tasks.state.keys import Keys
 from crawler_tasks.state.politeness import MAX_SLOWDOWN, cluster_rates, set_rate
 from crawler_tasks.surface.cli import main as cli
@@ -342,7 +343,7 @@ def test_paced_from_the_send_of_the_request_and_refund_gives_back(settings, clie
     time.sleep(0.5)  # a queueing delay between the release and the request
     sent = now()
     time.sleep(0.3)  # the request
-    polite.done(url, "127.0.0.44", "ok", sent=0.3)
+    polite.lease(url, "127.0.0.44").release(LeaseEnd.OK, sent=0.3)
     assert tat() >= sent + 1 > released_tat  # from the send, not from the release
     assert tat() < now() + 1 - 0.2  # nor from the end
 
@@ -353,13 +354,17 @@ def test_paced_from_the_send_of_the_request_and_refund_gives_back(settings, clie
     polite.extra_request("127.0.0.44")  # robots.txt ended now: one interval more
     assert tat() >= before + 2
     after_robots = tat()
-    polite.done(url, "127.0.0.44", "ok")  # send time unknown: paced from now, never lowered
+    polite.lease(url, "127.0.0.44").release(
+        LeaseEnd.OK
+    )  # send time unknown: paced from now, never lowered
     assert tat() >= after_robots
 
     client.hset(dom, "tat", repr(now()))
     [url] = released(crawl)
     before = now()
-    polite.done(url, "127.0.0.44", "error", sent=0.3)  # a failed request: from its end
+    polite.lease(url, "127.0.0.44").release(
+        LeaseEnd.ERROR, sent=0.3
+    )  # a failed request: from its end
     assert tat() >= before + 1
     assert crawl.domains()[0]["rate"] == pytest.approx(1 / 1.5)  # and the pace slowed by half
     client.hset(dom, "slow", "1")
@@ -367,14 +372,14 @@ def test_paced_from_the_send_of_the_request_and_refund_gives_back(settings, clie
     client.hset(dom, "tat", repr(now()))  # an idle bucket again
     [url] = released(crawl)
     before = tat()
-    polite.refund(url, "127.0.0.44")
+    polite.lease(url, "127.0.0.44").release(LeaseEnd.REFUND)
     assert tat() == pytest.approx(before - 1.0, abs=1e-3)
-    polite.done(url, "127.0.0.44", "ok")  # the lease is gone: no charge
+    polite.lease(url, "127.0.0.44").release(LeaseEnd.OK)  # the lease is gone: no charge
     assert tat() == pytest.approx(before - 1.0, abs=1e-3)
 
     [url] = released(crawl)
     before = now()
-    slow = polite.done(url, "127.0.0.44", "throttle", retry_after=3.0)
+    slow = polite.lease(url, "127.0.0.44").release(LeaseEnd.THROTTLE, 3.0).slow
     assert slow == 2.0 <= MAX_SLOWDOWN
     assert float(client.hget(dom, "not_before")) >= before + 3.0 - 1e-6
     assert released(crawl) == []

@@ -12,6 +12,7 @@ import jssite
 import pytest
 from driver import Driver
 from sitegen import SiteServer, rate_report
+from test_formats import undescribed
 
 from crawler_tasks import start_crawl
 from crawler_tasks.state.formats import RenderAsk, RenderRecheck, RenderVerdict
@@ -85,10 +86,11 @@ def _assert_warc_conversions(settings, crawl_id: str, n: int) -> None:  # type: 
     assert kinds["conversion"] == n and refers <= ids and len(refers) == n
 
 
-def test_auto_renders_only_the_host_that_needs_it(settings):  # type: ignore[no-untyped-def]
+def test_auto_renders_only_the_host_that_needs_it(settings, client):  # type: ignore[no-untyped-def]
     """Three hosts: links built by JS; links in the HTML and an inert script (analytics);
     no script at all. Every page is found; only the first host is rendered beyond the
-    second's sample, and the third never (nothing would run)."""
+    second's sample, and the third never (nothing would run). Every key (and state field)
+    the rendering crawl wrote is in keys.py's table."""
     inert = jssite.routes(N, js=False, extra=lambda i: "<script>window.stats = 1</script>")
     driver = _driver(settings)
     try:
@@ -115,6 +117,8 @@ def test_auto_renders_only_the_host_that_needs_it(settings):  # type: ignore[no-
     assert plan["127.0.0.82"]["mode"] == "render" and plan["127.0.0.83"]["mode"] == "raw"
     assert "127.0.0.89" not in plan
     assert got[normalize(js.base_url + "/p5")]["render_added"] is True
+    assert client.exists(crawl.ck.render_plan)
+    assert undescribed(client) == []
 
 
 def test_browser_requests_to_refused_addresses_never_leave(settings):  # type: ignore[no-untyped-def]
@@ -328,3 +332,26 @@ def test_a_link_behind_a_timer_longer_than_networkidles_500ms_is_found(settings)
     finally:
         driver.close()
     assert set(_pages(crawl)) == {normalize(site.base_url + p) for p in ("/", "/late")}
+
+
+def test_render_limits_are_the_crawls_not_the_render_workers(settings):  # type: ignore[no-untyped-def]
+    """render_max_subrequests, render_block...: crawl options (the starting process's
+    CRAWLER_RENDER_* their defaults), read by every render worker from the crawl. This
+    worker's own settings would refuse every subrequest and block scripts: the first crawl,
+    started with the defaults, renders as if they were not there; the second, whose own
+    option allows no subrequest, finds only what needs none."""
+    driver = _driver(settings, render_max_subrequests=0, render_block="script,image")
+    try:
+        with SiteServer(address="127.0.0.94", extra_routes=jssite.routes(N, js=True)) as site:
+            full = _crawl(settings, [site], render="always")
+            assert full.options.render_max_subrequests == settings.render_max_subrequests
+            driver.run(full, timeout=90)
+            none = _crawl(settings, [site], render="always", render_max_subrequests=0)
+            summary = driver.run(none, timeout=90)
+    finally:
+        driver.close()
+    assert set(_pages(full)) == {normalize(u) for u in jssite.all_urls(site.base_url, N)}
+    assert full.summary()["counters"]["subrequests"] > 0
+    assert summary["counters"].get("subrequests", 0) == 0
+    assert summary["counters"]["subrequests_refused"] > 0
+    assert len(_pages(none)) < N

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from crawler_tasks.state.bloom import BloomFilter, BloomShape
+from crawler_tasks.state.bloom import SMALL_SHARD_BITS, BloomFilter, BloomShape
 from crawler_tasks.state.keys import Keys
 from crawler_tasks.state.scripts import Scripts
 
@@ -27,8 +27,11 @@ def test_shape_is_the_textbook_optimum(capacity, p, bits_per_url):
 
 
 def test_shards_keep_keys_small():
+    assert BloomShape.plan(10_000_000, 0.001, shard_bits=1 << 26).shards == 3  # the default
     shape = BloomShape.plan(100_000_000, 0.001, shard_bits=1 << 26)
-    assert shape.shards == 22 and shape.shard_bits <= 1 << 26
+    # Past FEW_SHARDS shards of 8 MiB, shards of 64 KiB: a shard first touched costs little.
+    assert SMALL_SHARD_BITS * 0.99 < shape.shard_bits <= SMALL_SHARD_BITS
+    assert shape.shards == math.ceil(shape.bits / shape.shard_bits)
     assert all(0 <= o < shape.shard_bits for o in shape.positions("https://e.org/")[1:])
 
 
@@ -60,3 +63,15 @@ def test_check_and_set_is_atomic_within_a_batch(client):
     )
     assert bloom.add_many(["https://a.org/", "https://b.org/"]) == [True, True]
     assert bloom.add_many(["https://b.org/", "https://c.org/"]) == [False, True]
+
+
+def test_a_huge_filter_costs_what_it_stores(client):
+    """max_pages 10**9 on a 31-page site: each URL's shard is allocated as it is touched, and
+    a call names only those shards (it named all of them: 2e13 for max_pages 1e20)."""
+    shape = BloomShape.plan(10**9, 0.001, shard_bits=1 << 26)
+    bloom = BloomFilter(client, Keys("t").crawl("huge"), shape, Scripts(client))
+    before = client.info("memory")["used_memory"]
+    assert all(bloom.add_many(urls("site", 31)))
+    assert not any(bloom.add_many(urls("site", 31)))
+    used = client.info("memory")["used_memory"] - before
+    assert used < 31 * (SMALL_SHARD_BITS // 8) * 1.2, used  # it was ~7 MB a page

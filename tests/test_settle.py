@@ -17,7 +17,8 @@ from crawler_tasks.state.politeness import Lease
 from crawler_tasks.web.fetcher import Response
 from crawler_tasks.worker import fetch_step, pipeline
 from crawler_tasks.worker.context import Context
-from crawler_tasks.worker.settle import Decision, Next
+from crawler_tasks.worker.handoff import Publisher
+from crawler_tasks.worker.outcome import Decision, Next
 
 HOST = "127.0.0.48"
 #: Longer than any test: a lease that comes back came back because it was returned.
@@ -43,7 +44,7 @@ class NovelUnreachable(Unreachable):
 
 @pytest.fixture
 def context(settings) -> Iterator[Context]:  # type: ignore[no-untyped-def]
-    ctx = Context(settings, lambda *a: None, lambda *a: None)
+    ctx = Context(settings, Publisher(), lambda *a: None)
     yield ctx
     ctx.close()
 

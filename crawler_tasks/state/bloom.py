@@ -11,6 +11,13 @@ string argument, and derive the ``k`` offsets with additions (bloom_lib.lua): th
 as :meth:`BloomShape.positions`, for a fraction of the argument traffic (~10x faster than one
 argument per offset; ``bench/bloom.py`` measures it).
 
+Memory follows what is stored, not what the filter is sized for. Redis allocates a shard
+whole up to its highest bit set, so a URL that lands in an untouched shard costs the shard:
+a script call names only the shards its URLs touch (the shard of the packed triple is an
+index into that call's keys), and a filter of more than ``FEW_SHARDS`` shards (a crawl with a
+big ``max_pages``) is cut into ``SMALL_SHARD_BITS`` shards, 64 KiB each. A 31-page site under
+``max_pages = 10**9`` then costs at most 31 x 64 KiB, not 31 x 8 MiB (tests/test_seen.py).
+
 The filter never forgets (no false negatives); a false positive silently drops a new URL,
 which is why :meth:`BloomFilter.stats` reports the fill ratio and the false-positive rate the
 filter has *now*, not the rate it was designed for.
@@ -37,6 +44,14 @@ from .keys import CrawlKeys
 from .scripts import Scripts
 
 _MASK64 = (1 << 64) - 1
+#: Filters of up to this many shards keep the ``shard_bits`` setting (8 MiB: the default
+#: 10 M-URL filter is 3 shards, ~3 BITFIELD calls a batch); bigger ones use small shards so
+#: that a shard first touched costs 64 KiB (more calls a batch, memory as the URLs come).
+FEW_SHARDS = 4
+SMALL_SHARD_BITS = 1 << 19
+#: Shards per partition whose bits :meth:`BloomFilter.stats` counts: URLs spread evenly over
+#: shards, so a sample gives the fill ratio without reading a million keys.
+STATS_SAMPLE = 64
 #: array typecode of a 4-byte unsigned int (what bloom_lib.lua's ``struct.unpack('<I4')`` reads).
 _U32 = next(code for code in ("I", "L") if array(code).itemsize == 4)
 
@@ -61,6 +76,8 @@ class BloomShape:
         if capacity < 1 or not 0 < error_rate < 1:
             raise ValueError("bloom capacity must be >= 1 and error rate in (0, 1)")
         bits = math.ceil(-capacity * math.log(error_rate) / math.log(2) ** 2)
+        if bits > FEW_SHARDS * shard_bits:
+            shard_bits = min(shard_bits, SMALL_SHARD_BITS)
         shards = max(1, math.ceil(bits / shard_bits))
         per_shard = math.ceil(bits / shards)
         k = max(1, round(per_shard * shards / capacity * math.log(2)))
@@ -69,6 +86,12 @@ class BloomShape:
     @property
     def bits(self) -> int:
         return self.shard_bits * self.shards
+
+    @property
+    def upfront_bytes(self) -> int:
+        """Redis bytes the first admit may allocate: every shard of a filter of up to
+        ``FEW_SHARDS``, that many 64-KiB shards of a bigger one (the rest come with URLs)."""
+        return min(self.shards, FEW_SHARDS) * self.shard_bits // 8
 
     def positions(self, url: str) -> list[int]:
         """``[shard, offset_1 .. offset_k]`` for one URL (the layout the Lua scripts read)."""
@@ -79,22 +102,27 @@ class BloomShape:
         out.extend((h1 + i * h2) % m for i in range(self.k))
         return out
 
-    def packed(self, urls: Iterable[str]) -> bytes:
-        """``shard, h1 mod m, h2 mod m`` of each URL as little-endian uint32 triples: the form
-        the Lua scripts read, from which they derive the same offsets as :meth:`positions`."""
+    def packed(self, urls: Iterable[str]) -> tuple[bytes, list[int]]:
+        """:meth:`pack` of the URLs' hashes."""
         return self.pack([url_hash(url) for url in urls])
 
-    def pack(self, hashes: Iterable[int]) -> bytes:
-        m, shards = self.shard_bits, self.shards
+    def pack(self, hashes: Iterable[int]) -> tuple[bytes, list[int]]:
+        """``(triples, shards)``: ``s, h1 mod m, h2 mod m`` of each URL as little-endian uint32
+        triples, the form the Lua scripts read (they derive the same offsets as
+        :meth:`positions`), where ``s`` indexes ``shards``, the filter shards these URLs touch
+        (in first-touched order): the only keys the call names."""
+        m, count = self.shard_bits, self.shards
         values = array(_U32)
+        local: dict[int, int] = {}
         for h in hashes:
             h2 = (h >> 64) | 1
-            values.append((h2 >> 40) % shards)
+            shard = (h2 >> 40) % count
+            values.append(local.setdefault(shard, len(local)))
             values.append((h & _MASK64) % m)
             values.append(h2 % m)
         if sys.byteorder != "little":
             values.byteswap()
-        return values.tobytes()
+        return values.tobytes(), list(local)
 
     def false_positive_rate(self, fill: float) -> float:
         """Probability that a URL not in the filter finds all its k bits set."""
@@ -112,7 +140,6 @@ class BloomFilter:
         self.client = client
         self.shape = shape
         self.keys = keys
-        self.shard_keys = [[pk.bloom(i) for i in range(shape.shards)] for pk in keys.parts]
         self._script = scripts.bloom_add
 
     def add_many(self, urls: Sequence[str]) -> list[bool]:
@@ -136,23 +163,27 @@ class BloomFilter:
         return out
 
     def _call_part(self, part: int, urls: list[str], test_only: bool) -> list[bool]:
-        shape = self.shape
-        args = [shape.k, shape.shards, shape.shard_bits, shape.packed(urls)]
+        shape, pk = self.shape, self.keys.parts[part]
+        packed, shards = shape.packed(urls)
+        args = [shape.k, len(shards), shape.shard_bits, packed]
         if test_only:
             args.append(1)
-        result = self._script(keys=self.shard_keys[part], args=args, client=self.client)
+        keys = [pk.bloom(s) for s in shards]
+        result = self._script(keys=keys, args=args, client=self.client)
         if isinstance(result, str):  # a client made with decode_responses=True
             result = result.encode()
         return [c == 49 for c in result]  # b"1"
 
     def stats(self) -> dict[str, float]:
-        """Fill ratio (share of bits set) and the false-positive rate that fill implies."""
+        """Fill ratio (share of bits set, counted on up to ``STATS_SAMPLE`` shards of each
+        partition) and the false-positive rate that fill implies."""
         pipe = self.client.pipeline(transaction=False)
-        for keys in self.shard_keys:
-            for key in keys:
-                pipe.bitcount(key)
+        sample = min(self.shape.shards, STATS_SAMPLE)
+        for pk in self.keys.parts:
+            for shard in range(sample):
+                pipe.bitcount(pk.bloom(shard))
         ones = sum(pipe.execute())
-        fill = ones / (self.shape.bits * len(self.shard_keys))
+        fill = ones / (self.shape.shard_bits * sample * len(self.keys.parts))
         return {
             "bits": self.shape.bits,
             "bytes": self.shape.bits // 8,

@@ -14,15 +14,63 @@ cluster (Celery cannot use one: celery/celery#2852): it stays a standalone Redis
 
 from __future__ import annotations
 
-from typing import Any, cast
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
 from redis.cluster import ClusterNode, RedisCluster
 from redis.crc import key_slot
+from redis.exceptions import ClusterError, SlotNotCoveredError, TryAgainError
 
 from ..errors import ConfigError
 from ..settings import redact, unescaped_userinfo
+
+T = TypeVar("T")
+
+#: Seconds a client's call waits for an answer when its caller sets none (the settings'
+#: ``redis_timeout`` default; workers pass theirs).
+DEFAULT_TIMEOUT = 10.0
+
+#: The state Redis is away for a while: restarting, frozen, cut off, or a cluster's master
+#: down or being failed over (CLUSTERDOWN, TRYAGAIN, a slot no node serves yet).
+UNAVAILABLE: tuple[type[Exception], ...] = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    ClusterError,
+    TryAgainError,
+    SlotNotCoveredError,
+)
+
+
+def wait_out(
+    call: Callable[[], T],
+    patience: float,
+    errors: tuple[type[Exception], ...] = UNAVAILABLE,
+    failed: Callable[[Exception], None] | None = None,
+    stop: threading.Event | None = None,
+    max_delay: float = 2.0,
+) -> T:
+    """``call()``, again and again while it raises one of ``errors``, for up to ``patience``
+    seconds (then the last error is raised; at once once ``stop`` is set). Waits 0.1 s,
+    doubling up to ``max_delay``; ``failed`` is told of each failure."""
+    deadline = time.monotonic() + patience
+    delay = 0.1
+    while True:
+        try:
+            return call()
+        except errors as exc:
+            if time.monotonic() + delay > deadline or (stop is not None and stop.is_set()):
+                raise
+            if failed is not None:
+                failed(exc)
+            if stop is not None:
+                stop.wait(delay)
+            else:
+                time.sleep(delay)
+            delay = min(delay * 2, max_delay)
 
 
 def node_urls(url: str) -> list[str]:
@@ -55,10 +103,14 @@ def is_cluster(url: str, timeout: float = 2.0) -> bool:
 
 def connect(url: str, pool_size: int | None = None, **options: Any) -> redis.Redis:
     """A client of the crawl-state Redis at ``url``. ``pool_size``: connections per server at
-    most, threads beyond it wait for a free one (None: redis-py's default pool).
+    most, threads beyond it wait for a free one (None: redis-py's default pool). A call waits
+    ``DEFAULT_TIMEOUT`` s for an answer unless told otherwise (``socket_timeout``): a link
+    that stops answering fails, it never blocks a thread for ever.
 
     A cluster client is returned as ``redis.Redis`` for typing: the crawler uses only commands
     that ``RedisCluster`` routes by key (and pipelines and scripts whose keys share a slot)."""
+    options.setdefault("socket_timeout", DEFAULT_TIMEOUT)
+    options.setdefault("socket_connect_timeout", DEFAULT_TIMEOUT)
     if is_cluster(url):
         if pool_size is not None:
             options.update(

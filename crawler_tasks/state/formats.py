@@ -58,71 +58,120 @@ class Shown(Enum):
     LATE = "after the live figures"
 
 
-class Counter(Word):
-    """Counters of a crawl's stats hash (``summary.json``'s ``counters``).
+class Group(Enum):
+    """The part of a crawl a counter belongs to: every view (``status``, the summary, the
+    dashboard, Prometheus's help) groups and orders the counters so, in declaration order."""
 
-    Each member also says where ``progress()`` shows it (:class:`Shown`; progress keeps the
-    order of declaration) and, if exported by ``crawler metrics``, its Prometheus help text
-    (``gauge``: exported as a gauge, it goes down too). Adding a counter is a line here plus
+    FRONTIER = "frontier"
+    PAGES = "pages"
+    NOT_FETCHED = "not fetched"
+    RENDER = "rendering"
+    EXTRACTION = "extraction"
+    SITEMAPS = "sitemaps"
+    RECRAWL = "recrawl"
+
+
+# Short names for the declaration below.
+F, P, N, R, E, S, RC = (Group.FRONTIER, Group.PAGES, Group.NOT_FETCHED, Group.RENDER,
+                        Group.EXTRACTION, Group.SITEMAPS, Group.RECRAWL)  # fmt: skip
+
+
+class Counter(Word):
+    """Counters of a crawl's stats hash (``summary.json``'s ``counters``): the one
+    declaration every view of them reads (names, groups, help text).
+
+    Each member says its :class:`Group`, where ``progress()`` shows it (:class:`Shown`;
+    progress keeps the order of declaration), its help text (Prometheus, the dashboard's
+    tooltips) and whether it goes down too (``gauge``). Adding a counter is a line here plus
     the code that increments it; ``tests/test_formats.py`` fails on a name a Lua script
     increments that is neither a member nor in a family."""
 
     _value_: str
+    group: Group
     shown: Shown
     help: str
     gauge: bool
 
     def __new__(
-        cls, value: str, shown: Shown = Shown.NO, help: str = "", gauge: bool = False
+        cls, value: str, group: Group, shown: Shown, help: str, gauge: bool = False
     ) -> Counter:
         member = str.__new__(cls, value)
         member._value_ = value
+        member.group = group
         member.shown = shown
         member.help = help
         member.gauge = gauge
         return member
 
-    DISCOVERED = "discovered", Shown.EARLY, "links found in fetched pages"  # duplicates too
-    ADMITTED = "admitted", Shown.EARLY, "URLs admitted to the frontier"
-    DEDUPLICATED = "deduplicated", Shown.EARLY, "links dropped as already seen"
-    # Entries waiting in the frontier now.
-    QUEUED = "queued", Shown.EARLY, "URLs waiting in the frontier", True
-    # URLs in a final state (the completion counter's mirror).
-    DONE = "done", Shown.LATE, "URLs that reached a final state"
-    FETCHED = "fetched", Shown.LATE, "URLs fetched (any HTTP status)"  # responses received
-    PARSED = "parsed", Shown.LATE, "pages parsed"  # HTML pages parsed
-    FAILED = "failed", Shown.LATE, "URLs that failed for good"
+    DISCOVERED = "discovered", F, Shown.EARLY, "links found in fetched pages (duplicates too)"
+    ADMITTED = "admitted", F, Shown.EARLY, "URLs admitted to the frontier"
+    DEDUPLICATED = "deduplicated", F, Shown.EARLY, "links dropped as already seen"
+    QUEUED = "queued", F, Shown.EARLY, "URLs waiting in the frontier", True
+    REPLAYED = "replayed", F, Shown.NO, "failed URLs put back by retry_failed"
+    DONE = "done", P, Shown.LATE, "URLs that reached a final state"
+    FETCHED = "fetched", P, Shown.LATE, "URLs fetched (any HTTP status)"
+    PARSED = "parsed", P, Shown.LATE, "HTML pages parsed"
+    FAILED = "failed", P, Shown.LATE, "URLs that failed for good"
+    BYTES = "bytes", P, Shown.LATE, "bytes of response bodies fetched"
     ROBOTS_DISALLOWED = (
         "robots_disallowed",
+        N,
         Shown.LATE,
         "URLs not fetched: disallowed by robots.txt",
     )
-    # Not fetched: robots.txt could not be read.
     ROBOTS_UNREACHABLE = (
         "robots_unreachable",
-        Shown.NO,
+        N,
+        Shown.LATE,
         "URLs not fetched: robots.txt unreachable",
     )
-    CANCELLED = "cancelled", Shown.LATE, "URLs dropped unfetched by a cancel"
-    BYTES = "bytes", Shown.LATE, "bytes of response bodies fetched"  # body bytes received
-    REPLAYED = "replayed"  # URLs put back by retry_failed()
-    SITEMAP_FILES = "sitemap_files"  # sitemap files admitted (capped)
-    SITEMAPS = "sitemaps"  # sitemap files fetched and used
-    # Items the crawl's extraction hook returned (items-*.jsonl lines).
-    ITEMS = "items", Shown.LATE, "items returned by the crawl's extraction hook"
-    # Pages whose hook or on_item send failed.
+    CANCELLED = "cancelled", N, Shown.LATE, "URLs dropped unfetched by a cancel"
+    RENDERED = "rendered", R, Shown.LATE, "pages rendered by a browser (render option)"
+    SUBREQUESTS = "subrequests", R, Shown.NO, "browser subrequests made"
+    SUBREQUESTS_BLOCKED = (
+        "subrequests_blocked",
+        R,
+        Shown.NO,
+        "browser subrequests refused by the SSRF guard",
+    )
+    SUBREQUESTS_REFUSED = (
+        "subrequests_refused", R, Shown.NO,
+        "browser subrequests refused otherwise (robots.txt, caps, blocked types, methods)",
+    )  # fmt: skip
+    ITEMS = "items", E, Shown.LATE, "items returned by the crawl's extraction hook"
     EXTRACT_ERRORS = (
         "extract_errors",
+        E,
         Shown.LATE,
         "pages whose extraction hook (or on_item send) failed",
     )
-    NEAR_DUPLICATES = "near_duplicates"  # pages with a duplicate_of (near_duplicates crawls)
-    RENDERED = "rendered", Shown.LATE, "pages rendered by a browser (render option)"
-    # Browser subrequests refused by the SSRF guard (never sent) and all others refused
-    # (robots.txt, caps, blocked types, methods); made (each charged to its host's bucket).
-    SUBREQUESTS = "subrequests"
-    SUBREQUESTS_BLOCKED = "subrequests_blocked"
-    SUBREQUESTS_REFUSED = "subrequests_refused"
+    NEAR_DUPLICATES = (
+        "near_duplicates",
+        E,
+        Shown.NO,
+        "pages found near-duplicates of another (duplicate_of)",
+    )
+    SITEMAP_FILES = "sitemap_files", S, Shown.NO, "sitemap files admitted (capped)"
+    SITEMAPS = "sitemaps", S, Shown.NO, "sitemap files fetched and used"
+    # A schedule's runs: pages a previous run had seen, fetched again (a 304, or a 2xx found
+    # changed or unchanged), and those found changed; pages an adaptive schedule left for
+    # later; the WARC revisit records written instead of a response, and the payload bytes
+    # they did not store again.
+    REVISITS = "revisits", RC, Shown.LATE, "pages a previous run had seen, fetched again"
+    REVISITS_CHANGED = "revisits_changed", RC, Shown.LATE, "revisited pages found changed"
+    NOT_DUE = "not_due", RC, Shown.LATE, "pages not fetched as not due (adaptive schedules)"
+    REVISIT_RECORDS = (
+        "revisit_records",
+        RC,
+        Shown.LATE,
+        "WARC revisit records written instead of a response",
+    )
+    REVISIT_BYTES_SAVED = (
+        "revisit_bytes_saved",
+        RC,
+        Shown.LATE,
+        "payload bytes revisit records did not store again",
+    )
 
     @classmethod
     def shown_in(cls, where: Shown) -> tuple[Counter, ...]:

@@ -9,7 +9,6 @@ domain may be fetched (release.lua). The broker therefore holds at most about
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import chain
@@ -20,6 +19,7 @@ import redis
 from ..web.urls import domain_key
 from . import calls, formats
 from .bloom import KnownURLs, url_hash
+from .crawl_rates import CrawlRates
 from .keys import CrawlKeys
 from .options import CrawlOptions
 from .scripts import Scripts
@@ -76,10 +76,8 @@ class Frontier:
         self.shape = opts.bloom
         #: This process's memory of URLs the crawl's filter holds (None: remember nothing).
         self.known = known
-        #: The owner's rates as release.lua takes them (fixed for the crawl's life).
-        self.owner_rates = "\t".join(
-            f"{h}\t{'inf' if math.isinf(r) else repr(r)}" for h, r in opts.rates.items()
-        )
+        #: The crawl's own host rates: the owner's, and an operator's set while it runs.
+        self.rates = CrawlRates(client, ck, opts.rates)
 
     def domain_of(self, url: str) -> str:
         return domain_key(url, self.opts.domain_key)
@@ -127,20 +125,21 @@ class Frontier:
         if hashes is None:
             hashes = [url_hash(url) for _, _, url in batch]
         max_pages, cap = self._limits(sum(1 for d, _, _ in batch if d), force)
+        packed, shards = self.shape.pack(hashes)
         call = calls.AdmitCall(
             max_pages=max_pages,
             k=self.shape.k,
             queue_prefix=pk.queue_prefix,
             dfs=self.opts.order == "dfs",
-            shards=self.shape.shards,
+            shards=len(shards),
             force=force,
             shard_bits=self.shape.shard_bits,
-            packed_hashes=self.shape.pack(hashes),
+            packed_hashes=packed,
             known=skipped + extra,
             cap=cap,
         )
         keys = [pk.flow, pk.stats, pk.ready]
-        keys += [pk.bloom(i) for i in range(self.shape.shards)]
+        keys += [pk.bloom(s) for s in shards]  # only the shards these URLs touch
         args = call.args([(domain, value) for domain, value, _ in batch])
         result: list[int] = self.scripts.admit(keys=keys, args=args, client=self.admit_client)
         if cap > int(result[0]):  # give back the room duplicates did not take
@@ -175,7 +174,7 @@ class Frontier:
     ) -> Release:
         """Up to ``budget`` due entries (None: no cap) from at most ``limit`` domains of
         partition ``part``; ``cluster_rates`` is ``politeness.cluster_rates()``, ``state``
-        the crawl's steering (``CrawlStatus.steering``: run, paused or cancelled); ``holders``
+        the crawl's steering (``CrawlLifecycle.steering``: run, paused or cancelled); ``holders``
         the live fetch processes with a direct queue (``workers.affine``): a released URL is
         marked as held by its host's one (``workers.holder``), not by ``worker``."""
         pk = self.ck.parts[part]
@@ -193,7 +192,7 @@ class Frontier:
             worker=worker,
             budget=budget,
             cluster_rates=cluster_rates,
-            owner_rates=self.owner_rates,
+            owner_rates=self.rates.text(),
             steering=state,
             holders="\t".join(holders),
         )

@@ -53,9 +53,15 @@ def host_rows(
                     "down_since": info["down_since"],
                     "fails": info["fails"],
                     "ceiling": ceilings.get(info["domain"]),
+                    # This crawl's own rate for the host (its rates option or an operator's).
+                    "crawl_rate": _own(info["override"]),
                 }
             )
     return rows
+
+
+def _own(text: str | None) -> float | str | None:
+    return None if text is None else "no limit" if text == "inf" else float(text)
 
 
 def circuit(info: dict[str, Any]) -> str:

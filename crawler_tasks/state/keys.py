@@ -33,10 +33,16 @@ that this table does not describe, or whose type differs::
     P:robots:ORIGIN          string robots.txt cache, shared by crawls
     P:sched:S:validators     hash   url -> zlib(JSON) validators of the last runs of schedule S
     P:sched:S:runs           zset   crawl ids of schedule S by start time
+    P:sched:S:captures       hash   H(url, 8 bytes) -> last full WARC capture (web/captures.py)
+    P:sched:S:lastmod        hash   url -> "lastmod run": a sitemap's lastmod, the run that read it
+    P:sched:S:lastmod_acc    hash   "host:checks" / "host:agreed" -> visits that checked lastmod
     P:{C}:config             string crawl options, JSON (immutable after start)
     P:{C}:state              hash   status, started_at, finished_at, paused, cancelled,
-                                    final_status, summary_path, gone_counted,
-                                    on_finished_sent
+                                    final_status, error, output_problem,
+                                    output_blocked_until, reserved, tls_error_why,
+                                    robots_unreachable_why, output_given_up, summary_path, summary_host,
+                                    gone_counted, on_finished_sent (read as one CrawlState:
+                                    state/crawl_state.py)
     P:{C}:stats              hash   crawl-wide counters (sitemap files, recrawl changes); the
                                     rest are per partition, summed by stats.py
     P:{C}:finisher           string lock (SET NX EX) of the process running the end of the crawl
@@ -47,8 +53,12 @@ that this table does not describe, or whose type differs::
                                     series.SAMPLE_EVERY s at most, the last SAMPLES_KEPT
                                     (pages/s and errors/s over time: state/series.py)
     P:{C}:sampled            string lock (SET NX PX) of the process taking this interval's sample
+    P:{C}:render             hash   render=auto's plan, per host H: "H|mode", "H|pages",
+                                    "H|renders"... (render_plan.lua; state/render_plan.py)
     P:{C}:actions            list   operators' actions (dashboard controls), JSON, the last
                                     ACTIONS_KEPT (state/events.py)
+    P:{C}:rates              hash   host -> requests/s an operator set for this crawl only
+                                    (the dashboard's "Set rate"; state/crawl_rates.py)
     P:{C}:events             -      pub/sub channel of crawl events (not a key)
     P:{C/N}:flow             hash   in (URLs admitted, replays included), out (URLs final), and
                                     copies of the crawl's cancelled flag (start.lua) and paused
@@ -120,6 +130,15 @@ class Keys:
     def schedule_runs(self, name: str) -> str:
         return f"{self.prefix}:sched:{name}:runs"
 
+    def schedule_captures(self, name: str) -> str:
+        return f"{self.prefix}:sched:{name}:captures"
+
+    def schedule_lastmods(self, name: str) -> str:
+        return f"{self.prefix}:sched:{name}:lastmod"
+
+    def schedule_lastmod_accuracy(self, name: str) -> str:
+        return f"{self.prefix}:sched:{name}:lastmod_acc"
+
 
 def partition_of(domain: str, partitions: int) -> int:
     """The partition of ``domain``: stable across processes and versions (murmur3)."""
@@ -150,6 +169,8 @@ class CrawlKeys:
         self.series = f"{base}:series"
         self.sampled = f"{base}:sampled"
         self.actions = f"{base}:actions"
+        #: Host rates an operator set for this crawl while it runs (state/crawl_rates.py).
+        self.host_rates = f"{base}:rates"
         #: ``render=auto``: per host, its decision and evidence (render_plan.lua).
         self.render_plan = f"{base}:render"
         self.domain_mode = domain_mode

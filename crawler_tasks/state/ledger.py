@@ -144,7 +144,7 @@ class Ledger:
 
     def finish(self, url: str, entry: formats.Unwritten | None, counters: dict[str, int]) -> int:
         """finish.lua: URLs of the URL's partition still outstanding after this one (0: see
-        ``CrawlStatus.finishing``), or -1 if it was final already. ``entry`` None: no record
+        ``CrawlLifecycle.finishing``), or -1 if it was final already. ``entry`` None: no record
         to write."""
         pk = self.ck.for_url(url)
         args: list[str | int] = [url, entry.dumps() if entry is not None else ""]

@@ -13,14 +13,14 @@ import difflib
 import json
 import math
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError
-from ..settings import Settings
+from ..settings import INFINITE_OK, LIMITS, Settings, number, range_problem
 from ..web.urls import Scope
 from .bloom import BloomShape
+from .option_checks import check_limits, check_types
 from .render_plan import check_render
 
 PRIORITIES = ("high", "medium", "low")
@@ -121,6 +121,19 @@ class CrawlOptions:
     #: decided by sampling: state/render_plan.py); ``render_hosts`` overrides it per host.
     render: str = "never"
     render_hosts: dict[str, str] = field(default_factory=dict)
+    # --- per-crawl limits that change what a crawl outputs (checks: option_checks.py) ---
+    #: A render's deadline in seconds (load, settle, subrequests), its subrequests and their
+    #: bytes per page, the resource types it aborts (Playwright's): state/render_config.py.
+    render_deadline: float = setting("render_deadline")
+    render_max_subrequests: int = setting("render_max_subrequests")
+    render_max_bytes: int = setting("render_max_bytes")
+    render_block: str = setting("render_block")
+    #: Seconds one request may take, all its redirect hops; the repair waits longer (reap_after).
+    timeout: float = setting("total_timeout")
+    #: Adaptive schedules (README: Recrawls): a page fetched when due, in [min, max] seconds.
+    adaptive: bool = False
+    min_interval: float = 3600.0
+    max_interval: float = 30 * 86400.0
     started_at: float = 0.0
 
     def __post_init__(self) -> None:
@@ -129,11 +142,6 @@ class CrawlOptions:
             raise ConfigError(f"priority must be one of {PRIORITIES}, not {self.priority!r}")
         if self.order not in ("bfs", "dfs"):
             raise ConfigError(f"order must be 'bfs' or 'dfs', not {self.order!r}")
-        if self.max_depth is not None and self.max_depth < 0:
-            raise ConfigError(f"max_depth must be >= 0, not {self.max_depth}")
-        for host, r in self.rates.items():
-            if not r > 0:
-                raise ConfigError(f"rate for {host!r} must be > 0 (use inf for no limit)")
         _check_hooks(self)
         _check_requests(self)
         check_render(self.render, self.render_hosts)
@@ -166,7 +174,7 @@ class CrawlOptions:
         if "rate" in data:
             data["rate"] = _number("rate", data["rate"])
         data.setdefault("crawl_id", "-")
-        _check_types(data)
+        check_types(cls, data)
         return cls(**data)
 
     @classmethod
@@ -240,18 +248,28 @@ class CrawlOptions:
 
 #: Fields the code sets itself, never a user.
 INTERNAL = ("crawl_id", "seeds", "started_at", "partition_tags")
-_INTS = (
-    "max_pages",
-    "max_pages_per_host",
-    "burst",
-    "concurrency",
-    "bloom_capacity",
-    "partitions",
-)
-_MINIMUM = {"burst": 0, "concurrency": 1, "bloom_capacity": 0, "partitions": 0}
-#: Upper bounds: requests in flight to one host (more is an attack, not a crawl; a fetch pool
-#: has 256 threads per process), tokens of one host's burst, partitions of the state.
-_MAXIMUM = {"concurrency": 1000, "burst": 1000, "partitions": 1024}
+#: Ranges of the numeric options without a setting of their own; an option that takes its
+#: default from a setting has the setting's range (settings.py ``limited``). README "Limits".
+OWN_LIMITS: dict[str, tuple[float, float]] = {
+    "max_depth": (0, 100_000),
+    "max_pages": (0, 10**9),
+    "bloom_capacity": (0, 10**9),  # 0: sized by max_pages (options built without settings)
+    "extract_timeout": (0.001, 3600),
+    "min_interval": (1, 366 * 86400),  # adaptive schedules (seconds; tests drive time)
+    "max_interval": (1, 366 * 86400),
+}
+
+
+def option_limits() -> dict[str, tuple[float, float, bool]]:
+    """``name -> (lowest, highest, inf allowed)`` of every numeric crawl option."""
+    out = {}
+    for f in dataclasses.fields(CrawlOptions):
+        name = f.metadata.get("setting", "")
+        if f.name in OWN_LIMITS:
+            out[f.name] = (*OWN_LIMITS[f.name], False)
+        elif name in LIMITS:
+            out[f.name] = (*LIMITS[name], name in INFINITE_OK)
+    return out
 
 
 def user_option_names() -> list[str]:
@@ -269,33 +287,6 @@ def check_names(names: Any, allowed: tuple[str, ...] = ()) -> None:
         raise ConfigError(f"unknown crawl option {name!r}{hint}")
 
 
-_KINDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
-    "int": ("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool)),
-    "float": ("a number", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)),
-    "bool": ("true or false", lambda v: isinstance(v, bool)),
-    "str": ("a string", lambda v: isinstance(v, str)),
-    "tuple": (
-        "a list of strings",
-        lambda v: isinstance(v, (tuple, list)) and all(isinstance(x, str) for x in v),
-    ),
-    "dict": ("a mapping", lambda v: isinstance(v, dict)),
-}
-
-
-def _check_types(data: dict[str, Any]) -> None:
-    """Each value of the type its field declares: a user's value (a schedule's TOML, JSON from
-    ``--option``) of the wrong type is refused when the crawl is created, not by a worker."""
-    for f in dataclasses.fields(CrawlOptions):
-        if f.name not in data:
-            continue
-        value, kinds = data[f.name], [k.strip() for k in str(f.type).split("|")]
-        if value is None and "None" in kinds:
-            continue
-        what, ok = _KINDS[kinds[0].split("[")[0]]
-        if not ok(value):
-            raise ConfigError(f"{f.name} must be {what}, not {value!r}")
-
-
 def _rates(rates: Any) -> dict[str, float]:
     if not isinstance(rates, dict):
         raise ConfigError(f"rates must map hosts to requests/s, not {rates!r}")
@@ -308,10 +299,10 @@ def _rates(rates: Any) -> dict[str, float]:
 def _number(what: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise ConfigError(f"{what} must be a number, not {value!r}")
-    try:
-        return float(value)
-    except ValueError:
-        raise ConfigError(f"{what} must be a number, not {value!r}") from None
+    try:  # "1e400" is not "inf" (settings.number)
+        return number(value) if isinstance(value, str) else float(value)
+    except (ValueError, OverflowError):
+        raise ConfigError(f"{what} must be a number up to its limit, not {value!r}") from None
 
 
 _CRAWL_ID = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
@@ -325,9 +316,6 @@ def _check_hooks(o: CrawlOptions) -> None:
         raise ConfigError(f"extract must be 'package.module:function', not {o.extract!r}")
     if o.on_item is not None and not (isinstance(o.on_item, str) and o.on_item.strip()):
         raise ConfigError(f"on_item must be a Celery task name, not {o.on_item!r}")
-    t = o.extract_timeout
-    if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t <= 3600:
-        raise ConfigError(f"extract_timeout must be seconds in (0, 3600], not {t!r}")
 
 
 _ENV_REF = re.compile(r"^env:[A-Za-z_][A-Za-z0-9_]*$")
@@ -366,17 +354,26 @@ def _plain_proxy(url: str) -> bool:
 
 def _check_values(o: CrawlOptions) -> None:
     """Ranges that would make a crawl hang or misbehave later, refused when it is created."""
-    if isinstance(o.rate, bool) or not isinstance(o.rate, (int, float)):
-        raise ConfigError(f"rate must be a number, not {o.rate!r}")
-    if not o.rate > 0:
-        raise ConfigError(f"rate must be > 0 requests/s (inf for no limit), not {o.rate!r}")
-    for name in _INTS:
-        _check_int(name, getattr(o, name))
-    depth = o.max_depth
-    if depth is not None and (isinstance(depth, bool) or not isinstance(depth, int)):
-        raise ConfigError(f"max_depth must be an integer, not {o.max_depth!r}")
-    if not 0 < o.bloom_error_rate < 1:
-        raise ConfigError(f"bloom_error_rate must be between 0 and 1, not {o.bloom_error_rate!r}")
+    if not 0 < o.min_interval <= o.max_interval:
+        raise ConfigError(f"min_interval must be > 0 and <= max_interval ({o.max_interval})")
+    for name, (low, high, infinite) in _LIMITS.items():
+        value = getattr(o, name)
+        if value is None and name == "max_depth":
+            continue
+        whole = "int" in str(_FIELDS[name].type)
+        if whole and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ConfigError(f"{name} must be an integer, not {value!r}")
+        why = range_problem(name, value, low, high, infinite)
+        if why:
+            raise ConfigError(why)
+    low, high, _ = _LIMITS["rate"]
+    for host, r in o.rates.items():
+        why = range_problem(f"rate for {host!r}", r, low, high, infinite_ok=True)
+        if why:
+            raise ConfigError(why)
+    check_limits(
+        o.timeout, o.render_deadline, o.render_max_subrequests, o.render_max_bytes, o.render_block
+    )
     for pattern in (*o.include, *o.exclude):
         try:
             re.compile(pattern)
@@ -384,11 +381,5 @@ def _check_values(o: CrawlOptions) -> None:
             raise ConfigError(f"invalid regex {pattern!r}: {exc}") from None
 
 
-def _check_int(name: str, value: object) -> None:
-    """An integer option within its bounds (``_MINIMUM``, default 0; ``_MAXIMUM``)."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"{name} must be an integer, not {value!r}")
-    if value < _MINIMUM.get(name, 0):
-        raise ConfigError(f"{name} must be >= {_MINIMUM.get(name, 0)}, not {value}")
-    if name in _MAXIMUM and value > _MAXIMUM[name]:
-        raise ConfigError(f"{name} must be <= {_MAXIMUM[name]}, not {value}")
+_FIELDS = {f.name: f for f in dataclasses.fields(CrawlOptions)}
+_LIMITS = option_limits()

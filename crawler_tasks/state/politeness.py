@@ -29,8 +29,9 @@ burst). A request that failed (timeout, 5xx, 429), or whose send time is unknown
 from its end (tat >= end + interval): a host that struggles gets its whole interval of rest.
 robots.txt requests are charged too (:meth:`Politeness.extra_request`): a server's load is
 every request it gets. A URL robots.txt disallows gives its token back
-(:meth:`Politeness.refund`). With a higher ``concurrency``, requests released together can
-still drift relative to each other by their queueing delays.
+(its lease ends ``refund``: :class:`Lease`) and leaves the host's slow-down and circuit
+breaker alone. With a higher ``concurrency``, requests released together can still drift
+relative to each other by their queueing delays.
 
 Known limits: the robots.txt request and the page that needed it go back to back (the
 Crawl-delay is unknown until robots.txt is read). For a new host with ``burst >= 1`` that is
@@ -50,6 +51,7 @@ import email.utils
 import logging
 import math
 import time
+from collections.abc import Mapping
 from types import TracebackType
 from typing import Any, NamedTuple
 
@@ -111,12 +113,12 @@ class Politeness:
         scripts: Scripts,
         max_crawl_delay: float,
         max_host_outage: float = 120.0,
-        owner_rates: dict[str, float] | None = None,
+        owner_rates: Mapping[str, float] | None = None,
     ) -> None:
         self.client = client
         self.ck = ck
-        #: The crawl owner's rates (its options), for ``domains``.
-        self.owner_rates = owner_rates or {}
+        #: The crawl's own rates (state/crawl_rates.py), for ``domains`` and subrequests.
+        self.owner_rates = owner_rates if owner_rates is not None else {}
         self.scripts = scripts
         self.max_crawl_delay = max_crawl_delay
         self.max_host_outage = max_host_outage
@@ -126,20 +128,6 @@ class Politeness:
         :class:`Lease`)."""
         return Lease(self, url, domain, keep_on)
 
-    def done(
-        self,
-        url: str,
-        domain: str,
-        outcome: LeaseEnd | str,
-        retry_after: float = 0.0,
-        sent: float = -1.0,
-    ) -> float:
-        """Return the lease of a finished request and pace the next one (done.lua): from
-        when it was sent, ``sent`` seconds ago, if it went well; from now if it failed or if
-        ``sent`` is unknown (-1). ``outcome`` is ok, throttle, error or down (a task
-        returns its lease once through :class:`Lease`). Returns the slow-down factor."""
-        return self._done(url, domain, outcome, retry_after, sent).slow
-
     def drain(self, domain: str) -> list[tuple[int, str]]:
         """A dead host's pending (depth, url), taken out of the frontier as in flight."""
         pk = self.ck.for_domain(domain)
@@ -148,18 +136,17 @@ class Politeness:
         return [formats.parse_entry(e.decode("utf-8", "surrogateescape")) for e in raw]
 
     def _done(
-        self,
-        url: str,
-        domain: str,
-        outcome: LeaseEnd | str,
-        retry_after: float,
-        sent: float = -1.0,
+        self, url: str, domain: str, end: LeaseEnd, retry_after: float = 0.0, sent: float = -1.0
     ) -> Done:
+        """done.lua: return the lease of ``url`` and pace the next request, from when it was
+        sent, ``sent`` seconds ago, if it went well; from now if it failed or if ``sent`` is
+        unknown (-1). Private: a task returns a lease once, through :class:`Lease` (its only
+        caller besides :meth:`extra_request`), so done.lua runs once per lease."""
         pk = self.ck.for_domain(domain)
         args = [
             url,
             domain,
-            str(LeaseEnd(outcome)),
+            str(end),
             retry_after,
             MAX_SLOWDOWN,
             self.max_host_outage,
@@ -176,7 +163,7 @@ class Politeness:
 
     def extra_request(self, domain: str) -> None:
         """A request the release did not pay for (robots.txt) has just ended: charge it."""
-        self.done("", domain, LeaseEnd.EXTRA)
+        self._done("", domain, LeaseEnd.EXTRA)
 
     def subrequest(self, domain: str, rate: float, burst: int) -> float:
         """A browser subrequest to ``domain`` (subrequest.lua): 0 when its token is taken (send
@@ -192,12 +179,6 @@ class Politeness:
         args = [repr(base), burst, 0 if own is None else 1]
         keys = [self.ck.domain(domain)]
         return float(self.scripts.subrequest(keys=keys, args=args, client=self.client))
-
-    def refund(self, url: str, domain: str) -> None:
-        """The request released for ``url`` will not be sent (robots.txt disallows it): give
-        its token back and return its lease uncharged (the ``done`` that follows is a no-op
-        for the bucket)."""
-        self.done(url, domain, LeaseEnd.REFUND)
 
     def set_crawl_delay(self, domain: str, delay: float | None) -> None:
         """robots.txt's Crawl-delay, capped by ``max_crawl_delay``: applies from the end of the

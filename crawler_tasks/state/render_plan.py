@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import re
 from typing import Any
-from urllib.parse import urlsplit
 
 import redis
 
 from ..errors import ConfigError
+from ..web.urls import host_of
 from .formats import RenderAsk, RenderMode, RenderRecheck, RenderVerdict
 from .keys import CrawlKeys
 from .scripts import Scripts
@@ -48,10 +48,6 @@ def check_render(mode: Any, hosts: Any) -> None:
         raise ConfigError(f"render must be one of {_MODES}, not {mode!r}")
     if not isinstance(hosts, dict) or not all(v in _MODES for v in hosts.values()):
         raise ConfigError(f"render_hosts must map hosts to one of {_MODES}, not {hosts!r}")
-
-
-def host_of(url: str) -> str:
-    return (urlsplit(url).hostname or "").lower()
 
 
 def mode_for(default: str, hosts: dict[str, str], url: str) -> RenderMode:

@@ -24,6 +24,7 @@ from celery import Celery
 from celery.schedules import crontab, schedule
 
 from ..errors import ConfigError
+from ..settings import DAY, range_problem
 from .keys import Keys
 from .store import plan
 
@@ -33,6 +34,10 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 TASK = "crawl.start_scheduled"
+#: Floor and ceiling of a period: one run a minute at most (cron's own step), one a year at
+#: least. Below, beat starts crawls faster than they end (each with its own Bloom filter and
+#: keys kept ``finished_ttl``): `--every-seconds 0.001` started 376 crawls in 25 s.
+PERIOD_SECONDS = (60.0, 366.0 * DAY)
 
 
 @dataclass(frozen=True)
@@ -48,17 +53,20 @@ class Schedule:
     check: InitVar[bool] = True
 
     def __post_init__(self, check: bool) -> None:
-        for what, period in (
-            ("every_hours", self.every_hours),
-            ("every_seconds", self.every_seconds),
-        ):
-            if period is not None and not period > 0:  # 0 is a period given, and wrong
-                raise ConfigError(f"schedule {self.name!r}: {what} must be > 0, not {period}")
         periods = [p for p in (self.every_hours, self.every_seconds, self.cron) if p is not None]
         if len(periods) != 1:
             raise ConfigError(
                 f"schedule {self.name!r}: give exactly one of every_hours, every_seconds or cron"
             )
+        low, high = PERIOD_SECONDS
+        for what, period, unit in (
+            ("every_hours", self.every_hours, 3600),
+            ("every_seconds", self.every_seconds, 1),
+        ):
+            # 0 is a period given, and wrong (not "no period")
+            why = period is not None and range_problem(what, period, low / unit, high / unit)
+            if why:
+                raise ConfigError(f"schedule {self.name!r}: {why} (at most one run a minute)")
         if not self.seeds:
             raise ConfigError(f"schedule {self.name!r}: no seeds")
         self.celery_schedule()  # a cron that does not parse is refused now, not at beat time

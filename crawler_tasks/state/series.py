@@ -9,7 +9,7 @@ the difference of two samples over their time apart, so a sample missed (no work
 while) costs resolution, never a wrong figure.
 
 The series is one capped list under the crawl's tag (``keys.CrawlKeys.series``), so it expires
-and is deleted with every other key of the crawl (``CrawlStatus.expire``'s patterns).
+and is deleted with every other key of the crawl (``CrawlLifecycle.expire``'s patterns).
 """
 
 from __future__ import annotations

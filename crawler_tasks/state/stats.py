@@ -10,12 +10,19 @@ from typing import Any
 import redis
 
 from . import formats
-from .formats import Counter, Shown
+from .formats import Counter, Group, Shown
 from .keys import CrawlKeys
-from .status import CrawlStatus
+from .status import CrawlLifecycle
 
 #: Seconds of finished-URL counts averaged for the recent pages/s figure.
 RATE_WINDOW = 10
+#: Figures of progress() that are not counters (read live from the partitions), with their
+#: help text: declared here once for every view, as the counters are in formats.Counter.
+LIVE = {
+    "retrying": "URLs waiting for a retry",
+    "in_flight": "URLs released to workers and not yet final",
+    "outstanding": "URLs admitted and not yet final",
+}
 #: Counters shown by progress(), before and after the live figures.
 _EARLY = Counter.shown_in(Shown.EARLY)
 _LATE = Counter.shown_in(Shown.LATE)
@@ -23,7 +30,7 @@ _LATE = Counter.shown_in(Shown.LATE)
 
 class Stats:
     def __init__(
-        self, client: redis.Redis, ck: CrawlKeys, crawl_id: str, status: CrawlStatus
+        self, client: redis.Redis, ck: CrawlKeys, crawl_id: str, status: CrawlLifecycle
     ) -> None:
         self.client = client
         self.ck = ck
@@ -88,16 +95,15 @@ class Stats:
 
     def progress(self) -> dict[str, Any]:
         c = self.counters()
-        flags = self.status.flags()
+        state = self.status.read()
         retrying, in_flight = self._sizes()
-        started = float(flags.get("started_at", 0) or 0)
-        ended = float(flags.get("finished_at", 0) or 0)
+        started, ended = state.started_at, state.finished_at
         elapsed = max((ended or time.time()) - started, 1e-9) if started else 0.0
         done = c.get(Counter.DONE.value, 0)
         return {
             "crawl_id": self.crawl_id,
-            "status": flags.get("status", formats.Status.UNKNOWN.value),
-            "paused": flags.get("paused") == "1",
+            "status": state.status.value,
+            "paused": state.paused,
             **{name.value: c.get(name.value, 0) for name in _EARLY},
             "retrying": retrying,
             "in_flight": in_flight,
@@ -106,9 +112,9 @@ class Stats:
             "elapsed_s": round(elapsed, 3),
             "pages_per_s": round(done / elapsed, 2) if elapsed else 0.0,
             "recent_pages_per_s": self.recent_rate(),
-            "output": self.status.output_problem(flags),
-            "error": flags.get("error"),
-            formats.TLS_NOTE: flags.get(formats.TLS_NOTE),
+            "output": self.status.output_problem(state),
+            "error": state.error,
+            formats.TLS_NOTE: state.tls_error_why,
         }
 
     @staticmethod
@@ -127,18 +133,34 @@ class Stats:
         c = self.counters()
         p = self.progress()
         families = self.families(c)
-        flags = self.status.flags()
+        state = self.status.read()
         return {
             "crawl_id": self.crawl_id,
             "status": p["status"],
-            "started_at": float(flags.get("started_at", 0) or 0),
-            "finished_at": float(flags.get("finished_at", 0) or 0) or None,
+            "started_at": state.started_at,
+            "finished_at": state.finished_at or None,
             "duration_s": p["elapsed_s"],
             "pages_per_s": p["pages_per_s"],
-            "error": flags.get("error"),
-            "robots_unreachable_why": flags.get("robots_unreachable_why"),
-            formats.TLS_NOTE: flags.get(formats.TLS_NOTE),
+            "error": state.error,
+            "robots_unreachable_why": state.robots_unreachable_why,
+            formats.TLS_NOTE: state.tls_error_why,
             "counters": {k: v for k, v in c.items() if ":" not in k},
             **families,
             "status_codes": dict(sorted(families["status_codes"].items())),
         }
+
+
+def declared(values: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every counter and live figure as the views show them (``status``, the summary, the
+    dashboard): ``{name, group, help, value}`` in their group's order, then declaration order;
+    ``values``: progress() or the counters (a name missing counts 0)."""
+    rows = [
+        {"name": c.value, "group": c.group.value, "help": c.help, "value": values.get(c.value, 0)}
+        for c in Counter
+    ]
+    live = Group.FRONTIER.value
+    rows += [
+        {"name": n, "group": live, "help": h, "value": values.get(n, 0)} for n, h in LIVE.items()
+    ]
+    order = [g.value for g in Group]
+    return sorted(rows, key=lambda r: order.index(r["group"]))  # stable: declaration order

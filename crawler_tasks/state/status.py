@@ -1,18 +1,18 @@
 """A crawl's status and steering (its state hash): paused, resumed, cancelled, finishing,
 finished; whether it is drained; the finisher's lock and the end of the crawl.
 
-Every write of a crawl's status goes through :class:`CrawlStatus`, with the values of
+Every write of a crawl's status goes through :class:`CrawlLifecycle`, with the values of
 :class:`~crawler_tasks.state.formats.Status`, except finishing.lua's (run by
-:meth:`CrawlStatus.finishing`, its literals pinned by ``tests/test_formats.py``).
+:meth:`CrawlLifecycle.finishing`, its literals pinned by ``tests/test_formats.py``).
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import redis
 
+from .crawl_state import CrawlState, Note
 from .formats import Status, Steering
 from .keys import CrawlKeys, Keys
 from .scripts import Scripts
@@ -21,7 +21,11 @@ from .scripts import Scripts
 OUTPUT_PAUSE = 10.0
 
 
-class CrawlStatus:
+class CrawlLifecycle:
+    """A crawl's life through its state hash: its status (formats.Status), the steering of
+    its owner, completion and the finisher's lock. (Named so, not "CrawlStatus": the word
+    status means the Status value alone; ``store.status`` is an instance, an older name.)"""
+
     def __init__(
         self, client: redis.Redis, keys: Keys, ck: CrawlKeys, crawl_id: str, scripts: Scripts
     ) -> None:
@@ -32,10 +36,9 @@ class CrawlStatus:
         self.scripts = scripts
 
     # --- reading ---------------------------------------------------------------------------
-    def flags(self) -> dict[str, str]:
-        """The whole state hash: status, started_at, finished_at, paused, cancelled..."""
-        raw = self.client.hgetall(self.ck.state)
-        return {k.decode(): v.decode() for k, v in raw.items()}
+    def read(self) -> CrawlState:
+        """The whole state hash, typed: status, times, flags and notes."""
+        return CrawlState.from_hash(self.client.hgetall(self.ck.state))
 
     def status(self) -> Status:
         raw = self.client.hget(self.ck.state, "status")
@@ -73,12 +76,11 @@ class CrawlStatus:
         """A write succeeded again after :meth:`output_failed`."""
         self.client.hdel(self.ck.state, "output_problem", "output_blocked_until")
 
-    def output_problem(self, flags: dict[str, str] | None = None) -> str | None:
+    def output_problem(self, state: CrawlState | None = None) -> str | None:
         """What keeps the crawl's output from being written, if anything did lately."""
-        flags = self.flags() if flags is None else flags
-        until = float(flags.get("output_blocked_until", 0) or 0)
-        recent = until + OUTPUT_PAUSE * 3 > time.time()
-        return flags.get("output_problem") if recent else None
+        state = self.read() if state is None else state
+        recent = state.output_blocked_until + OUTPUT_PAUSE * 3 > time.time()
+        return state.output_problem if recent else None
 
     # --- steering (the crawl's owner) --------------------------------------------------------
     def pause(self) -> bool:
@@ -200,17 +202,17 @@ class CrawlStatus:
     def unlock_finisher(self) -> None:
         self.client.delete(self.ck.finisher)
 
-    def note(self, **fields: Any) -> None:
-        """Record facts of the crawl's end: summary_path, on_finished_sent."""
-        self.client.hset(self.ck.state, mapping={k: str(v) for k, v in fields.items()})
+    def note(self, note: Note, value: object = 1) -> None:
+        """Record a fact of the crawl (summary_path, on_finished_sent...)."""
+        self.client.hset(self.ck.state, note.value, str(value))
 
-    def first_note(self, field: str, value: str) -> None:
+    def first_note(self, note: Note, value: str) -> None:
         """Note ``value`` unless an earlier one is there (a first example, for the summary)."""
-        self.client.hsetnx(self.ck.state, field, value)
+        self.client.hsetnx(self.ck.state, note.value, value)
 
-    def first(self, field: str) -> bool:
-        """True the first time ``field`` is set (HSETNX): something done once per crawl."""
-        return bool(self.client.hsetnx(self.ck.state, field, "1"))
+    def first(self, note: Note) -> bool:
+        """True the first time ``note`` is set (HSETNX): something done once per crawl."""
+        return bool(self.client.hsetnx(self.ck.state, note.value, "1"))
 
     def expire(self, seconds: int) -> None:
         """Every key of the crawl expires in ``seconds`` (a finished crawl)."""

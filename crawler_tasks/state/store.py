@@ -37,7 +37,7 @@ from ..errors import ConfigError, InvalidSeed, InvalidURL
 from ..settings import Settings
 from ..web.netguard import is_public_address
 from ..web.urls import host_of, normalize
-from . import connection
+from . import connection, events, workers
 from .admission import Admission
 from .bloom import BloomFilter, KnownURLs
 from .bodies import BodyStash
@@ -47,12 +47,13 @@ from .keys import CrawlKeys, Keys
 from .ledger import Ledger
 from .options import CrawlOptions
 from .politeness import Politeness
+from .render_config import RenderConfig
 from .render_plan import RenderPlan
 from .scripts import Scripts
 from .series import Series
 from .sitemaps import SitemapMarks
 from .stats import Stats
-from .status import CrawlStatus
+from .status import CrawlLifecycle
 from .validators import Recrawl, Validators
 
 
@@ -102,7 +103,7 @@ class CrawlStore:
             opts.crawl_id, opts.partitions or 1, opts.domain_key, opts.partition_tags
         )
         self.ledger = Ledger(r.client, self.ck, opts.crawl_id, r.scripts)
-        self.status = CrawlStatus(r.client, r.keys, self.ck, opts.crawl_id, r.scripts)
+        self.status = CrawlLifecycle(r.client, r.keys, self.ck, opts.crawl_id, r.scripts)
         self.stats = Stats(r.client, self.ck, opts.crawl_id, self.status)
         admits = admission_client or r.client
         self.bloom = BloomFilter(admits, self.ck, opts.bloom, r.scripts)
@@ -114,15 +115,19 @@ class CrawlStore:
             r.scripts,
             process.max_crawl_delay,
             opts.max_host_outage,
-            opts.rates,
+            self.frontier.rates,
         )
         self.bodies = BodyStash(r.client, self.ck, process.body_ttl)
         self.render_plan = RenderPlan(r.client, self.ck, r.scripts)
+        #: The crawl's render limits, as every render worker applies them.
+        self.render_config = RenderConfig.from_options(opts)
         self.sitemaps = SitemapMarks(r.client, self.ck)
         self.series = Series(r.client, self.ck, self.stats, r.scripts)
         self.recrawl: Recrawl | None = None
         if opts.schedule:
-            self.recrawl = Recrawl(Validators(r.client, r.keys, opts.schedule), opts.crawl_id)
+            bounds = (opts.min_interval, opts.max_interval) if opts.adaptive else None
+            validators = Validators(r.client, r.keys, opts.schedule)
+            self.recrawl = Recrawl(validators, opts.crawl_id, opts.started_at, bounds)
 
     def __repr__(self) -> str:
         return f"<CrawlStore {self.id}>"
@@ -130,10 +135,31 @@ class CrawlStore:
     def domain_of(self, url: str) -> str:
         return self.frontier.domain_of(url)
 
+    def set_host_rate(self, host: str, rate: float | None) -> None:
+        """This crawl's requests/s for ``host`` from now on, cluster-wide (None: back to
+        its ``rates`` option or the default; state/crawl_rates.py)."""
+        self.frontier.rates.set(host, rate)
+
+    def record_action(self, name: str, by: str, **data: Any) -> dict[str, Any]:
+        """An operator's action, kept in the crawl's action log and published (events.py)."""
+        return events.action(self.client, self.ck, self.r.scripts, self.id, name, by=by, **data)
+
     @staticmethod
     def read_options(r: RedisHandle, crawl_id: str) -> CrawlOptions | None:
+        """The crawl's options; None if it expired. ConfigError, one line naming the crawl
+        and ``crawler forget``, for options this version cannot take (an older version's, a
+        number past its ceiling, bad JSON): every command reading crawls goes through here."""
         raw = r.client.get(r.keys.crawl(crawl_id).config)
-        return None if raw is None else CrawlOptions.from_json(raw)
+        if raw is None:
+            return None
+        try:
+            return CrawlOptions.from_json(raw)
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            why = " ".join(str(exc).split())[:200]
+            raise ConfigError(
+                f"crawl {crawl_id} cannot be read ({type(exc).__name__}: {why}); "
+                f"`crawler forget {crawl_id}` removes it"
+            ) from None
 
     @classmethod
     def create(
@@ -165,7 +191,7 @@ class CrawlStore:
             store.frontier.admit((u, 0) for u in batch)
         store.series.sample(now=opts.started_at, force=True)  # the chart's first point
         # Listed for the dispatchers only once its seeds are counted: before, the crawl would
-        # look drained to CrawlStatus.finishing.
+        # look drained to CrawlLifecycle.finishing.
         r.client.sadd(r.keys.running, opts.crawl_id)
         return store
 
@@ -187,9 +213,41 @@ def exists(r: RedisHandle, crawl_id: str) -> bool:
     return bool(r.client.exists(r.keys.crawl(crawl_id).config))
 
 
-def recent(r: RedisHandle, limit: int) -> list[str]:
-    """Ids of the ``limit`` newest crawls (expired ones included until their listing goes)."""
-    return [i.decode() for i in r.client.zrevrange(r.keys.crawls, 0, limit - 1)]
+def recent(r: RedisHandle, limit: int, skipped: list[str] | None = None) -> list[str]:
+    """Ids of the ``limit`` newest crawls (expired ones included until their listing goes),
+    without those whose options cannot be read: one such crawl must not break the listing,
+    the dashboard or the exporter. Their one-line reasons go to ``skipped``."""
+    out = []
+    for crawl_id in (i.decode() for i in r.client.zrevrange(r.keys.crawls, 0, limit - 1)):
+        try:
+            CrawlStore.read_options(r, crawl_id)
+        except ConfigError as exc:
+            if skipped is not None:
+                skipped.append(str(exc))
+            continue
+        out.append(crawl_id)
+    return out
+
+
+def listing(r: RedisHandle, limit: int) -> list[dict[str, Any]]:
+    """``crawler list``: each of the newest crawls' progress, seeds and start; a crawl that
+    cannot be read is ``{"crawl_id", "unreadable": why}``, never a failed listing."""
+    out: list[dict[str, Any]] = []
+    skipped: list[str] = []
+    for crawl_id in recent(r, limit, skipped):
+        try:
+            opts = CrawlStore.read_options(r, crawl_id)
+            if opts is None:
+                continue  # expired
+            p = CrawlStore(r, opts).stats.progress()
+        except (redis.ConnectionError, redis.TimeoutError):
+            raise
+        except Exception as exc:  # one bad crawl (a bug) is not all
+            why = " ".join(f"{type(exc).__name__}: {exc}".split())[:200]
+            out.append({"crawl_id": crawl_id, "unreadable": f"crawl {crawl_id}: {why}"})
+            continue
+        out.append({**p, "seeds": list(opts.seeds), "started_at": opts.started_at})
+    return out + [{"crawl_id": "", "unreadable": why} for why in skipped]
 
 
 def running(r: RedisHandle) -> list[str]:
@@ -257,14 +315,65 @@ def start(
     opts: CrawlOptions,
     process: Process | None = None,
     more_seeds: Iterable[str] = (),
+    at: float | None = None,
 ) -> CrawlStore:
     """Register a crawl planned by :func:`plan` and admit its seeds: its partitions placed
-    (``partitions`` 0: automatic) and its start time stamped now."""
+    (``partitions`` 0: automatic) and its start time stamped now, or ``at`` (a simulated
+    clock: the time a schedule's run counts as, tests/recrawl_site.py, bench/adaptive.py)."""
     partitions = opts.partitions or connection.default_partitions(r.client)
     opts = dataclasses.replace(
         opts,
         partitions=partitions,
         partition_tags=connection.placed_tags(r.client, opts.crawl_id, partitions),
-        started_at=time.time(),
+        started_at=time.time() if at is None else at,
     )
     return CrawlStore.create(r, opts, process, more_seeds)
+
+
+def forget(r: RedisHandle, crawl_id: str, force: bool = False, dead_after: float = 10.0) -> int:
+    """Delete every key of a crawl (the patterns of keys.py) and its listings; returns how many
+    keys went. Refused (ConfigError) for a crawl still running, paused or finishing while a
+    worker lives (``dead_after`` s since its heartbeat) to serve it, unless ``force``: its
+    workers would write again. A crawl stranded (no worker alive) or unreadable (no worker
+    can serve it) is forgotten as it is, which is what this is for."""
+    ck = r.keys.crawl(crawl_id)
+    raw = r.client.hget(ck.state, "status")
+    status = raw.decode() if raw else Status.UNKNOWN.value
+    try:
+        opts = CrawlStore.read_options(r, crawl_id)
+    except ConfigError:
+        opts = None
+    else:
+        live = status in (Status.RUNNING.value, Status.PAUSED.value, Status.FINISHING.value)
+        if live and not force and workers.alive(r.client, r.keys, dead_after):
+            raise ConfigError(
+                f"crawl {crawl_id} is {status} and workers serve it: cancel it first, or "
+                "forget it with --force (its workers may still write)"
+            )
+    gone = 0
+    for pattern in ck.patterns:
+        batch = list(r.client.scan_iter(match=pattern, count=1000))
+        for i in range(0, len(batch), 500):
+            gone += int(r.client.unlink(*batch[i : i + 500]) or 0)
+    pipe = r.client.pipeline(transaction=False)
+    pipe.zrem(r.keys.crawls, crawl_id)
+    pipe.srem(r.keys.running, crawl_id)
+    if opts is not None and opts.schedule:
+        pipe.zrem(r.keys.schedule_runs(opts.schedule), crawl_id)
+    pipe.execute()
+    return gone
+
+
+def same_seeds_running(r: RedisHandle, seeds: Iterable[str]) -> list[str]:
+    """Running crawls (readable ones) whose seeds are exactly ``seeds``."""
+    wanted, out = set(seeds), []
+    for crawl_id in running(r):
+        try:
+            opts = CrawlStore.read_options(r, crawl_id)
+        except ConfigError:
+            continue
+        status = r.client.hget(r.keys.crawl(crawl_id).state, "status") or b""
+        final = status.decode() in (Status.FINISHED.value, Status.CANCELLED.value)
+        if opts is not None and set(opts.seeds) == wanted and not final:
+            out.append(crawl_id)  # (a finished one leaves the running set just after)
+    return sorted(out)

@@ -4,7 +4,6 @@ user's mistake into one line on stderr with exit code 2 (never a traceback)."""
 from __future__ import annotations
 
 import json
-import logging
 import re
 import signal
 import sys
@@ -21,8 +20,6 @@ from ..errors import ConfigError
 from ..settings import Settings, redact
 from ..state import connection
 from ..state.options import INTERNAL
-from ..worker.logs import Throttled
-from ..worker.outage import REDIS_UNAVAILABLE, ride_out
 
 T = TypeVar("T")
 
@@ -69,11 +66,14 @@ def client_for(settings: Settings) -> redis.Redis:
 
 
 def patiently(settings: Settings, call: Callable[[], T]) -> T:
-    """``call()`` (reads, or idempotent writes, of the crawl state), ridden out while the state
+    """``call()`` (reads, or idempotent writes, of the crawl state), waited out while the state
     Redis is away (a cluster failing over, a server frozen or restarting) for as long as the
-    workers ride it out (``redis_outage_wait``), saying so on stderr: the command goes on as
-    the crawl does. After that the last error is raised (:func:`run_main`: exit 2)."""
-    return ride_out(call, settings.redis_outage_wait, _Told(), max_delay=1.0)
+    workers wait (``redis_outage_wait``), saying so on stderr: the command goes on as the
+    crawl does. After that the last error is raised (:func:`run_main`: exit 2)."""
+    told = _Told()
+    result = connection.wait_out(call, settings.redis_outage_wait, failed=told.failed, max_delay=1)
+    told.ok()
+    return result
 
 
 def patient(crawl: T) -> T:
@@ -96,15 +96,14 @@ class _Patient:
         return lambda *args, **kwargs: patiently(settings, lambda: attr(*args, **kwargs))
 
 
-class _Told(Throttled):
+class _Told:
     """:func:`patiently`'s words: one line when the state Redis stops answering, one when it
-    answers again (Throttled's interface, for ``ride_out``)."""
+    answers again."""
 
     def __init__(self) -> None:
-        super().__init__(logging.getLogger(__name__), "state Redis")
         self._lost: float | None = None
 
-    def failed(self, exc: BaseException, expected: bool = True) -> None:
+    def failed(self, exc: BaseException) -> None:
         if self._lost is None:
             self._lost = time.monotonic()
             click.echo(f"{state_lost(exc)}; retrying", err=True)
@@ -182,7 +181,7 @@ def run_main(run: Callable[[], Any]) -> NoReturn:
     except OperationalError as exc:  # kombu's: the broker itself (a publish, an inspect)
         click.echo(f"error: broker connection lost: {one_line(str(exc))}", err=True)
         sys.exit(USAGE)
-    except REDIS_UNAVAILABLE as exc:
+    except connection.UNAVAILABLE as exc:
         # The state Redis went away after the command had reached it, for longer than the
         # command waits (patiently), or under a command that does not wait.
         click.echo(f"error: {state_lost(exc)}: {one_line(str(exc))}", err=True)

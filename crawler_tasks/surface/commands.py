@@ -12,16 +12,9 @@ from typing import Any
 import click
 
 from ..errors import ConfigError
-from .cli_common import (
-    Fail,
-    broker_option,
-    connect,
-    handle,
-    option_items,
-    parse_options,
-    patient,
-    patiently,
-)
+from ..settings import INFINITE_OK, LIMITS, number, range_problem, redact
+from . import cli_common as cli
+from .cli_common import Fail, broker_option, connect, handle, option_items, parse_options
 from .export import export
 
 
@@ -34,7 +27,7 @@ def status(crawl_id: str, broker: str | None, as_json: bool) -> None:
     from .figures import crawl_figures
 
     crawl = handle(crawl_id, broker)
-    p = patiently(crawl.settings, lambda: crawl_figures(crawl))
+    p = cli.patiently(crawl.settings, lambda: crawl_figures(crawl))
     if as_json:
         click.echo(json.dumps(p, indent=2, default=str))
         return
@@ -79,20 +72,24 @@ def fp_rate(bloom: dict[str, float]) -> str:
 @click.command("list")
 @broker_option
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
-def list_cmd(broker: str | None, limit: int) -> None:
+@click.option("--json", "as_json", is_flag=True, help="One JSON array (unreadable ones too).")
+def list_cmd(broker: str | None, limit: int, as_json: bool) -> None:
     """Crawls known to the broker, newest first."""
     from ..state.keys import Keys
     from .crawl import list_crawls
 
     settings, client = connect(broker)
-    crawls = patiently(settings, lambda: list_crawls(client, Keys(settings.key_prefix), limit))
+    crawls = cli.patiently(settings, lambda: list_crawls(client, Keys(settings.key_prefix), limit))
+    if as_json:
+        click.echo(json.dumps(crawls))
+        return
     if not crawls:
         click.echo("no crawls", err=True)
         return
     click.echo("CRAWL ID\tSTATUS\tAGE\tDONE\tQUEUED\tFAILED\tPAGES/S\tSEEDS")
     for c in crawls:
         if "unreadable" in c:
-            click.echo(f"skipped crawl {c['crawl_id']}: unreadable: {c['unreadable']}", err=True)
+            click.echo(f"skipped: {c['unreadable']}", err=True)
             continue
         seeds = c["seeds"][0] + (f" (+{len(c['seeds']) - 1})" if len(c["seeds"]) > 1 else "")
         click.echo(
@@ -115,8 +112,10 @@ def watch(crawl_id: str, broker: str | None) -> None:
     """Live progress of a crawl until it finishes."""
     from .display import watch as show
 
-    crawl = handle(crawl_id, broker)
-    show(patient(crawl))
+    show(cli.patient(handle(crawl_id, broker)))
+
+
+_DONE = {"pause": "paused", "resume": "resumed", "cancel": "cancelled"}
 
 
 def _control(action: str, doc: str) -> click.Command:
@@ -124,12 +123,44 @@ def _control(action: str, doc: str) -> click.Command:
     @click.argument("crawl_id")
     @broker_option
     def command(crawl_id: str, broker: str | None) -> None:
+        from ..state.workers import alive
+
         crawl = handle(crawl_id, broker)
-        if not patiently(crawl.settings, getattr(crawl, action)):
+        if not cli.patiently(crawl.settings, getattr(crawl, action)):
             raise Fail(f"crawl {crawl_id} is {crawl.status}: nothing to {action}")
         click.echo(f"{crawl_id}: {action}")
+        # The workers carry the steering out: with none alive, nothing happens yet.
+        if not alive(crawl.client, crawl.keys, crawl.settings.worker_dead_seconds):
+            click.echo(
+                f"no worker serves this crawl: it will be {_DONE[action]} when one starts "
+                f"(`crawler forget {crawl_id}` removes it now)",
+                err=True,
+            )
 
     return command
+
+
+@click.command()
+@click.argument("crawl_id")
+@click.option("--force", is_flag=True, help="Also a crawl still running (its workers stop).")
+@broker_option
+def forget(crawl_id: str, force: bool, broker: str | None) -> None:
+    """Delete a finished, cancelled, stranded or unreadable crawl's keys from Redis (its
+    files stay); a running one only with --force."""
+    from ..state.store import RedisHandle
+    from ..state.store import forget as forget_keys
+
+    settings, client = connect(broker)
+    r = RedisHandle.connect(client, settings.key_prefix)
+    ck = r.keys.crawl(crawl_id)
+    known = client.exists(ck.state, ck.config) or client.zscore(r.keys.crawls, crawl_id)
+    if not known:
+        raise Fail(f"no crawl {crawl_id!r} at {redact(settings.state_url)}")
+    try:
+        gone = forget_keys(r, crawl_id, force, settings.worker_dead_seconds)
+    except ConfigError as exc:
+        raise Fail(str(exc)) from None
+    click.echo(f"{crawl_id}: forgotten ({gone} keys deleted; its output files stay)")
 
 
 @click.command()
@@ -137,7 +168,7 @@ def _control(action: str, doc: str) -> click.Command:
 @broker_option
 def failed(crawl_id: str, broker: str | None) -> None:
     """Dead-lettered URLs of a crawl (JSON lines)."""
-    for record in patient(handle(crawl_id, broker)).failed():
+    for record in cli.patient(handle(crawl_id, broker)).failed():
         click.echo(json.dumps(record))
 
 
@@ -151,19 +182,28 @@ def retry_failed(crawl_id: str, broker: str | None) -> None:
 
 
 def parse_rate(text: str) -> float | None:
-    """'default' -> None, 'inf' -> no limit, else requests/s > 0."""
+    """'default' -> None, 'inf' -> no limit, else requests/s within the rate's range (the
+    ``default_rate`` setting's): ``1e400`` is not "inf", ``-5`` and ``nan`` are refused."""
     if text == "default":
         return None
     try:
-        rate = float(text)
-    except ValueError:
-        raise Fail(f"rate {text!r}: expected requests/s (> 0), inf or default") from None
-    if not rate > 0:
-        raise Fail(f"rate {text!r}: must be > 0 requests/s (inf: no limit; default: remove)")
+        rate = number(text)
+    except ValueError as exc:
+        said = str(exc) if "too large" in str(exc) else "expected requests/s, inf or default"
+        raise Fail(f"rate {text!r}: {said}") from None
+    low, high = LIMITS["default_rate"]
+    why = range_problem("rate", rate, low, high, "default_rate" in INFINITE_OK)
+    if why:
+        raise Fail(f"rate {text!r}: {why} (default: remove)")
     return rate
 
 
-@click.command("set-rate")
+#: A negative rate is an argument, not an option: "-5" gets its own error, not click's
+#: "No such option '-5'".
+_NUMBERS_OK = {"ignore_unknown_options": True}
+
+
+@click.command("set-rate", context_settings=_NUMBERS_OK)
 @click.argument("domain")
 @click.argument("rate")
 @broker_option
@@ -183,7 +223,7 @@ def set_rate_cmd(domain: str, rate: str, broker: str | None) -> None:
         )
 
 
-@click.command("set-ceiling")
+@click.command("set-ceiling", context_settings=_NUMBERS_OK)
 @click.argument("domain")
 @click.argument("rate")
 @broker_option
@@ -214,23 +254,15 @@ def _keys_of(broker: str | None) -> tuple[Any, Any]:
 
 
 def parse_host(text: str, command: str = "set-rate") -> str:
-    """A politeness domain as buckets are keyed: a host name or IP address, no URL, no port."""
-    import ipaddress
+    """A politeness domain as buckets are keyed: a host name or IP address, no URL, no port
+    (checked as the dashboard checks it: web/host_rates.py)."""
+    from ..errors import ConfigError
+    from ..web.host_rates import host_name
 
-    from ..errors import InvalidURL
-    from ..web.urls import host_of, normalize
-
-    with contextlib.suppress(ValueError):
-        return str(ipaddress.IPv6Address(text.strip("[]")))
-    if any(c in text for c in "/@:?# ") or not text:
-        hint = ""
-        with contextlib.suppress(InvalidURL, ValueError):
-            hint = f" (here: {host_of(normalize(text))})"
-        raise Fail(f"{command} {text!r}: give a host name, not a URL or host:port{hint}")
     try:
-        return host_of(normalize(f"http://{text}/"))
-    except InvalidURL as exc:
-        raise Fail(f"{command} {text!r}: not a host name: {exc}") from None
+        return host_name(text, command)
+    except ConfigError as exc:
+        raise Fail(str(exc)) from None
 
 
 @click.command()
@@ -310,6 +342,28 @@ def schedule_list(broker: str | None) -> None:
         )
         runs = schedules.runs(item.name, 5)
         click.echo(f"{item.name}\t{period}\t{' '.join(item.seeds)}\truns: {', '.join(runs) or '-'}")
+        fresh = _freshness(schedules, runs, broker)
+        if fresh:
+            click.echo(f"  {fresh}")
+
+
+def _freshness(schedules: Any, runs: list[str], broker: str | None) -> str:
+    """The most recent run's freshness figures, one line ('' if no run is known)."""
+    from ..state.validators import freshness
+    from .crawl import Crawl
+
+    for run in runs:
+        try:
+            counters = Crawl(run, broker=broker, client=schedules.client).stats.counters()
+        except KeyError:  # UnknownCrawl: expired
+            continue
+        f = freshness(counters)
+        share = "-" if f["changed_share"] is None else f"{f['changed_share']:.1%}"
+        return (
+            f"last run {run}: revisits={f['revisits']} changed={share} not_due={f['not_due']} "
+            f"revisit_records={f['revisit_records']} bytes_saved={f['revisit_bytes_saved']}"
+        )
+    return ""
 
 
 @schedule.command("remove")
@@ -330,6 +384,7 @@ COMMANDS = [
     _control("resume", "Release a paused crawl's URLs again."),
     _control("cancel", "Drop a crawl's pending URLs; it finishes as cancelled."),
     failed,
+    forget,
     retry_failed,
     set_rate_cmd,
     set_ceiling_cmd,

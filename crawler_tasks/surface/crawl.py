@@ -32,7 +32,6 @@ from ..state.options import CrawlOptions
 from ..state.politeness import effective_rate
 from ..state.stats import RATE_WINDOW, Stats
 from ..state.store import CrawlStore, RedisHandle, check_seeds, new_crawl_id
-from ..worker.output import latest_items, latest_pages, read_pages
 
 __all__ = [
     "Crawl",
@@ -124,7 +123,7 @@ def launch(
     client = client or connection.connect(settings.state_url)
     connection.check_broker(settings.broker_url, client)
     r = RedisHandle.connect(client, settings.key_prefix)
-    if no_room_for(client, opts.bloom.bits // 8):
+    if no_room_for(client, opts.bloom.upfront_bytes):
         raise RedisFull(_full_message(client, opts))
     try:
         store = stores.start(r, opts, more_seeds=more_seeds)
@@ -146,7 +145,7 @@ def _full_message(client: redis.Redis, opts: CrawlOptions) -> str:
     info, bloom = client.info("memory"), opts.bloom
     mb = 1024 * 1024
     bounded = bool(opts.max_pages)
-    why = f"its dedupe filter takes {bloom.bits / 8 / mb:.1f} MB up front" + (
+    why = f"its dedupe filter takes {bloom.upfront_bytes / mb:.1f} MB up front" + (
         "" if bounded else f" (no max_pages: sized for {bloom.capacity:,} URLs)"
     )
     return (
@@ -229,7 +228,7 @@ class Crawl:
             p["eta_s"] = round(min(left, p["outstanding"]) / p["recent_pages_per_s"], 1)
         p["backlog"] = self.store.frontier.backlog(5)
         p["hosts_down"] = self._hosts_down([d for d, _ in p["backlog"]])
-        p["summary_path"] = self.store.status.flags().get("summary_path")
+        p["summary_path"] = self.store.status.read().summary_path
         # Workers wait (and cannot record why) while Redis is full: ask Redis itself.
         mem = memory(self.client)
         p["redis_oom"] = mem is not None and mem.refuses_writes()
@@ -279,7 +278,7 @@ class Crawl:
         """The crawl's ``summary.json`` once the finishing worker has written it (the status
         flips just before), else the same figures computed from Redis now."""
         path = self.output_dir / "summary.json"
-        finished_at = float(self.store.status.flags().get("finished_at", 0) or 0)
+        finished_at = self.store.status.read().finished_at or 0.0
         for _ in range(40 if finished_at else 0):
             if path.exists():
                 data = dict(json.loads(path.read_text("utf-8")))
@@ -294,6 +293,8 @@ class Crawl:
         logs: a URL replayed by :meth:`retry_failed` has a record for each final state it
         reached; with ``latest`` (default) only its last one is yielded (by ``fetched_at``,
         then file order). ``crawler export --pages`` writes the same records."""
+        from ..worker.output import latest_pages, read_pages  # files: not for the dashboard
+
         return latest_pages(self.output_dir) if latest else read_pages(self.output_dir)
 
     def items(self, latest: bool = True) -> Iterator[dict[str, Any]]:
@@ -301,6 +302,8 @@ class Crawl:
         With ``latest`` (default), only the items of each URL's last record (a page replayed
         by :meth:`retry_failed` has the items of each of its records). ``crawler export
         --items`` writes their ``item`` dicts."""
+        from ..worker.output import latest_items, read_pages
+
         if latest:
             return latest_items(self.output_dir)
         return read_pages(self.output_dir, kind="items")
@@ -316,7 +319,8 @@ class Crawl:
         return infos
 
     def events(self, timeout: float | None = None) -> Iterator[dict[str, Any]]:
-        """Live events of this crawl until ``crawl_finished`` (or ``timeout`` s of silence)."""
+        """Live events of this crawl until ``crawl_finished`` (or ``timeout`` s of silence);
+        a crawl already finished yields its ``crawl_finished`` (rebuilt) and ends."""
         # No existence check: listening to a crawl id before start_crawl(crawl_id=...) is fine.
         pubsub = self.client.pubsub(ignore_subscribe_messages=True)
         pubsub.subscribe(self.ck.events)
@@ -326,7 +330,13 @@ class Crawl:
                 # not lost, and a crawl finished long ago (its event gone) ends at once.
                 msg = pubsub.get_message(timeout=timeout if timeout is not None else 1.0)
                 if msg is None:
-                    if timeout is not None or self.finished:
+                    if self.finished:  # its crawl_finished went out before we listened: rebuilt
+                        s = self.summary()
+                        ts = s.get("finished_at") or time.time()
+                        yield {"event": "crawl_finished", "crawl_id": self.id, "ts": ts,
+                               "summary": s, "replayed": True}  # fmt: skip
+                        return
+                    if timeout is not None:
                         return
                     continue
                 event = json.loads(msg["data"])
@@ -348,6 +358,12 @@ class Crawl:
         """Drop pending work unfetched; the crawl finishes as ``cancelled``. False if it was
         finished already."""
         return self.store.status.cancel()
+
+    def forget(self, force: bool = False) -> int:
+        """Delete the crawl's keys (its files stay); refused for a crawl that workers still
+        serve unless ``force`` (stranded and unreadable ones go). Returns how many keys went."""
+        self._store = None
+        return stores.forget(self._r, self.id, force, self.settings.worker_dead_seconds)
 
     def failed(self) -> list[dict[str, Any]]:
         self.options  # noqa: B018  (UnknownCrawl)
@@ -375,21 +391,6 @@ def _without_zeros(summary: dict[str, Any]) -> dict[str, Any]:
 
 
 def list_crawls(client: redis.Redis, keys: Keys, limit: int = 50) -> list[dict[str, Any]]:
-    """The newest crawls: id, status, seeds, started_at and their progress counters. A crawl
-    whose state cannot be read is listed with ``unreadable`` (why) instead of failing the
-    whole listing."""
-    r = RedisHandle.connect(client, keys.prefix)
-    out: list[dict[str, Any]] = []
-    for crawl_id in stores.recent(r, limit):
-        try:
-            opts = CrawlStore.read_options(r, crawl_id)
-            if opts is None:
-                continue  # expired
-            p = CrawlStore(r, opts).stats.progress()
-        except (redis.ConnectionError, redis.TimeoutError):
-            raise
-        except Exception as exc:  # one bad crawl (an older version's, a bug) is not all
-            out.append({"crawl_id": crawl_id, "unreadable": f"{type(exc).__name__}: {exc}"})
-            continue
-        out.append({**p, "seeds": list(opts.seeds), "started_at": opts.started_at})
-    return out
+    """The newest crawls: id, status, seeds, started_at and their progress counters; one that
+    cannot be read is an entry with ``unreadable`` (why) instead (store.listing)."""
+    return stores.listing(RedisHandle.connect(client, keys.prefix), limit)

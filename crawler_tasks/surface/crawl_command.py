@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -17,19 +16,14 @@ import click
 from click.core import ParameterSource
 
 from ..errors import ConfigError
-from ..settings import Settings, load, redact
+from ..settings import Settings, load, number, redact
 from ..state import connection
+from ..state.formats import TLS_NOTE
 from ..state.options import PRIORITIES, CrawlOptions
 from ..web.urls import host_of, normalize
-from .cli_common import (
-    INTERRUPTED,
-    Fail,
-    client_for,
-    option_items,
-    parse_options,
-    patient,
-    settings_for,
-)
+from . import cli_common as cli
+from .cli_common import INTERRUPTED, Fail, option_items, parse_options, settings_for
+from .export import output_place
 from .summary import failed, summary_text
 
 if TYPE_CHECKING:
@@ -81,12 +75,13 @@ def _parse_rates(values: tuple[str, ...]) -> dict[str, float]:
     rates = {}
     for item in values:
         host, sep, rate = item.partition("=")
-        try:
-            rates[host.strip().lower()] = math.inf if rate.strip() == "inf" else float(rate)
-        except ValueError:
-            sep = ""
         if not sep or not host:
-            raise Fail(f"--rate {item!r}: expected HOST=RATE (requests/s or inf)")
+            raise Fail(f"--host-rate {item!r}: expected HOST=RATE (requests/s or inf)")
+        try:
+            rates[host.strip().lower()] = number(rate)  # "1e400" is not "inf"
+        except ValueError as exc:
+            why = str(exc) if "too large" in str(exc) else "requests/s or inf"
+            raise Fail(f"--host-rate {item!r}: expected HOST=RATE ({why})") from None
     return rates
 
 
@@ -147,11 +142,7 @@ def cluster(
             stack.enter_context(local_workers(url, log_dir=logs, renderers=renders))
         elif not _has_crawl_workers(settings, renders):  # a render worker too, when it renders
             click.echo("no worker consumes the crawl queues: starting local workers", err=True)
-            # Their crawl state where this crawl's is (local_workers drops CRAWLER_REDIS_URL).
-            state = {"CRAWLER_REDIS_URL": settings.redis_url} if settings.redis_url else None
-            stack.enter_context(
-                local_workers(settings.broker_url, log_dir=logs, renderers=renders, extra_env=state)
-            )
+            stack.enter_context(local_workers(settings.broker_url, log_dir=logs, renderers=renders))
         yield settings
 
 
@@ -187,11 +178,15 @@ def _default(name: str) -> str:
 @click.option("--allowed-domain", "allowed_domains", multiple=True, help="Repeatable.")
 @click.option("--include", multiple=True, help="Regex a URL must match (repeatable).")
 @click.option("--exclude", multiple=True, help="Regex a URL must not match (repeatable).")
-@click.option("--rate", "rates", multiple=True, help="HOST=RATE req/s; inf = no limit.")
-@click.option("--default-rate", type=float, help="Requests/s per domain ($CRAWLER_DEFAULT_RATE).")
 @click.option(
-    "--concurrency", type=int, help="In flight per domain ($CRAWLER_DEFAULT_CONCURRENCY)."
+    "--host-rate",
+    "--rate",  # the old spelling, kept: it set `rates` while --default-rate sets `rate`
+    "rates",
+    multiple=True,
+    help="HOST=RATE req/s for one host (the `rates` option); inf = no limit. Also --rate.",
 )
+@click.option("--default-rate", help="Requests/s per domain ($CRAWLER_DEFAULT_RATE).")
+@click.option("--concurrency", type=int, help="In flight per domain ($CRAWLER_DEFAULT_CONCURRENCY)")
 @click.option("--allow-private-networks", is_flag=True, help="Allow loopback/private hosts.")
 @click.option("--sitemaps", is_flag=True, help="Enqueue robots.txt Sitemap: URLs as seeds.")
 @click.option("--header", "headers", multiple=True, help="'Name: value' on every request.")
@@ -227,7 +222,7 @@ def crawl(broker: str | None, embedded: bool, no_wait: bool, as_json: bool, **_:
         live = stack.enter_context(cluster(settings, embedded, logs, named, int(renders)))
         _check_on_item(live, opts)
         more = seeds_file.rest() if seeds_file else ()
-        summary, interrupted = _run(live, opts, no_wait, more)
+        summary, interrupted = _run(live, opts, no_wait, more, as_json)
     if summary is not None:
         click.echo(json.dumps(summary, indent=2) if as_json else summary_text(summary))
     if interrupted:
@@ -326,28 +321,27 @@ def _check_no_wait(settings: Settings, embedded: bool) -> None:
 
 
 def _run(
-    settings: Settings, opts: CrawlOptions, no_wait: bool, more_seeds: Iterable[str] = ()
+    settings: Settings,
+    opts: CrawlOptions,
+    no_wait: bool,
+    more_seeds: Iterable[str] = (),
+    as_json: bool = False,
 ) -> tuple[dict[str, Any] | None, bool]:
     from rich.console import Console
 
     from .crawl import launch
     from .display import watch
 
-    handle = launch(opts, settings=settings, client=client_for(settings), more_seeds=more_seeds)
-    where = (
-        handle.output_dir
-        if handle.options.output
-        else f"<CRAWLER_OUTPUT_DIR of each worker>/{handle.id} (here: {handle.output_dir})"
-    )
+    _warn_if_running(settings, opts)
+    handle = cli.patient(launch(opts, settings=settings, more_seeds=more_seeds))
+    where = output_place(handle)[1]
     click.echo(f"crawl {handle.id} started; output in {where}", err=True)
     if no_wait:
-        click.echo(handle.id)
+        started = {"crawl_id": handle.id, "status": "running", "output_dir": str(where)}
+        click.echo(json.dumps(started) if as_json else handle.id)
         return None, False
     _say_pace(opts)
     interrupted = False
-    # From here on the crawl runs in the workers: a failover or a frozen state Redis is
-    # ridden out here as they ride it out, not taken for the end of the crawl.
-    handle = patient(handle)
     try:
         # Progress on stderr: stdout carries only the summary (``--json`` pipes cleanly).
         watch(handle, console=Console(stderr=True))
@@ -357,11 +351,36 @@ def _run(
         handle.wait(timeout=30)
         interrupted = True
     summary = handle.summary()
-    summary["output_dir"] = str(handle.output_dir)
-    first = next((f for f in handle.failed() if f.get("extract_error")), None)
+    summary["output_dir"] = output_place(handle)[1]  # the workers' place, once they wrote
+    if settings.ca_bundle and summary.get(TLS_NOTE):
+        # This command trusts the CA; the workers that failed the handshake do not.
+        summary["tls_hint"] = (
+            f"this command has CRAWLER_CA_BUNDLE={settings.ca_bundle}, the workers that "
+            "fetched do not: start every worker with it too"
+        )
+    dead = handle.failed()
+    first = next((f for f in dead if f.get("extract_error")), None)
     if first is not None:
         summary["first_extract_error"] = f"{first['url']}: {first['extract_error']}"
+    first = next((f for f in dead if f.get("error")), None)
+    if first is not None:  # its cause, not only a count by reason (a browser that won't start)
+        why = f": {first['detail']}" if first.get("detail") else ""
+        summary["first_failure"] = f"{first['url']}: {first['error']}{why}"
     return summary, interrupted
+
+
+def _warn_if_running(settings: Settings, opts: CrawlOptions) -> None:
+    """The same command run twice (a --no-wait repeated) would crawl one site twice at once:
+    allowed (a recrawl may be meant), but said."""
+    from ..state.store import RedisHandle, same_seeds_running
+
+    r = RedisHandle.connect(cli.client_for(settings), settings.key_prefix)
+    for crawl_id in same_seeds_running(r, opts.seeds):
+        click.echo(
+            f"warning: crawl {crawl_id} of the same seeds is still running; this is another "
+            f"(`crawler cancel {crawl_id}` stops that one)",
+            err=True,
+        )
 
 
 def _say_pace(opts: CrawlOptions) -> None:
@@ -370,7 +389,7 @@ def _say_pace(opts: CrawlOptions) -> None:
         return
     click.echo(
         f"pace: {opts.rate:g} request/s per host (politeness; robots.txt Crawl-delay may lower "
-        "it). On a site of your own raise it: --rate HOST=10 (or --default-rate)",
+        "it). On a site of your own raise it: --host-rate HOST=10 (or --default-rate)",
         err=True,
     )
 

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from ..state.formats import TLS_NOTE, Status
 from ..state.health import Memory, admission_paused
+from ..state.stats import declared
 from .crawl import Crawl
 
 
@@ -52,32 +53,39 @@ def render_note(p: dict[str, Any]) -> str:
     return f" — render: {'; '.join(parts)}{more}" if parts else ""
 
 
+#: Figures the one-line and table views always show (the others only when not 0); the
+#: line begins with them, in this order.
+ALWAYS = ("done", "queued", "in_flight", "failed")
+
+
+def figures(p: dict[str, Any]) -> list[dict[str, Any]]:
+    """The declared counters and live figures (state/stats.declared) worth a glance: those
+    of ALWAYS, and every other that is not 0, in their groups' order."""
+    return [r for r in declared(p) if r["name"] in ALWAYS or r["value"]]
+
+
 def line(p: dict[str, Any]) -> str:
     eta = f" eta={p['eta_s']}s" if p.get("eta_s") is not None else ""
-    eta += paused(p)
-    if p.get("items") or p.get("extract_errors"):
-        eta = f" items={p.get('items', 0)} extract_errors={p.get('extract_errors', 0)}" + eta
-    return (
-        f"[{p['crawl_id']}] {p['status']}: done={p['done']} queued={p['queued']} "
-        f"in_flight={p['in_flight']} failed={p['failed']} "
-        f"pages/s={rate(p):.1f}{eta}"
-    )
+    first = {name: i for i, name in enumerate(ALWAYS)}
+    rows = sorted(figures(p), key=lambda r: first.get(r["name"], len(ALWAYS)))
+    shown = " ".join(f"{r['name']}={r['value']}" for r in rows)
+    return f"[{p['crawl_id']}] {p['status']}: {shown} pages/s={rate(p):.1f}{eta}{paused(p)}"
 
 
 def table(p: dict[str, Any]) -> Table:
-    t = Table(title=f"crawl {p['crawl_id']} — {p['status']}{paused(p)}", expand=False)
-    for col in ("done", "queued", "in flight", "failed", "robots", "pages/s", "eta"):
-        t.add_column(col, justify="right")
-    eta = f"{p['eta_s']:.0f}s" if p.get("eta_s") is not None else "—"
-    t.add_row(
-        str(p["done"]),
-        str(p["queued"]),
-        str(p["in_flight"]),
-        str(p["failed"]),
-        str(p["robots_disallowed"]),
-        f"{rate(p):.1f}",
-        eta,
+    """One row per group of figures (formats.Group), as declared."""
+    t = Table(
+        title=f"crawl {p['crawl_id']} — {p['status']}{paused(p)}", expand=False, show_header=False
     )
+    t.add_column("")
+    t.add_column("")
+    groups: dict[str, list[str]] = {}
+    for r in figures(p):
+        groups.setdefault(r["group"], []).append(f"{r['name']} {r['value']:,}")
+    for group, parts in groups.items():
+        t.add_row(group, " · ".join(parts))
+    eta = f"{p['eta_s']:.0f}s" if p.get("eta_s") is not None else "—"
+    t.add_row("pace", f"{rate(p):.1f} pages/s · eta {eta}")
     if p.get("backlog"):
         t.caption = "backlog: " + ", ".join(f"{d} {n}" for d, n in p["backlog"])
     return t

@@ -7,7 +7,7 @@ adds records), and writes the file in one step (a temporary file renamed over it
 reader never sees half an export and an interrupted export leaves nothing. The format follows
 the extension: ``.jsonl``, ``.json`` (one array), ``.csv`` (a column per key, in first-seen
 order; lists and objects as JSON) and ``.parquet`` (pyarrow, ``crawler-tasks[export]``;
-columns as in CSV).
+a column per key, lists as lists).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import csv
 import importlib.util
 import json
 import os
+import socket
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -62,17 +63,22 @@ def _csv(rows: Rows, f: Any) -> None:
 
 
 def _parquet(rows: Rows, path: Path) -> None:
+    """Columns as in CSV, but lists and objects stay lists and structs where a column's
+    values share one type (JSON text where they do not, then any text)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    columns, flat = _flat(rows)
+    rows = list(rows)
+    columns = list(dict.fromkeys(k for row in rows for k in row))
     arrays = []
     for name in columns:
-        values = [row.get(name) for row in flat]
-        try:
-            arrays.append(pa.array(values))
-        except (pa.ArrowInvalid, pa.ArrowTypeError):  # mixed types: text, as CSV has it
-            arrays.append(pa.array([None if v is None else str(v) for v in values]))
+        values = [row.get(name) for row in rows]
+        for cell in (lambda v: v, _cell, lambda v: None if v is None else str(v)):
+            try:
+                arrays.append(pa.array([cell(v) for v in values]))
+                break
+            except (pa.ArrowInvalid, pa.ArrowTypeError):  # mixed types
+                continue
     pq.write_table(pa.Table.from_arrays(arrays, names=columns), path)
 
 
@@ -122,13 +128,30 @@ def write(rows: Rows, path: Path) -> int:
 def records(directory: Path, what: str) -> Iterator[dict[str, Any]]:
     if what == "pages":
         return latest_pages(directory)
-    return (line["item"] for line in latest_items(directory))
+    # Each item says which page it came from (a key of the item's own wins).
+    return ({"page_url": line["url"], **line["item"]} for line in latest_items(directory))
+
+
+def output_place(crawl: Any) -> tuple[Path, str]:
+    """``(directory, where)``: the crawl's files as its workers wrote them (the directory of
+    the ``summary.json`` its finisher wrote, on the host it names), else where this host's
+    workers would write; ``where`` says it in words, naming the host when it is another."""
+    state = crawl.store.status.read()
+    if state.summary_path:
+        directory, host = Path(state.summary_path).parent, state.summary_host or ""
+        if host and host != socket.gethostname():
+            return directory, f"{directory} on host {host}"
+        return directory, str(directory)
+    here = crawl.output_dir
+    if crawl.options.output:
+        return here, str(here)
+    return here, f"<CRAWLER_OUTPUT_DIR of each worker>/{crawl.id} (here: {here})"
 
 
 @click.command("export")
 @click.argument("crawl_id")
-@click.option("--items", "what", flag_value="items", help="The extraction hook's items.")
-@click.option("--pages", "what", flag_value="pages", help="The page records.")
+@click.option("--items", is_flag=True, help="The extraction hook's items (with page_url).")
+@click.option("--pages", is_flag=True, help="The page records.")
 @click.option("-o", "new_file", type=click.Path(path_type=Path), help="Write FILE (new).")
 @click.option("-O", "any_file", type=click.Path(path_type=Path), help="Write FILE, replacing it.")
 @click.option(
@@ -140,7 +163,8 @@ def records(directory: Path, what: str) -> Iterator[dict[str, Any]]:
 @broker_option
 def export(
     crawl_id: str,
-    what: str | None,
+    items: bool,
+    pages: bool,
     new_file: Path | None,
     any_file: Path | None,
     directory: Path | None,
@@ -148,15 +172,17 @@ def export(
 ) -> None:
     """Write a crawl's items or pages (last record per URL, every worker's files merged) as
     .jsonl, .json, .csv or .parquet."""
-    if what is None:
-        raise Fail("say what to export: --items or --pages")
+    if items == pages:
+        raise Fail("say what to export: --items or --pages (one of them)")
+    what = "items" if items else "pages"
     if (new_file is None) == (any_file is None):
         raise Fail("give the file once: -o FILE (new) or -O FILE (replaced)")
     target = (new_file or any_file or Path()).absolute()
     check_target(target, overwrite=any_file is not None)
+    where = str(directory)
     if directory is None:
-        directory = handle(crawl_id, broker).output_dir
+        directory, where = output_place(handle(crawl_id, broker))
     if not directory.is_dir():
-        raise Fail(f"no output of crawl {crawl_id} in {directory} (on this host)")
+        raise Fail(f"no output of crawl {crawl_id} here: its files are in {where}; --dir DIR")
     n = write(records(directory, what), target)
     click.echo(f"{n} {what} of crawl {crawl_id} written to {target}", err=True)

@@ -18,6 +18,7 @@ from ..settings import Settings
 from ..state import events, workers
 from ..state import store as stores
 from ..state.ceilings import read as read_ceilings
+from ..state.stats import declared
 from ..state.store import RedisHandle
 from .crawl import Crawl
 
@@ -31,7 +32,7 @@ def crawl_figures(crawl: Crawl, domains: int = 10) -> dict[str, Any]:
     p = crawl.progress()
     p["domains"] = crawl.domains(domains)
     p["bloom"] = crawl.bloom()
-    shared = read_ceilings(crawl.client, crawl.store.r.keys)
+    shared = read_ceilings(crawl.client, crawl.keys)
     for d in p["domains"]:
         d["ceiling"] = shared.get(d["domain"])
     if crawl.options.on_item:
@@ -40,13 +41,18 @@ def crawl_figures(crawl: Crawl, domains: int = 10) -> dict[str, Any]:
 
 
 def waiting(settings: Settings, queue: str) -> int | None:
-    """Messages in the broker's ``queue`` (None if the broker cannot tell now)."""
-    from ..worker.app import make_app
-    from ..worker.tasks import queue_length
+    """Messages in the broker's ``queue`` (None if the broker cannot tell now). Read with
+    kombu's own transport: the dashboard process imports no worker module (whose import
+    registers Celery signal handlers and the dispatcher's bootstep)."""
+    from kombu import Connection
+    from kombu.exceptions import ChannelError
 
     try:
-        with make_app(settings).connection_for_read() as conn:
-            return queue_length(conn, queue)
+        with Connection(settings.broker_url, connect_timeout=2) as conn, conn.channel() as ch:
+            try:
+                return int(ch.queue_declare(queue=queue, passive=True).message_count)
+            except ChannelError:  # Redis: an empty list does not exist; AMQP: not declared
+                return 0
     except Exception:  # noqa: BLE001 - a figure of status, not worth a failure
         return None
 
@@ -58,14 +64,19 @@ def crawl_page(crawl: Crawl) -> dict[str, Any]:
     counters = store.stats.counters()
     families = store.stats.families(counters)
     figures = crawl_figures(crawl)
+    live = workers_seen(crawl)
     return {
         "figures": figures,
+        # Every counter and live figure, grouped, with its help (state/stats.declared).
+        "counters": declared({**counters, **figures}),
         "seeds": list(crawl.options.seeds),
         "started_at": crawl.options.started_at,
         "status_codes": dict(sorted((k, v) for k, v in families["status_codes"].items() if v)),
         "errors": error_classes(crawl, families["failures"], counters.get("extract_errors", 0)),
         "series": store.series.rates(live=figures["status"] in ("running", "paused")),
-        "workers": workers_seen(crawl),
+        "workers": [w for w in live if w["alive"]],
+        # Processes that stopped beating (their heartbeat stays until it expires).
+        "workers_gone": sum(1 for w in live if not w["alive"]),
         # Workers admit no new URL above this fraction of maxmemory (the admission line).
         "admission_memory_fraction": crawl.settings.admission_memory_fraction,
         "actions": events.actions(crawl.client, store.ck),
@@ -105,7 +116,7 @@ def workers_seen(crawl: Crawl) -> list[dict[str, Any]]:
     """Every worker process that beat lately, with its heartbeat's age and whether it counts
     as alive (beat within ``worker_dead_seconds``)."""
     now, dead_after = time.time(), crawl.settings.worker_dead_seconds
-    beats = workers.beats(crawl.client, crawl.store.r.keys)
+    beats = workers.beats(crawl.client, crawl.keys)
     return [
         {"worker": w, "age_s": round(now - t, 1), "alive": now - t <= dead_after}
         for w, t in sorted(beats.items())

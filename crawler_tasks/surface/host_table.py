@@ -7,7 +7,8 @@ many browsers poll, Redis reads each crawl's hosts at most once per snapshot age
 that finds its snapshot stale is answered from it while a thread reads the next one (only the
 first request of a crawl waits for a read).
 
-Columns: :data:`COLUMNS` always; :data:`OPTIONAL` only when some host has a value (the render
+Columns: :data:`COLUMNS` always; :data:`OPTIONAL` only when some host has a value (the
+crawl's own rate for a host, its ``rates`` option or one set on the dashboard; the render
 tier's per-host state, ``render``: "always"/"never" as the options say, or under ``auto`` its
 plan's state, state/render_plan.py: "sampling 1/2", "render", "raw").
 """
@@ -38,7 +39,7 @@ COLUMNS = (
     ("ceiling", "Ceiling (req/s)"),
 )
 #: Columns shown only when some host has a value.
-OPTIONAL = (("render", "Render"),)
+OPTIONAL = (("crawl_rate", "This crawl's rate (req/s)"), ("render", "Render"))
 SORTABLE = frozenset(k for k, _ in COLUMNS + OPTIONAL)
 #: Seconds a request waits for a crawl's first read before it answers ``reading``.
 COLD_WAIT = 0.25
@@ -64,7 +65,8 @@ class Snapshot:
             absent = [r for r in self.rows if r.get(key) is None]
             present.sort(key=lambda r: r["domain"])  # ties by name, A to Z (sorts are stable)
             if key != "domain":
-                present.sort(key=lambda r: r[key], reverse=True)
+                # A column may mix numbers and words ("no limit"): words sort above numbers.
+                present.sort(key=lambda r: (isinstance(r[key], str), r[key]), reverse=True)
             else:
                 present.reverse()
             self.orders[key] = present + absent
@@ -75,8 +77,9 @@ def take(crawl: Crawl) -> Snapshot:
     """Read every host of the crawl now."""
     started = time.perf_counter()
     store = crawl.store
-    names = host_names(crawl.client, store.ck)
-    ceilings = read_ceilings(crawl.client, store.r.keys)
+    # Hosts with work, and those this crawl has a rate of its own for (shown even idle).
+    names = sorted(set(host_names(crawl.client, store.ck)) | set(store.frontier.rates))
+    ceilings = read_ceilings(crawl.client, crawl.keys)
     rows = host_rows(store.politeness, names, crawl.options.rate, ceilings)
     opts = crawl.options
     renders = store.render_plan.states(opts.render, opts.render_hosts, names)

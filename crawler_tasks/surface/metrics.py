@@ -18,6 +18,7 @@ from ..state import store as stores
 from ..state import workers
 from ..state.formats import Counter, Status
 from ..state.health import Memory, memory
+from ..state.stats import LIVE
 from ..state.store import RedisHandle
 from .crawl import Crawl
 
@@ -27,13 +28,11 @@ log = logging.getLogger(__name__)
 MAX_CRAWLS = 20
 
 #: Counters exported per crawl, with their help text (declared with each Counter).
-_COUNTERS = {c.value: c.help for c in Counter if c.help and not c.gauge}
+_COUNTERS = {c.value: c.help for c in Counter if not c.gauge}
 #: Gauges exported per crawl: the counters that go down too, and progress() figures.
 _GAUGES = {
-    **{c.value: c.help for c in Counter if c.help and c.gauge},
-    "in_flight": "URLs released to workers and not yet final",
-    "outstanding": "URLs admitted and not yet final",
-    "retrying": "URLs waiting for a retry",
+    **{c.value: c.help for c in Counter if c.gauge},
+    **LIVE,
     "recent_pages_per_s": "URLs finished per second, recent",
     "paused": "1 while the crawl is paused (no progress expected: alerts leave it alone)",
 }
@@ -61,7 +60,8 @@ class CrawlCollector(Collector):
         return not ended or time.time() - ended <= self.settings.metrics_finished_seconds
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
-        ids = stores.recent(self.r, MAX_CRAWLS)
+        skipped: list[str] = []  # unreadable options (store.recent): counted with the rest
+        ids = stores.recent(self.r, MAX_CRAWLS, skipped)
         counters = {
             n: CounterMetricFamily(f"crawler_{n}", text, labels=["crawl"])
             for n, text in _COUNTERS.items()
@@ -84,7 +84,9 @@ class CrawlCollector(Collector):
             "1 while the crawl's output cannot be written (disk full...): releases pause",
             labels=["crawl"],
         )
-        unreadable = 0
+        for why in skipped:
+            log.warning("crawler metrics: skipped: %s", why)
+        unreadable = len(skipped)
         for crawl_id in ids:
             try:
                 summary = self._figures(crawl_id)

@@ -13,6 +13,8 @@ def problem(settings: Settings) -> str | None:
     """What is wrong with the state Redis, then with the broker if it is another server."""
     why = connection.redis_problem(settings.state_url)
     if why is not None:
+        if not why.startswith(("connection refused", "authentication")):
+            why = tls_mismatch(settings.state_url) or why
         return f"broker {redact(settings.state_url)}: {why}"
     if settings.broker_url != settings.state_url and settings.broker_url.startswith("amqp"):
         why = amqp_problem(settings.broker_url)
@@ -42,3 +44,16 @@ def amqp_problem(url: str, timeout: float = 3.0) -> str | None:
         return f"{type(exc).__name__}: {exc}"
     finally:
         conn.release()
+
+
+def tls_mismatch(url: str) -> str | None:
+    """A Redis that did not answer in the scheme given but does in the other: ``rediss://``
+    to a plain Redis waits for a TLS reply that never comes ("no answer within 2 s")."""
+    scheme, sep, rest = url.partition("://")
+    if scheme == "rediss" and connection.redis_problem(f"redis{sep}{rest}") is None:
+        return "TLS mismatch: it speaks plain Redis, not TLS (use redis://)"
+    if scheme == "redis":
+        query = "&" if "?" in rest else "?"
+        if connection.redis_problem(f"rediss{sep}{rest}{query}ssl_cert_reqs=none") is None:
+            return "TLS mismatch: it speaks TLS (use rediss://, and CRAWLER_CA_BUNDLE for its CA)"
+    return None

@@ -1,4 +1,4 @@
-"""``crawler crawl --seeds-file FILE``: seeds one URL a line (``-``: standard input), checked
+"""``crawler crawl --seeds-file FILE``: seeds one URL a line (``-``: standard input; ``# comments``, whole lines or after a URL), checked
 whole before anything is written, then admitted in batches of ``SEED_BATCH``: a million seeds
 never travel in one message nor sit in the crawl's stored options, which keep the first
 ``KEPT`` (for listings) and, unless ``--allowed-domain`` is given, the seeds' hosts (the
@@ -7,6 +7,7 @@ default scope)."""
 from __future__ import annotations
 
 import itertools
+import re
 import shutil
 import sys
 import tempfile
@@ -17,6 +18,9 @@ from typing import IO
 from ..errors import InvalidSeed
 from ..state.store import check_seeds
 from ..web.urls import host_of
+
+#: A comment after a URL: "#" after white space ("#" inside a URL starts its fragment).
+_INLINE_COMMENT = re.compile(r"\s+#.*$")
 
 #: Seeds of a file kept in the crawl's options (``crawler list`` shows the first).
 KEPT = 100
@@ -33,6 +37,8 @@ class SeedsFile:
             self._spool.flush()
             path = self._spool.name
         self.path = Path(path)
+        if self.path.is_dir():
+            raise InvalidSeed(str(path), "a directory, not a seeds file (one URL a line)")
         if not self.path.is_file():
             raise InvalidSeed(str(path), "no such seeds file")
         self.count = 0
@@ -41,7 +47,7 @@ class SeedsFile:
     def _lines(self) -> Iterator[tuple[int, str]]:
         with open(self.path, encoding="utf-8", errors="replace") as f:
             for number, line in enumerate(f, 1):
-                text = line.strip()
+                text = _INLINE_COMMENT.sub("", line.strip())
                 if text and not text.startswith("#"):
                     yield number, text
 

@@ -9,8 +9,10 @@ retried.
 
 from __future__ import annotations
 
+import os
 import re
 import ssl
+from typing import Any
 
 import requests
 from urllib3.exceptions import ConnectTimeoutError, DecodeError, NewConnectionError
@@ -37,7 +39,7 @@ def is_connect_failure(exc: requests.ConnectionError) -> bool:
 
 def translate(exc: BaseException, expired: bool) -> CrawlerError:
     """The crawler error for a transport exception (requests', urllib3's or the socket's)."""
-    message = f"{type(exc).__name__}: {exc}"[:500]
+    message = cause(exc)
     if expired:
         return FetchTimeout("total deadline exceeded")
     if isinstance(exc, (DecodeError, requests.exceptions.ContentDecodingError)):
@@ -59,6 +61,38 @@ def translate(exc: BaseException, expired: bool) -> CrawlerError:
     return ConnectFailed(message) if connect else ConnectionFailed(message)
 
 
+def cause(exc: BaseException) -> str:
+    """A transport failure in a few words: ``connection refused at 127.0.0.1:8479`` (the OS
+    error behind urllib3's wrappers, and where), not the 300 characters of their reprs."""
+    where, errno = "", None
+    for err in _chain(exc):
+        conn: Any = getattr(err, "conn", None) or getattr(err, "pool", None)
+        if not where and getattr(conn, "host", None):
+            where = f" at {conn.host}:{conn.port}"
+        if isinstance(err, OSError) and isinstance(err.errno, int) and errno is None:
+            errno = err.errno
+    if errno is not None:
+        return f"{os.strerror(errno).lower()}{where}"
+    if any(
+        isinstance(e, (TimeoutError, ConnectTimeoutError, Urllib3ReadTimeout)) for e in _chain(exc)
+    ):
+        return f"timed out{where}"
+    return f"{type(exc).__name__}: {exc}"[:500]
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and what is behind it: causes, contexts, urllib3's ``reason`` and arguments."""
+    seen: dict[int, BaseException] = {}
+    todo: list[object] = [exc]
+    while todo:
+        err = todo.pop(0)
+        if not isinstance(err, BaseException) or id(err) in seen:
+            continue
+        seen[id(err)] = err
+        todo += [err.__cause__, err.__context__, getattr(err, "reason", None), *err.args]
+    return list(seen.values())
+
+
 # "[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: x (_ssl.c:1006)" -> the words
 _SSL_NOISE = re.compile(r"^\[[A-Z0-9_]+: [A-Z0-9_]+\] | \(_ssl\.c:\d+\)$")
 # Not a verdict on the server's TLS: it closed the connection mid-handshake (overload, a
@@ -69,18 +103,11 @@ _TRANSIENT_SSL = (ssl.SSLEOFError, ssl.SSLZeroReturnError, ssl.SSLSyscallError)
 def _tls_failure(exc: BaseException) -> TLSError | None:
     """A TLSError when an ``ssl.SSLError`` (not a transient one) is behind ``exc``. requests
     and urllib3 wrap it in their own exceptions (``MaxRetryError(reason=SSLError(...))``)."""
-    seen: set[int] = set()
-    todo: list[object] = [exc]
-    while todo:
-        err = todo.pop()
-        if not isinstance(err, BaseException) or id(err) in seen:
-            continue
-        seen.add(id(err))
+    for err in _chain(exc):
         if isinstance(err, ssl.SSLError) and not isinstance(err, _TRANSIENT_SSL):
             if isinstance(err, ssl.SSLCertVerificationError) and err.verify_message:
                 text = f"certificate verify failed: {err.verify_message}"
             else:
                 text = _SSL_NOISE.sub("", str(err.args[1] if len(err.args) > 1 else err))
             return TLSError(text.strip()[:300])
-        todo += [err.__cause__, err.__context__, getattr(err, "reason", None), *err.args]
     return None

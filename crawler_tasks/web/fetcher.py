@@ -149,6 +149,7 @@ class Fetcher:
         max_redirects: int | None = None,
         host_headers: Callable[[str], Mapping[str, str]] | None = None,
         proxy: str | None = None,
+        timeout: float | None = None,
     ) -> Response:
         """GET ``url``, following redirects (each hop vetted by ``follow`` and the guard).
         ``headers`` (a crawl's User-Agent, validators) replace the session's; the limits, when
@@ -162,7 +163,8 @@ class Fetcher:
         connection was made: errors.Unreachable), BlockedAddress, UnsupportedScheme,
         TooManyRedirects, TooLarge, BadEncoding or InvalidURL.
         """
-        chain = _Chain(url, allow_private, headers, follow, Deadline(self._total_timeout))
+        total = self._total_timeout if timeout is None else timeout  # the crawl's, if given
+        chain = _Chain(url, allow_private, headers, follow, Deadline(total))
         chain.max_body_bytes = max_body_bytes or self._max_body_bytes
         chain.max_redirects = self._max_redirects if max_redirects is None else max_redirects
         chain.host_headers, chain.proxy = host_headers, proxy

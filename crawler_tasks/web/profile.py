@@ -56,6 +56,9 @@ class RequestOptions(Protocol):
     @property
     def max_redirects(self) -> int: ...
 
+    @property
+    def timeout(self) -> float: ...
+
 
 @dataclass(frozen=True)
 class RequestProfile:
@@ -70,6 +73,8 @@ class RequestProfile:
     proxy: str | None = None
     max_body_bytes: int | None = None
     max_redirects: int | None = None
+    #: Seconds one request may take, every redirect hop (None: the fetcher's own).
+    timeout: float | None = None
 
     @classmethod
     def build(cls, opts: RequestOptions, default_agent: str) -> RequestProfile:
@@ -82,6 +87,7 @@ class RequestProfile:
             proxy=opts.proxy,
             max_body_bytes=opts.max_body_bytes,
             max_redirects=opts.max_redirects,
+            timeout=opts.timeout,
         )
 
     def fetch_args(self, extra: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -93,6 +99,7 @@ class RequestProfile:
             "headers": headers,
             "max_body_bytes": self.max_body_bytes,
             "max_redirects": self.max_redirects,
+            "timeout": self.timeout,
         }
 
     def robots_args(self) -> dict[str, Any]:

@@ -7,6 +7,7 @@ import gzip
 import io
 import zlib
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 
 from lxml import etree
 
@@ -24,6 +25,8 @@ class Parsed:
     kind: str  # "urlset", "sitemapindex", "text" or the unknown root element's name
     locs: list[str] = field(default_factory=list)
     truncated: bool = False  # cut at MAX_XML_BYTES or MAX_URLS (what came before is kept)
+    #: A urlset's ``<lastmod>`` per raw ``<loc>`` (unix seconds), where it parses.
+    lastmods: dict[str, float] = field(default_factory=dict)
 
 
 def inflate(body: bytes, limit: int = MAX_XML_BYTES) -> tuple[bytes, bool]:
@@ -77,12 +80,39 @@ def parse(body: bytes, max_urls: int = MAX_URLS) -> Parsed:
                         break
                     parsed.locs.append(element.text.strip())
             elif name in ("url", "sitemap"):
-                element.clear()
-                while element.getprevious() is not None:  # keep memory flat on big files
-                    del element.getparent()[0]
+                _entry_done(parsed, element, name)
     except etree.XMLSyntaxError:
         parsed.truncated = True
     return parsed
+
+
+def _entry_done(parsed: Parsed, element: etree._Element, name: str) -> None:
+    if name == "url":
+        _lastmod(parsed, element)
+    element.clear()
+    while element.getprevious() is not None:  # keep memory flat on big files
+        del element.getparent()[0]
+
+
+def _lastmod(parsed: Parsed, url: etree._Element) -> None:
+    texts = {
+        etree.QName(c).localname: (c.text or "").strip() for c in url if isinstance(c.tag, str)
+    }
+    when = w3c_time(texts.get("lastmod", ""))
+    if texts.get("loc") and when is not None:
+        parsed.lastmods[texts["loc"]] = when
+
+
+def w3c_time(text: str) -> float | None:
+    """A sitemap's W3C datetime (``2024-05-01``, ``2024-05-01T10:00:00+02:00``, ``...Z``) as
+    unix seconds, UTC when it names no zone; None for anything else (a year alone, a month)."""
+    if len(text) < 10:
+        return None
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return (when if when.tzinfo else when.replace(tzinfo=timezone.utc)).timestamp()
 
 
 def normalised(urls: list[str]) -> list[str]:
@@ -93,3 +123,14 @@ def normalised(urls: list[str]) -> list[str]:
         except InvalidURL:
             continue
     return list(out)
+
+
+def normalised_lastmods(lastmods: dict[str, float]) -> dict[str, float]:
+    """``Parsed.lastmods`` by normalised URL (invalid URLs left out)."""
+    out = {}
+    for url, when in lastmods.items():
+        try:
+            out[normalize(url)] = when
+        except InvalidURL:
+            continue
+    return out

@@ -14,21 +14,13 @@ from celery import Celery
 from kombu import Exchange, Queue
 
 from ..settings import Settings, load
-from ..state.connection import node_urls
-from .broker import DIRECT_PREFIX
+from ..state.connection import is_cluster, node_urls
 
-QUEUES = ("crawl.high", "crawl.medium", "crawl.low", "parse")
-#: Pages to render (worker/render_step.py): served only by workers started with
-#: ``-Q crawl.render`` (each holds a browser), never by fetch or parse workers.
-RENDER_QUEUE = "crawl.render"
-#: The broker's fetch queues (QUEUES without parse).
-FETCH_QUEUES = QUEUES[:3]
-
-
-def direct_queue(worker: str) -> str:
-    """The queue of one fetch process (``Context.worker_id``): its hosts' URLs (host affinity,
-    state/workers.py). Created on first use, like any queue Celery is told to publish to."""
-    return f"{DIRECT_PREFIX}{worker}"
+# The queues' names are the broker module's (the crawler's one view of the broker).
+from .broker import FETCH_QUEUES as FETCH_QUEUES
+from .broker import QUEUES as QUEUES
+from .broker import RENDER_QUEUE as RENDER_QUEUE
+from .broker import direct_queue as direct_queue
 
 
 def broker_transport(url: str) -> str | None:
@@ -92,6 +84,11 @@ def make_app(settings: Settings | None = None) -> Celery:
         redbeat_lock_timeout=60,
         beat_max_loop_interval=5,
     )
+    if is_cluster(settings.state_url):
+        # RedBeat on the crawl-state cluster (its own RedisCluster client, strings as its other
+        # clients have them): its entries, schedule zset and lock are single keys, its
+        # pipelines not transactions, all of which a cluster routes by key.
+        app.conf.redbeat_redis_options = {"cluster": True, "decode_responses": True}
     app.conf.crawler_settings = settings
     return app
 

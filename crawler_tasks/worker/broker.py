@@ -12,21 +12,43 @@ back. Putting back the messages of dead workers (``restore_visible``, at connect
 (it logged a traceback every 10 s). And a worker that starts or reconnects while Redis is
 full waits for room instead of exiting (see ``Transport``). Selected by ``worker/app.py`` for
 ``redis://`` brokers.
+
+Also what the crawler itself asks of the broker, whatever its transport (:class:`BrokerView`):
+the queues' names, how many messages wait (the dispatcher's budget, host affinity's busy
+processes, lost messages), and deleting a dead fetch process's queue. Nothing else reads or
+deletes kombu's lists.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
+import redis
+from kombu.exceptions import ChannelError
 from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
 from redis.exceptions import OutOfMemoryError
 
+from ..settings import Settings
 from .logs import Throttled
 
-#: The queues of single fetch processes (app.direct_queue): host affinity.
+QUEUES = ("crawl.high", "crawl.medium", "crawl.low", "parse")
+#: Pages to render (worker/render_step.py): served only by workers started with
+#: ``-Q crawl.render`` (each holds a browser), never by fetch or parse workers.
+RENDER_QUEUE = "crawl.render"
+#: The broker's fetch queues (QUEUES without parse).
+FETCH_QUEUES = QUEUES[:3]
+#: The queues of single fetch processes (direct_queue): host affinity.
 DIRECT_PREFIX = "crawl.direct."
+
+
+def direct_queue(worker: str) -> str:
+    """The queue of one fetch process (``Context.worker_id``): its hosts' URLs (host affinity,
+    worker/routing.py). Created on first use, like any queue Celery is told to publish to."""
+    return f"{DIRECT_PREFIX}{worker}"
+
 
 log = logging.getLogger(__name__)
 _unrecorded = Throttled(log, "recording a delivered message (Redis is full)", every=30.0)
@@ -113,3 +135,102 @@ class Transport(kombu_redis.Transport):  # type: ignore[misc]
     # that as a fatal channel error and exits; as a connection error it tries again with
     # back-off ("Trying to re-establish the connection") until Redis has room.
     connection_errors = (*kombu_redis.Transport.connection_errors, OutOfMemoryError)
+
+
+class Survey(NamedTuple):
+    """One look at the broker's fetch queues, by the dispatcher before a release round."""
+
+    #: Messages waiting in the shared fetch queues and the fetch processes' own queues
+    #: (None: not a Redis broker this process can read).
+    waiting: int | None
+    #: Messages waiting in each fetch process's own queue.
+    direct: dict[str, int]
+    #: The running crawls and the fetch processes joined for affinity, when the broker is the
+    #: state's Redis (read in the same round trip); None otherwise.
+    running: list[str] | None
+    fetchers: set[str] | None
+
+
+class BrokerView:
+    """What the crawler asks of the broker. ``connect``: a Celery app's
+    ``connection_for_read`` (any transport), for :meth:`idle_stages`; without one, every
+    stage counts as idle (the in-process test driver, which has no broker)."""
+
+    def __init__(self, settings: Settings, connect: Callable[[], Any] | None = None) -> None:
+        self.settings = settings
+        self._connect = connect
+        self._client: redis.Redis | None = None
+
+    def client(self, state: redis.Redis) -> redis.Redis | None:
+        """The broker's Redis (``state`` when the broker is the state's Redis); None for
+        another broker."""
+        url = self.settings.broker_url
+        if url == self.settings.state_url:
+            return state
+        if self._client is None and url.split("://", 1)[0] in ("redis", "rediss"):
+            self._client = redis.Redis.from_url(url)
+        return self._client
+
+    def survey(self, state: redis.Redis, holders: list[str], running: str, fetchers: str) -> Survey:
+        """LLEN of every fetch queue; with a shared Redis, the SMEMBERS of ``running`` and
+        ``fetchers`` (the state's keys) in the same round trip."""
+        broker = self.client(state)
+        if broker is None:
+            return Survey(None, {}, None, None)
+        pipe = broker.pipeline(transaction=False)
+        for queue in (*FETCH_QUEUES, *map(direct_queue, holders)):
+            pipe.llen(queue)
+        shared = broker is state
+        if shared:
+            pipe.smembers(running)
+            pipe.smembers(fetchers)
+        got = pipe.execute()
+        lengths = got[: len(FETCH_QUEUES) + len(holders)]
+        direct = dict(zip(holders, lengths[len(FETCH_QUEUES) :], strict=True))
+        if not shared:
+            return Survey(sum(lengths), direct, None, None)
+        names = [m.decode() for m in got[-2]], {m.decode() for m in got[-1]}
+        return Survey(sum(lengths), direct, *names)
+
+    def delete_direct(self, state: redis.Redis, worker: str) -> None:
+        """A dead fetch process's own queue: its URLs are taken back (reclaim), its messages
+        would only fetch them twice."""
+        broker = self.client(state)
+        if broker is not None:
+            broker.delete(direct_queue(worker))
+
+    def idle_stages(self, fetchers: list[str]) -> set[str]:
+        """Which stages' broker queues are empty: "r" (every fetch queue, the fetch
+        processes' own included), "q" (parse), "v" (render). A URL waiting unstarted while
+        its queue is empty has lost its message (repair.py): a frozen worker's pending BRPOP
+        can take a message where no visibility timeout sees it. Any doubt (broker away)
+        counts as not empty."""
+        if self._connect is None:
+            return {"r", "q", "v"}
+        idle: set[str] = set()
+        try:
+            with self._connect() as conn:
+                if all(_empty(conn, q) for q in (*FETCH_QUEUES, *map(direct_queue, fetchers))):
+                    idle.add("r")
+                if _empty(conn, "parse"):
+                    idle.add("q")
+                if _empty(conn, RENDER_QUEUE):
+                    idle.add("v")
+        except Exception as exc:  # noqa: BLE001 - a doubt is "not idle"
+            log.debug("queue depths unknown: %s", exc)
+            return set()
+        return idle
+
+
+def _empty(conn: Any, queue: str) -> bool:
+    return queue_length(conn, queue) == 0
+
+
+def queue_length(conn: Any, queue: str) -> int:
+    """Messages waiting in the broker's ``queue`` (0 for one that does not exist)."""
+    # A channel per question: after a passive declare fails, an AMQP channel is closed.
+    with conn.channel() as channel:
+        try:
+            return int(channel.queue_declare(queue=queue, passive=True).message_count)
+        except ChannelError:  # Redis: an empty list does not exist; AMQP: not declared yet
+            return 0

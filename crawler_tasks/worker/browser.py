@@ -24,6 +24,7 @@ import concurrent.futures
 import contextlib
 import logging
 import os
+import subprocess
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -83,6 +84,24 @@ class Rendered:
 
 def chromium_path(settings: Settings) -> str:
     return settings.chromium_path or DEFAULT_CHROMIUM
+
+
+def browser_problem(settings: Settings) -> str | None:
+    """Why this host's Chromium cannot run (None if it answers ``--version``): checked when a
+    render worker starts, which refuses to start with that line rather than say "ready" and
+    fail every page (Ubuntu's ``chromium-browser`` is a shim asking for the snap)."""
+    path = chromium_path(settings)
+    where = f"CRAWLER_CHROMIUM_PATH={path}" if settings.chromium_path else f"Chromium ({path})"
+    try:
+        done = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
+    except FileNotFoundError:
+        return f"{where}: no such file (install chromium, or set CRAWLER_CHROMIUM_PATH)"
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"{where}: cannot run it ({exc})"
+    if done.returncode != 0:
+        said = (done.stderr or done.stdout).strip().splitlines()
+        return f"{where}: exits {done.returncode}: {said[0][:200] if said else 'no output'}"
+    return None
 
 
 def launch_args(settings: Settings) -> list[str]:
@@ -164,12 +183,16 @@ class BrowserPool:
             from playwright.async_api import async_playwright  # the [render] extra
 
             self._pw = await async_playwright().start()
-        self._browser = await self._pw.chromium.launch(
-            executable_path=chromium_path(s),
-            args=launch_args(s),
-            # Nothing leaves but through the route (see the module docstring).
-            proxy={"server": "http://127.0.0.1:9", "bypass": "<-loopback>"},
-        )
+        try:
+            self._browser = await self._pw.chromium.launch(
+                executable_path=chromium_path(s),
+                args=launch_args(s),
+                # Nothing leaves but through the route (see the module docstring).
+                proxy={"server": "http://127.0.0.1:9", "bypass": "<-loopback>"},
+            )
+        except Exception as exc:  # playwright's Error: its first line is the cause
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+            raise RenderFailed(f"the browser cannot start: {first}") from None
         self._pages, self._open[self._browser] = 0, 0
         log.info("render: browser started (%s)", chromium_path(s))
         return self._browser

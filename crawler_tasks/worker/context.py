@@ -29,9 +29,11 @@ from ..web.fetcher import Fetcher
 from ..web.profile import RequestProfile
 from .browser import BrowserPool
 from .crawl_runtime import CrawlRuntime, robots_getter
+from .handoff import Publisher
 from .hooks import Hooks
 from .output import Outputs
 from .room import Room
+from .warc import warcinfo_fields
 
 log = logging.getLogger(__name__)
 
@@ -72,10 +74,9 @@ class Context:
     def __init__(
         self,
         settings: Settings,
-        enqueue_parse: Enqueue,
+        publisher: Publisher,
         on_finished: Enqueue,
         send_items: Enqueue | None = None,
-        enqueue_render: Enqueue | None = None,
     ) -> None:
         self.settings = settings
         self.client = redis_client(settings)
@@ -88,9 +89,8 @@ class Context:
         self.heartbeat = Heartbeat(self.client, self.keys, self.worker_id)
         #: Whether this process may admit new URLs while Redis nears maxmemory (room.py).
         self.room = Room(self.client, settings.admission_memory_fraction, settings.admission_wait)
-        self.enqueue_parse = enqueue_parse
-        #: (crawl id, url, depth): a fetched page to the ``crawl.render`` queue.
-        self.enqueue_render = enqueue_render or _no_render
+        #: Where a URL's next step is published (handoff.py); the dispatcher's too.
+        self.publisher = publisher
         #: This process's browser (worker/browser.py), started by its first render.
         self.browser = BrowserPool(settings)
         self.on_finished = on_finished
@@ -170,12 +170,13 @@ class Context:
     def _runtime(self, opts: CrawlOptions) -> CrawlRuntime:
         profile = RequestProfile.build(opts, self.settings.user_agent)
         root = opts.output or self.settings.output_dir
+        info = warcinfo_fields(opts.crawl_id, opts.to_json())
         return CrawlRuntime(
             opts,
             profile,
             self.fetcher,
             self.robots(profile),
-            lambda: self.outputs.get(opts.crawl_id, root),
+            lambda: self.outputs.get(opts.crawl_id, root, info),
         )
 
     def first_sitemap_look(self, crawl_id: str, origin: str) -> bool:
@@ -202,10 +203,6 @@ class Context:
                     http_get=robots_getter(self.fetcher, profile),
                 )
         return cache
-
-
-def _no_render(crawl_id: str, url: str, depth: int) -> None:
-    raise RuntimeError("this process cannot publish render tasks")
 
 
 def _outcome(call: Callable[[], Any]) -> tuple[bool, Any]:

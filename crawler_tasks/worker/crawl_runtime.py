@@ -10,9 +10,11 @@ from collections.abc import Callable
 
 from ..state.options import CrawlOptions
 from ..state.robots_cache import RobotsCache
+from ..state.validators import Recrawl
 from ..web.fetcher import Fetcher, Response
 from ..web.profile import RequestProfile
 from .output import CrawlOutput
+from .revisits import write_capture
 
 log = logging.getLogger(__name__)
 
@@ -48,10 +50,23 @@ class CrawlRuntime:
         """The crawl's output files in this process."""
         return self._output()
 
-    def write_warc(self, response: Response) -> str | None:
-        """The response's WARC records; the response record's id (None: not written)."""
+    def write_warc(
+        self,
+        response: Response,
+        recrawl: Recrawl | None = None,
+        counters: dict[str, int] | None = None,
+    ) -> str | None:
+        """The response's WARC records; the response (or revisit) record's id (None: not
+        written). In a schedule's run (``recrawl``), an unchanged page is a revisit record,
+        added to ``counters`` (the URL's final counters: counted once, with its record)."""
         if not self.opts.warc_non_html and response.content_type not in WARC_HTML:
             return None
+        if recrawl is not None:
+            headers = self.profile.recorded_headers()
+            written = write_capture(self.output(), recrawl.captures, response, headers)
+            if counters is not None:
+                counters.update(written.counters())
+            return written.record_id
         return self.output().warc(
             response.final_url,
             response.status,

@@ -7,7 +7,8 @@ workers never interleave records and no file needs a cross-process lock:
 * ``items-*.jsonl``  the crawl's extraction hook's items, one per line:
   ``{"url": page URL, "item": {...}, "rid": the page record's rid}``
 * ``edges-*.tsv``    one ``from<TAB>to`` line per outlink
-* ``crawl-*.warc.gz`` WARC request + response records of every fetched URL (warcio)
+* ``crawl-*.warc.gz`` WARC/1.1, a ``warcinfo`` record first, then request + response records of
+  every fetched URL, or request + ``revisit`` records in a recrawl (worker/revisits.py) (warcio)
 * ``summary.json``   written once, by the worker that finishes the crawl
 
 Records are flushed as they are written. A record is written after finish.lua has accepted the
@@ -27,7 +28,6 @@ import os
 import socket
 import threading
 import time
-import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -35,17 +35,14 @@ from typing import Any
 
 from warcio.recordloader import ArcWarcRecord
 from warcio.statusandheaders import StatusAndHeaders
-from warcio.warcwriter import WARCWriter
 
 from ..errors import OutputUnavailable
 from . import faults
+from .warc import http_headers, record_bytes, request_target, warcinfo, writer
 
 #: Key of a record's items while it waits to be written (recorder.py); not in the page line,
 #: which has their number as ``items``.
 ITEMS = "_items"
-
-# Headers that describe the bytes on the wire, not the decoded body kept in the WARC record.
-_WIRE_HEADERS = {"content-encoding", "transfer-encoding", "content-length"}
 
 
 class CrawlOutput:
@@ -56,10 +53,18 @@ class CrawlOutput:
     to where it ended before, so a reader never meets half a record and the next record does
     not land on a cut one. The failure is raised as :class:`OutputUnavailable`."""
 
-    def __init__(self, directory: str | os.PathLike[str], tag: str, gzip_level: int = 1) -> None:
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        tag: str,
+        gzip_level: int = 1,
+        info: dict[str, str] | None = None,
+    ) -> None:
         self.dir = Path(directory)
         self.tag = tag
         self.gzip_level = gzip_level  # Settings.warc_gzip_level
+        #: The fields of the warcinfo record each WARC file begins with (warcinfo_fields).
+        self.info = info or {}
         self._lock = threading.Lock()
         self._files: dict[str, int] = {}  # name -> fd (O_APPEND)
 
@@ -150,45 +155,89 @@ class CrawlOutput:
         request_headers: list[tuple[str, str]],
         http_version: str = "HTTP/1.1",
         ip: str | None = None,
+        warc_headers: dict[str, str] | None = None,
     ) -> str:
         """Append a response record and its request record; returns the response's
-        WARC-Record-ID (a rendered page's conversion record refers to it)."""
+        WARC-Record-ID (a rendered page's conversion record refers to it). ``warc_headers``:
+        more WARC headers (a recrawl gives the WARC-Date and WARC-Payload-Digest it keeps)."""
+        http = http_headers(f"{status} {reason}", headers, len(body), http_version)
+        extra = {"WARC-IP-Address": ip} if ip else {}
+        resp = writer().create_warc_record(
+            url,
+            "response",
+            payload=io.BytesIO(body),
+            http_headers=http,
+            warc_headers_dict={**extra, **(warc_headers or {})},
+        )
+        return self._with_request(resp, request_headers, http_version)
+
+    def _with_request(
+        self, record: ArcWarcRecord, request_headers: list[tuple[str, str]], http_version: str
+    ) -> str:
+        """Append ``record`` after the request record concurrent to it; its WARC-Record-ID."""
         # Records are built and compressed outside the lock; one gzip member per record (the
         # WARC convention) at Settings.warc_gzip_level, not warcio's 9 (~3x level 6's CPU for
         # ~5 % less size).
-        writer = WARCWriter(io.BytesIO(), gzip=False)
-        kept = [(k, v) for k, v in headers if k.lower() not in _WIRE_HEADERS]
-        kept.append(("Content-Length", str(len(body))))
-        http = StatusAndHeaders(f"{status} {reason}".strip(), kept, protocol=http_version)
-        extra = {"WARC-IP-Address": ip} if ip else None
-        resp = writer.create_warc_record(
-            url, "response", payload=io.BytesIO(body), http_headers=http, warc_headers_dict=extra
-        )
+        url = record.rec_headers.get_header("WARC-Target-URI")
         req_http = StatusAndHeaders(
-            f"GET {_request_target(url)} {http_version}", request_headers, is_http_request=True
+            f"GET {request_target(url)} {http_version}", request_headers, is_http_request=True
         )
-        req = writer.create_warc_record(url, "request", http_headers=req_http)
-        req.rec_headers.add_header(
-            "WARC-Concurrent-To", resp.rec_headers.get_header("WARC-Record-ID")
+        req = writer().create_warc_record(url, "request", http_headers=req_http)
+        rid = str(record.rec_headers.get_header("WARC-Record-ID"))
+        req.rec_headers.add_header("WARC-Concurrent-To", rid)
+        self._append_warc(
+            record_bytes(req, self.gzip_level) + record_bytes(record, self.gzip_level)
         )
-        data = _record_bytes(req, self.gzip_level) + _record_bytes(resp, self.gzip_level)
-        with self._lock:
-            self._append([(f"crawl-{self.tag}.warc.gz", data)])
-        return str(resp.rec_headers.get_header("WARC-Record-ID"))
+        return rid
+
+    def revisit(
+        self,
+        url: str,
+        profile: str,
+        refers_to: tuple[str, str, str],
+        http: StatusAndHeaders,
+        request_headers: list[tuple[str, str]],
+        ip: str | None = None,
+    ) -> str:
+        """Append a ``revisit`` record (WARC 1.1 6.7) and its request record: ``profile`` one
+        of the REVISIT_* profiles, ``refers_to`` the earlier capture's (payload digest,
+        WARC-Target-URI, WARC-Date); ``http`` the response's headers, without a body. Its
+        WARC-Record-ID. Through the same append as a response (``_append_warc``)."""
+        digest, uri, date = refers_to
+        extra = {"WARC-IP-Address": ip} if ip else {}
+        record = writer().create_revisit_record(
+            url, digest, uri, date, http_headers=http, warc_headers_dict=extra
+        )
+        record.rec_headers.replace_header("WARC-Profile", profile)
+        return self._with_request(record, request_headers, http.protocol)
 
     def conversion(self, url: str, html: str, refers_to: str | None) -> None:
         """A rendered page's DOM, as a ``conversion`` record of the response it came from."""
-        writer = WARCWriter(io.BytesIO(), gzip=False)
         extra = {"WARC-Refers-To": refers_to} if refers_to else {}
-        record = writer.create_warc_record(
+        record = writer().create_warc_record(
             url,
             "conversion",
             payload=io.BytesIO(_utf8(html)),
             warc_content_type="text/html; charset=utf-8",
             warc_headers_dict=extra,
         )
+        self._append_warc(record_bytes(record, self.gzip_level))
+
+    def _append_warc(self, data: bytes) -> None:
+        """Every WARC record's way to this process's WARC file (responses, revisits,
+        conversions): a file begins with its warcinfo record, appended with the first record
+        so that the two are there together or not at all."""
+        name = f"crawl-{self.tag}.warc.gz"
         with self._lock:
-            self._append([(f"crawl-{self.tag}.warc.gz", _record_bytes(record, self.gzip_level))])
+            if self._fresh(name):
+                data = record_bytes(warcinfo(name, self.info), self.gzip_level) + data
+            self._append([(name, data)])
+
+    def _fresh(self, name: str) -> bool:
+        try:
+            return os.fstat(self._fd(name)).st_size == 0
+        except OSError as exc:
+            raise OutputUnavailable(str(self.dir), describe(exc)) from exc
 
     def close(self) -> None:
         with self._lock:
@@ -228,19 +277,6 @@ def _item_line(record: dict[str, Any], item: dict[str, Any]) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":")) + "\n"
 
 
-def _record_bytes(record: ArcWarcRecord, level: int) -> bytes:
-    buf = io.BytesIO()
-    WARCWriter(buf, gzip=False).write_record(record)
-    gz = zlib.compressobj(level, zlib.DEFLATED, zlib.MAX_WBITS + 16)
-    return gz.compress(buf.getvalue()) + gz.flush()
-
-
-def _request_target(url: str) -> str:
-    rest = url.split("://", 1)[-1]
-    slash = rest.find("/")
-    return rest[slash:] if slash >= 0 else "/"
-
-
 def process_tag() -> str:
     """This process among all workers' (file names, heartbeats, inflight marks): "host-pid"."""
     return f"{socket.gethostname()}-{os.getpid()}"
@@ -255,12 +291,13 @@ class Outputs:
         self._open: OrderedDict[str, CrawlOutput] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, crawl_id: str, root: str) -> CrawlOutput:
+    def get(self, crawl_id: str, root: str, info: dict[str, str] | None = None) -> CrawlOutput:
+        """``info``: the crawl's warcinfo fields (warcinfo_fields)."""
         with self._lock:
             out = self._open.get(crawl_id)
             if out is None:
                 out = self._open[crawl_id] = CrawlOutput(
-                    Path(root) / crawl_id, self.tag, self.gzip_level
+                    Path(root) / crawl_id, self.tag, self.gzip_level, info
                 )
                 while len(self._open) > self.max_open:
                     self._open.popitem(last=False)[1].close()

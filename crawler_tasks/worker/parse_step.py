@@ -1,7 +1,7 @@
 """The parse step of one fetched HTML page: its record fields, its links admitted (or its
 canonical URL instead), its extraction hook's items sent on.
 
-A page parsed here was fetched by this same task (small bodies, fetch_step.respond) or by an
+A page parsed here was fetched by this same task (small bodies, respond.py) or by an
 earlier fetch task that left its body in Redis (``store.bodies``) and published this parse.
 While Redis is nearly full (``maxmemory``), a page waits for room before anything of it is
 written (worker/room.py); after ``admission_wait`` the wait raises AdmissionPaused and the
@@ -23,7 +23,8 @@ from ..web.robots import Robots
 from ..web.urls import origin_of
 from . import hooks
 from .context import Context
-from .recorder import Final, finalize, recover
+from .outcome import Final
+from .recorder import finalize, recover
 
 log = logging.getLogger(__name__)
 

@@ -36,8 +36,9 @@ from ..state.formats import Started
 from . import fetch_step, parse_step, render_step
 from .context import Context
 from .outage import REDIS_UNAVAILABLE
+from .outcome import Final
 from .parse_step import item_task_failed
-from .recorder import Final, finalize, output_failed
+from .recorder import finalize, output_failed
 from .settle import requeue, settle
 
 __all__ = ["begin", "fetch_url", "item_task_failed", "parse_url", "render_url"]

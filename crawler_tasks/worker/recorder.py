@@ -36,19 +36,20 @@ import socket
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import CrawlerError, InternalError, OutputUnavailable
+from ..errors import OutputUnavailable
 from ..state import events, formats
 from ..state.admission import RedirectClaims
+from ..state.crawl_state import Note
 from ..state.formats import Counter, Status
 from ..state.store import CrawlStore
 from ..state.workers import alive
 from . import faults
 from .context import Context
 from .logs import Throttled
+from .outcome import Final
 from .output import ITEMS, describe, items_path, write_summary
 
 log = logging.getLogger(__name__)
@@ -57,86 +58,6 @@ _unwritable = Throttled(log, "writing crawl output", every=30.0)
 DEAD_LETTER_FIELDS = (
     "url", "depth", "error", "status", "detail", "attempts", "fetched_at", "extract_error"
 )  # fmt: skip
-
-
-@dataclass
-class Final:
-    """The final state of one URL: its output record and the counters it adds."""
-
-    url: str
-    depth: int
-    error: str | None = None
-    status: int | None = None
-    final_url: str | None = None
-    content_type: str | None = None
-    title: str | None = None
-    outlinks: list[str] = field(default_factory=list)
-    extra: dict[str, Any] = field(default_factory=dict)
-    counters: dict[str, int] = field(default_factory=dict)
-    #: False for a URL robots.txt refuses: counted, no line in the output. Links to it that
-    #: admission could judge never became URLs at all (admission.py); the rest must look alike.
-    recorded: bool = True
-
-    def record(self) -> dict[str, Any]:
-        rest = {k: v for k, v in self.extra.items() if k != "fetched_at"}
-        return {
-            "url": self.url,
-            "final_url": self.final_url or self.url,
-            "status": self.status,
-            "depth": self.depth,
-            "content_type": self.content_type,
-            "title": self.title,
-            "fetched_at": self.extra.get("fetched_at"),
-            "error": self.error,
-            "outlinks": self.outlinks,
-            **rest,
-        }
-
-    def add_items(self, items: list[dict[str, Any]], error: str | None) -> None:
-        """The extraction hook's items (written with the record: output.py) or its error."""
-        self.extra["items"] = len(items)
-        self.extra[ITEMS] = items
-        self.counters[Counter.ITEMS.value] = len(items)
-        if error is not None:
-            self.extra["extract_error"] = error
-            self.counters[Counter.EXTRACT_ERRORS.value] = 1
-
-    def note_change(self, kind: str | None) -> None:
-        if kind is not None:
-            self.extra["change"] = kind
-            self.counters[formats.change(kind)] = 1
-
-    @classmethod
-    def failed(cls, url: str, depth: int, exc: CrawlerError) -> Final:
-        details = exc.details
-        status = getattr(exc, "status", None) or details.get("status")
-        final = cls(
-            url,
-            depth,
-            error=exc.reason,
-            status=status if isinstance(status, int) else None,
-            final_url=_text(details.get("final_url")),
-            content_type=_text(details.get("content_type")),
-            extra={"detail": str(exc)[:500], "fetched_at": time.time()},
-            counters={Counter.FAILED.value: 1, formats.failed(exc.reason): 1},
-        )
-        redirects = details.get("redirects")
-        if isinstance(redirects, list) and redirects:
-            final.extra["redirects"] = [target for _, target in redirects]
-        return final
-
-    @classmethod
-    def cancelled(cls, url: str, depth: int) -> Final:
-        error = formats.Outcome.CANCELLED.value
-        return cls(url, depth, error=error, counters={Counter.CANCELLED.value: 1})
-
-    @classmethod
-    def internal(cls, url: str, depth: int, exc: Exception) -> Final:
-        return cls.failed(url, depth, InternalError(f"{type(exc).__name__}: {exc}"))
-
-
-def _text(value: object) -> str | None:
-    return value if isinstance(value, str) else None
 
 
 def finalize(ctx: Context, store: CrawlStore, final: Final) -> str:
@@ -278,29 +199,29 @@ def crawl_finished(ctx: Context, store: CrawlStore) -> bool:
     opts, status = store.opts, store.status
     if not _finisher_lock(ctx, store):
         return False
-    flags = status.flags()
-    if flags.get("status") != Status.FINISHING.value:
+    state = status.read()
+    if state.status is not Status.FINISHING:
         status.unlock_finisher()
         return False
-    final = Status(flags.get("final_status", Status.FINISHED.value))
+    final = state.final_status or Status.FINISHED
     try:
         summary = _files_of_the_end(ctx, store, final)
     except OutputUnavailable as exc:
-        if status.flags().get("cancelled") != "1":
+        if not status.read().cancelled:
             output_failed(ctx, store, exc)
             status.unlock_finisher()
             log.warning("crawl %s: finishing waits for its output: %s", opts.crawl_id, exc)
             return False
         # Cancelled while its output cannot be written: what is not on disk is given up.
         final = Status.CANCELLED
-        status.note(output_given_up=str(exc))
+        status.note(Note.OUTPUT_GIVEN_UP, str(exc))
         summary = store.stats.summary()
         summary["status"] = final.value
     status.expire(ctx.settings.finished_ttl)
     events.emit(store.client, store.ck, "crawl_finished", opts.crawl_id, summary=summary)
-    if opts.on_finished and not flags.get("on_finished_sent"):
+    if opts.on_finished and not state.on_finished_sent:
         ctx.on_finished(opts.on_finished, opts.crawl_id, summary)
-        status.note(on_finished_sent=1)
+        status.note(Note.ON_FINISHED_SENT)
     # The series' last point: the crawl's end, whatever the interval (state/series.py).
     store.series.sample(now=summary.get("finished_at") or None, force=True)
     status.finished(final)
@@ -312,7 +233,7 @@ def _files_of_the_end(ctx: Context, store: CrawlStore, final: Status) -> dict[st
     """Every record on disk, then ``summary.json``; OutputUnavailable if the disk refuses."""
     opts, status = store.opts, store.status
     _write_all_orphans(ctx, store)
-    if store.recrawl is not None and status.first("gone_counted"):
+    if store.recrawl is not None and status.first(Note.GONE_COUNTED):
         store.stats.put(formats.change("gone"), store.recrawl.gone())
     summary = store.stats.summary()
     summary["status"] = final.value
@@ -322,7 +243,9 @@ def _files_of_the_end(ctx: Context, store: CrawlStore, final: Status) -> dict[st
     except OSError as exc:
         raise OutputUnavailable(directory, describe(exc)) from exc
     faults.point("after_summary")
-    status.note(summary_path=path)
+    # The host too: the command asking where the files are may run elsewhere (surface/export.py).
+    status.note(Note.SUMMARY_PATH, path)
+    status.note(Note.SUMMARY_HOST, socket.gethostname())
     return summary
 
 

@@ -40,8 +40,7 @@ class SubrequestGuard:
     def __init__(self, ctx: Context, store: CrawlStore, page_url: str, until: float) -> None:
         self.ctx, self.store, self.until = ctx, store, until
         self.origin = origin_of(page_url)
-        s = ctx.settings
-        self.blocked_types = {t.strip() for t in s.render_block.split(",") if t.strip()}
+        self.config = store.render_config  # the crawl's limits, not this process's
         self.slots = self.made = self.blocked = self.refused = self.bytes = 0
         self._lock = threading.Lock()
 
@@ -74,13 +73,13 @@ class SubrequestGuard:
             setattr(self, what, getattr(self, what) + 1)
 
     def _admissible(self, url: str, method: str, resource_type: str) -> bool:
-        s, opts = self.ctx.settings, self.store.opts
-        if resource_type in self.blocked_types or method not in ("GET", "HEAD"):
+        limits, opts = self.config, self.store.opts
+        if resource_type in limits.blocked or method not in ("GET", "HEAD"):
             return False
         if urlsplit(url).scheme not in ("http", "https"):
             return False
         with self._lock:
-            if self.slots >= s.render_max_subrequests or self.bytes >= s.render_max_bytes:
+            if self.slots >= limits.max_subrequests or self.bytes >= limits.max_bytes:
                 return False
             self.slots += 1  # taken before the wait, so that racing requests see it
         if opts.obey_robots and origin_of(url) == self.origin:
@@ -115,7 +114,7 @@ class SubrequestGuard:
         crawl = self.ctx.crawl(self.store)
         args = crawl.profile.fetch_args()
         with self._lock:
-            args["max_body_bytes"] = max(1, self.ctx.settings.render_max_bytes - self.bytes)
+            args["max_body_bytes"] = max(1, self.config.max_bytes - self.bytes)
         try:
             response = crawl.fetcher.get(url, **args)
         except BlockedAddress:  # a redirect hop to a refused address

@@ -31,9 +31,12 @@ from ..state.store import CrawlStore
 from ..web.page import extract
 from .browser import RenderJob
 from .context import Context
+from .handoff import Stage
+from .outcome import Final
 from .parse_step import parsed, take_stored
-from .recorder import Final, finalize
+from .recorder import finalize
 from .render_guard import SubrequestGuard
+from .settle import attempt
 
 #: Seconds a page waiting for its host's sample verdict waits before it is published again.
 SAMPLE_POLL = 0.1
@@ -50,19 +53,18 @@ def render_url(ctx: Context, crawl_id: str, url: str, depth: int) -> str:
         early = _recheck(ctx, store, url, depth, meta, body)
         if early is not None:
             return early
-    guard = SubrequestGuard(ctx, store, url, time.monotonic() + ctx.settings.render_deadline)
+    guard = SubrequestGuard(ctx, store, url, time.monotonic() + store.render_config.deadline)
     try:
         final = _rendered(ctx, store, url, depth, meta, body, guard)
     except RenderRefused as exc:
         final = _failed(url, depth, meta, exc)
     except RenderFailed as exc:
-        attempts = store.ledger.count_attempt(url)
-        if attempts <= store.opts.max_retries:
-            store.ledger.mark_render_queued(url)
-            ctx.enqueue_render(store.id, url, depth)
+        attempts = attempt(store, url)
+        if not attempts.last:
+            ctx.publisher.hand_off(store, url, depth, Stage.RENDER)
             return "retry"
         final = _failed(url, depth, meta, exc)
-        final.extra["attempts"] = attempts
+        final.extra["attempts"] = attempts.number
     final.counters.update(guard.counters())  # of the render recorded, not of those retried
     result = finalize(ctx, store, final)
     store.bodies.drop(url)
@@ -78,10 +80,9 @@ def _recheck(
     must not hold the host's pages, which are rendered then); None: render it."""
     answer = store.render_plan.recheck(url)
     waited = time.time() - meta.get("queued_at", 0.0)
-    if answer is RenderRecheck.WAIT and waited < ctx.settings.render_deadline:
+    if answer is RenderRecheck.WAIT and waited < store.render_config.deadline:
         time.sleep(SAMPLE_POLL)  # not a busy loop through the broker while the sample renders
-        store.ledger.mark_render_queued(url)
-        ctx.enqueue_render(store.id, url, depth)
+        ctx.publisher.hand_off(store, url, depth, Stage.RENDER)
         return "waiting"
     if answer is RenderRecheck.RAW:
         result = finalize(ctx, store, parsed(ctx, store, url, depth, meta, body))
@@ -107,7 +108,7 @@ def _rendered(
         headers=headers or {"content-type": "text/html"},
         body=body,
         subrequest=guard,
-        deadline=s.render_deadline,
+        deadline=store.render_config.deadline,
         settle=s.render_settle,
         quiet=s.render_quiet,
         timer_wait=s.render_timer_wait,

@@ -51,7 +51,6 @@ from .output import describe
 
 if TYPE_CHECKING:
     from ..state.store import CrawlStore
-    from .context import Context
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -239,15 +238,15 @@ class _Pipeline:
         return results
 
 
-def probe_output(ctx: Context, store: CrawlStore) -> None:
+def probe_output(store: CrawlStore, output_dir: str) -> None:
     """While ``store``'s output cannot be written and its next probe is due: a probe write in
     its directory here; room found ends the pause (releases go on), none sets the next probe
-    ``OUTPUT_PAUSE`` s later. Called by each dispatcher's reclaim round (every 2 s)."""
-    flags = store.status.flags()
-    due = float(flags.get("output_blocked_until", 0) or 0)
-    if "output_problem" not in flags or due > time.time():
+    ``OUTPUT_PAUSE`` s later. ``output_dir``: this process's ``CRAWLER_OUTPUT_DIR``. Called
+    by each dispatcher's repair round (every 2 s)."""
+    state = store.status.read()
+    if state.output_problem is None or state.output_blocked_until > time.time():
         return
-    directory = Path(store.opts.output or ctx.settings.output_dir) / store.opts.crawl_id
+    directory = Path(store.opts.output or output_dir) / store.opts.crawl_id
     why = no_room(directory)
     if why is None:
         log.warning("crawl %s: its output can be written again (%s)", store.id, directory)

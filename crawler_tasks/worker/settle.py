@@ -14,54 +14,16 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable
-from dataclasses import dataclass
-from enum import Enum
+from typing import NamedTuple
 
 from ..errors import CrawlerError, HostDown
-from ..state.formats import LeaseEnd
 from ..state.politeness import Done, Lease
 from ..state.store import CrawlStore
 from .context import Context
-from .recorder import Final, finalize, recover
+from .outcome import Decision, Final, Next
+from .recorder import finalize, recover
 
 log = logging.getLogger(__name__)
-
-
-class Next(Enum):
-    """What becomes of a URL once its lease is returned."""
-
-    DUPLICATE = "duplicate"  # not this task's (start.lua): nothing to do, no lease to return
-    RECOVER = "recover"  # final already, its record unwritten: write it (no lease)
-    FINAL = "final"  # record ``final``
-    RETRY = "retry"  # back to the frontier after a back-off, or final after max_retries
-    REQUEUE = "requeue"  # back to the frontier now, no retry spent
-    UNREACHABLE = "unreachable"  # no connection: the host's circuit breaker decides (done.lua)
-    RESPONSE = "response"  # a response: ``then`` records it or hands it to the parse step
-
-
-@dataclass
-class Decision:
-    """What the fetch step decided for one URL, for :func:`settle` to carry out."""
-
-    next: Next
-    #: How the lease ends (None: the URL is not this task's, its lease is not ours either).
-    lease: LeaseEnd | None = LeaseEnd.OK
-    final: Final | None = None
-    error: CrawlerError | None = None
-    #: Retry-After seconds for the lease (a throttled host), and when the request was sent.
-    retry_after: float = 0.0
-    sent: float = -1.0
-    #: RESPONSE: what the response becomes, after the lease is back (None: a parse task).
-    then: Callable[[], Final | None] | None = None
-
-    @classmethod
-    def record(cls, final: Final, lease: LeaseEnd = LeaseEnd.OK) -> Decision:
-        return cls(Next.FINAL, lease, final=final)
-
-    @classmethod
-    def retry(cls, exc: CrawlerError, lease: LeaseEnd = LeaseEnd.ERROR) -> Decision:
-        return cls(Next.RETRY, lease, error=exc)
 
 
 def settle(
@@ -75,6 +37,7 @@ def settle(
             lease.disown()
         else:
             reply = lease.release(decision.lease, decision.retry_after, decision.sent)
+    _note(store, decision)
     match decision.next:
         case Next.DUPLICATE:
             return "duplicate"
@@ -96,14 +59,20 @@ def settle(
     return finalize(ctx, store, decision.final)
 
 
+def _note(store: CrawlStore, decision: Decision) -> None:
+    """The crawl-wide counters and first notes the deciding step found."""
+    for name, n in decision.counters.items():
+        store.stats.add(name, n)
+    for name, text in decision.notes.items():
+        store.status.first_note(name, text)
+
+
 def _unreachable(
     ctx: Context, store: CrawlStore, url: str, depth: int, exc: CrawlerError, down: Done
 ) -> str:
     """The host could not be connected to; ``down`` is done.lua's verdict on the host."""
     if down.dead:
-        final = Final.failed(url, depth, exc)
-        final.extra["attempts"] = store.ledger.count_attempt(url)
-        result = finalize(ctx, store, final)
+        result = finalize(ctx, store, attempt(store, url).failed(url, depth, exc))
         _fail_dead_host(ctx, store, store.domain_of(url))
         return result
     if down.down_for >= 0:
@@ -112,14 +81,32 @@ def _unreachable(
     return retry_or_fail(ctx, store, url, depth, exc)
 
 
-def retry_or_fail(ctx: Context, store: CrawlStore, url: str, depth: int, exc: CrawlerError) -> str:
-    opts = store.opts
-    attempts = store.ledger.count_attempt(url)
-    if attempts > opts.max_retries:
+class Attempt(NamedTuple):
+    """One more attempt of a URL, counted: its number, and whether it was the last one."""
+
+    number: int
+    last: bool
+
+    def failed(self, url: str, depth: int, exc: CrawlerError) -> Final:
+        """The URL's failure after its last attempt (its record says how many it had)."""
         final = Final.failed(url, depth, exc)
-        final.extra["attempts"] = attempts
-        return finalize(ctx, store, final)
-    base = opts.retry_backoff * 2 ** (attempts - 1)
+        final.extra["attempts"] = self.number
+        return final
+
+
+def attempt(store: CrawlStore, url: str) -> Attempt:
+    """The one retry rule of the fetch, render and repair paths: an attempt beyond
+    ``max_retries`` makes the URL final, an earlier one tries again (each path its own way:
+    a back-off in the frontier, a render published again, a URL taken back)."""
+    number = store.ledger.count_attempt(url)
+    return Attempt(number, number > store.opts.max_retries)
+
+
+def retry_or_fail(ctx: Context, store: CrawlStore, url: str, depth: int, exc: CrawlerError) -> str:
+    opts, attempts = store.opts, attempt(store, url)
+    if attempts.last:
+        return finalize(ctx, store, attempts.failed(url, depth, exc))
+    base = opts.retry_backoff * 2 ** (attempts.number - 1)
     delay = random.uniform(0, min(base, opts.retry_backoff_max))  # full jitter
     delay = max(delay, getattr(exc, "retry_after", None) or 0.0)
     return requeue(store, url, depth, delay)

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import CrawlerError
 from ..state import formats
 from ..state.formats import Counter, Outcome
-from ..web.sitemaps import normalised, parse
+from ..web.sitemaps import normalised, normalised_lastmods, parse
 
 if TYPE_CHECKING:
     from ..state.store import CrawlStore
@@ -117,6 +117,8 @@ class Sitemaps:
         if parsed.kind == "sitemapindex":
             info["sitemaps_added"] = self._add_files(locs)
         elif parsed.kind in ("urlset", "text"):
+            if self.store.recrawl is not None and parsed.lastmods:  # adaptive: issue 35
+                self.store.recrawl.note_lastmods(normalised_lastmods(parsed.lastmods))
             result["counters"].update(self.store.admission.links(locs, 0))
         else:
             return _failed(result, Outcome.SITEMAP_INVALID)

@@ -28,19 +28,21 @@ from celery.signals import (
     worker_process_shutdown,
     worker_shutting_down,
 )
-from kombu.exceptions import ChannelError
 from redis.exceptions import ClusterError, TryAgainError
 
 from ..settings import Settings
-from ..state import store, workers
+from ..state import store
 from ..state.schedules import Schedules
-from . import pipeline
-from .app import FETCH_QUEUES, RENDER_QUEUE, app, direct_queue
+from . import broker, pipeline
+from .app import RENDER_QUEUE, app
+from .broker import BrokerView
 from .context import Context, Runtime
 from .dispatcher import Dispatcher
+from .handoff import Publisher
 from .logs import OncePerInterval, Throttled
 from .outage import ride_out
 from .output import process_tag
+from .routing import own_queue
 
 log = logging.getLogger(__name__)
 _INFRA_ERRORS = (redis.ConnectionError, redis.TimeoutError, ClusterError, TryAgainError)
@@ -82,12 +84,17 @@ def patiently(call: Callable[[], T]) -> T:
     return ride_out(call, settings().redis_outage_wait, _waiting, stop=_shutting_down)
 
 
-def enqueue_parse(crawl_id: str, url: str, depth: int) -> None:
-    parse.apply_async((crawl_id, url, depth), queue="parse")
+class CeleryPublisher(Publisher):
+    """The tasks of released, fetched and taken-back URLs, to the broker's queues."""
 
+    def fetch(self, crawl_id: str, items: list[tuple[str, int]], queue: str) -> None:
+        publish_fetch(crawl_id, items, queue)
 
-def enqueue_render(crawl_id: str, url: str, depth: int) -> None:
-    render.apply_async((crawl_id, url, depth), queue=RENDER_QUEUE)
+    def parse(self, crawl_id: str, url: str, depth: int) -> None:
+        parse.apply_async((crawl_id, url, depth), queue="parse")
+
+    def render(self, crawl_id: str, url: str, depth: int) -> None:
+        render.apply_async((crawl_id, url, depth), queue=RENDER_QUEUE)
 
 
 def enqueue_callback(task_name: str, crawl_id: str, summary: dict[str, Any]) -> None:
@@ -126,8 +133,23 @@ def _refuse_bad_settings(**_: Any) -> None:
         raise SystemExit(2)  # not an Exception: Celery's signal dispatch lets it through
 
 
+@worker_init.connect
+def _refuse_without_browser(sender: Any = None, **_: Any) -> None:
+    """A worker that takes render tasks (all queues, or crawl.render) and cannot run its
+    browser stops with one line (worker/browser.py)."""
+    from .browser import browser_problem
+
+    consumed = getattr(getattr(sender, "app", app).amqp.queues, "consume_from", None)
+    if consumed and RENDER_QUEUE not in consumed:
+        return
+    error = browser_problem(settings())
+    if error:
+        sys.stderr.write(f"error: render worker: {error}\n")
+        raise SystemExit(2)
+
+
 app.conf.crawler_runtime = Runtime(
-    lambda: Context(settings(), enqueue_parse, enqueue_callback, send_items, enqueue_render)
+    lambda: Context(settings(), CeleryPublisher(), enqueue_callback, send_items)
 )
 
 
@@ -235,68 +257,23 @@ def _close_context(**_: Any) -> None:
     runtime.close()
 
 
-#: Pools whose tasks all run in the worker's own process: a direct queue reaches the process
-#: that holds the connections (a prefork worker's would reach any of its children).
-_ONE_PROCESS_POOLS = ("thread", "gevent", "eventlet", "solo")
-
-
 @celeryd_after_setup.connect
 def _take_direct_queue(sender: Any = None, instance: Any = None, **_: Any) -> None:
-    """A fetch process (one process, every fetch queue: the Procfile's, compose's and the
-    local workers' fetch workers) also takes its own direct queue, first: its hosts' URLs
-    (host affinity, dispatcher._route). A worker given only some fetch queues (-Q crawl.low)
-    or a prefork pool gets none, so nothing is sent to it that it would not take."""
+    """A fetch process also takes its own direct queue, first (host affinity: routing.py
+    says which processes do)."""
     queues = instance.app.amqp.queues
     taken = list(queues.consume_from)
     pool = getattr(instance.pool_cls, "__module__", str(instance.pool_cls))
-    if not set(FETCH_QUEUES) <= set(taken) or not pool.endswith(_ONE_PROCESS_POOLS):
+    mine = own_queue(taken, pool, process_tag())
+    if mine is None:
         return
-    mine = direct_queue(process_tag())
     queues.add(mine)
     queues.select([mine, *taken])  # before the shared queues (queue_order_strategy)
     instance.app.conf.crawler_direct_queue = mine
 
 
-def _join_fetchers() -> None:
-    ctx = context()
-    workers.join(ctx.client, ctx.keys, ctx.worker_id)
-
-
-def idle_queues() -> set[str]:
-    """Which stages' broker queues are empty: "r" (every fetch queue, the fetch processes'
-    own included), "q" (parse), "v" (render). A URL waiting unstarted while its queue is
-    empty has lost its message (dispatcher.reclaim): a frozen worker's pending BRPOP can
-    take a message where no visibility timeout sees it.
-    Any doubt (broker away) counts as not empty."""
-    idle: set[str] = set()
-    try:
-        ctx = context()
-        direct = [direct_queue(m.decode()) for m in ctx.client.smembers(ctx.keys.fetchers)]
-        with app.connection_for_read() as conn:
-            if all(_empty(conn, q) for q in (*FETCH_QUEUES, *direct)):
-                idle.add("r")
-            if _empty(conn, "parse"):
-                idle.add("q")
-            if _empty(conn, RENDER_QUEUE):
-                idle.add("v")
-    except Exception as exc:  # noqa: BLE001 - a doubt is "not idle"
-        log.debug("queue depths unknown: %s", exc)
-        return set()
-    return idle
-
-
-def _empty(conn: Any, queue: str) -> bool:
-    return queue_length(conn, queue) == 0
-
-
-def queue_length(conn: Any, queue: str) -> int:
-    """Messages waiting in the broker's ``queue`` (0 for one that does not exist)."""
-    # A channel per question: after a passive declare fails, an AMQP channel is closed.
-    with conn.channel() as channel:
-        try:
-            return int(channel.queue_declare(queue=queue, passive=True).message_count)
-        except ChannelError:  # Redis: an empty list does not exist; AMQP: not declared yet
-            return 0
+# The broker's queue lengths, asked by the dashboard (surface/figures.py) through this module.
+queue_length = broker.queue_length
 
 
 class DispatcherStep(bootsteps.StartStopStep):
@@ -311,11 +288,13 @@ class DispatcherStep(bootsteps.StartStopStep):
     def start(self, worker: Any) -> None:
         # A fetch process holds hosts from its dispatcher's first round on (which then counts
         # it), until its heartbeat stops (then a dispatcher deletes its queue and takes its
-        # URLs back: dispatcher._affinity, reclaim). Not here: a full Redis refuses the join,
+        # URLs back: routing.HostRouter.refresh, repair.Repair.reclaim). Not here: a full Redis refuses the join,
         # and an exception in a bootstep is the worker's end.
-        join = _join_fetchers if app.conf.get("crawler_direct_queue") else None
         self.dispatcher = Dispatcher(
-            context, publish_fetch, settings(), enqueue_parse, idle_queues, enqueue_render, join
+            context,
+            settings(),
+            broker=BrokerView(settings(), app.connection_for_read),
+            joins=bool(app.conf.get("crawler_direct_queue")),
         )
         self.dispatcher.start()
 

@@ -6,11 +6,11 @@
 -- the partition's URLs, so all the keys are in one hash slot.
 --
 -- KEYS[1] partition flow hash ("in": URLs admitted)   KEYS[2] stats hash   KEYS[3] ready zset
--- KEYS[4..] Bloom shard keys
+-- KEYS[4..] the Bloom shard keys this batch touches (a shard in ARGV[8] indexes them)
 -- ARGV (built by calls.AdmitCall):
 -- ARGV[1] max_pages of a crawl with one partition (checked against its "admitted"), -1 none
 -- ARGV[2] k   ARGV[3] queue key prefix
--- ARGV[4] 1 = depth-first (LIFO), else breadth-first (FIFO)   ARGV[5] nshards
+-- ARGV[4] 1 = depth-first (LIFO), else breadth-first (FIFO)   ARGV[5] nshards (of KEYS[4..])
 -- ARGV[6] 1 = force: skip the Bloom test (replaying failed URLs, which are already in it)
 -- ARGV[7] bits per Bloom shard (m)
 -- ARGV[8] every URL's (shard, h1 mod m, h2 mod m), packed uint32 triples (see bloom_lib.lua)

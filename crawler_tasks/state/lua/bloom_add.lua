@@ -1,6 +1,6 @@
 -- Check-and-set a batch of URLs in the Bloom filter (bloom_lib.lua is prepended).
 -- Atomic: two workers adding the same URL at once cannot both see it as new.
--- KEYS[1..nshards]  shard keys
+-- KEYS[1..nshards]  the shard keys these URLs touch (a packed shard indexes them)
 -- ARGV[1] k   ARGV[2] nshards   ARGV[3] bits per shard (m)
 -- ARGV[4] the URLs' (shard, h1 mod m, h2 mod m) as packed little-endian uint32 triples
 -- ARGV[5] '1' = test only: report without setting any bit (read-only)

@@ -9,7 +9,8 @@
 -- Bits are read and written with BITFIELD, many ops per call, but at most BLOOM_MAX_ARGS
 -- arguments per call: Lua's unpack() cannot return more than ~8000 values ("too many results
 -- to unpack"), so one call per shard fails for batches of more than ~200 URLs.
--- Shard s lives in KEYS[first_key + s]. URL indexes are 1-based, in the order sent.
+-- Shard s lives in KEYS[first_key + s]: the caller names only the shards its URLs touch
+-- (bloom.py), so a huge filter costs what is stored. URL indexes are 1-based, in order sent.
 -- Constant arguments are strings: redis.call() turns each Lua number into text with
 -- sprintf("%.17g"), which was ~20 % of the script's time for the value 1 of every SET.
 

@@ -106,10 +106,6 @@ async function refreshCrawls() {
 // --- the crawl page ------------------------------------------------------------------------
 const crawlId = decodeURIComponent(location.pathname.split("/").pop());
 const hosts = { sort: "pending", desc: true, offset: 0 };
-const COUNTERS = ["discovered", "admitted", "deduplicated", "queued", "retrying", "in_flight",
-  "outstanding", "done", "fetched", "parsed", "failed", "robots_disallowed", "cancelled",
-  "items", "extract_errors", "bytes"];
-
 function kv(table, pairs) {
   const body = table.querySelector("tbody");
   body.replaceChildren(...pairs.map(([k, v]) => {
@@ -135,7 +131,6 @@ function showFigures(f, fraction) {
     f.redis_oom && "Redis refuses writes (maxmemory)"].filter(Boolean);
   const n = document.getElementById("notes");
   n.hidden = notes.length === 0; n.textContent = notes.join(" · ");
-  kv(document.getElementById("counters"), COUNTERS.map((k) => [k, fmt(f[k], 0)]));
   const mem = f.redis_memory;
   kv(document.getElementById("admission"), [
     ["Redis memory", mem ? fmt(mem.used_bytes / 1048576, 1) + " MB of maxmemory " + fmt(mem.maxmemory_bytes / 1048576, 1) + " MB" : "no maxmemory (noeviction) set"],
@@ -145,34 +140,44 @@ function showFigures(f, fraction) {
   ]);
 }
 
+// Pages/s and errors/s over time, with a time axis (clock time of the samples) and a rate axis.
 function chart(series) {
   const svg = document.getElementById("chart");
   const ns = "http://www.w3.org/2000/svg";
   svg.replaceChildren();
-  const W = 600, H = 200, pad = 28;
-  const line = (x1, y1, x2, y2) => {
-    const l = document.createElementNS(ns, "line");
-    l.setAttribute("x1", x1); l.setAttribute("y1", y1); l.setAttribute("x2", x2); l.setAttribute("y2", y2);
-    l.setAttribute("class", "axis"); svg.appendChild(l);
+  const W = 600, H = 200, left = 36, bottom = 22, right = 8, top = 8;
+  const add = (tag, attrs, text) => {
+    const node = document.createElementNS(ns, tag);
+    for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+    if (text !== undefined) node.textContent = text;
+    svg.appendChild(node);
+    return node;
   };
-  line(pad, H - pad, W - 4, H - pad); line(pad, 4, pad, H - pad);
+  add("line", { x1: left, y1: H - bottom, x2: W - right, y2: H - bottom, class: "axis" });
+  add("line", { x1: left, y1: top, x2: left, y2: H - bottom, class: "axis" });
   document.getElementById("chart-span").textContent = series.length
     ? "(" + series.length + " points over " + duration(series[series.length - 1].t - series[0].t) + ", one per 5 s at most)" : "(no samples yet)";
   if (series.length < 1) return;
-  const top = Math.max(1, ...series.map((p) => Math.max(p.pages_per_s, p.errors_per_s)));
+  const most = Math.max(1, ...series.map((p) => Math.max(p.pages_per_s, p.errors_per_s)));
   const t0 = series[0].t, span = Math.max(1, series[series.length - 1].t - t0);
-  const label = document.createElementNS(ns, "text");
-  label.setAttribute("x", 2); label.setAttribute("y", 12); label.textContent = fmt(top, 1);
-  svg.appendChild(label);
+  const x = (t) => left + ((t - t0) / span) * (W - left - right);
+  const y = (v) => H - bottom - (v / most) * (H - bottom - top);
+  for (const v of [0, most / 2, most]) {  // the rate axis: per second
+    add("text", { x: left - 4, y: y(v) + 3, "text-anchor": "end", class: "tick" }, fmt(v, 1));
+  }
+  const ticks = Math.min(5, series.length);  // the time axis: clock time of the samples
+  for (let i = 0; i < ticks; i++) {
+    const t = t0 + (ticks === 1 ? 0 : (span * i) / (ticks - 1));
+    const anchor = i === 0 ? "start" : (i === ticks - 1 ? "end" : "middle");
+    add("line", { x1: x(t), y1: H - bottom, x2: x(t), y2: H - bottom + 4, class: "axis" });
+    add("text", { x: x(t), y: H - 6, "text-anchor": anchor, class: "time" },
+      new Date(t * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit", hourCycle: "h23" }));
+  }
   for (const key of ["pages_per_s", "errors_per_s"]) {
-    const path = document.createElementNS(ns, "polyline");
-    path.setAttribute("class", key === "pages_per_s" ? "pages" : "errors");
-    path.setAttribute("points", series.map((p) => {
-      const x = pad + ((p.t - t0) / span) * (W - pad - 6);
-      const y = H - pad - (p[key] / top) * (H - pad - 8);
-      return x.toFixed(1) + "," + y.toFixed(1);
-    }).join(" "));
-    svg.appendChild(path);
+    add("polyline", {
+      class: key === "pages_per_s" ? "pages" : "errors",
+      points: series.map((p) => x(p.t).toFixed(1) + "," + y(p[key]).toFixed(1)).join(" "),
+    });
   }
 }
 
@@ -180,8 +185,61 @@ function fillRows(id, rows, make) {
   document.querySelector("#" + id + " tbody").replaceChildren(...rows.map(make));
 }
 
+// Every counter, grouped and explained as declared once (formats.Counter, stats.LIVE).
+function showCounters(rows) {
+  const groups = new Map();
+  for (const r of rows) {
+    if (!groups.has(r.group)) groups.set(r.group, []);
+    groups.get(r.group).push(r);
+  }
+  document.getElementById("counters").replaceChildren(...[...groups].map(([group, members]) => {
+    const table = el("table", null, "kv");
+    table.dataset.group = group;
+    table.appendChild(el("caption", group));
+    const body = el("tbody");
+    for (const r of members) {
+      const tr = el("tr"); tr.dataset.key = r.name;
+      const name = el("td", r.name); name.title = r.help; tr.appendChild(name);
+      cell(tr, fmt(r.value, 0), "num");
+      body.appendChild(tr);
+    }
+    table.appendChild(body);
+    return table;
+  }));
+}
+
+// Which controls apply now: none on a finished crawl but a retry of its failed URLs (and
+// the rates, which a retry then uses).
+function showControls(f) {
+  const over = ["finished", "cancelled"].includes(f.status);
+  const applies = {
+    pause: !over && !f.paused,
+    resume: !over && f.paused,
+    cancel: !over,
+    retry_failed: f.failed > 0,
+  };
+  for (const b of document.querySelectorAll("button[data-action]")) {
+    b.disabled = !applies[b.dataset.action];
+  }
+}
+
+function showRenderHosts(hostsSeen) {
+  const entries = Object.entries(hostsSeen || {});
+  document.getElementById("render-card").hidden = entries.length === 0;
+  fillRows("render-hosts", entries, ([host, v]) => {
+    const tr = el("tr"); tr.dataset.host = host;
+    cell(tr, host); cell(tr, v.mode || "sampling");
+    cell(tr, fmt(v.renders || 0, 0) + " / " + fmt(v.pages || 0, 0), "num");
+    cell(tr, fmt(v.gains || 0, 0), "num");
+    return tr;
+  });
+}
+
 function showPage(d) {
   showFigures(d.figures, d.admission_memory_fraction);
+  showCounters(d.counters);
+  showControls(d.figures);
+  showRenderHosts(d.figures.render_hosts);
   chart(d.series);
   fillRows("status-codes", Object.entries(d.status_codes), ([code, n]) => {
     const tr = el("tr"); cell(tr, code); cell(tr, fmt(n, 0), "num"); return tr;
@@ -192,10 +250,13 @@ function showPage(d) {
     return tr;
   });
   fillRows("workers", d.workers, (w) => {
-    const tr = el("tr"); cell(tr, w.worker); cell(tr, fmt(w.age_s, 1) + " s ago"); cell(tr, w.alive ? "yes" : "no"); return tr;
+    const tr = el("tr"); cell(tr, w.worker); cell(tr, fmt(w.age_s, 1) + " s ago"); return tr;
   });
+  document.getElementById("workers-gone").textContent = d.workers_gone
+    ? d.workers_gone + " stopped process(es) not shown (no heartbeat lately)" : "";
   document.getElementById("actions").replaceChildren(...d.actions.map((a) => {
-    const extra = a.host ? " " + a.host + " → " + a.rate : (a.requeued !== undefined ? " (" + a.requeued + " URLs)" : "");
+    const extra = a.host ? " " + a.host + " → " + a.rate + (a.action === "set_ceiling" ? " (all crawls)" : " (this crawl)")
+      : (a.requeued !== undefined ? " (" + a.requeued + " URLs)" : "");
     const li = el("li", new Date(a.ts * 1000).toLocaleTimeString() + " " + a.action + extra + " by " + a.by);
     li.dataset.action = a.action;
     return li;
@@ -262,12 +323,18 @@ async function control(action, fields) {
 
 function startCrawlPage() {
   for (const b of document.querySelectorAll("button[data-action]")) {
-    b.addEventListener("click", () => control(b.dataset.action));
+    b.addEventListener("click", () => {
+      // Cancel cannot be undone: the crawl's queued URLs are dropped.
+      if (b.dataset.action === "cancel" && !window.confirm("Cancel crawl " + crawlId + "? Its queued URLs are dropped; this cannot be undone.")) return;
+      control(b.dataset.action);
+    });
   }
-  document.getElementById("rate-form").addEventListener("submit", (ev) => {
-    ev.preventDefault();
-    control("rate", { host: document.getElementById("rate-host").value, rate: document.getElementById("rate-value").value });
-  });
+  for (const [form, action] of [["rate", "rate"], ["ceiling", "ceiling"]]) {
+    document.getElementById(form + "-form").addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      control(action, { host: document.getElementById(form + "-host").value, rate: document.getElementById(form + "-value").value });
+    });
+  }
   document.getElementById("hosts-prev").addEventListener("click", () => { hosts.offset = Math.max(0, hosts.offset - HOSTS_PER_PAGE); refreshHosts(); });
   document.getElementById("hosts-next").addEventListener("click", () => { hosts.offset += HOSTS_PER_PAGE; refreshHosts(); });
   refreshCrawl(); refreshHosts();

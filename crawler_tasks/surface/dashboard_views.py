@@ -1,31 +1,39 @@
-"""The dashboard's Tornado handlers (the command and its checks: surface/dashboard.py)."""
+"""The dashboard's handlers (as Flower's ``views/``): each reads the typed
+:class:`~crawler_tasks.surface.dashboard_state.DashboardState` it is given, never a dict.
+
+    GET  /api/crawls                    every recent crawl's progress() (figures.crawls_list)
+    GET  /api/crawls/ID                 figures.crawl_figures: what `crawler status --json` prints
+    GET  /api/crawls/ID/page            the crawl page's data (figures.crawl_page)
+    GET  /api/crawls/ID/hosts?sort=pending&desc=1&offset=0&limit=50   the host table
+    POST /api/crawls/ID/pause|resume|cancel|retry_failed               the CLI's functions
+    POST /api/crawls/ID/rate     host=H rate=R|default   THIS crawl's rate for H (Crawl.set_host_rate)
+    POST /api/crawls/ID/ceiling  host=H rate=R|default   H's ceiling for every crawl (set-ceiling)
+
+Every POST needs Tornado's XSRF token (the ``_xsrf`` cookie sent back as ``X-XSRFToken``),
+and each action is kept in the crawl's action log and published as an event."""
 
 from __future__ import annotations
 
 import functools
-import logging
 import os
+from collections.abc import Callable
 from typing import Any
 
 import redis
 import tornado.web
 from tornado.ioloop import IOLoop
 
-from ..errors import UnknownCrawl
-from ..state import events
-from ..state.keys import Keys
-from ..state.politeness import set_rate
-from ..worker.logs import Throttled
-from ..worker.outage import ride_out
-from .cli_common import Fail, one_line
+from ..errors import ConfigError, UnknownCrawl
+from ..state.ceilings import set_ceiling
+from ..state.connection import wait_out
+from ..web.host_rates import host_name, rate_value
 from .crawl import Crawl
-from .dashboard import LOOPBACK_NAMES, authorized, dumps, executor
+from .dashboard_access import authorized, dumps, loopback_name
+from .dashboard_state import DashboardState
 from .figures import crawl_figures, crawl_page, crawls_list
-from .host_table import MAX_LIMIT, SORTABLE, HostTables
+from .host_table import MAX_LIMIT, SORTABLE
 
 #: Crawl controls: action name -> the Crawl method the CLI's command of that name calls.
-log = logging.getLogger(__name__)
-
 #: Seconds a request waits for Redis before it answers 503: beyond a cluster's failover
 #: (a replica is elected ~2-4 s after its master dies, cluster-node-timeout 2 s), below what
 #: a browser's poll waits.
@@ -37,6 +45,8 @@ CONTROLS = {
     "cancel": "cancel",
     "retry_failed": "retry_failed",
 }
+#: Rate controls: action name -> what it sets (this crawl's host rate; every crawl's ceiling).
+RATES = ("rate", "ceiling")
 
 
 def check_access(handler: tornado.web.RequestHandler, auth: str) -> None:
@@ -45,8 +55,7 @@ def check_access(handler: tornado.web.RequestHandler, auth: str) -> None:
         if not authorized(handler.request.headers.get("Authorization"), auth):
             raise tornado.web.HTTPError(401)
         return
-    host = handler.request.host_name.lower()
-    if host not in LOOPBACK_NAMES and not host.startswith("127.") and host != "::1":
+    if not loopback_name(handler.request.host_name):
         raise tornado.web.HTTPError(403, "unknown Host")
 
 
@@ -74,18 +83,15 @@ class Base(tornado.web.RequestHandler):
     """Auth (or, without auth, loopback Host names only) before anything else, POSTs too:
     Tornado checks the XSRF token before ``prepare``, so the check runs there first."""
 
-    def initialize(self, ctx: dict[str, Any]) -> None:
-        self.ctx = ctx
-
-    def check_access(self) -> None:
-        check_access(self, self.ctx["settings"].dashboard_auth)
+    def initialize(self, state: DashboardState) -> None:
+        self.state = state
 
     def check_xsrf_cookie(self) -> None:
-        self.check_access()
+        check_access(self, self.state.auth)
         super().check_xsrf_cookie()
 
     def prepare(self) -> None:
-        self.check_access()
+        check_access(self, self.state.auth)
         self.set_header("Cache-Control", "no-store")
         self.set_header("X-Content-Type-Options", "nosniff")
         self.set_header("X-Frame-Options", "DENY")
@@ -97,43 +103,39 @@ class Base(tornado.web.RequestHandler):
         self.set_header("Content-Type", "application/json")
         self.finish(dumps(value))
 
-    async def off_loop(self, fn: Any, *args: Any) -> Any:
+    async def off_loop(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn`` in a thread, waiting out a cluster's failover (``ANSWER_WITHIN`` s); Redis
-        gone longer or refusing answers 503 with why (the page says it and keeps polling),
-        not a traceback."""
-        told = Throttled(log, "dashboard: Redis")
-        call = functools.partial(ride_out, lambda: fn(*args), ANSWER_WITHIN, told, max_delay=1.0)
+        gone longer or refusing answers 503 with why (the page says it and keeps polling), a
+        crawl not there 404, not a traceback."""
+        call = functools.partial(wait_out, lambda: fn(*args), ANSWER_WITHIN, max_delay=1.0)
         try:
-            return await IOLoop.current().run_in_executor(self.ctx["pool"], call)
+            return await IOLoop.current().run_in_executor(self.state.pool, call)
         except redis.RedisError as exc:
-            raise tornado.web.HTTPError(503, f"Redis: {one_line(str(exc))}") from None
+            raise tornado.web.HTTPError(503, f"Redis: {' '.join(str(exc).split())}") from None
+        except UnknownCrawl as exc:
+            raise tornado.web.HTTPError(404, f"no crawl {exc.args[0]}") from None
 
     def crawl(self, crawl_id: str) -> Crawl:
-        crawl = Crawl(crawl_id, settings=self.ctx["settings"], client=self.ctx["client"])
-        try:
-            crawl.options  # noqa: B018
-        except UnknownCrawl:
-            raise tornado.web.HTTPError(404, f"no crawl {crawl_id}") from None
-        return crawl
+        return self.state.crawl(crawl_id)
 
 
 class Page(Base):
-    def initialize(self, ctx: dict[str, Any], name: str = "") -> None:  # type: ignore[override]
-        super().initialize(ctx)
+    def initialize(self, state: DashboardState, name: str = "") -> None:  # type: ignore[override]
+        super().initialize(state)
         self.name = name
 
     def get(self, crawl_id: str = "") -> None:
         self.xsrf_token  # noqa: B018 - sets the _xsrf cookie the page's script sends back
         self.set_header("Content-Type", "text/html; charset=utf-8")
         self.set_header("Content-Security-Policy", "default-src 'self'; img-src 'self' data:")
-        with open(os.path.join(self.ctx["static"], self.name), encoding="utf-8") as f:
+        with open(os.path.join(self.state.static, self.name), encoding="utf-8") as f:
             self.finish(f.read())
 
 
 class CrawlsApi(Base):
     async def get(self) -> None:
-        s = self.ctx["settings"]
-        self.send_json({"crawls": await self.off_loop(crawls_list, self.ctx["client"], s)})
+        s = self.state
+        self.send_json({"crawls": await self.off_loop(crawls_list, s.client, s.settings)})
 
 
 class CrawlApi(Base):
@@ -157,7 +159,7 @@ class HostsApi(Base):
         except ValueError:
             raise tornado.web.HTTPError(400, "offset and limit: whole numbers") from None
         desc = self.get_argument("desc", "1") != "0"
-        tables: HostTables = self.ctx["hosts"]
+        tables = self.state.hosts
         page = await self.off_loop(
             lambda: tables.page(self.crawl(crawl_id), sort, desc, offset, limit)
         )
@@ -171,62 +173,44 @@ class ControlApi(Base):
 
     def _apply(self, crawl_id: str, action: str) -> dict[str, Any]:
         crawl = self.crawl(crawl_id)
-        if action == "rate":
-            return self._set_rate(crawl)
+        if action in RATES:
+            return self._set_rate(crawl, action)
         done = getattr(crawl, CONTROLS[action])()
         if done is False:
             raise tornado.web.HTTPError(
                 409, f"crawl {crawl_id} is {crawl.status}: nothing to {action}"
             )
         extra = {"requeued": done} if action == "retry_failed" else {}
-        event = self._record(crawl, action, **extra)
+        event = crawl.store.record_action(action, by=self.state.operator, **extra)
         return {"ok": True, "event": event}
 
-    def _set_rate(self, crawl: Crawl) -> dict[str, Any]:
-        from .commands import parse_host, parse_rate
-
+    def _set_rate(self, crawl: Crawl, action: str) -> dict[str, Any]:
         try:
-            host = parse_host(self.get_body_argument("host", ""))
-            rate = parse_rate(self.get_body_argument("rate", ""))
-        except Fail as exc:
-            raise tornado.web.HTTPError(400, exc.format_message()) from None
-        set_rate(crawl.client, Keys(crawl.settings.key_prefix), host, rate)
+            host = host_name(self.get_body_argument("host", ""))
+            rate = rate_value(self.get_body_argument("rate", ""))
+            if action == "rate":
+                crawl.store.set_host_rate(host, rate)
+            else:
+                set_ceiling(crawl.client, crawl.keys, host, rate)
+        except (ConfigError, ValueError) as exc:
+            raise tornado.web.HTTPError(400, str(exc)) from None
         shown = "default" if rate is None else rate
-        return {"ok": True, "event": self._record(crawl, "set_rate", host=host, rate=shown)}
-
-    def _record(self, crawl: Crawl, action: str, **data: Any) -> dict[str, Any]:
-        store = crawl.store
-        who = self.ctx["settings"].dashboard_auth.partition(":")[0] or "dashboard"
-        return events.action(
-            crawl.client, store.ck, store.r.scripts, crawl.id, action, by=who, **data
+        event = crawl.store.record_action(
+            f"set_{action}", by=self.state.operator, host=host, rate=shown
         )
+        return {"ok": True, "event": event}
 
 
-def application(client: redis.Redis, settings: Any, static: str) -> tornado.web.Application:
-    ctx = {
-        "client": client,
-        "settings": settings,
-        "static": static,
-        "pool": executor(),
-        "hosts": HostTables(),
-    }
+def routes(state: DashboardState) -> list[Any]:
     crawl = r"/api/crawls/([^/]+)"
-    actions = "|".join([*CONTROLS, "rate"])
-    handlers: list[Any] = [
-        (r"/", Page, {"ctx": ctx, "name": "crawls.html"}),
-        (r"/crawls/([^/]+)", Page, {"ctx": ctx, "name": "crawl.html"}),
-        (r"/api/crawls", CrawlsApi, {"ctx": ctx}),
-        (crawl, CrawlApi, {"ctx": ctx}),
-        (crawl + "/page", CrawlPageApi, {"ctx": ctx}),
-        (crawl + "/hosts", HostsApi, {"ctx": ctx}),
-        (crawl + f"/({actions})", ControlApi, {"ctx": ctx}),
+    actions = "|".join([*CONTROLS, *RATES])
+    given = {"state": state}
+    return [
+        (r"/", Page, {**given, "name": "crawls.html"}),
+        (r"/crawls/([^/]+)", Page, {**given, "name": "crawl.html"}),
+        (r"/api/crawls", CrawlsApi, given),
+        (crawl, CrawlApi, given),
+        (crawl + "/page", CrawlPageApi, given),
+        (crawl + "/hosts", HostsApi, given),
+        (crawl + f"/({actions})", ControlApi, given),
     ]
-    return tornado.web.Application(
-        handlers,
-        static_path=static,
-        static_handler_class=Static,
-        dashboard_auth=settings.dashboard_auth,
-        xsrf_cookies=True,
-        xsrf_cookie_kwargs={"samesite": "Strict"},
-        log_function=lambda handler: None,
-    )

@@ -1,0 +1,112 @@
+"""Checks of crawl options (state/options.py) by kind and range, and what is derived from the
+per-crawl request and render limits: the seconds after which the repair publishes a lost
+fetch again (:func:`reap_after`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from ..errors import ConfigError
+
+#: Seconds a request (``timeout``) or a page's render (``render_deadline``) may be given: a
+#: task holds a worker thread that long; with both, it stays below the broker's default
+#: visibility_timeout (600 s), past which a running task's message would be handed out again.
+MAX_REQUEST_SECONDS = 300.0
+#: Playwright's resource types (``Request.resource_type``), which ``render_block`` names.
+RESOURCE_TYPES = frozenset(
+    [
+        "document",
+        "stylesheet",
+        "image",
+        "media",
+        "font",
+        "script",
+        "texttrack",
+        "xhr",
+        "fetch",
+        "eventsource",
+        "websocket",
+        "manifest",
+        "other",
+    ]
+)
+
+_KINDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "int": ("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool)),
+    "float": ("a number", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)),
+    "bool": ("true or false", lambda v: isinstance(v, bool)),
+    "str": ("a string", lambda v: isinstance(v, str)),
+    "tuple": (
+        "a list of strings",
+        lambda v: isinstance(v, (tuple, list)) and all(isinstance(x, str) for x in v),
+    ),
+    "dict": ("a mapping", lambda v: isinstance(v, dict)),
+}
+
+
+def check_types(cls: Any, data: dict[str, Any]) -> None:
+    """Each value of the type its field of ``cls`` declares: a user's value (a schedule's
+    TOML, JSON from ``--option``) of the wrong type is refused when the crawl is created,
+    not by a worker."""
+    for f in dataclasses.fields(cls):
+        if f.name not in data:
+            continue
+        value, kinds = data[f.name], [k.strip() for k in str(f.type).split("|")]
+        if value is None and "None" in kinds:
+            continue
+        what, ok = _KINDS[kinds[0].split("[")[0]]
+        if not ok(value):
+            raise ConfigError(f"{f.name} must be {what}, not {value!r}")
+
+
+def check_limits(
+    timeout: float, render_deadline: float, subrequests: int, render_bytes: int, block: str
+) -> None:
+    """The per-crawl request and render limits: seconds in (0, MAX_REQUEST_SECONDS], counts
+    and bytes >= 0, known resource types to block."""
+    for name, value in (("timeout", timeout), ("render_deadline", render_deadline)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{name} must be seconds, not {value!r}")
+        if not 0 < value <= MAX_REQUEST_SECONDS:
+            limit = f"{MAX_REQUEST_SECONDS:g}"
+            raise ConfigError(f"{name} must be seconds in (0, {limit}], not {value}")
+    for name, count in (
+        ("render_max_subrequests", subrequests),
+        ("render_max_bytes", render_bytes),
+    ):
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise ConfigError(f"{name} must be an integer >= 0, not {count!r}")
+    unknown = render_blocked(block) - RESOURCE_TYPES
+    if unknown:
+        known = ", ".join(sorted(RESOURCE_TYPES))
+        raise ConfigError(f"render_block: unknown resource types {sorted(unknown)} ({known})")
+
+
+def render_blocked(text: str) -> frozenset[str]:
+    """``render_block``'s resource types ("image,font,media")."""
+    return frozenset(t.strip() for t in text.split(",") if t.strip())
+
+
+class Limits(Protocol):
+    """The options :func:`reap_after` reads (a CrawlOptions)."""
+
+    @property
+    def timeout(self) -> float: ...
+    @property
+    def render_deadline(self) -> float: ...
+    @property
+    def render(self) -> str: ...
+    @property
+    def render_hosts(self) -> dict[str, str]: ...
+
+
+def reap_after(visibility_timeout: float, opts: Limits) -> float:
+    """Seconds after its release a URL that no worker has finished counts as lost (its message
+    never reached a worker) and is published again: the broker's redelivery delay plus the
+    longest one task of the crawl may run, its request ``timeout`` and, for a crawl that
+    renders, ``render_deadline`` after it. Derived from the crawl's own limits: a crawl given
+    a long timeout is not published twice while its request still runs."""
+    renders = opts.render != "never" or any(m != "never" for m in opts.render_hosts.values())
+    return visibility_timeout + opts.timeout + (opts.render_deadline if renders else 0.0)

@@ -1,0 +1,111 @@
+"""What a fetched response becomes once its host's lease is back: the continuation of the
+fetch step's ``RESPONSE`` decision, run by ``settle`` after the lease (the host's next request
+waits for the lease, not for this). Written here, not in the fetch step, which only decides:
+the WARC record, the body stored for its parse or render (handed on with one call,
+handoff.py), or the page parsed in place; the final state of anything else.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from ..state import formats
+from ..state.formats import Counter, Outcome, RenderAsk
+from ..state.store import CrawlStore
+from ..web.fetcher import Response
+from ..web.page import is_html
+from .context import Context
+from .handoff import Stage
+from .outcome import Final
+from .parse_step import parsed
+
+
+def respond(
+    ctx: Context, store: CrawlStore, url: str, depth: int, response: Response
+) -> Final | None:
+    """What a response that is not retried becomes, its lease returned: its final state, or
+    None when its body went to a parse task."""
+    status = response.status
+    final = _base_final(url, depth, response)
+    # A recrawl's unchanged page is a revisit record, counted in final.counters (issue 35).
+    warc_id = ctx.crawl(store).write_warc(response, store.recrawl, final.counters)
+    if 200 <= status < 300 and is_html(response.content_type, response.body[:1024]):
+        meta = response_meta(response, final.extra, final.counters, bool(store.opts.extract))
+        opts = store.opts
+        ask = store.render_plan.wants(opts.render, opts.render_hosts, url, response.body)
+        if ask:
+            # Rendered by a crawl.render worker (render_step.py), from this body.
+            tentative = ask is RenderAsk.TENTATIVE  # looked at again when its render starts
+            doc = {**meta, "warc_id": warc_id, "render_tentative": tentative}
+            doc["queued_at"] = time.time()
+            store.bodies.put(url, json.dumps(doc), response.body)
+            ctx.publisher.hand_off(store, url, depth, Stage.RENDER)
+            return None
+        if len(response.body) <= ctx.settings.inline_parse_bytes:
+            # Parsed here: no parse task, no body through Redis (see Settings).
+            return parsed(ctx, store, url, depth, meta, response.body)
+        store.bodies.put(url, json.dumps(meta), response.body)
+        ctx.publisher.hand_off(store, url, depth, Stage.PARSE)
+        return None
+    if status == 304 and store.recrawl is not None:
+        ctx.room.wait()
+        final.outlinks = store.recrawl.previous_links(url)
+        final.counters.update(store.admission.links(final.outlinks, depth + 1))
+        final.note_change(Outcome.NOT_MODIFIED.value)
+        return final
+    if 200 <= status < 300 and store.recrawl is not None:
+        final.note_change(store.recrawl.remember(url, response.headers, response.body, []))
+    if 300 <= status < 400 and status != 304:
+        # Not followed on purpose (out of scope, or its target is fetched from elsewhere), or
+        # not followable (no Location, 300/305).
+        final.error = f"redirect_{response.stop_reason or 'not_followed'}"
+        final.counters[formats.skipped(final.error)] = 1
+    elif status >= 400:
+        final.error = Outcome.CLIENT_ERROR.value
+    return final
+
+
+def _base_final(url: str, depth: int, response: Response) -> Final:
+    n = len(response.body)
+    return Final(
+        url,
+        depth,
+        status=response.status,
+        final_url=response.final_url,
+        content_type=response.content_type,
+        extra={
+            "fetched_at": time.time(),
+            "bytes": n,
+            "truncated": response.truncated,
+            "redirects": [target for _, target in response.redirects],
+            "ip": response.ip,
+        },
+        counters={
+            Counter.FETCHED.value: 1,
+            formats.status(response.status): 1,
+            Counter.BYTES.value: n,
+        },
+    )
+
+
+# Response headers the parse step (and the recrawl validators) need.
+_KEPT_HEADERS = ("content-type", "x-robots-tag", "content-language", "etag", "last-modified")
+
+
+def response_meta(
+    response: Response, extra: dict[str, Any], counters: dict[str, int], all_headers: bool = False
+) -> dict[str, Any]:
+    """The response as its parse step needs it; ``all_headers`` (a crawl with an extraction
+    hook) keeps every header but Set-Cookie, which may carry a session."""
+    kept = (lambda k: k != "set-cookie") if all_headers else (lambda k: k in _KEPT_HEADERS)
+    return {
+        "status": response.status,
+        "final_url": response.final_url,
+        "content_type": response.content_type,
+        "content_type_header": response.headers.get("content-type"),
+        "headers": {k: v for k, v in response.headers.items() if kept(k.lower())},
+        "extra": extra,
+        "counters": counters,
+    }

@@ -1,0 +1,216 @@
+"""One exit for a lease: whatever becomes of a released URL, done.lua runs exactly once for
+each lease release.lua took (issue 30). A second run is not harmless even when the lease is
+already gone: "ok" eases the host's slow-down by 20 % and clears its circuit breaker, for a
+request that was never sent (a robots-refused URL's lease was refunded, then released "ok").
+
+Every done.lua run is read from Redis itself (MONITOR: each EVALSHA of done.lua's sha with its
+URL and event), while the real dispatcher and pipeline run in process (tests/driver.py) against
+real local servers, the render paths with the real headless Chromium. A lease is a release of
+the URL: every release is published as a fetch (the driver records it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+from driver import Driver
+from sitegen import Handler, SiteServer, free_port
+
+from crawler_tasks import start_crawl
+from crawler_tasks.surface.crawl import Crawl
+
+pytestmark = pytest.mark.timeout(120)
+
+HOST = "127.0.0.49"
+END = "lease-exits-end"
+
+
+class DoneRuns:
+    """(url, event) of every done.lua run, read with MONITOR on its own connection."""
+
+    def __init__(self, redis_url: str, done: Any) -> None:
+        self.client = redis.Redis.from_url(redis_url)
+        # Loaded first: MONITOR also shows an EVALSHA that Redis refused (NOSCRIPT) before
+        # redis-py loaded the script and ran it.
+        self.sha = self.client.script_load(done.script)
+        self.runs: list[tuple[str, str]] = []
+        self._monitor = self.client.monitor()
+        self._monitor.__enter__()
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        while True:
+            words = self._monitor.next_command()["command"].split(" ")
+            if words[:2] == ["ECHO", END]:
+                return
+            if words[:2] == ["EVALSHA", self.sha] and words[2] == "4":
+                url, _domain, event = words[7:10]
+                if event != "extra":  # robots.txt's own request: not a lease
+                    self.runs.append((url, event))
+
+    def stop(self) -> Counter[str]:
+        """done.lua runs per URL, everything sent so far read."""
+        self.client.execute_command("ECHO", END)  # through another connection than MONITOR's
+        self._thread.join(10)
+        self._monitor.__exit__()
+        return Counter(url for url, _ in self.runs)
+
+
+@pytest.fixture
+def done_runs(redis_url: str, driver: Driver) -> Iterator[Callable[[], DoneRuns]]:
+    started: list[DoneRuns] = []
+
+    def start() -> DoneRuns:
+        started.append(DoneRuns(redis_url, driver.ctx.r.scripts.done))
+        return started[-1]
+
+    yield start
+    for runs in started:
+        if runs._thread.is_alive():
+            runs.stop()
+
+
+def send(status: int, body: bytes = b"x", **headers: str) -> Callable[[Handler], None]:
+    return lambda h: h.send_body(status, body, "text/plain", headers or None)
+
+
+def html(body: str) -> Callable[[Handler], None]:
+    return lambda h: h.send_body(200, f"<html><body>{body}</body></html>".encode())
+
+
+def crawl_of(settings: Any, seed: str, **options: Any) -> Crawl:
+    opts = {
+        "allow_private_networks": True,
+        "obey_robots": False,
+        "rate": math.inf,
+        "concurrency": 1,
+        "max_retries": 0,
+    }
+    return start_crawl([seed], settings=settings, **{**opts, **options})
+
+
+def once_per_lease(driver: Driver, runs: DoneRuns, crawl: Crawl) -> dict[str, Any]:
+    """done.lua ran once for each release of each URL; the URLs' records."""
+    per_url = runs.stop()
+    leases = Counter(url for cid, url, _, _ in driver.published if cid == crawl.id)
+    assert leases, "nothing was released: the test checked nothing"
+    assert per_url == leases, (per_url, leases, runs.runs)
+    return {r["url"]: r for r in crawl.pages(latest=False)}
+
+
+# (path, route, options, expected error of the URL, expected done.lua events)
+SIMPLE = [
+    ("ok", send(200), {}, None, ["ok"]),
+    ("error", send(500), {}, "server_error", ["error"]),
+    ("throttle", send(429, **{"Retry-After": "1"}), {}, "server_error", ["throttle"]),
+    ("rendered", html("<p>rendered</p>"), {"render": "always"}, None, ["ok"]),
+]
+
+
+@pytest.mark.parametrize(("path", "route", "options", "error", "events"), SIMPLE)
+def test_one_done_per_lease_for_a_response(
+    settings, driver, done_runs, path, route, options, error, events
+):  # type: ignore[no-untyped-def]
+    with SiteServer(address=HOST, extra_routes={"/p": route}) as site:
+        crawl = crawl_of(settings, site.base_url + "/p", **options)
+        runs = done_runs()
+        driver.run(crawl, timeout=90)
+    records = once_per_lease(driver, runs, crawl)
+    [record] = records.values()
+    assert record["error"] == error, record
+    assert [e for _, e in runs.runs] == events
+    if path == "rendered":
+        assert record["rendered"] is True
+
+
+def test_one_done_per_lease_for_a_render_that_failed(settings, redis_url):  # type: ignore[no-untyped-def]
+    """A render that hangs is retried (its render published again, no lease), then failed."""
+    driver = Driver(dataclasses.replace(settings, render_deadline=2.0, render_settle=0.5))
+    loop = html("<script>while (true) {}</script>")
+    try:
+        with SiteServer(address=HOST, extra_routes={"/p": loop}) as site:
+            crawl = crawl_of(settings, site.base_url + "/p", render="always", max_retries=1)
+            runs = DoneRuns(redis_url, driver.ctx.r.scripts.done)
+            driver.run(crawl, timeout=90)
+        records = once_per_lease(driver, runs, crawl)
+    finally:
+        driver.close()
+    [record] = records.values()
+    assert record["error"] == "render_failed" and record["attempts"] == 2, record
+    assert [task for task, _, _ in driver.results].count("render") == 2
+    assert [e for _, e in runs.runs] == ["ok"]
+
+
+def test_one_done_per_lease_for_a_host_that_is_down(settings, driver, done_runs):  # type: ignore[no-untyped-def]
+    crawl = crawl_of(settings, f"http://{HOST}:{free_port(HOST)}/p")  # nobody listens
+    runs = done_runs()
+    driver.run(crawl, timeout=60)
+    [record] = once_per_lease(driver, runs, crawl).values()
+    assert record["error"] == "connection_error", record
+    assert [e for _, e in runs.runs] == ["down"]
+
+
+@pytest.mark.parametrize("unreachable", [False, True])
+def test_a_robots_refused_url_ends_its_lease_once_and_leaves_the_host_alone(
+    settings, driver, done_runs, unreachable
+):  # type: ignore[no-untyped-def]
+    """Refunded, once: the host's slow-down and circuit breaker are as they were (a second
+    release as "ok" eased the one and cleared the other, for a request never sent)."""
+    robots = send(503) if unreachable else send(200, b"User-agent: *\nDisallow: /p\n")
+    with SiteServer(address=HOST, extra_routes={"/robots.txt": robots, "/p": send(200)}) as site:
+        crawl = crawl_of(settings, site.base_url + "/p", obey_robots=True)
+        host = crawl.ck.domain(HOST)
+        before = {"slow": "2.0", "fails": "1", "down_since": f"{time.time():.6f}"}
+        crawl.client.hset(host, mapping=before)  # slowed, one connection failure counted
+        runs = done_runs()
+        summary = driver.run(crawl, timeout=60)
+    once_per_lease(driver, runs, crawl)
+    assert [e for _, e in runs.runs] == ["refund"]
+    state = {k.decode(): v.decode() for k, v in crawl.client.hgetall(host).items()}
+    assert {k: state.get(k) for k in before} == before
+    counter = "robots_unreachable" if unreachable else "robots_disallowed"
+    assert summary["counters"][counter] == 1
+    assert [path for path in site.requests() if path.path == "/p"] == []
+
+
+def test_one_done_per_lease_for_a_cancelled_url(settings, driver, done_runs):  # type: ignore[no-untyped-def]
+    """Released, then its crawl cancelled before its fetch started."""
+    with SiteServer(address=HOST, extra_routes={"/p": send(200)}) as site:
+        crawl = crawl_of(settings, site.base_url + "/p")
+        runs = done_runs()
+        assert driver.dispatcher.tick()  # released and published, not fetched yet
+        crawl.cancel()
+        driver.run(crawl, timeout=60)
+        assert site.requests() == []
+    [record] = once_per_lease(driver, runs, crawl).values()
+    assert record["error"] == "cancelled", record
+
+
+def test_one_done_per_lease_for_a_url_taken_back(settings, redis_url):  # type: ignore[no-untyped-def]
+    """Released, its message lost: taken back (its lease returned as an error), released
+    again and fetched: two leases, two done.lua runs."""
+    driver = Driver(dataclasses.replace(settings, lost_message_seconds=0.1))
+    try:
+        with SiteServer(address=HOST, extra_routes={"/p": send(200)}) as site:
+            crawl = crawl_of(settings, site.base_url + "/p", max_retries=1)
+            runs = DoneRuns(redis_url, driver.ctx.r.scripts.done)
+            assert driver.dispatcher.tick()
+            driver.messages.clear()  # the message went down with a worker
+            time.sleep(1.1)  # released_at has a resolution of a second
+            assert driver.dispatcher.reclaim() == 1
+            driver.run(crawl, timeout=60)
+        records = once_per_lease(driver, runs, crawl)
+    finally:
+        driver.close()
+    [record] = records.values()
+    assert record["error"] is None and record["status"] == 200, record
+    assert [e for _, e in runs.runs] == ["error", "ok"]
