@@ -33,12 +33,12 @@ from .dashboard_state import DashboardState
 from .figures import crawl_figures, crawl_page, crawls_list
 from .host_table import MAX_LIMIT, SORTABLE
 
-#: Crawl controls: action name -> the Crawl method the CLI's command of that name calls.
 #: Seconds a request waits for Redis before it answers 503: beyond a cluster's failover
 #: (a replica is elected ~2-4 s after its master dies, cluster-node-timeout 2 s), below what
 #: a browser's poll waits.
 ANSWER_WITHIN = 15.0
 
+#: Crawl controls: action name -> the Crawl method the CLI's command of that name calls.
 CONTROLS = {
     "pause": "pause",
     "resume": "resume",
