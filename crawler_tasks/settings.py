@@ -54,6 +54,12 @@ class Settings:
     #: Seconds a running task waits, retrying, for Redis to come back (restart, failover) or to
     #: accept writes again (``maxmemory``) before it gives up and fails.
     redis_outage_wait: float = limited(600.0, 0, DAY)
+    #: Seconds any Redis call (crawl state or broker) waits for an answer, and to connect,
+    #: before it fails as Redis being away: a connection that stops answering without being
+    #: closed (a silent partition, a frozen server) ends in a timeout that is ridden out like
+    #: an outage, never in a thread blocked for ever. Above the slowest command the crawler
+    #: sends (a Lua script over one batch: milliseconds).
+    redis_timeout: float = limited(10.0, 0.1, 3600)
     #: Fraction of Redis's ``maxmemory`` (policy ``noeviction``) from which workers admit no new
     #: URLs: pages wait for room and no fetch is released, while the rest of the crawl (and
     #: the broker, on the same Redis) keeps the last part. 1 = only once Redis refuses writes.

@@ -36,7 +36,8 @@ def _free_pair() -> int:
 
 
 class Node:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, fsync: str = "always") -> None:
+        self.fsync = fsync
         self.port = _free_pair()
         self.dir = root / str(self.port)
         self.dir.mkdir()
@@ -50,7 +51,7 @@ class Node:
         args = ["--port", str(self.port), "--bind", "127.0.0.1", "--save", ""]
         args += ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
         args += ["--cluster-node-timeout", "2000", "--dir", str(self.dir)]
-        args += ["--appendonly", "yes", "--appendfsync", "always"]
+        args += ["--appendonly", "yes", "--appendfsync", self.fsync]
         args += ["--maxmemory-policy", "noeviction"]
         log = open(self.dir / "redis.log", "ab")  # noqa: SIM115 - owned by the process
         self.proc = subprocess.Popen([redis_binary(), *args], stdout=log, stderr=log)
@@ -81,14 +82,16 @@ class Node:
 
 
 class Cluster:
-    """``masters`` masters, each with ``replicas`` replicas; ``url`` names one master."""
+    """``masters`` masters, each with ``replicas`` replicas; ``url`` names one master,
+    ``nodes_url`` every node (several startup nodes, state/connection.py). ``fsync``: the
+    append-only file's (``everysec``: as a cluster is usually run)."""
 
-    def __init__(self, masters: int = 3, replicas: int = 0) -> None:
+    def __init__(self, masters: int = 3, replicas: int = 0, fsync: str = "always") -> None:
         if shutil.which("redis-cli") is None:
             raise RuntimeError("redis-cli is not on PATH (it creates the test cluster)")
         self._tmp = tempfile.TemporaryDirectory(prefix="crawler-cluster-")
         root = Path(self._tmp.name)
-        self.nodes = [Node(root) for _ in range(masters * (1 + replicas))]
+        self.nodes = [Node(root, fsync) for _ in range(masters * (1 + replicas))]
         self.replicas = replicas
         for node in self.nodes:
             node.start()
@@ -102,6 +105,27 @@ class Cluster:
         )
         self.wait_ok()
         self.url = f"redis://{self.nodes[0].address}/0"
+        self.nodes_url = "redis://" + ",".join(addresses) + "/0"
+
+    def replica_of(self, master: Node) -> Node:
+        """A live replica of ``master``."""
+        for n in self.nodes:
+            if n is master or n.proc is None or n.proc.poll() is not None:
+                continue
+            with contextlib.suppress(redis.RedisError):
+                if int(n.info("replication").get("master_port", 0)) == master.port:
+                    return n
+        raise RuntimeError(f"no live replica of {master.address}")
+
+    def caught_up(self, master: Node, timeout: float = 10) -> None:
+        """Until ``master``'s replica has every write ``master`` had when this was called."""
+        offset = int(master.info("replication")["master_repl_offset"])
+        replica = self.replica_of(master)
+        deadline = time.monotonic() + timeout
+        while int(replica.info("replication").get("slave_repl_offset", 0)) < offset:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{replica.address} did not catch up with {master.address}")
+            time.sleep(0.02)
 
     def wait_ok(self, timeout: float = 30) -> None:
         """Until every live node says cluster_state:ok and agrees on the slots."""

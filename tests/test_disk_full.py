@@ -31,20 +31,20 @@ def fill(disk: Path, leave: int) -> Path:
     return filler
 
 
+def one_of_each(redis_url: str, worker_logs: Path):  # type: ignore[no-untyped-def]
+    """A fetch and a parse process. Not about how long a record waits before the sweep
+    writes it (30 s by default): 5 s."""
+    env = {"CRAWLER_ORPHAN_RECORD_SECONDS": "5"}
+    return local_workers(redis_url, fetchers=1, parsers=1, log_dir=str(worker_logs), extra_env=env)
+
+
 def test_a_disk_that_fills_mid_crawl_loses_nothing_and_resumes(
     settings, redis_url, tmp_path, worker_logs
 ):  # type: ignore[no-untyped-def]
     with (
         tmpfs(tmp_path / "disk", "2m") as disk,
         running_sites(["127.0.0.96", "127.0.0.97"], 120, 4) as (graph, servers),
-        # Not about how long a record waits before the sweep writes it (30 s by default).
-        local_workers(
-            redis_url,
-            fetchers=1,
-            parsers=1,
-            log_dir=str(worker_logs),
-            extra_env={"CRAWLER_ORPHAN_RECORD_SECONDS": "5"},
-        ),  # fmt: skip
+        one_of_each(redis_url, worker_logs),
     ):
         filler = fill(disk, 60_000)  # room for a few dozen pages' records and WARC records
         seeds, crawl = start(settings, servers, output=str(disk / "out"))
@@ -98,3 +98,29 @@ def test_output_that_cannot_be_written_is_said_and_cancel_ends_the_crawl(
         summary = wait(crawl, 60)
     assert summary["status"] == "cancelled"
     assert crawl.store.status.read().output_given_up.startswith("read-only file system")
+
+
+def test_a_disk_full_for_a_minute_costs_at_most_one_extra_request_per_url(
+    settings, redis_url, tmp_path, worker_logs
+):  # type: ignore[no-untyped-def]
+    """While the output stays full the crawl learns whether there is room with a probe file
+    of its own (worker/room.py), never by fetching a page again: over 60 s of a full disk no
+    URL is requested more than twice (the fetch whose write failed, and its fetch once there
+    is room), and the crawl ends exact once room is made."""
+    with (
+        tmpfs(tmp_path / "disk", "2m") as disk,
+        running_sites(["127.0.0.95"], 60, 4) as (graph, servers),
+        one_of_each(redis_url, worker_logs),
+    ):
+        filler = fill(disk, 60_000)
+        seeds, crawl = start(settings, servers, output=str(disk / "out"), rate=20.0)
+        p = wait_until(lambda: (q := crawl.progress())["output"] and q, timeout=120)
+        full_at = p["done"]
+        time.sleep(60)
+        during = Counter(r.path for r in servers[0].requests() if r.path != "/robots.txt")
+        filler.unlink()
+        summary = wait(crawl, 240)
+        check_files(crawl, graph, seeds, summary, full_at)
+        after = Counter(r.path for r in servers[0].requests() if r.path != "/robots.txt")
+    assert max(during.values()) <= 2, during.most_common(3)
+    assert max(after.values()) <= 2, after.most_common(3)

@@ -17,7 +17,7 @@ from .formats import Status, Steering
 from .keys import CrawlKeys, Keys
 from .scripts import Scripts
 
-#: Seconds releases pause after a failed write of the crawl's output.
+#: Seconds between two probes of a crawl's output that could not be written (worker/room.py).
 OUTPUT_PAUSE = 10.0
 
 
@@ -55,15 +55,17 @@ class CrawlLifecycle:
             return Steering.FINISHING
         if cancelled == b"1":
             return Steering.CANCELLED
-        if paused == b"1" or (blocked is not None and float(blocked) > time.time()):
+        if paused == b"1" or blocked is not None:  # blocked: until a probe finds room
             return Steering.PAUSED
         return Steering.RUN
 
     # --- output faults (a full or failing disk: worker/output.py) ----------------------------
     def output_failed(self, why: str, pause: float = OUTPUT_PAUSE) -> None:
-        """Writing the crawl's files failed (``why``: "disk full at DIR"): releases pause for
-        ``pause`` s, after which one more fetch finds out whether there is room again; the
-        records wait in Redis meanwhile. Shown by progress() as ``output``."""
+        """Writing the crawl's files failed (``why``: "disk full at DIR"): releases pause
+        until a write of the crawl's own finds room (:meth:`output_ok`): a probe of the output
+        every ``pause`` s (``output_blocked_until``: the next one, worker/room.py), never a
+        page fetched to find out; the records wait in Redis meanwhile. Shown by progress()
+        as ``output``."""
         now = time.time()
         self.client.hset(
             self.ck.state,

@@ -4,19 +4,24 @@ user's mistake into one line on stderr with exit code 2 (never a traceback)."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar, cast
 
 import click
 import redis
+from kombu.exceptions import OperationalError
 
 from ..errors import ConfigError
 from ..settings import Settings, redact
 from ..state import connection
 from ..state.options import INTERNAL
+
+T = TypeVar("T")
 
 #: Exit code of a command given bad input or pointed at a broker it cannot use.
 USAGE = 2
@@ -60,6 +65,63 @@ def client_for(settings: Settings) -> redis.Redis:
     return connection.connect(settings.state_url, socket_connect_timeout=2, socket_timeout=10)
 
 
+def patiently(settings: Settings, call: Callable[[], T]) -> T:
+    """``call()`` (reads, or idempotent writes, of the crawl state), waited out while the state
+    Redis is away (a cluster failing over, a server frozen or restarting) for as long as the
+    workers wait (``redis_outage_wait``), saying so on stderr: the command goes on as the
+    crawl does. After that the last error is raised (:func:`run_main`: exit 2)."""
+    told = _Told()
+    result = connection.wait_out(call, settings.redis_outage_wait, failed=told.failed, max_delay=1)
+    told.ok()
+    return result
+
+
+def patient(crawl: T) -> T:
+    """``crawl`` (a handle) whose methods are each called :func:`patiently`."""
+    return cast(T, _Patient(crawl))
+
+
+class _Patient:
+    """A crawl handle whose methods (progress, summary, failed, cancel: reads and idempotent
+    writes) are each called :func:`patiently`: what a watching command polls."""
+
+    def __init__(self, crawl: Any) -> None:
+        self._crawl = crawl
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._crawl, name)
+        if not callable(attr):
+            return attr
+        settings = self._crawl.settings
+        return lambda *args, **kwargs: patiently(settings, lambda: attr(*args, **kwargs))
+
+
+class _Told:
+    """:func:`patiently`'s words: one line when the state Redis stops answering, one when it
+    answers again."""
+
+    def __init__(self) -> None:
+        self._lost: float | None = None
+
+    def failed(self, exc: BaseException) -> None:
+        if self._lost is None:
+            self._lost = time.monotonic()
+            click.echo(f"{state_lost(exc)}; retrying", err=True)
+
+    def ok(self) -> None:
+        if self._lost is not None:
+            took, self._lost = time.monotonic() - self._lost, None
+            click.echo(f"state Redis answers again after {took:.1f}s", err=True)
+
+
+def state_lost(exc: BaseException) -> str:
+    """``state node HOST:PORT lost`` when the error names the node, else what happened."""
+    node = re.search(r"connecting to (\S+:\d+)", str(exc))
+    if node:
+        return f"state node {node[1]} lost"
+    return f"state Redis not answering ({type(exc).__name__}: {one_line(str(exc))})"
+
+
 def connect(broker: str | None) -> tuple[Settings, redis.Redis]:
     """Settings and a client of a Redis that answers, or one line saying why not."""
     from .probe import problem
@@ -85,7 +147,7 @@ def handle(crawl_id: str, broker: str | None) -> Any:
     settings, client = connect(broker)
     crawl = Crawl(crawl_id, settings=settings, client=client)
     try:
-        crawl.options  # noqa: B018
+        patiently(settings, lambda: crawl.options)
     except UnknownCrawl:
         raise Fail(
             f"no crawl {crawl_id!r} at {redact(settings.state_url)} (never started, or "
@@ -116,9 +178,13 @@ def run_main(run: Callable[[], Any]) -> NoReturn:
     except ConfigError as exc:
         click.echo(f"error: {one_line(str(exc))}", err=True)
         sys.exit(USAGE)
-    except (redis.ConnectionError, redis.TimeoutError) as exc:
-        # The broker went away after the command had reached it.
+    except OperationalError as exc:  # kombu's: the broker itself (a publish, an inspect)
         click.echo(f"error: broker connection lost: {one_line(str(exc))}", err=True)
+        sys.exit(USAGE)
+    except connection.UNAVAILABLE as exc:
+        # The state Redis went away after the command had reached it, for longer than the
+        # command waits (patiently), or under a command that does not wait.
+        click.echo(f"error: {state_lost(exc)}: {one_line(str(exc))}", err=True)
         sys.exit(USAGE)
     sys.exit(rv if isinstance(rv, int) else 0)
 

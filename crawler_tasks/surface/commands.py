@@ -13,6 +13,7 @@ import click
 
 from ..errors import ConfigError
 from ..settings import INFINITE_OK, LIMITS, number, range_problem, redact
+from . import cli_common as cli
 from .cli_common import Fail, broker_option, connect, handle, option_items, parse_options
 from .export import export
 
@@ -26,7 +27,7 @@ def status(crawl_id: str, broker: str | None, as_json: bool) -> None:
     from .figures import crawl_figures
 
     crawl = handle(crawl_id, broker)
-    p = crawl_figures(crawl)
+    p = cli.patiently(crawl.settings, lambda: crawl_figures(crawl))
     if as_json:
         click.echo(json.dumps(p, indent=2, default=str))
         return
@@ -80,7 +81,7 @@ def list_cmd(broker: str | None, limit: int, as_json: bool) -> None:
     from .crawl import list_crawls
 
     settings, client = connect(broker)
-    crawls = list_crawls(client, Keys(settings.key_prefix), limit)
+    crawls = cli.patiently(settings, lambda: list_crawls(client, Keys(settings.key_prefix), limit))
     if as_json:
         click.echo(json.dumps(crawls))
         return
@@ -113,7 +114,7 @@ def watch(crawl_id: str, broker: str | None) -> None:
     """Live progress of a crawl until it finishes."""
     from .display import watch as show
 
-    show(handle(crawl_id, broker))
+    show(cli.patient(handle(crawl_id, broker)))
 
 
 _DONE = {"pause": "paused", "resume": "resumed", "cancel": "cancelled"}
@@ -127,7 +128,7 @@ def _control(action: str, doc: str) -> click.Command:
         from ..state.workers import alive
 
         crawl = handle(crawl_id, broker)
-        if not getattr(crawl, action)():
+        if not cli.patiently(crawl.settings, getattr(crawl, action)):
             raise Fail(f"crawl {crawl_id} is {crawl.status}: nothing to {action}")
         click.echo(f"{crawl_id}: {action}")
         # The workers carry the steering out: with none alive, nothing happens yet.
@@ -169,7 +170,7 @@ def forget(crawl_id: str, force: bool, broker: str | None) -> None:
 @broker_option
 def failed(crawl_id: str, broker: str | None) -> None:
     """Dead-lettered URLs of a crawl (JSON lines)."""
-    for record in handle(crawl_id, broker).failed():
+    for record in cli.patient(handle(crawl_id, broker)).failed():
         click.echo(json.dumps(record))
 
 

@@ -19,6 +19,7 @@ from ..state import connection
 from ..state.formats import TLS_NOTE
 from ..state.options import PRIORITIES, CrawlOptions
 from ..web.urls import host_of, normalize
+from . import cli_common as cli
 from .cli_common import INTERRUPTED, Fail, option_items, parse_options, settings_for
 from .export import output_place
 from .summary import failed, summary_text
@@ -330,7 +331,7 @@ def _run(
     from .display import watch
 
     _warn_if_running(settings, opts)
-    handle = launch(opts, settings=settings, more_seeds=more_seeds)
+    handle = cli.patient(launch(opts, settings=settings, more_seeds=more_seeds))
     where = output_place(handle)[1]
     click.echo(f"crawl {handle.id} started; output in {where}", err=True)
     if no_wait:
@@ -370,9 +371,8 @@ def _warn_if_running(settings: Settings, opts: CrawlOptions) -> None:
     """The same command run twice (a --no-wait repeated) would crawl one site twice at once:
     allowed (a recrawl may be meant), but said."""
     from ..state.store import RedisHandle, same_seeds_running
-    from .cli_common import client_for
 
-    r = RedisHandle.connect(client_for(settings), settings.key_prefix)
+    r = RedisHandle.connect(cli.client_for(settings), settings.key_prefix)
     for crawl_id in same_seeds_running(r, opts.seeds):
         click.echo(
             f"warning: crawl {crawl_id} of the same seeds is still running; this is another "

@@ -14,6 +14,7 @@ and each action is kept in the crawl's action log and published as an event."""
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from typing import Any
@@ -24,12 +25,18 @@ from tornado.ioloop import IOLoop
 
 from ..errors import ConfigError, UnknownCrawl
 from ..state.ceilings import set_ceiling
+from ..state.connection import wait_out
 from ..web.host_rates import host_name, rate_value
 from .crawl import Crawl
 from .dashboard_access import authorized, dumps, loopback_name
 from .dashboard_state import DashboardState
 from .figures import crawl_figures, crawl_page, crawls_list
 from .host_table import MAX_LIMIT, SORTABLE
+
+#: Seconds a request waits for Redis before it answers 503: beyond a cluster's failover
+#: (a replica is elected ~2-4 s after its master dies, cluster-node-timeout 2 s), below what
+#: a browser's poll waits.
+ANSWER_WITHIN = 15.0
 
 #: Crawl controls: action name -> the Crawl method the CLI's command of that name calls.
 CONTROLS = {
@@ -97,10 +104,12 @@ class Base(tornado.web.RequestHandler):
         self.finish(dumps(value))
 
     async def off_loop(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """``fn`` in a thread; Redis gone or refusing answers 503 with why (the page says it
-        and keeps polling), a crawl not there 404, not a traceback."""
+        """``fn`` in a thread, waiting out a cluster's failover (``ANSWER_WITHIN`` s); Redis
+        gone longer or refusing answers 503 with why (the page says it and keeps polling), a
+        crawl not there 404, not a traceback."""
+        call = functools.partial(wait_out, lambda: fn(*args), ANSWER_WITHIN, max_delay=1.0)
         try:
-            return await IOLoop.current().run_in_executor(self.state.pool, fn, *args)
+            return await IOLoop.current().run_in_executor(self.state.pool, call)
         except redis.RedisError as exc:
             raise tornado.web.HTTPError(503, f"Redis: {' '.join(str(exc).split())}") from None
         except UnknownCrawl as exc:

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import redis
 
+from ..settings import Settings
 from ..worker.app import QUEUES, RENDER_QUEUE
 
 FETCH_QUEUES = ",".join(q for q in QUEUES if q.startswith("crawl."))
@@ -174,8 +175,11 @@ def local_workers(
     per core, each a threads pool of ``FETCH_THREADS`` that also parses pages up to 256 KiB
     (``inline_parse_bytes``), and a prefork pool for larger pages; ``renderers`` render
     processes for crawls that render. ``events`` makes the workers send task events."""
-    # The workers keep crawl state where the broker is, unless told otherwise.
-    env = {k: v for k, v in os.environ.items() if k != "CRAWLER_REDIS_URL"}
+    # The workers keep crawl state where the broker is, unless told otherwise: by extra_env, or
+    # by CRAWLER_REDIS_URL beside the broker it goes with (this process's own, as ``crawler
+    # crawl`` starting workers for its crawl: its state is theirs).
+    ours = os.environ.get("CRAWLER_BROKER_URL", Settings.broker_url) == broker_url
+    env = {k: v for k, v in os.environ.items() if ours or k != "CRAWLER_REDIS_URL"}
     env.update({"CRAWLER_BROKER_URL": broker_url, **(extra_env or {})})
     tag = f"{os.getpid()}-{free_port()}"
     # One threads-pool process tops out near one core (the GIL): ``fetchers`` runs several.

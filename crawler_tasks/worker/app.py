@@ -14,7 +14,7 @@ from celery import Celery
 from kombu import Exchange, Queue
 
 from ..settings import Settings, load
-from ..state.connection import is_cluster
+from ..state.connection import is_cluster, node_urls
 
 # The queues' names are the broker module's (the crawler's one view of the broker).
 from .broker import FETCH_QUEUES as FETCH_QUEUES
@@ -50,6 +50,10 @@ def make_app(settings: Settings | None = None) -> Celery:
             # default 10 s x throttle 10), so they come back soon after visibility_timeout.
             "unacked_restore_interval": max(1, min(10, settings.visibility_timeout // 4)),
             "unacked_restore_throttle": 1,
+            # A broker link that stops answering fails within this, not never (a silent
+            # partition); above the 1 s BRPOP the consumer polls with.
+            "socket_timeout": settings.redis_timeout,
+            "socket_connect_timeout": settings.redis_timeout,
         },
         task_serializer="json",
         result_serializer="json",
@@ -74,7 +78,8 @@ def make_app(settings: Settings | None = None) -> Celery:
         task_routes={"crawl.parse": {"queue": "parse"}, "crawl.render": {"queue": RENDER_QUEUE}},
         worker_hijack_root_logger=False,
         beat_scheduler="redbeat.RedBeatScheduler",
-        redbeat_redis_url=settings.state_url,
+        # RedBeat takes one URL: the first of several startup nodes (state/connection.py).
+        redbeat_redis_url=node_urls(settings.state_url)[0],
         redbeat_key_prefix=f"{settings.key_prefix}:redbeat",
         redbeat_lock_timeout=60,
         beat_max_loop_interval=5,

@@ -65,6 +65,8 @@ def redis_client(settings: Settings) -> redis.Redis:
         pool_size=REDIS_CONNECTIONS,
         health_check_interval=30,
         socket_keepalive=True,
+        socket_timeout=settings.redis_timeout,
+        socket_connect_timeout=settings.redis_timeout,
     )
     connection.check_broker(settings.broker_url, client)
     return client

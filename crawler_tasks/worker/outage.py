@@ -11,20 +11,13 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
 from typing import TypeVar
 
-import redis
 from kombu.exceptions import OperationalError
-from redis.exceptions import (
-    ClusterError,
-    OutOfMemoryError,
-    ReadOnlyError,
-    SlotNotCoveredError,
-    TryAgainError,
-)
+from redis.exceptions import OutOfMemoryError, ReadOnlyError
 
+from ..state.connection import UNAVAILABLE, wait_out
 from .logs import Throttled
 
 log = logging.getLogger(__name__)
@@ -35,13 +28,9 @@ log = logging.getLogger(__name__)
 #: URL's fault. Celery's publish wraps the broker's errors in kombu's OperationalError.
 REDIS_UNAVAILABLE: tuple[type[Exception], ...] = (
     OperationalError,
-    redis.ConnectionError,
-    redis.TimeoutError,
+    *UNAVAILABLE,
     OutOfMemoryError,
     ReadOnlyError,
-    ClusterError,
-    TryAgainError,
-    SlotNotCoveredError,
 )
 
 T = TypeVar("T")
@@ -56,20 +45,6 @@ def ride_out(
 ) -> T:
     """``call()``, again and again while Redis is unavailable, for up to ``patience`` seconds
     (then the last error is raised). Waits 0.1 s, doubling up to ``max_delay``."""
-    deadline = time.monotonic() + patience
-    delay = 0.1
-    while True:
-        try:
-            result = call()
-        except REDIS_UNAVAILABLE as exc:
-            if time.monotonic() + delay > deadline or (stop is not None and stop.is_set()):
-                raise
-            throttled.failed(exc)
-            if stop is not None:
-                stop.wait(delay)
-            else:
-                time.sleep(delay)
-            delay = min(delay * 2, max_delay)
-        else:
-            throttled.ok()
-            return result
+    result = wait_out(call, patience, REDIS_UNAVAILABLE, throttled.failed, stop, max_delay)
+    throttled.ok()
+    return result

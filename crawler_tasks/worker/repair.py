@@ -28,6 +28,7 @@ from .context import Context
 from .handoff import Stage
 from .outcome import Decision
 from .recorder import crawl_finished, sweep_orphans
+from .room import probe_output
 from .settle import settle, takeback
 
 log = logging.getLogger(__name__)
@@ -80,6 +81,7 @@ class Repair:
             for url, entry, value in self._really_stuck(ctx, store.id, stuck, living):
                 n += self._take_back(ctx, store, url, entry, value)
             sweep_orphans(ctx, store)
+            probe_output(store, s.output_dir)  # a full disk: found by a write, not a fetch
             store.series.sample()  # one process per interval cluster-wide (series.py)
             # A process that died between finishing the last URL and CrawlStatus.finishing.
             finishing = store.status.steering() is Steering.FINISHING

@@ -21,6 +21,12 @@ only them, in two ways:
 
 One WARNING line when admission pauses in this process, one a minute while it lasts, one when
 it resumes; ``crawler status`` shows the same state, read from Redis (``state/health.py``).
+
+Room on the output disk (:func:`probe_output`). A crawl whose files could not be written (a
+full disk: ``CrawlStatus.output_failed``) releases nothing until there is room again. The
+dispatchers find that out every ``OUTPUT_PAUSE`` s with a write of its own (a probe file of
+``OUTPUT_PROBE_BYTES``, fsynced, then deleted) in the crawl's directory on its host, never by
+fetching a page: a disk full for a minute costs no request but the one whose write failed.
 """
 
 from __future__ import annotations
@@ -28,16 +34,23 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import os
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
 from redis.exceptions import OutOfMemoryError
 
 from ..errors import AdmissionPaused
 from ..state.health import Memory, admission_paused, memory
+from ..state.status import OUTPUT_PAUSE
+from .output import describe
+
+if TYPE_CHECKING:
+    from ..state.store import CrawlStore
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -48,6 +61,9 @@ REMIND_EVERY = 60.0
 MAX_DELAY = 2.0
 #: Seconds of room after which a pause counts as over in the log.
 SETTLED = 5.0
+#: Bytes the output probe writes: room for a few pages' records and WARC records, so that
+#: the first page released after it finds room for its own.
+OUTPUT_PROBE_BYTES = 256 * 1024
 
 
 class Room:
@@ -220,3 +236,37 @@ class _Pipeline:
         if errors and raise_on_error:
             raise errors[0]
         return results
+
+
+def probe_output(store: CrawlStore, output_dir: str) -> None:
+    """While ``store``'s output cannot be written and its next probe is due: a probe write in
+    its directory here; room found ends the pause (releases go on), none sets the next probe
+    ``OUTPUT_PAUSE`` s later. ``output_dir``: this process's ``CRAWLER_OUTPUT_DIR``. Called
+    by each dispatcher's repair round (every 2 s)."""
+    state = store.status.read()
+    if state.output_problem is None or state.output_blocked_until > time.time():
+        return
+    directory = Path(store.opts.output or output_dir) / store.opts.crawl_id
+    why = no_room(directory)
+    if why is None:
+        log.warning("crawl %s: its output can be written again (%s)", store.id, directory)
+        store.status.output_ok()
+    else:
+        store.status.output_failed(f"{why} at {directory}", OUTPUT_PAUSE)
+
+
+def no_room(directory: Path, size: int = OUTPUT_PROBE_BYTES) -> str | None:
+    """Why ``size`` bytes cannot be written in ``directory`` now (None: they can), found by
+    writing them (fsynced: a full disk may refuse only the flush) and deleting them."""
+    probe = directory / f".room-probe-{os.getpid()}-{threading.get_ident()}"
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with open(probe, "wb") as f:
+            f.write(b"\0" * size)
+            f.flush()
+            os.fsync(f.fileno())
+        return None
+    except OSError as exc:
+        return describe(exc)
+    finally:
+        probe.unlink(missing_ok=True)
