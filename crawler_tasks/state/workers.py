@@ -76,13 +76,22 @@ class Heartbeat:
         self._written = now
 
     def _run(self) -> None:
+        failing = False
         while not self._stop.wait(HEARTBEAT_EVERY):
             try:
                 self.beat()
             except redis.RedisError as exc:  # Redis away: the next beat will do
-                log.debug("heartbeat failed: %s", exc)
+                # Said once per outage: past worker_dead_seconds this process's URLs go to
+                # others, and its log should say why.
+                (log.debug if failing else log.warning)("heartbeat failed: %r", exc)
+                failing = True
+                continue
             except Exception:  # a beat must never end the thread (a process taken for dead)
                 log.exception("heartbeat failed")
+                continue
+            if failing:
+                log.warning("heartbeat written again")
+                failing = False
 
     def stop(self) -> None:
         self._stop.set()

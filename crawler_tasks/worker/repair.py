@@ -90,13 +90,14 @@ class Repair:
         return n
 
     def _stalled(self) -> bool:
-        """Whether this process was itself held up since its last look (a paused VM, memory
-        pressure, a starved CPU): every heartbeat it reads may then be stale only because the
-        others were held up too, or their beats wait to be read. It lets them catch up for
-        one dead threshold before it judges anyone."""
+        """Whether this process was itself held up since its last look for longer than the
+        dead threshold (a paused VM, memory pressure): every heartbeat it reads may then be
+        stale only because the others were held up too, or their beats wait to be read. It
+        lets them catch up for one dead threshold before it judges anyone. (Shorter gaps, a
+        busy process's, cannot make a living worker look dead by themselves.)"""
         now, last, dead = time.monotonic(), self._last, self.settings.worker_dead_seconds
         self._last = now
-        if last is not None and now - last > RECLAIM_EVERY + dead / 2:
+        if last is not None and now - last > RECLAIM_EVERY + dead:
             log.warning("repair held up %.1f s: judging no worker dead for %g s", now - last, dead)
             self._quiet_until = now + dead
         return now < self._quiet_until
