@@ -107,12 +107,21 @@ end
 -- The lease is gone when the request was refunded (or its lease expired): nothing to charge.
 if redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then
   local sent = tonumber(ARGV[7]) or -1
+  local from = now
   if longer or event ~= 'ok' or sent < 0 then
     tat = math.max(tat, now + iv)
     address_end(now, false)
   else
-    tat = math.max(tat, now - sent + iv)
-    address_end(now - sent, false)
+    from = now - sent
+    tat = math.max(tat, from + iv)
+    address_end(from, false)
+  end
+  -- The send gate (gate_lib.lua) follows the real send as well: a request that left late
+  -- (its thread starved past its slot) pushes the host's next slot back, so the next send,
+  -- on time, does not come closer to it than the interval.
+  local sg = tonumber(redis.call('HGET', KEYS[3], 'sg')) or 0
+  if from + iv > sg then
+    redis.call('HSET', KEYS[3], 'sg', string.format('%.6f', from + iv))
   end
 end
 if (ARGV[8] or '') ~= '' then
