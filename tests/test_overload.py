@@ -1,14 +1,17 @@
 """Issue 31: the promises hold under overload, with real worker processes.
 
 1. Politeness at the moment of sending: a broad crawl of more hosts than 2 cores can serve at
-   the politeness bound (1 req/s per host, burst 1, one connection per host), with a CPU hog
-   beside two fetch processes. Judged by the web server in its own process (tests/broad_web.py,
-   its stamps not starved by the crawler's GIL): no host gets more than rate + 1 requests in
-   any 1-s window, every page is fetched once. With host affinity on and off, and with a
-   fetch process killed mid-crawl.
-2. No false deaths: a fetch process frozen just past the dead threshold, a pause of Redis and
-   every worker together, and CPU hogs: exact page sets, no ``worker_lost``, no retry spent on
-   a process that proved alive.
+   the politeness bound (300 hosts x 6 pages, 2 req/s per host, burst 1, one connection per
+   host, 50-350 ms per response: it reaches 0.3-0.55 of the bound), two fetch processes and
+   one or two CPU hogs beside them. Judged by the web server in its own process
+   (tests/broad_web.py: its stamps are not starved by the crawler's GIL): each host's
+   arrivals conform to the send gate's GCRA and hold at most rate + 1 requests in a 1-s
+   window (both within a stated stamp tolerance), every page once. With host affinity on and
+   off, and with a fetch process killed mid-crawl.
+2. No false deaths: a fetch process frozen just past the dead threshold, and a pause of Redis
+   and every worker together: exact page sets, no ``worker_lost``, no retry spent (the
+   crawl's attempts hashes stay empty; take-backs are counted apart). The overload runs above
+   (with 2 CPU hogs, death judged at 4 s) check the same.
 """
 
 from __future__ import annotations
@@ -68,11 +71,14 @@ def spent_retries(crawl) -> dict[str, int]:  # type: ignore[no-untyped-def]
 
 
 def assert_no_retry_spent(crawl, summary) -> None:  # type: ignore[no-untyped-def]
+    """No retry counted for any URL (the sites here answer every page at once; their 404s
+    are final at the first attempt), and nothing failed ``worker_lost``."""
     assert spent_retries(crawl) == {}
-    failed = [r for r in crawl.pages(latest=False) if r.get("error") or "attempts" in r]
-    assert not failed, failed[:3]
-    assert not summary.get("failures"), summary.get("failures")
-    assert not any(k.startswith("failed") for k in summary["counters"]), summary["counters"]
+    records = list(crawl.pages(latest=False))
+    retried = [r for r in records if "attempts" in r or r.get("error") == "worker_lost"]
+    assert not retried, retried[:3]
+    assert "worker_lost" not in str(summary.get("failures")), summary.get("failures")
+    assert not [k for k in summary["counters"] if "worker_lost" in k or k.startswith("retr")]
 
 
 def fetchers(redis_url: str) -> set[str]:
@@ -123,14 +129,21 @@ def assert_polite_and_complete(crawl, summary, web, once_at_server: bool) -> Non
         assert not twice, f"{len(twice)} pages requested twice, e.g. {twice[:3]}"
 
 
-@pytest.mark.parametrize("affinity", [True, False], ids=["affinity", "no-affinity"])
+@pytest.mark.parametrize(
+    ("affinity", "hogs"),
+    [(True, 1), (False, 1), (True, 2)],
+    ids=["affinity-1-hog", "no-affinity-1-hog", "affinity-2-hogs"],
+)
 def test_overloaded_broad_crawl_is_polite_at_the_server(  # type: ignore[no-untyped-def]
-    settings, redis_url, tmp_path, affinity
+    settings, redis_url, tmp_path, affinity, hogs
 ):
+    """Every page once (records and requests at the server), each host's arrivals paced,
+    nothing taken back from a process that was only busy, no retry spent. Worker death is
+    judged at 4 s here (test_faults.QUICK), so a false death has every chance to show."""
     with (
         broad_web(tmp_path, HOSTS, PAGES) as web,
         cluster(redis_url, tmp_path) as c,
-        cpu_hogs(1),
+        cpu_hogs(hogs),
     ):
         queues = FETCH_QUEUES if affinity else NO_AFFINITY
         for name in ("fetch1", "fetch2"):
@@ -174,8 +187,10 @@ def test_overloaded_broad_crawl_a_fetch_process_killed(settings, redis_url, tmp_
         wait_until(lambda: crawl.progress()["done"] > HOSTS * PAGES // 3, timeout=90)
         c.kill("fetch1", restart=False)
         summary = wait(crawl, 120)
+        taken = took_back(tmp_path / "logs")
     assert_polite_and_complete(crawl, summary, web, once_at_server=False)
-    assert not summary.get("failures"), summary.get("failures")
+    assert taken, "nothing was taken back from the killed process: the test checked nothing"
+    assert_no_retry_spent(crawl, summary)  # a take-back is not an attempt
 
 
 def freeze(c, names: list[str], sig: int) -> None:  # type: ignore[no-untyped-def]
@@ -230,23 +245,6 @@ def test_whole_machine_pause(settings, redis_url, client, tmp_path):  # type: ig
     assert not taken, taken[:3]
     assert_exact(crawl, graph, seeds, summary)
     assert_no_retry_spent(crawl, summary)
-
-
-def test_two_cpu_hogs(settings, redis_url, tmp_path):  # type: ignore[no-untyped-def]
-    """Two busy loops beside the workers on a 2-core machine: exact, nothing taken back."""
-    with (
-        site(delay=0.02) as (graph, servers),
-        cluster(redis_url, tmp_path) as c,
-        cpu_hogs(2),
-    ):
-        c.start_layout()
-        seeds, crawl = start(settings, servers)
-        summary = wait(crawl, 120)
-        taken = took_back(tmp_path / "logs")
-    assert not taken, taken[:3]
-    assert_exact(crawl, graph, seeds, summary)
-    assert_no_retry_spent(crawl, summary)
-
 
 
 def test_a_slow_writer_and_its_own_sweep_keep_one_copy(settings, driver):  # type: ignore[no-untyped-def]
