@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import re
 import signal
@@ -40,6 +39,7 @@ from conftest import wait_until
 from driver import Driver
 from sitegen import SiteServer
 from test_faults import assert_exact, cluster, site, start, wait
+from test_lease_exits import crawl_of
 
 from crawler_tasks import start_crawl
 from crawler_tasks.state.formats import Committed, Unwritten
@@ -282,13 +282,7 @@ def test_a_message_taken_just_before_the_look_is_not_taken_back(settings):  # ty
     try:
         with SiteServer(address="127.0.0.48") as site:
             site.extra_routes["/p"] = lambda h: h.send_body(200, b"x", "text/plain")
-            crawl = start_crawl(
-                [site.base_url + "/p"],
-                settings=settings,
-                allow_private_networks=True,
-                obey_robots=False,
-                rate=math.inf,
-            )
+            crawl = crawl_of(settings, site.base_url + "/p")
             assert driver.dispatcher.tick()  # released and published: taken, not yet begun
             time.sleep(1.1)  # released_at has a resolution of a second
             assert driver.dispatcher.reclaim() == 0  # suspected only
