@@ -36,6 +36,7 @@ SLOW_FIRST = (
     "tests/test_bench_smoke.py",
     "tests/test_render_workers.py",
     "tests/test_affinity.py",
+    "tests/test_overload.py",
 )
 
 

@@ -4,6 +4,7 @@ crawl's behaviour in detail; test_crawl.py proves the same with real Celery work
 
 from __future__ import annotations
 
+import bisect
 import math
 import socket
 import time
@@ -187,8 +188,29 @@ def test_a_store_is_the_same_for_the_shell_and_the_worker(settings, driver):  # 
 
 
 def test_politeness_holds_in_process_too(settings, driver):  # type: ignore[no-untyped-def]
-    """Two requests per second to one host, measured by the server, with the driver never
-    waiting on anything but release.lua."""
+    """Two requests per second to one host, burst 0, with the driver never waiting on anything
+    but release.lua and the send gate. Judged on two clocks:
+
+    * the client's send stamps (``Response.sent_at``: time.monotonic() right after the
+      request was written; a stamp can only come late, which makes a gap look shorter, never
+      longer): every gap >= 0.5 s - 0.02 s (the scheduling noise of taking the stamp);
+    * the server's arrival stamps, at most rate + 1 = 3 requests in any 1-s window (issue 31's
+      rule). Not the gaps themselves: the server's handler threads live in this process, and
+      its stamp is taken only once a handler thread got the GIL and the CPU to read the
+      request. Under load that comes late for one request and not the next: with two CPU hogs
+      beside this test, a server gap of 0.408 s was measured whose client send gap was
+      0.528 s (the first request stamped 0.127 s late), while no client gap over 12 runs was
+      below 0.501 s: the failure "a 0.42 s gap right after a 1.37 s gap" was such a stamp.
+    Every request the server saw is one the client sent (none bypassed the gate unseen)."""
+    sent: dict[str, float] = {}
+    real_get = driver.ctx.fetcher.get
+
+    def get(url, **kw):  # type: ignore[no-untyped-def]
+        response = real_get(url, **kw)  # the real fetch; only its send stamp is noted
+        sent[url] = response.sent_at
+        return response
+
+    driver.ctx.fetcher.get = get
     with running_sites(["127.0.0.79"], 12, 3, cross_host_ratio=0) as (_graph, servers):
         server: SiteServer = servers[0]
         crawl = start_crawl(
@@ -199,13 +221,17 @@ def test_politeness_holds_in_process_too(settings, driver):  # type: ignore[no-u
             burst=0,
             obey_robots=False,
         )
-        t0 = time.monotonic()
         driver.run(crawl)
-        times = sorted(e.time for e in server.requests())
-    assert len(times) >= 8
-    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
-    assert min(gaps) >= 0.5 - 0.05, gaps
-    assert time.monotonic() - t0 >= 0.5 * (len(times) - 1) - 0.05
+        arrived = sorted(e.time for e in server.requests())
+        paths = sorted(server.base_url + e.path for e in server.requests())
+    assert len(arrived) >= 8
+    assert sorted(sent) == paths  # one send stamp per request the server saw
+    sends = sorted(sent.values())
+    gaps = [b - a for a, b in zip(sends, sends[1:], strict=False)]
+    assert min(gaps) >= 0.5 - 0.02, gaps
+    assert sends[-1] - sends[0] >= 0.5 * (len(sends) - 1) - 0.02
+    in_1s = max(bisect.bisect_left(arrived, t + 1.0) - i for i, t in enumerate(arrived))
+    assert in_1s <= 2 + 1, arrived
 
 
 def test_an_orphan_met_by_two_rescuers_is_written_once(settings, driver):  # type: ignore[no-untyped-def]

@@ -376,6 +376,13 @@ class Unwritten:
         value = {"rid": self.rid, "path": self.path, "ts": self.ts, "record": self.record}
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
+    def fence(self) -> str:
+        """What claim.lua fences the URL's earlier writers with and commit.lua compares: this
+        writer's file AND time, since a claimer may write to the very file of the writer it
+        fences (its own process's slow thread), where the file alone told them apart from
+        nothing."""
+        return f"{self.path}|{self.ts!r}"
+
     @classmethod
     def loads(cls, raw: str | bytes) -> Unwritten:
         v = json.loads(raw)

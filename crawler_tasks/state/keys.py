@@ -85,7 +85,7 @@ any key a crawl writes that this table does not describe, or whose type differs:
     P:{C/N}:body:H           hash   fetched response waiting for its parse task: meta, body
     P:{C/N}:failed           hash   url -> dead-letter record, JSON
     P:{C/N}:unwritten        hash   url -> formats.Unwritten: final, record not yet on disk
-    P:{C/N}:fenced           hash   url -> file of the last process that claimed its record
+    P:{C/N}:fenced           hash   url -> file and time of the last claim of its record
                                     (claim.lua); a frozen first writer undoes its copy
     P:{C/N}:hostpages        hash   domain -> URLs admitted (``max_pages_per_host``)
     P:{C/N}:redirects        hash   url -> JSON list of redirect targets it claimed (marked seen)

@@ -120,7 +120,7 @@ class Ledger:
         """claim.lua: take over the unwritten record ``read`` as ``claimed`` (this process's
         file, now); False if it was written or claimed by another process meanwhile."""
         pk = self.ck.for_url(url)
-        args = [url, read.rid, repr(read.ts), claimed.dumps(), claimed.path]
+        args = [url, read.rid, repr(read.ts), claimed.dumps(), claimed.fence()]
         return bool(
             self.scripts.claim(keys=[pk.unwritten, pk.fenced], args=args, client=self.client)
         )
@@ -128,7 +128,7 @@ class Ledger:
     def commit(self, url: str, mine: formats.Unwritten) -> formats.Committed:
         """commit.lua: the record ``mine`` is appended to its file; keep it, or undo it."""
         pk = self.ck.for_url(url)
-        args = [url, mine.rid, repr(mine.ts), mine.path]
+        args = [url, mine.rid, repr(mine.ts), mine.path, mine.fence()]
         got = self.scripts.commit(keys=[pk.unwritten, pk.fenced], args=args, client=self.client)
         return formats.Committed(int(got))
 

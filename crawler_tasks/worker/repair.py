@@ -45,6 +45,9 @@ class Repair:
         #: time.monotonic() of the last reclaim, and until when none judges (after a stall).
         self._last: float | None = None
         self._quiet_until = 0.0
+        #: crawl -> {"crawl<TAB>url": Redis time} of the messages found lost at the last look
+        #: and not yet confirmed (see :meth:`_unconfirmed`).
+        self._suspects: dict[str, dict[str, float]] = {}
 
     def reap(self, ctx: Context) -> int:
         """Publish again fetches whose message never reached a worker. Rare (a dispatcher
@@ -72,8 +75,9 @@ class Repair:
         living = workers.alive(ctx.client, ctx.keys, s.worker_dead_seconds)
         fetchers = sorted(m.decode() for m in ctx.client.smembers(ctx.keys.fetchers))
         idle = self._broker.idle_stages(fetchers)
-        n = 0
-        for crawl_id in stores.running(ctx.r):
+        n, running = 0, stores.running(ctx.r)
+        self._suspects = {c: v for c, v in self._suspects.items() if c in running}
+        for crawl_id in running:
             store = ctx.store(crawl_id)
             if store is None:
                 continue
@@ -120,6 +124,7 @@ class Repair:
 
         late = [key(url) for url, e, _ in stuck if e.stage == "r" and e.worker in living]
         held = workers.held_by(ctx.client, ctx.keys, living, late)
+        held |= self._unconfirmed(ctx, crawl_id, [k for k in late if k not in held], living)
 
         def still(url: str, e: Inflight) -> bool:
             if e.stage in ("q", "v"):  # its parse or render message is late (no worker named)
@@ -130,6 +135,25 @@ class Repair:
             return e.stage == "r" and key(url) not in held
 
         return [(url, e, v) for url, e, v in stuck if still(url, e)]
+
+    def _unconfirmed(
+        self, ctx: Context, crawl_id: str, lost: list[str], living: set[str]
+    ) -> set[str]:
+        """Of the fetch messages found lost (released to a living process, unstarted, every
+        fetch queue empty, in no process's held set), those not lost for sure yet: a message
+        a process took from its queue just before the look is in its held set only from that
+        process's next beat on (every HEARTBEAT_EVERY s, later when it is starved; the
+        overload test saw such URLs taken back from a busy crawl). One is lost once it is
+        still missing after every living process beat again."""
+        if not lost:
+            self._suspects.pop(crawl_id, None)
+            return set()
+        beats, now = workers.beats(ctx.client, ctx.keys), workers.redis_now(ctx.client)
+        all_beat_at = min((beats.get(w, 0.0) for w in living), default=now)
+        seen = self._suspects.get(crawl_id, {})
+        first = {k: seen.get(k, now) for k in lost}
+        self._suspects[crawl_id] = first  # those no longer lost are forgotten
+        return {k for k, t in first.items() if all_beat_at <= t}
 
     def _take_back(
         self, ctx: Context, store: CrawlStore, url: str, entry: Inflight, value: str

@@ -5,9 +5,10 @@
 -- so undoing its copy (truncating its own file) never touches another record.
 -- KEYS[1] unwritten hash  KEYS[2] fenced hash (the URL's partition's)
 -- ARGV[1] url  ARGV[2] rid  ARGV[3] ts  ARGV[4] path: the writer's entry (formats.Unwritten)
+-- ARGV[5] the writer's fence (path and time: a claimer in the writer's own file is another)
 -- Returns formats.Committed:
 --   1 OURS   the entry is still this writer's: it is marked written (removed)
---   0 MOVED  another process claimed it (the fence names another file): undo this copy
+--   0 MOVED  another writer claimed it (the fence names another): undo this copy
 --   2 FOUND  gone and not claimed from this writer: a sweep found this copy on disk; keep it
 local v = redis.call('HGET', KEYS[1], ARGV[1])
 if v then
@@ -18,6 +19,6 @@ if v then
   end
 end
 local fence = redis.call('HGET', KEYS[2], ARGV[1])
-if fence and fence ~= ARGV[4] then return 0 end
+if fence and fence ~= ARGV[5] then return 0 end
 if v then return 0 end  -- claimed by another and not yet fenced: cannot happen (one script)
 return 2
