@@ -29,6 +29,8 @@ functions).
 
       {"rid": record id, "path": the writer's pages file, "ts": unix seconds, "record": {...}}
 
+* archived WARC records (``CrawlKeys.archived``; archive_*.lua): :class:`ArchiveSlot`
+
 Counter names (``CrawlKeys.stats`` hash) are :class:`Counter` members or one of the families
 built by :func:`status`, :func:`failed`, :func:`skipped`, :func:`change` and
 :func:`links_dropped`. Outcome reasons (the ``error`` of a page record) are the ``reason`` of
@@ -380,3 +382,19 @@ class Unwritten:
     def loads(cls, raw: str | bytes) -> Unwritten:
         v = json.loads(raw)
         return cls(v["rid"], v["path"], float(v["ts"]), v["record"])
+
+
+@dataclass(frozen=True)  # archived WARC records (CrawlKeys.archived)
+class ArchiveSlot:
+    """A writer's hold on a URL's WARC records: id, file, file size before the append."""
+
+    rid: str
+    path: str
+    at: int
+
+    def dumps(self) -> str:
+        return json.dumps({"rid": self.rid, "path": self.path, "at": self.at})
+
+    @classmethod  # the JSON of dumps
+    def loads(cls, raw: str | bytes) -> ArchiveSlot:
+        return cls(**json.loads(raw))

@@ -1,0 +1,70 @@
+"""One URL's WARC records per crawl (state/archive.py): the fence a WARC append goes through
+(``CrawlOutput._append_warc``). An attempt reserves the URL's place before it appends and
+commits after, with its WARC file locked throughout; the first attempt whose records reach the
+archive keeps them, and a later one writes none (its page record is still the one of the
+attempt that ends the URL: the archive keeps the first capture, the records the last).
+
+A reservation whose writer never committed (it died, or is frozen, between the two) is judged
+by its file: grown past the size it had at the reservation, the records are there and are
+adopted; not grown, the place is taken over, and the frozen writer, if it wakes, truncates
+its append. A file on another host cannot be read from here: its place is taken over (two
+copies if that writer died after its append, before its commit)."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+from ..state.archive import Archive
+from ..state.formats import ArchiveSlot
+from ..state.store import CrawlStore
+
+#: Rounds of reserve / judge before writing anyway (each round another writer came between).
+_ROUNDS = 5
+
+
+class ArchiveFence:
+    def __init__(self, store: CrawlStore, url: str, kind: str) -> None:
+        self.archive = Archive(store.client, store.ck, store.ledger.scripts)
+        self.url, self.kind = url, kind
+
+    def reserve(self, path: Path, at: int, rid: str) -> str | None:
+        """Before appending the records ``rid`` at ``at`` bytes of ``path``: None to append
+        them, or the id of the URL's records already archived (append nothing)."""
+        mine = ArchiveSlot(rid, str(path), at)
+        got = self.archive.reserve(self.kind, self.url, mine)
+        for _ in range(_ROUNDS):
+            if got.write:
+                return None
+            if got.rid is not None:
+                return got.rid
+            other = ArchiveSlot.loads(got.slot or "")
+            if _grown(other):  # its writer died or froze after its append: adopt them
+                kept, _ = self.archive.commit(self.kind, self.url, other.rid)
+                if kept:
+                    return other.rid
+                got = self.archive.reserve(self.kind, self.url, mine)
+            else:
+                got = self.archive.reserve(self.kind, self.url, mine, taking=got.slot or "")
+        return None  # the commit decides
+
+    def commit(self, rid: str, keep: bool = True) -> str | None:
+        """After the append of ``rid`` (``keep``) or its failure: None if they are the URL's
+        archived records, else the id of the ones that are (undo the append)."""
+        kept, instead = self.archive.commit(self.kind, self.url, rid, keep)
+        if kept:
+            return None
+        if instead.startswith("{"):
+            return ArchiveSlot.loads(instead).rid
+        return instead or rid
+
+
+def _grown(slot: ArchiveSlot) -> bool:
+    """Is ``slot``'s file on this host and longer than when it was reserved?"""
+    path = Path(slot.path)
+    if f"-{socket.gethostname()}-" not in path.name:
+        return False
+    try:
+        return path.stat().st_size > slot.at
+    except OSError:
+        return False
