@@ -239,17 +239,16 @@ class CrawlOutput:
         conversions): a file begins with its warcinfo record, appended with the first record
         so that the two are there together or not at all. With ``fence`` (the URL's place in
         the archive, archive_fence.py), records another attempt archived first are not
-        written, and an append that lost its place meanwhile is undone; the file stays
-        locked from the reservation to the commit. The id of the URL's archived records."""
+        written and an append that lost its place meanwhile is undone (the file locked
+        throughout). The id of the URL's archived records."""
         name = f"crawl-{self.tag}.warc.gz"
         with self._lock:
             at = self._size(name)
             if at == 0:
                 data = record_bytes(warcinfo(name, self.info), self.gzip_level) + data
-            if fence is not None:
-                archived = fence.reserve(self.dir / name, at, rid)
-                if archived is not None:
-                    return archived
+            archived = fence.reserve(self.dir / name, at, rid) if fence else None
+            if archived is not None:
+                return archived
             try:
                 self._append([(name, data)])
             except OutputUnavailable:
