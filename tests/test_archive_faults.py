@@ -78,20 +78,38 @@ def test_fetch_process_killed_after_its_warc_append(settings, redis_url, tmp_pat
     assert_archive_exact(crawl)
 
 
+def stopped(c, name: str) -> bool:  # type: ignore[no-untyped-def]
+    """Is the worker process frozen (SIGSTOP: state T)?"""
+    stat = Path(f"/proc/{c.procs[name].pid}/stat").read_text()
+    return stat.rsplit(")", 1)[1].split()[0] == "T"
+
+
 @pytest.mark.allow_worker_errors(".*")
 def test_frozen_fetch_process_writes_no_second_response(settings, redis_url, tmp_path):  # type: ignore[no-untyped-def]
-    """SIGSTOP past the dead threshold, then SIGCONT (scenario E): the URLs it held were taken
-    back and fetched by fetch2; the responses the woken process then had in hand are not
-    archived again (it finds the URL's records archived, or undoes its append)."""
-    with site(delay=0.05) as (graph, servers), cluster(redis_url, tmp_path) as c:
-        c.start_layout()
+    """A fetch process freezes itself right after a WARC append, before its commit, for past
+    the dead threshold (scenario E): its URL is taken back and fetched again by the other
+    process, which adopts the frozen one's records (its file grew) instead of writing a
+    second response; the woken process keeps them. Either process may hold both hosts: both
+    carry the fault, and each that freezes is woken 8 s later."""
+    fault = {"CRAWLER_FAULT_POINT": "after_crawl:20:stop"}
+    with site(delay=0.02) as (graph, servers), cluster(redis_url, tmp_path) as c:
+        c.start("fetch1", "fetch", dict(fault))
+        c.start("fetch2", "fetch", dict(fault))
+        c.start("parse", "parse")
         seeds, crawl = start(settings, servers)
-        wait_until(lambda: crawl.progress()["done"] > 40, timeout=60)
-        c.signal("fetch1", signal.SIGSTOP)
-        time.sleep(8)  # dead after 4 s (QUICK): its URLs are fetched again by fetch2
-        c.signal("fetch1", signal.SIGCONT)
+        woken: set[str] = set()
+        while not crawl.finished and len(woken) < 2:
+            frozen = [n for n in ("fetch1", "fetch2") if n not in woken and stopped(c, n)]
+            if not frozen:
+                time.sleep(0.1)
+                continue
+            time.sleep(8)  # dead after 4 s (QUICK): its URLs are fetched again
+            for name in frozen:
+                c.signal(name, signal.SIGCONT)
+                woken.add(name)
+        assert woken, "no fetch process froze at its fault point"
         summary = wait(crawl, 120)
-        time.sleep(3)  # let it finish what it held
+        time.sleep(3)  # let the woken process finish what it held
     assert_exact(crawl, graph, seeds, summary)
     assert_archive_exact(crawl)
 
