@@ -11,16 +11,30 @@ import re
 import time
 
 import pytest
-from conftest import stop_together
+import redis
+from conftest import stop_together, wait_until
 from sitegen import running_sites
 from test_faults import PARSE_TASKS, cluster
 
 from crawler_tasks import start_crawl
+from crawler_tasks.state.keys import Keys
+from crawler_tasks.state.workers import beats
 
 #: Fresh starts at most, and the time they may take together (each ~11 s here: ~5 s to
 #: start, ~2 s to crawl, ~4 s to stop).
 STARTS, BUDGET_S, AT_LEAST = 20, 120.0, 8
 TOOK_BACK = re.compile(r"took .* back")
+
+
+@pytest.mark.allow_worker_errors(".*")
+def test_every_process_beats_before_any_task(settings, redis_url, tmp_path):  # type: ignore[no-untyped-def]
+    """No crawl, no task: the fetch process, the parse worker's main process and its two pool
+    children all beat (before the change, the children beat only once a task came)."""
+    client = redis.Redis.from_url(redis_url)
+    with cluster(redis_url, tmp_path) as c:
+        c.start("fetch1", "fetch")
+        c.start("parse", "parse")  # prefork, 2 children
+        wait_until(lambda: len(beats(client, Keys(settings.key_prefix))) >= 4, timeout=60)
 
 
 @pytest.mark.allow_worker_errors(".*")
