@@ -17,6 +17,12 @@ from .scripts import Scripts
 #: Record kinds with a place of their own: a response or revisit (with its request record),
 #: a rendered page's conversion record.
 RESPONSE, CONVERSION = "r", "c"
+KINDS = (RESPONSE, CONVERSION)
+
+
+def field(kind: str, url: str) -> str:
+    """The URL's place in its partition's ``archived`` hash."""
+    return f"{kind}:{url}"
 
 
 class Reserved:
@@ -35,7 +41,7 @@ class Archive:
         """Reserve ``url``'s records of ``kind`` for ``mine``; ``taking``: the uncommitted
         slot of another writer, found earlier and judged not on disk, to take over."""
         key = self.ck.for_url(url).archived
-        args = [f"{kind}:{url}", mine.dumps(), taking]
+        args = [field(kind, url), mine.dumps(), taking]
         got = self.scripts.archive_reserve(keys=[key], args=args, client=self.client)
         code = int(got[0])
         value = _text(got[1]) if len(got) > 1 else None
@@ -48,7 +54,7 @@ class Archive:
         ``url``'s archived ones (else they are undone)? And what is there instead: another
         record id, another writer's reservation (formats.ArchiveSlot JSON), or ""."""
         key = self.ck.for_url(url).archived
-        args = [f"{kind}:{url}", rid, "1" if keep else "0"]
+        args = [field(kind, url), rid, "1" if keep else "0"]
         got = self.scripts.archive_commit(keys=[key], args=args, client=self.client)
         return int(got[0]) == 1, _text(got[1]) if len(got) > 1 else ""
 
