@@ -8,9 +8,11 @@ that lost its place while it appended truncates its append (worker/archive_fence
 
 from __future__ import annotations
 
+import json
+
 import redis
 
-from .formats import ArchiveSlot
+from .formats import ArchivePlace, ArchiveSlot
 from .keys import CrawlKeys
 from .scripts import Scripts
 
@@ -41,13 +43,15 @@ class Archive:
         """Reserve ``url``'s records of ``kind`` for ``mine``; ``taking``: the uncommitted
         slot of another writer, found earlier and judged not on disk, to take over."""
         key = self.ck.for_url(url).archived
-        args = [field(kind, url), mine.dumps(), taking]
+        args = [field(kind, url), dumps(mine), taking]
         got = self.scripts.archive_reserve(keys=[key], args=args, client=self.client)
-        code = int(got[0])
+        place = ArchivePlace(int(got[0]))
         value = _text(got[1]) if len(got) > 1 else None
-        if code == 1:
+        if place is ArchivePlace.WRITE:
             return Reserved(True)
-        return Reserved(False, rid=value) if code == 0 else Reserved(False, slot=value)
+        if place is ArchivePlace.ARCHIVED:
+            return Reserved(False, rid=value)
+        return Reserved(False, slot=value)
 
     def commit(self, kind: str, url: str, rid: str, keep: bool = True) -> tuple[bool, str]:
         """The records ``rid`` are appended (``keep``), or their append failed: are they
@@ -61,3 +65,11 @@ class Archive:
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
+
+
+def dumps(slot: ArchiveSlot) -> str:
+    return json.dumps(slot._asdict())
+
+
+def loads(raw: str) -> ArchiveSlot:
+    return ArchiveSlot(**json.loads(raw))

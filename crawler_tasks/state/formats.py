@@ -384,17 +384,15 @@ class Unwritten:
         return cls(v["rid"], v["path"], float(v["ts"]), v["record"])
 
 
-@dataclass(frozen=True)  # archived WARC records (CrawlKeys.archived)
-class ArchiveSlot:
-    """A writer's hold on a URL's WARC records: id, file, file size before the append."""
+class ArchiveSlot(NamedTuple):  # a WARC writer's reservation (CrawlKeys.archived), as JSON
+    rid: str  # the WARC-Record-ID of the URL's records
+    path: str  # the writer's WARC file
+    at: int  # its size before the append (grown past it: the records are there)
 
-    rid: str
-    path: str
-    at: int
 
-    def dumps(self) -> str:
-        return json.dumps({"rid": self.rid, "path": self.path, "at": self.at})
+class ArchivePlace(int, Enum):
+    """archive_reserve.lua's first reply: what a WARC writer does (state/archive.py)."""
 
-    @classmethod  # the JSON of dumps
-    def loads(cls, raw: str | bytes) -> ArchiveSlot:
-        return cls(**json.loads(raw))
+    ARCHIVED = 0  # the URL's records are archived already: write none (their id follows)
+    WRITE = 1  # the place is this writer's now
+    PENDING = 2  # another writer reserved it and did not commit yet (its slot follows)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
+from ..state import archive
 from ..state.archive import Archive
 from ..state.formats import ArchiveSlot
 from ..state.store import CrawlStore
@@ -38,7 +39,7 @@ class ArchiveFence:
                 return None
             if got.rid is not None:
                 return got.rid
-            other = ArchiveSlot.loads(got.slot or "")
+            other = archive.loads(got.slot or "")
             if _grown(other):  # its writer died or froze after its append: adopt them
                 kept, _ = self.archive.commit(self.kind, self.url, other.rid)
                 if kept:
@@ -55,7 +56,7 @@ class ArchiveFence:
         if kept:
             return None
         if instead.startswith("{"):
-            return ArchiveSlot.loads(instead).rid
+            return archive.loads(instead).rid
         return instead or rid
 
 

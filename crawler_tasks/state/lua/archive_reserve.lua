@@ -5,12 +5,13 @@
 -- from this call until archive_commit.lua, so nothing else lands in its file meanwhile.
 -- KEYS[1] archived hash (the URL's partition's)
 -- ARGV[1] field ("<kind>:<url>", state/archive.py field)
--- ARGV[2] this writer's reservation (formats.ArchiveSlot JSON: rid, its file, the file's size)
+-- ARGV[2] this writer's reservation (formats.ArchiveSlot as JSON: rid, its file, the file's size)
 -- ARGV[3] the other writer's reservation the caller found, judged not on disk: taken over
 --         if it is still there unchanged ("" on a first call)
--- Returns {1} write (reserved for this writer); {0, rid} the records are archived already
--- (keep that rid, write nothing); {2, reservation} another writer reserved it and has not
--- committed: the caller judges whether its records are on disk and calls again (or adopts).
+-- Returns formats.ArchivePlace first: {1} WRITE (reserved for this writer); {0, rid} ARCHIVED
+-- already (keep that rid, write nothing); {2, reservation} PENDING: another writer reserved
+-- it and has not committed: the caller judges whether its records are on disk and calls
+-- again (or adopts them).
 local v = redis.call('HGET', KEYS[1], ARGV[1])
 if (not v) or (ARGV[3] ~= '' and v == ARGV[3]) then
   redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
