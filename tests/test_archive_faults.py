@@ -43,20 +43,23 @@ def assert_archive_exact(crawl) -> None:  # type: ignore[no-untyped-def]
     assert warcio_check(crawl.output_dir) == ""
 
 
+def faulty_crawl(c, settings, servers, point: str):  # type: ignore[no-untyped-def]
+    """Both fetch processes with the fault point (host affinity may give either both hosts),
+    a parse process, and the crawl."""
+    for name in ("fetch1", "fetch2"):
+        c.start(name, "fetch", {"CRAWLER_FAULT_POINT": point})
+    c.start("parse", "parse")
+    return start(settings, servers)
+
+
 @pytest.mark.allow_worker_errors(".*")
 def test_fetch_process_killed_after_its_warc_append(settings, redis_url, tmp_path):  # type: ignore[no-untyped-def]
     """A fetch process kills itself right after a WARC append (before its commit: the
     reservation is left uncommitted, its file grown) and is restarted; then each fetch
     process is SIGKILLed mid-crawl (scenario B): the URL's records are adopted, never
-    written a second time."""
-    fault = {"CRAWLER_FAULT_POINT": "after_crawl:20"}
+    written a second time. The first to die is restarted without the fault."""
     with site(delay=0.02) as (graph, servers), cluster(redis_url, tmp_path) as c:
-        # Either may hold both hosts (host affinity): both carry the fault, the first to die
-        # is restarted without it.
-        c.start("fetch1", "fetch", dict(fault))
-        c.start("fetch2", "fetch", dict(fault))
-        c.start("parse", "parse")
-        seeds, crawl = start(settings, servers)
+        seeds, crawl = faulty_crawl(c, settings, servers, "after_crawl:20")
         died = lambda: [n for n in ("fetch1", "fetch2") if c.procs[n].poll() is not None]  # noqa: E731
         wait_until(lambda: died() or crawl.finished, timeout=90)
         assert died(), "no fetch process reached its fault point"
@@ -89,14 +92,9 @@ def test_frozen_fetch_process_writes_no_second_response(settings, redis_url, tmp
     """A fetch process freezes itself right after a WARC append, before its commit, for past
     the dead threshold (scenario E): its URL is taken back and fetched again by the other
     process, which adopts the frozen one's records (its file grew) instead of writing a
-    second response; the woken process keeps them. Either process may hold both hosts: both
-    carry the fault, and each that freezes is woken 8 s later."""
-    fault = {"CRAWLER_FAULT_POINT": "after_crawl:20:stop"}
+    second response; the woken process keeps them. Each that freezes is woken 8 s later."""
     with site(delay=0.02) as (graph, servers), cluster(redis_url, tmp_path) as c:
-        c.start("fetch1", "fetch", dict(fault))
-        c.start("fetch2", "fetch", dict(fault))
-        c.start("parse", "parse")
-        seeds, crawl = start(settings, servers)
+        seeds, crawl = faulty_crawl(c, settings, servers, "after_crawl:20:stop")
         woken: set[str] = set()
         while not crawl.finished and len(woken) < 2:
             frozen = [n for n in ("fetch1", "fetch2") if n not in woken and stopped(c, n)]
