@@ -13,7 +13,7 @@ import json
 import redis
 
 from .formats import ArchivePlace, ArchiveSlot
-from .keys import CrawlKeys
+from .keys import CrawlKeys, url_digest
 from .scripts import Scripts
 
 #: Record kinds with a place of their own: a response or revisit (with its request record),
@@ -23,8 +23,9 @@ KINDS = (RESPONSE, CONVERSION)
 
 
 def field(kind: str, url: str) -> str:
-    """The URL's place in its partition's ``archived`` hash."""
-    return f"{kind}:{url}"
+    """The URL's place in its partition's ``archived`` hash: a digest, not the URL (the hash
+    holds every fetched URL for the crawl's life)."""
+    return kind + url_digest(url)
 
 
 class Reserved:

@@ -82,8 +82,8 @@ that this table does not describe, or whose type differs::
     P:{C/N}:unwritten        hash   url -> formats.Unwritten: final, record not yet on disk
     P:{C/N}:fenced           hash   url -> file of the last process that claimed its record
                                     (claim.lua); a frozen first writer undoes its copy
-    P:{C/N}:archived         hash   "<kind>:url" -> id of its archived WARC record, or the
-                                    reservation of its writer (formats.ArchiveSlot)
+    P:{C/N}:archived         hash   kind + url digest -> id of its archived WARC record, or
+                                    the reservation of its writer (formats.ArchiveSlot)
     P:{C/N}:hostpages        hash   domain -> URLs admitted (``max_pages_per_host``)
     P:{C/N}:redirects        hash   url -> JSON list of redirect targets it claimed (marked seen)
     P:{C/N}:persec           hash   unix second -> URLs finished (recent pages/s)

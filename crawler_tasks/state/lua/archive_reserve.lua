@@ -4,7 +4,7 @@
 -- the archive keeps them, later attempts write none. The writer holds its WARC file's lock
 -- from this call until archive_commit.lua, so nothing else lands in its file meanwhile.
 -- KEYS[1] archived hash (the URL's partition's)
--- ARGV[1] field ("<kind>:<url>", state/archive.py field)
+-- ARGV[1] field (the kind and the URL's digest, state/archive.py field)
 -- ARGV[2] this writer's reservation (formats.ArchiveSlot as JSON: rid, its file, the file's size)
 -- ARGV[3] the other writer's reservation the caller found, judged not on disk: taken over
 --         if it is still there unchanged ("" on a first call)
