@@ -21,6 +21,7 @@ from crawler_tasks.state.archive import RESPONSE, Archive
 from crawler_tasks.state.formats import ArchiveSlot
 from crawler_tasks.worker.archive_fence import ArchiveFence
 from crawler_tasks.worker.output import CrawlOutput
+from crawler_tasks.worker.room import Room
 
 
 def responses(directory: Path) -> Counter[str]:
@@ -118,11 +119,12 @@ def test_a_place_in_the_archive_is_taken_once(settings, tmp_path):  # type: igno
     the next writer (its file did not grow) and undoes its late append."""
     crawl = start_crawl(["http://127.0.0.1:9/"], settings=settings, allow_private_networks=True)
     url = "http://127.0.0.1:9/a"
+    room = Room(crawl.store.client, fraction=0.9, patience=1.0)
     a = CrawlOutput(tmp_path / "a", "host-1")
     b = CrawlOutput(tmp_path / "b", "host-2")
     warc = ("200", "OK", [("Content-Type", "text/html")], b"<html>x</html>", [])
-    first = a.warc(url, 200, *warc[1:], fence=ArchiveFence(crawl.store, url, RESPONSE))
-    again = b.warc(url, 200, *warc[1:], fence=ArchiveFence(crawl.store, url, RESPONSE))
+    first = a.warc(url, 200, *warc[1:], fence=ArchiveFence(crawl.store, url, RESPONSE, room))
+    again = b.warc(url, 200, *warc[1:], fence=ArchiveFence(crawl.store, url, RESPONSE, room))
     assert again == first and not (tmp_path / "b").exists()
     assert responses(tmp_path / "a") == {url: 1}
 
@@ -130,7 +132,7 @@ def test_a_place_in_the_archive_is_taken_once(settings, tmp_path):  # type: igno
     archive = Archive(crawl.store.client, crawl.store.ck, crawl.store.ledger.scripts)
     frozen = ArchiveSlot("<urn:uuid:frozen>", str(tmp_path / "c" / "crawl-x.warc.gz"), 0)
     assert archive.reserve(RESPONSE, other, frozen).write
-    taken = b.warc(other, 200, *warc[1:], fence=ArchiveFence(crawl.store, other, RESPONSE))
+    taken = b.warc(other, 200, *warc[1:], fence=ArchiveFence(crawl.store, other, RESPONSE, room))
     assert taken != frozen.rid
     kept, instead = archive.commit(RESPONSE, other, frozen.rid)  # the frozen writer wakes
     assert not kept and instead == taken

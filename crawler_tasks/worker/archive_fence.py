@@ -19,14 +19,20 @@ from ..state import archive
 from ..state.archive import Archive
 from ..state.formats import ArchiveSlot
 from ..state.store import CrawlStore
+from .room import Room
 
 #: Rounds of reserve / judge before writing anyway (each round another writer came between).
 _ROUNDS = 5
 
 
 class ArchiveFence:
-    def __init__(self, store: CrawlStore, url: str, kind: str) -> None:
-        self.archive = Archive(store.client, store.ck, store.ledger.scripts)
+    """``room``: this process's (Context.room): while Redis refuses writes for memory, the
+    reservation waits in place (room.py), as admission does, instead of failing the fetch
+    (which would request the page again)."""
+
+    def __init__(self, store: CrawlStore, url: str, kind: str, room: Room) -> None:
+        client = room.client_for(store.client)
+        self.archive = Archive(client, store.ck, store.ledger.scripts)
         self.url, self.kind = url, kind
 
     def reserve(self, path: Path, at: int, rid: str) -> str | None:

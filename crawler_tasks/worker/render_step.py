@@ -124,7 +124,7 @@ def _rendered(
     final.extra["subrequests"] = guard.made
     if guard.blocked:
         final.extra["subrequests_blocked"] = guard.blocked
-    fence = ArchiveFence(store, url, CONVERSION)  # one conversion record per URL and crawl
+    fence = ArchiveFence(store, url, CONVERSION, ctx.room)  # one conversion record per URL
     ctx.crawl(store).output().conversion(meta["final_url"], page.html, meta.get("warc_id"), fence)
     if mode_for(store.opts.render, store.opts.render_hosts, url) is RenderMode.AUTO:
         added = _added(store, meta, body, html)
