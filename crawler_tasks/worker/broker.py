@@ -201,7 +201,8 @@ class BrokerView:
     def delete_direct(self, state: redis.Redis, worker: str) -> None:
         """A dead fetch process's own queue: its URLs are taken back (reclaim), its messages
         would only fetch them twice. With its bindings (kombu keeps a queue's binding in its
-        exchange's set, here the default exchange's, for ever): nothing of it is left."""
+        exchange's set for ever: the default exchange's, where publishers declared it, and
+        its own, where the worker did): nothing of it is left."""
         broker = self.client(state)
         if broker is None:
             return
@@ -212,6 +213,7 @@ class BrokerView:
             pipe.smembers(key)
         found = pipe.execute()
         pipe.delete(*(_SEP.join([queue, str(p)]) if p else queue for p in _PRIORITIES))
+        pipe.delete(_BINDINGS % queue)  # its own exchange's (the worker declared the queue so)
         for key, members in zip(sets, found, strict=True):
             mine = [m for m in members if m.decode(errors="replace").endswith(_SEP + queue)]
             if mine:
