@@ -13,8 +13,14 @@ copies if that writer died after its append, before its commit)."""
 from __future__ import annotations
 
 import socket
+import time
 from pathlib import Path
+from typing import Any
 
+import redis
+from redis.exceptions import OutOfMemoryError
+
+from ..errors import AdmissionPaused
 from ..state import archive
 from ..state.archive import Archive
 from ..state.formats import ArchiveSlot
@@ -26,13 +32,14 @@ _ROUNDS = 5
 
 
 class ArchiveFence:
-    """``room``: this process's (Context.room): while Redis refuses writes for memory, the
-    reservation waits in place (room.py), as admission does, instead of failing the fetch
-    (which would request the page again)."""
+    """``room``: this process's (Context.room). While Redis refuses writes for memory, the
+    fence's writes wait in place for up to ``admission_wait``, as a page's links do; then
+    AdmissionPaused hands the URL back (nothing of it written), never a failed fetch."""
 
     def __init__(self, store: CrawlStore, url: str, kind: str, room: Room) -> None:
-        client = room.client_for(store.client)
-        self.archive = Archive(client, store.ck, store.ledger.scripts)
+        self.archive = Archive(
+            _Patient(store.client, room.patience), store.ck, store.ledger.scripts
+        )
         self.url, self.kind = url, kind
 
     def reserve(self, path: Path, at: int, rid: str) -> str | None:
@@ -75,3 +82,29 @@ def _grown(slot: ArchiveSlot) -> bool:
         return path.stat().st_size > slot.at
     except OSError:
         return False
+
+
+class _Patient:
+    """A client whose calls are sent again while Redis refuses them for memory (a refused
+    script did nothing), for up to ``patience`` seconds in all."""
+
+    def __init__(self, client: redis.Redis, patience: float) -> None:
+        self._client, self._deadline = client, time.monotonic() + patience
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._client, name)
+        if not callable(attr):
+            return attr
+
+        def patiently(*args: Any, **kwargs: Any) -> Any:
+            delay = 0.05
+            while True:
+                try:
+                    return attr(*args, **kwargs)
+                except OutOfMemoryError:
+                    if time.monotonic() >= self._deadline:
+                        raise AdmissionPaused("no room in Redis for the WARC records") from None
+                    time.sleep(delay)
+                    delay = min(delay * 2, 1.0)
+
+        return patiently

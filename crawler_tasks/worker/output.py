@@ -69,6 +69,8 @@ class CrawlOutput:
         #: The fields of the warcinfo record each WARC file begins with (warcinfo_fields).
         self.info = info or {}
         self._lock = threading.Lock()
+        #: The WARC file's own: its appends wait on Redis (the archive's fence), pages' do not.
+        self._warc_lock = threading.Lock()
         self._files: dict[str, int] = {}  # name -> fd (O_APPEND)
 
     def _fd(self, name: str) -> int:
@@ -235,14 +237,12 @@ class CrawlOutput:
         return self._append_warc(record_bytes(record, self.gzip_level), rid, fence)
 
     def _append_warc(self, data: bytes, rid: str, fence: Fence | None = None) -> str:
-        """Every WARC record's way to this process's WARC file (responses, revisits,
-        conversions): a file begins with its warcinfo record, appended with the first record
-        so that the two are there together or not at all. With ``fence`` (the URL's place in
-        the archive, archive_fence.py), records another attempt archived first are not
-        written and an append that lost its place meanwhile is undone (the file locked
-        throughout). The id of the URL's archived records."""
+        """Every WARC record's way to this process's WARC file: a file begins with its
+        warcinfo record, appended with the first record (together or not at all). ``fence``
+        (archive_fence.py): records archived first by another attempt are not written, an
+        append that lost its place meanwhile is undone; returns the archived records' id."""
         name = f"crawl-{self.tag}.warc.gz"
-        with self._lock:
+        with self._warc_lock:
             at = self._size(name)
             if at == 0:
                 data = record_bytes(warcinfo(name, self.info), self.gzip_level) + data
@@ -271,7 +271,7 @@ class CrawlOutput:
             raise OutputUnavailable(str(self.dir), describe(exc)) from exc
 
     def close(self) -> None:
-        with self._lock:
+        with self._lock, self._warc_lock:
             for fd in self._files.values():
                 with contextlib.suppress(OSError):
                     os.close(fd)

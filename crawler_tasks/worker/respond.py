@@ -32,10 +32,7 @@ def respond(
     status = response.status
     final = _base_final(url, depth, response)
     # A recrawl's unchanged page is a revisit record, counted in final.counters (issue 35).
-    # One response (or revisit) record per URL and crawl, whatever its attempts (fenced in
-    # Redis: so, as a page's links, after room.wait, which hands the URL back after
-    # admission_wait while Redis is nearly full; nothing of the page is written then).
-    ctx.room.wait()
+    # One response (or revisit) record per URL and crawl, whatever its attempts (fenced).
     fence = ArchiveFence(store, url, RESPONSE, ctx.room)
     warc_id = ctx.crawl(store).write_warc(response, store.recrawl, final.counters, fence)
     if 200 <= status < 300 and is_html(response.content_type, response.body[:1024]):
