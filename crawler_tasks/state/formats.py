@@ -29,6 +29,8 @@ functions).
 
       {"rid": record id, "path": the writer's pages file, "ts": unix seconds, "record": {...}}
 
+* archived WARC records (``CrawlKeys.archived``; archive_*.lua): :class:`ArchiveSlot`
+
 Counter names (``CrawlKeys.stats`` hash) are :class:`Counter` members or one of the families
 built by :func:`status`, :func:`failed`, :func:`skipped`, :func:`change` and
 :func:`links_dropped`. Outcome reasons (the ``error`` of a page record) are the ``reason`` of
@@ -160,18 +162,8 @@ class Counter(Word):
     REVISITS = "revisits", RC, Shown.LATE, "pages a previous run had seen, fetched again"
     REVISITS_CHANGED = "revisits_changed", RC, Shown.LATE, "revisited pages found changed"
     NOT_DUE = "not_due", RC, Shown.LATE, "pages not fetched as not due (adaptive schedules)"
-    REVISIT_RECORDS = (
-        "revisit_records",
-        RC,
-        Shown.LATE,
-        "WARC revisit records written instead of a response",
-    )
-    REVISIT_BYTES_SAVED = (
-        "revisit_bytes_saved",
-        RC,
-        Shown.LATE,
-        "payload bytes revisit records did not store again",
-    )
+    REVISIT_RECORDS = "revisit_records", RC, Shown.LATE, "WARC revisits written, not responses"
+    REVISIT_BYTES_SAVED = "revisit_bytes_saved", RC, Shown.LATE, "payload bytes not stored again"
 
     @classmethod
     def shown_in(cls, where: Shown) -> tuple[Counter, ...]:
@@ -387,3 +379,17 @@ class Unwritten:
     def loads(cls, raw: str | bytes) -> Unwritten:
         v = json.loads(raw)
         return cls(v["rid"], v["path"], float(v["ts"]), v["record"])
+
+
+class ArchiveSlot(NamedTuple):  # a WARC writer's reservation (CrawlKeys.archived), as JSON
+    rid: str  # the WARC-Record-ID of the URL's records
+    path: str  # the writer's WARC file
+    at: int  # its size before the append (grown past it: the records are there)
+
+
+class ArchivePlace(int, Enum):
+    """archive_reserve.lua's first reply: what a WARC writer does (state/archive.py)."""
+
+    ARCHIVED = 0  # the URL's records are archived already: write none (their id follows)
+    WRITE = 1  # the place is this writer's now
+    PENDING = 2  # another writer reserved it and did not commit yet (its slot follows)

@@ -87,6 +87,8 @@ any key a crawl writes that this table does not describe, or whose type differs:
     P:{C/N}:unwritten        hash   url -> formats.Unwritten: final, record not yet on disk
     P:{C/N}:fenced           hash   url -> file and time of the last claim of its record
                                     (claim.lua); a frozen first writer undoes its copy
+    P:{C/N}:archived         hash   kind + url digest -> id of its archived WARC record, or
+                                    the reservation of its writer (formats.ArchiveSlot)
     P:{C/N}:hostpages        hash   domain -> URLs admitted (``max_pages_per_host``)
     P:{C/N}:redirects        hash   url -> JSON list of redirect targets it claimed (marked seen)
     P:{C/N}:persec           hash   unix second -> URLs finished (recent pages/s)
@@ -230,6 +232,7 @@ class PartKeys:
         self.failed = f"{base}:failed"
         self.unwritten = f"{base}:unwritten"
         self.fenced = f"{base}:fenced"
+        self.archived = f"{base}:archived"
         self.host_pages = f"{base}:hostpages"
         self.redirects = f"{base}:redirects"
         self.persec = f"{base}:persec"

@@ -11,7 +11,7 @@ from typing import Any
 
 import redis
 
-from . import formats
+from . import archive, formats
 from .formats import Counter
 from .keys import CrawlKeys
 from .scripts import Scripts
@@ -197,7 +197,8 @@ class Ledger:
 
     def replay_dead_letters(self, records: list[dict[str, Any]]) -> None:
         """Take ``records`` (dead letters) off the dead-letter hashes and off the counters
-        their final state added: the replayed URLs are counted again at their new one."""
+        their final state added: the replayed URLs are counted again at their new one, and
+        their new response is archived too (a new attempt on purpose, like its new record)."""
         pipe = self.client.pipeline(transaction=False)
         for r in records:  # each record's counters are in its URL's partition
             pk = self.ck.for_url(r["url"])
@@ -208,4 +209,5 @@ class Ledger:
                 pipe.hincrby(pk.stats, Counter.EXTRACT_ERRORS.value, -1)
             pipe.hincrby(pk.stats, Counter.DONE.value, -1)
             pipe.hdel(pk.failed, r["url"])
+            pipe.hdel(pk.archived, *(archive.field(kind, r["url"]) for kind in archive.KINDS))
         pipe.execute()

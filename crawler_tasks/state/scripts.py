@@ -43,6 +43,8 @@ class Scripts:
         self.drain = client.register_script(source("drain"))
         self.claim = client.register_script(source("claim"))
         self.commit = client.register_script(source("commit"))
+        self.archive_reserve = client.register_script(source("archive_reserve"))
+        self.archive_commit = client.register_script(source("archive_commit"))
         self.ceiling = client.register_script(source("ceiling"))
         self.reserve = client.register_script(source("reserve"))
         self.sample = client.register_script(source("sample"))

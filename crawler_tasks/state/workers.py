@@ -149,7 +149,11 @@ def join(client: redis.Redis, keys: Keys, worker: str) -> None:
 
 
 def leave(client: redis.Redis, keys: Keys, worker: str) -> None:
-    client.srem(keys.fetchers, worker)
+    """``worker`` (dead, or gone) holds no hosts, and what it held is forgotten."""
+    pipe = client.pipeline(transaction=False)
+    pipe.srem(keys.fetchers, worker)
+    pipe.delete(keys.held(worker))
+    pipe.execute()
 
 
 def affine(client: redis.Redis, keys: Keys, dead_after: float) -> tuple[list[str], list[str]]:

@@ -50,6 +50,12 @@ def direct_queue(worker: str) -> str:
     return f"{DIRECT_PREFIX}{worker}"
 
 
+#: How kombu's Redis transport names a queue's bindings (one set per exchange) and its
+#: priority lists; a direct queue is bound to the default exchange (the default queue's name).
+_BINDINGS, _SEP = kombu_redis.Channel.keyprefix_queue, kombu_redis.Channel.sep
+_PRIORITIES = kombu_redis.Channel.priority_steps
+_EXCHANGES = (*QUEUES, RENDER_QUEUE, "celery")
+
 log = logging.getLogger(__name__)
 _unrecorded = Throttled(log, "recording a delivered message (Redis is full)", every=30.0)
 _unrestored = Throttled(log, "restoring unacknowledged messages (Redis is full)", every=60.0)
@@ -194,10 +200,25 @@ class BrokerView:
 
     def delete_direct(self, state: redis.Redis, worker: str) -> None:
         """A dead fetch process's own queue: its URLs are taken back (reclaim), its messages
-        would only fetch them twice."""
+        would only fetch them twice. With its bindings (kombu keeps a queue's binding in its
+        exchange's set for ever: the default exchange's, where publishers declared it, and
+        its own, where the worker did): nothing of it is left."""
         broker = self.client(state)
-        if broker is not None:
-            broker.delete(direct_queue(worker))
+        if broker is None:
+            return
+        queue = direct_queue(worker)
+        sets = [_BINDINGS % exchange for exchange in _EXCHANGES]
+        pipe = broker.pipeline(transaction=False)
+        for key in sets:
+            pipe.smembers(key)
+        found = pipe.execute()
+        pipe.delete(*(_SEP.join([queue, str(p)]) if p else queue for p in _PRIORITIES))
+        pipe.delete(_BINDINGS % queue)  # its own exchange's (the worker declared the queue so)
+        for key, members in zip(sets, found, strict=True):
+            mine = [m for m in members if m.decode(errors="replace").endswith(_SEP + queue)]
+            if mine:
+                pipe.srem(key, *mine)
+        pipe.execute()
 
     def idle_stages(self, fetchers: list[str]) -> set[str]:
         """Which stages' broker queues are empty: "r" (every fetch queue, the fetch

@@ -13,6 +13,7 @@ from ..state.robots_cache import RobotsCache
 from ..state.validators import Recrawl
 from ..web.fetcher import Fetcher, Response
 from ..web.profile import RequestProfile
+from .archive_fence import ArchiveFence
 from .outage import REDIS_UNAVAILABLE
 from .output import CrawlOutput
 from .revisits import write_capture
@@ -56,15 +57,17 @@ class CrawlRuntime:
         response: Response,
         recrawl: Recrawl | None = None,
         counters: dict[str, int] | None = None,
+        fence: ArchiveFence | None = None,
     ) -> str | None:
         """The response's WARC records; the response (or revisit) record's id (None: not
         written). In a schedule's run (``recrawl``), an unchanged page is a revisit record,
-        added to ``counters`` (the URL's final counters: counted once, with its record)."""
+        added to ``counters`` (the URL's final counters: counted once, with its record).
+        ``fence``: the URL's place in the archive (one response record per URL and crawl)."""
         if not self.opts.warc_non_html and response.content_type not in WARC_HTML:
             return None
         if recrawl is not None:
             headers = self.profile.recorded_headers()
-            written = write_capture(self.output(), recrawl.captures, response, headers)
+            written = write_capture(self.output(), recrawl.captures, response, headers, fence)
             if counters is not None:
                 counters.update(written.counters())
             return written.record_id
@@ -77,6 +80,7 @@ class CrawlRuntime:
             self.profile.recorded_headers(),
             http_version=response.http_version,
             ip=response.ip,
+            fence=fence,
         )
 
 

@@ -31,7 +31,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from warcio.recordloader import ArcWarcRecord
 from warcio.statusandheaders import StatusAndHeaders
@@ -39,6 +39,9 @@ from warcio.statusandheaders import StatusAndHeaders
 from ..errors import OutputUnavailable
 from . import faults
 from .warc import http_headers, record_bytes, request_target, warcinfo, writer
+
+if TYPE_CHECKING:  # a URL's place in the crawl's archive (needs the crawl's store)
+    from .archive_fence import ArchiveFence as Fence
 
 #: Key of a record's items while it waits to be written (recorder.py); not in the page line,
 #: which has their number as ``items``.
@@ -66,6 +69,8 @@ class CrawlOutput:
         #: The fields of the warcinfo record each WARC file begins with (warcinfo_fields).
         self.info = info or {}
         self._lock = threading.Lock()
+        #: The WARC file's own: its appends wait on Redis (the archive's fence), pages' do not.
+        self._warc_lock = threading.Lock()
         self._files: dict[str, int] = {}  # name -> fd (O_APPEND)
 
     def _fd(self, name: str) -> int:
@@ -156,6 +161,7 @@ class CrawlOutput:
         http_version: str = "HTTP/1.1",
         ip: str | None = None,
         warc_headers: dict[str, str] | None = None,
+        fence: Fence | None = None,
     ) -> str:
         """Append a response record and its request record; returns the response's
         WARC-Record-ID (a rendered page's conversion record refers to it). ``warc_headers``:
@@ -169,10 +175,14 @@ class CrawlOutput:
             http_headers=http,
             warc_headers_dict={**extra, **(warc_headers or {})},
         )
-        return self._with_request(resp, request_headers, http_version)
+        return self._with_request(resp, request_headers, http_version, fence)
 
     def _with_request(
-        self, record: ArcWarcRecord, request_headers: list[tuple[str, str]], http_version: str
+        self,
+        record: ArcWarcRecord,
+        request_headers: list[tuple[str, str]],
+        http_version: str,
+        fence: Fence | None,
     ) -> str:
         """Append ``record`` after the request record concurrent to it; its WARC-Record-ID."""
         # Records are built and compressed outside the lock; one gzip member per record (the
@@ -185,10 +195,8 @@ class CrawlOutput:
         req = writer().create_warc_record(url, "request", http_headers=req_http)
         rid = str(record.rec_headers.get_header("WARC-Record-ID"))
         req.rec_headers.add_header("WARC-Concurrent-To", rid)
-        self._append_warc(
-            record_bytes(req, self.gzip_level) + record_bytes(record, self.gzip_level)
-        )
-        return rid
+        data = record_bytes(req, self.gzip_level) + record_bytes(record, self.gzip_level)
+        return self._append_warc(data, rid, fence)
 
     def revisit(
         self,
@@ -198,6 +206,7 @@ class CrawlOutput:
         http: StatusAndHeaders,
         request_headers: list[tuple[str, str]],
         ip: str | None = None,
+        fence: Fence | None = None,
     ) -> str:
         """Append a ``revisit`` record (WARC 1.1 6.7) and its request record: ``profile`` one
         of the REVISIT_* profiles, ``refers_to`` the earlier capture's (payload digest,
@@ -209,10 +218,13 @@ class CrawlOutput:
             url, digest, uri, date, http_headers=http, warc_headers_dict=extra
         )
         record.rec_headers.replace_header("WARC-Profile", profile)
-        return self._with_request(record, request_headers, http.protocol)
+        return self._with_request(record, request_headers, http.protocol, fence)
 
-    def conversion(self, url: str, html: str, refers_to: str | None) -> None:
-        """A rendered page's DOM, as a ``conversion`` record of the response it came from."""
+    def conversion(
+        self, url: str, html: str, refers_to: str | None, fence: Fence | None = None
+    ) -> str:
+        """A rendered page's DOM, as a ``conversion`` record of the response it came from;
+        its WARC-Record-ID (or that of the one archived before, see ``_append_warc``)."""
         extra = {"WARC-Refers-To": refers_to} if refers_to else {}
         record = writer().create_warc_record(
             url,
@@ -221,26 +233,45 @@ class CrawlOutput:
             warc_content_type="text/html; charset=utf-8",
             warc_headers_dict=extra,
         )
-        self._append_warc(record_bytes(record, self.gzip_level))
+        rid = str(record.rec_headers.get_header("WARC-Record-ID"))
+        return self._append_warc(record_bytes(record, self.gzip_level), rid, fence)
 
-    def _append_warc(self, data: bytes) -> None:
-        """Every WARC record's way to this process's WARC file (responses, revisits,
-        conversions): a file begins with its warcinfo record, appended with the first record
-        so that the two are there together or not at all."""
+    def _append_warc(self, data: bytes, rid: str, fence: Fence | None = None) -> str:
+        """Every WARC record's way to this process's WARC file: a file begins with its
+        warcinfo record, appended with the first record (together or not at all). ``fence``
+        (archive_fence.py): records archived first by another attempt are not written, an
+        append that lost its place meanwhile is undone; returns the archived records' id."""
         name = f"crawl-{self.tag}.warc.gz"
-        with self._lock:
-            if self._fresh(name):
+        with self._warc_lock:
+            at = self._size(name)
+            if at == 0:
                 data = record_bytes(warcinfo(name, self.info), self.gzip_level) + data
-            self._append([(name, data)])
+            archived = fence.reserve(self.dir / name, at, rid) if fence else None
+            if archived is not None:
+                return archived
+            try:
+                self._append([(name, data)])
+            except OutputUnavailable:
+                if fence is not None:
+                    fence.commit(rid, keep=False)  # the place is free for the next attempt
+                raise
+            instead = fence.commit(rid) if fence is not None else None
+            if instead is not None:  # lost its place while appending (frozen): undone
+                self._undo(name, at)
+                return instead
+        return rid
 
-    def _fresh(self, name: str) -> bool:
+    def _size(self, name: str) -> int:
+        """Its size; 0 if not there yet (a writer that appends nothing leaves no file)."""
         try:
-            return os.fstat(self._fd(name)).st_size == 0
+            if name not in self._files and not (self.dir / name).exists():
+                return 0
+            return os.fstat(self._fd(name)).st_size
         except OSError as exc:
             raise OutputUnavailable(str(self.dir), describe(exc)) from exc
 
     def close(self) -> None:
-        with self._lock:
+        with self._lock, self._warc_lock:
             for fd in self._files.values():
                 with contextlib.suppress(OSError):
                     os.close(fd)

@@ -25,10 +25,12 @@ import time
 from typing import Any
 
 from ..errors import CrawlerError, RenderFailed, RenderRefused
+from ..state.archive import CONVERSION
 from ..state.formats import Counter, RenderMode, RenderRecheck
 from ..state.render_plan import mode_for, rendering_added
 from ..state.store import CrawlStore
 from ..web.page import extract
+from .archive_fence import ArchiveFence
 from .browser import RenderJob
 from .context import Context
 from .handoff import Stage
@@ -122,7 +124,8 @@ def _rendered(
     final.extra["subrequests"] = guard.made
     if guard.blocked:
         final.extra["subrequests_blocked"] = guard.blocked
-    ctx.crawl(store).output().conversion(meta["final_url"], page.html, meta.get("warc_id"))
+    fence = ArchiveFence(store, url, CONVERSION, ctx.room.patience)  # one conversion record per URL
+    ctx.crawl(store).output().conversion(meta["final_url"], page.html, meta.get("warc_id"), fence)
     if mode_for(store.opts.render, store.opts.render_hosts, url) is RenderMode.AUTO:
         added = _added(store, meta, body, html)
         final.extra["render_added"] = added

@@ -12,10 +12,12 @@ import time
 from typing import Any
 
 from ..state import formats
+from ..state.archive import RESPONSE
 from ..state.formats import Counter, Outcome, RenderAsk
 from ..state.store import CrawlStore
 from ..web.fetcher import Response
 from ..web.page import is_html
+from .archive_fence import ArchiveFence
 from .context import Context
 from .handoff import Stage
 from .outcome import Final
@@ -30,7 +32,9 @@ def respond(
     status = response.status
     final = _base_final(url, depth, response)
     # A recrawl's unchanged page is a revisit record, counted in final.counters (issue 35).
-    warc_id = ctx.crawl(store).write_warc(response, store.recrawl, final.counters)
+    # One response (or revisit) record per URL and crawl, whatever its attempts (fenced).
+    fence = ArchiveFence(store, url, RESPONSE, ctx.room.patience)
+    warc_id = ctx.crawl(store).write_warc(response, store.recrawl, final.counters, fence)
     if 200 <= status < 300 and is_html(response.content_type, response.body[:1024]):
         meta = response_meta(response, final.extra, final.counters, bool(store.opts.extract))
         opts = store.opts

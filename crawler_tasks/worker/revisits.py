@@ -22,6 +22,7 @@ from ..state.captures import Captures
 from ..state.formats import Counter
 from ..web.captures import Capture, now_micros, payload_digest, warc_date
 from ..web.fetcher import Response
+from .archive_fence import ArchiveFence
 from .output import CrawlOutput
 from .warc import REVISIT_IDENTICAL, REVISIT_NOT_MODIFIED, http_headers
 
@@ -41,7 +42,11 @@ class Written:
 
 
 def write_capture(
-    out: CrawlOutput, captures: Captures, response: Response, request_headers: list[tuple[str, str]]
+    out: CrawlOutput,
+    captures: Captures,
+    response: Response,
+    request_headers: list[tuple[str, str]],
+    fence: ArchiveFence | None = None,
 ) -> Written:
     """The records of ``response`` (fetched as ``response.url``) in a schedule's run."""
     previous = captures.get(response.url)
@@ -59,6 +64,7 @@ def write_capture(
             http,
             request_headers,
             ip=response.ip,
+            fence=fence,
         )
         return Written(rid, profile, previous.length)
     micros = now_micros(time.time())
@@ -72,6 +78,7 @@ def write_capture(
         http_version=response.http_version,
         ip=response.ip,
         warc_headers={"WARC-Date": warc_date(micros), "WARC-Payload-Digest": digest},
+        fence=fence,
     )
     if _complete_2xx(response):
         captures.put(response.url, Capture(digest, micros, response.final_url, len(response.body)))

@@ -25,6 +25,7 @@ from celery.signals import (
     beat_init,
     celeryd_after_setup,
     worker_init,
+    worker_process_init,
     worker_process_shutdown,
     worker_shutting_down,
 )
@@ -251,6 +252,19 @@ def schedules_file(s: Settings, cwd: Path | None = None) -> Path | None:
     return None
 
 
+@worker_process_init.connect
+def beat_from_the_start(**_: Any) -> None:
+    """A process's context, and with it its first heartbeat, before its first task: built
+    when a pool process starts (here) and in the main process before it consumes (the
+    dispatcher's bootstep), not by the first task. Otherwise the reclaim can meet the URL
+    of that first task begun by a process it has never seen beat, and take it back as lost.
+    Redis away now: the first task builds it, as before (it waits for Redis anyway)."""
+    try:
+        context()
+    except Exception as exc:  # a start that cannot beat yet is not the process's end
+        log.warning("no heartbeat at start (the first task will try again): %s", exc)
+
+
 @worker_process_shutdown.connect
 def _close_context(**_: Any) -> None:
     runtime: Runtime = app.conf.crawler_runtime
@@ -290,6 +304,7 @@ class DispatcherStep(bootsteps.StartStopStep):
         # it), until its heartbeat stops (then a dispatcher deletes its queue and takes its
         # URLs back: routing.HostRouter.refresh, repair.Repair.reclaim). Not here: a full Redis refuses the join,
         # and an exception in a bootstep is the worker's end.
+        beat_from_the_start()  # before the consumer takes tasks (threads, gevent, solo pools)
         self.dispatcher = Dispatcher(
             context,
             settings(),

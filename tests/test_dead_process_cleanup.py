@@ -1,0 +1,67 @@
+"""Nothing of a dead fetch process is left in Redis (issue 33): after it is SIGKILLed and
+declared dead, its direct queue, that queue's kombu bindings, its ``fetchers`` entry and its
+``held:<worker>`` set are gone. Real workers, real Redis (the broker too)."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+import redis
+from conftest import wait_until
+from test_faults import cluster
+
+from crawler_tasks.state.keys import Keys
+from crawler_tasks.worker.broker import DIRECT_PREFIX
+
+KILLS = 10
+
+
+def tag(c, name: str) -> str:  # type: ignore[no-untyped-def]
+    """The worker id (process_tag) of one of the cluster's processes."""
+    return f"{socket.gethostname()}-{c.procs[name].pid}"
+
+
+def leftovers(client: redis.Redis, keys: Keys, dead: set[str]) -> list[str]:
+    """What Redis still holds of the ``dead`` fetch processes (bindings of other tests'
+    processes stay: the fixture keeps kombu's bindings between tests)."""
+    left = [f"fetchers: {m.decode()}" for m in client.smembers(keys.fetchers)]
+    left = [entry for entry in left if entry.removeprefix("fetchers: ") in dead]
+    for key in client.scan_iter(match="_kombu.binding.*"):
+        for member in client.smembers(key):
+            queue = member.decode(errors="replace").rsplit("\x06\x16", 1)[-1]
+            if queue.removeprefix(DIRECT_PREFIX) in dead:
+                left.append(f"{key.decode()}: {queue}")
+    for key in client.scan_iter(match=f"{DIRECT_PREFIX}*"):
+        if key.decode().removeprefix(DIRECT_PREFIX).split("\x06\x16")[0] in dead:
+            left.append(f"queue: {key.decode()}")
+    left += [f"held: {w}" for w in dead if client.exists(keys.held(w))]
+    return left
+
+
+@pytest.mark.allow_worker_errors(".*")
+def test_nothing_of_a_dead_fetch_process_is_left(settings, redis_url, tmp_path):  # type: ignore[no-untyped-def]
+    """fetch1 is SIGKILLed 10 times, each time once its successor has joined the holders
+    (its direct queue bound); fetch2's dispatcher declares each dead (4 s) and removes it."""
+    client = redis.Redis.from_url(redis_url)
+    keys = Keys(settings.key_prefix)
+    with cluster(redis_url, tmp_path) as c:
+        c.start("fetch1", "fetch")
+        c.start("fetch2", "fetch")
+        dead: set[str] = set()
+        for _ in range(KILLS):
+            wait_until(lambda: client.sismember(keys.fetchers, tag(c, "fetch1")), timeout=60)
+            dead.add(tag(c, "fetch1"))
+            c.kill("fetch1")
+        live = {tag(c, "fetch1"), tag(c, "fetch2")}
+        wait_until(lambda: {m.decode() for m in client.smembers(keys.fetchers)} >= live, 60)
+        # Dead after 4 s (QUICK), removed by the next refresh (once a second).
+        try:
+            wait_until(lambda: not leftovers(client, keys, dead), timeout=30, interval=0.5)
+        except AssertionError:
+            pytest.fail(f"after {KILLS} kills, left: {leftovers(client, keys, dead)}")
+        bindings = [
+            m for k in client.scan_iter(match="_kombu.binding.*") for m in client.smembers(k)
+        ]
+        mine = [m for m in bindings if DIRECT_PREFIX.encode() in m]
+        assert len(mine) >= 2, "the live processes' bindings are still there (not over-deleted)"

@@ -1,0 +1,64 @@
+"""No false "lost" at a fresh start (issue 33): a worker process writes its first heartbeat
+when it starts (the pool's children at worker_process_init, the main process in the
+dispatcher's bootstep), not when its first task builds its context; so the reclaim never
+meets a task begun by a process it has not seen beat. Workers are started afresh on a crawl
+waiting for them, again and again, and their logs must not say that a URL was taken back."""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+
+import pytest
+import redis
+from conftest import stop_together, wait_until
+from sitegen import running_sites
+from test_faults import PARSE_TASKS, cluster
+
+from crawler_tasks import start_crawl
+from crawler_tasks.state.keys import Keys
+from crawler_tasks.state.workers import beats
+
+#: Fresh starts at most, and the time they may take together (each ~11 s here: ~5 s to
+#: start, ~2 s to crawl, ~4 s to stop).
+STARTS, BUDGET_S, AT_LEAST = 20, 120.0, 8
+TOOK_BACK = re.compile(r"took .* back")
+
+
+@pytest.mark.allow_worker_errors(".*")
+def test_every_process_beats_before_any_task(settings, redis_url, tmp_path):  # type: ignore[no-untyped-def]
+    """No crawl, no task: the fetch process, the parse worker's main process and its two pool
+    children all beat (before the change, the children beat only once a task came)."""
+    client = redis.Redis.from_url(redis_url)
+    with cluster(redis_url, tmp_path) as c:
+        c.start("fetch1", "fetch")
+        c.start("parse", "parse")  # prefork, 2 children
+        wait_until(lambda: len(beats(client, Keys(settings.key_prefix))) >= 4, timeout=60)
+
+
+@pytest.mark.allow_worker_errors(".*")
+def test_no_take_back_at_fresh_starts(settings, redis_url, tmp_path):  # type: ignore[no-untyped-def]
+    t0, starts = time.monotonic(), 0
+    with running_sites(["127.0.0.93"], 20, 3) as (_graph, servers):
+        seed = servers[0].base_url + "/"
+        while starts < STARTS and time.monotonic() - t0 < BUDGET_S:
+            crawl = start_crawl(
+                [seed], settings=settings, allow_private_networks=True, rate=math.inf
+            )
+            # Every page through a parse task: the prefork children's first tasks come at once.
+            with cluster(redis_url, tmp_path, **PARSE_TASKS) as c:
+                c.start("fetch1", "fetch")
+                c.start("parse", "parse")
+                t1 = time.monotonic()
+                summary = crawl.wait(timeout=60)
+                t2 = time.monotonic()
+                stop_together(c.procs.values())  # both at once (then the cluster's stop is quick)
+            print(f"start {starts}: crawl {t2 - t1:.1f}s, stop {time.monotonic() - t2:.1f}s")
+            starts += 1
+            assert summary["status"] == "finished"
+    logs = "".join(p.read_text(errors="replace") for p in (tmp_path / "logs").glob("*.log"))
+    taken = [line for line in logs.splitlines() if TOOK_BACK.search(line)]
+    print(f"{starts} fresh starts, {len(taken)} take-backs")
+    assert starts >= AT_LEAST, f"only {starts} starts in {BUDGET_S:.0f} s"
+    assert not taken, f"{len(taken)} false take-backs in {starts} starts, e.g. {taken[:2]}"
