@@ -25,7 +25,6 @@ it resumes; ``crawler status`` shows the same state, read from Redis (``state/he
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
 import threading
@@ -170,11 +169,14 @@ class PatientClient:
         attr = getattr(self._client, name)
         if not callable(attr):
             return attr
+        room = self._room
 
-        @functools.wraps(attr)
         def patiently(*args: Any, **kwargs: Any) -> Any:
-            return self._room.call(lambda: attr(*args, **kwargs))
+            return room.call(lambda: attr(*args, **kwargs))
 
+        # Built once per name: a closure and functools.wraps on every call was the wrapper's
+        # cost on the hot path (issue 32); __getattr__ is not asked again for a set name.
+        setattr(self, name, patiently)
         return patiently
 
 
