@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from typing import NamedTuple
 
 from ..errors import CrawlerError, HostDown
 from ..state.politeness import Done, Lease
+from ..state.scripts import Call
 from ..state.store import CrawlStore
 from .context import Context
 from .outcome import Decision, Final, Next
@@ -32,6 +34,8 @@ def settle(
     """Return the lease as ``decision`` says, then finalize or requeue the URL; returns what
     happened (for logs and tests)."""
     reply = Done(1.0)
+    if decision.next is Next.RESPONSE and lease is not None and decision.lease is not None:
+        return _responded(ctx, store, decision, lease)
     if lease is not None:
         if decision.lease is None:
             lease.disown()
@@ -59,6 +63,39 @@ def settle(
             return "fetched" if final is None else finalize(ctx, store, final)
     assert decision.final is not None
     return finalize(ctx, store, decision.final)
+
+
+def _responded(ctx: Context, store: CrawlStore, decision: Decision, lease: Lease) -> str:
+    """A response: what it becomes (``decision.then``), then its lease returned with the URL's
+    finish in one round trip (done.lua, then finish.lua: issue 32). The lease is held while
+    the page is parsed and its links admitted (milliseconds); the next request is paced from
+    when this one was sent all the same (``sent`` counts the wait). If anything fails before
+    the finish, the lease is returned alone, as decided, and the failure goes on."""
+    assert decision.then is not None and decision.lease is not None
+    end, decided = decision.lease, time.monotonic()
+
+    def sent() -> float:
+        return decision.sent + time.monotonic() - decided if decision.sent >= 0 else -1.0
+
+    def handoff() -> Call:
+        return lease.handoff(end, decision.retry_after, sent(), decision.answer)
+
+    try:
+        _note(store, decision)
+        final = decision.then()
+        result = "fetched" if final is None else finalize(ctx, store, final, handoff)
+    except BaseException as exc:
+        # As the lease's ``with`` would, but as decided: Redis being away keeps it (the
+        # task's rerun returns it); anything else returns it now.
+        if lease.held and not isinstance(exc, lease.keep_on):
+            try:
+                lease.release(end, decision.retry_after, sent(), decision.answer)
+            except Exception:  # the failure that got here is the one to report
+                log.warning("the lease of %.300s could not be returned", lease.url, exc_info=True)
+        raise
+    if lease.held:  # parsed elsewhere, or not finished here
+        lease.release(end, decision.retry_after, sent(), decision.answer)
+    return result
 
 
 def _note(store: CrawlStore, decision: Decision) -> None:
