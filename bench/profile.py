@@ -126,9 +126,10 @@ def run(args: argparse.Namespace) -> int:
             p.wait(timeout=60)
     present = [r for r in raws if r.exists()]
     if not present:
-        print("py-spy wrote no samples (can it attach here? ptrace)", file=sys.stderr)
+        print("py-spy wrote nothing (can it attach here? ptrace)", file=sys.stderr)
         return 1
-    print(table(read_raw(present)))
+    stacks = read_raw(present)
+    print(table(stacks) if stacks else "no samples: the crawl ended before py-spy attached")
     return crawl.returncode
 
 
