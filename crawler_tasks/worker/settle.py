@@ -3,7 +3,8 @@ back in the frontier.
 
 The fetch step (fetch_step.py) only *decides*: it returns a :class:`Decision` (what becomes
 of the URL, and how the host's lease ends), and :func:`settle` carries it out in one order
-for every branch: lease first (the host's next request waits for it), then the URL. A new
+for every branch: lease first (the host's next request waits for it), then the URL; a
+response's lease goes with its URL's finish, in one round trip (``_responded``). A new
 branch is a new Decision, never a new pair of calls to remember, and the lease is a
 :class:`~crawler_tasks.state.politeness.Lease`: returned once, whatever happens (an
 exception that leaves its ``with`` block returns it as an error). As arq decides a job's
@@ -70,7 +71,8 @@ def _responded(ctx: Context, store: CrawlStore, decision: Decision, lease: Lease
     finish in one round trip (done.lua, then finish.lua: issue 32). The lease is held while
     the page is parsed and its links admitted (milliseconds); the next request is paced from
     when this one was sent all the same (``sent`` counts the wait). If anything fails before
-    the finish, the lease is returned alone, as decided, and the failure goes on."""
+    the finish, the lease is returned alone, as decided (kept while Redis is away, as the
+    lease's ``with`` keeps it), and the failure goes on."""
     assert decision.then is not None and decision.lease is not None
     end, decided = decision.lease, time.monotonic()
 
