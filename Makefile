@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo example test test-fast test-stress test-bench lint format bench install clean
+.PHONY: demo example test test-fast test-stress test-bench lint format bench profile install clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -76,6 +76,12 @@ bench: $(STAMP)
 	$(BIN)/python bench/broad.py
 	$(BIN)/python bench/bodies.py
 	$(BIN)/python bench/politeness.py
+
+## profile: the HTTPS broad bench under py-spy: flame graphs and a table of where the time goes
+PROFILE_DIR ?= profile
+profile: $(STAMP)
+	$(BIN)/pip install -q -e '.[bench]'
+	$(BIN)/python bench/profile.py --out $(PROFILE_DIR)
 
 clean:
 	rm -rf $(VENV) data .pytest_cache .mypy_cache .ruff_cache

@@ -29,6 +29,7 @@ RUNS = {
     "recrawl.py": "--pages 20 --new 1 --page-bytes 2000 --timeout 60",
     "adaptive.py": "--pages 20 --days 2",
     "failover.py": "--pages 60 --kills 1 --timeout 120",
+    "profile.py": "--hosts 5 --pages 3 --out profile -- --layouts threads:8x1:1 --timeout 60",
 }
 #: More runs of a script, for a mode with a code path of its own: name -> (script, arguments).
 VARIANTS = {

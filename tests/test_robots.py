@@ -8,6 +8,7 @@ import re
 import shutil
 import socket
 import subprocess
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -546,6 +547,35 @@ def test_cache_fetches_once_per_origin(rdb: redis.Redis) -> None:
     stored = json.loads(rdb.get(KEYS.robots("http://a")) or "")
     assert stored == {"kind": "parsed", "text": "User-agent: *\nDisallow: /x\n"}
     assert ERROR_TTL < rdb.ttl(KEYS.robots("http://a")) <= TTL
+
+
+def test_threads_of_one_process_look_an_origin_up_once(rdb: redis.Redis) -> None:
+    """A host's first pages arrive together: one thread asks Redis and the web, the others
+    wait for its answer (each used to pay a round trip, most a robots.txt request too)."""
+    release = threading.Event()
+
+    class SlowWeb(FakeWeb):
+        def __call__(self, url: str) -> Response:
+            release.wait(5)
+            return super().__call__(url)
+
+    web = SlowWeb({"http://a/robots.txt": DISALLOW_X})
+    cache, charged = _cache(rdb, web), []
+    got: list[bool] = []
+
+    def fetch_page() -> None:
+        robots = cache.get("http://a", lambda: charged.append(1))
+        got.append(robots.allowed(UA, "http://a/x"))
+
+    threads = [threading.Thread(target=fetch_page) for _ in range(20)]
+    for t in threads:
+        t.start()
+    time.sleep(0.2)  # all 20 are in get() now: one fetching, the others waiting
+    release.set()
+    for t in threads:
+        t.join(10)
+    assert got == [False] * 20
+    assert web.calls == ["http://a/robots.txt"] and charged == [1]
 
 
 @pytest.mark.parametrize(

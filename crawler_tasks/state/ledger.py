@@ -14,7 +14,7 @@ import redis
 from . import archive, formats
 from .formats import Counter
 from .keys import CrawlKeys
-from .scripts import Scripts
+from .scripts import Call, Scripts, run_together
 
 
 class Ledger:
@@ -159,15 +159,24 @@ class Ledger:
                 stale.append((url.decode(), entry.depth))
         return stale
 
-    def finish(self, url: str, entry: formats.Unwritten | None, counters: dict[str, int]) -> int:
+    def finish(
+        self,
+        url: str,
+        entry: formats.Unwritten | None,
+        counters: dict[str, int],
+        after: Call | None = None,
+    ) -> int:
         """finish.lua: URLs of the URL's partition still outstanding after this one (0: see
         ``CrawlLifecycle.finishing``), or -1 if it was final already. ``entry`` None: no record
-        to write."""
+        to write. ``after``: a call sent first in the same round trip (the lease's done.lua,
+        :meth:`Lease.handoff <crawler_tasks.state.politeness.Lease.handoff>`)."""
         pk = self.ck.for_url(url)
         args: list[str | int] = [url, entry.dumps() if entry is not None else ""]
         for name, n in counters.items():
             args += [name, n]
         keys = [pk.inflight, pk.flow, pk.stats, pk.persec, pk.attempts, pk.unwritten]
+        if after is not None:
+            return int(run_together(self.client, [after, Call(self.scripts.finish, keys, args)])[1])
         return int(self.scripts.finish(keys=keys, args=args, client=self.client))
 
     def count_attempt(self, url: str) -> int:

@@ -69,7 +69,7 @@ from .pacing import (
     Pacing,
     explain,
 )
-from .scripts import Scripts
+from .scripts import Call, Scripts
 
 log = logging.getLogger(__name__)
 
@@ -161,6 +161,13 @@ class Politeness:
         unknown (-1); ``answer``: the response's address and latency (address groups,
         AutoThrottle). Private: a task returns a lease once, through :class:`Lease` (its only
         caller besides :meth:`extra_request`), so done.lua runs once per lease."""
+        call = self._done_call(url, domain, end, retry_after, sent, answer)
+        return Done.parse(call.script(keys=call.keys, args=call.args, client=self.client))
+
+    def _done_call(
+        self, url: str, domain: str, end: LeaseEnd, retry_after: float, sent: float, answer: Answer
+    ) -> Call:
+        """:meth:`_done`'s script call, not sent (:meth:`Lease.handoff`)."""
         pk, p = self.ck.for_domain(domain), self.pacing
         exempt = 1 if answer.ip and p.exempt.covers(domain, answer.ip) else 0
         args = [
@@ -181,14 +188,8 @@ class Politeness:
             pk.address_prefix if p.grouped else "",
             p.address_interval,
         ]
-        raw = self.scripts.done(
-            keys=[pk.ready, pk.lease(domain), pk.domain(domain), pk.queue(domain)],
-            args=args,
-            client=self.client,
-        )
-        text = raw.decode() if isinstance(raw, bytes) else str(raw)
-        slow, down_for, dead = (text.split("|") + ["-1", "0"])[:3]
-        return Done(float(slow), float(down_for), dead == "1")
+        keys = [pk.ready, pk.lease(domain), pk.domain(domain), pk.queue(domain)]
+        return Call(self.scripts.done, keys, args)
 
     def set_address(self, domain: str, ip: str | None) -> None:
         """The server address the dispatcher resolved for ``domain`` (None: it could not):
@@ -272,6 +273,12 @@ class Done(NamedTuple):
     down_for: float = -1.0
     dead: bool = False
 
+    @staticmethod
+    def parse(raw: Any) -> Done:
+        text = raw.decode() if isinstance(raw, bytes) else str(raw)
+        slow, down_for, dead = (text.split("|") + ["-1", "0"])[:3]
+        return Done(float(slow), float(down_for), dead == "1")
+
 
 class Lease:
     """The lease of one released URL (release.lua took it), returned exactly once.
@@ -312,6 +319,12 @@ class Lease:
             return Done(1.0)
         self.held, self.ended = False, end
         return self.politeness._done(self.url, self.domain, end, retry_after, sent, answer)
+
+    def handoff(self, end: LeaseEnd, retry_after: float, sent: float, answer: Answer) -> Call:
+        """:meth:`release`'s done.lua call, not sent: the caller sends it with its own (one
+        round trip). The lease counts as returned from now on."""
+        self.held, self.ended = False, end
+        return self.politeness._done_call(self.url, self.domain, end, retry_after, sent, answer)
 
     def disown(self) -> None:
         """Not this task's to return (start.lua says another delivery holds the URL)."""

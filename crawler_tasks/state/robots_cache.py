@@ -24,6 +24,10 @@ from .keys import Keys
 _OWN_VERDICT = TLSError.reason + ":"
 
 
+#: Seconds a thread waits for another's lookup of the same origin before its own.
+FLIGHT_WAIT = 60.0
+
+
 class RobotsCache:
     """robots.txt per origin: in-process LRU, then Redis (shared by all workers), then HTTP.
 
@@ -45,11 +49,39 @@ class RobotsCache:
         self._ttl, self._error_ttl, self._lru_size = ttl, error_ttl, lru_size
         self._lru: OrderedDict[str, tuple[float, Robots]] = OrderedDict()
         self._lock = threading.Lock()  # Celery's thread pools share one instance
+        self._flights: dict[str, threading.Event] = {}  # origins being looked up
 
     def get(self, origin: str, fetched: Callable[[], object] | None = None) -> Robots:
         """The rules of ``origin`` (``scheme://host[:port]``). ``fetched`` is called after
         robots.txt was requested over HTTP (not on a cache hit): politeness charges the host's
         bucket for that request there."""
+        robots = self._from_lru(origin)
+        if robots is not None:
+            return robots
+        # One thread of this process looks an origin up (Redis, then HTTP); the others wait
+        # for its answer instead of each asking: a host's first pages arrive together, and
+        # every thread that missed also paid a round trip, often robots.txt itself and its
+        # charge to the host (issue 32). A lookup that fails leaves the others to try alone.
+        with self._lock:
+            flight = self._flights.get(origin)
+            leading = flight is None
+            if flight is None:
+                flight = self._flights[origin] = threading.Event()
+        if not leading:
+            flight.wait(FLIGHT_WAIT)
+            robots = self._from_lru(origin)
+            if robots is not None:
+                return robots
+        try:
+            return self._look_up(origin, fetched)
+        finally:
+            if leading:
+                with self._lock:
+                    self._flights.pop(origin, None)
+                flight.set()
+
+    def _look_up(self, origin: str, fetched: Callable[[], object] | None) -> Robots:
+        """``get`` past the LRU: Redis, then HTTP."""
         robots = self._from_lru(origin)
         if robots is None:
             robots, ttl = self._from_redis(origin)

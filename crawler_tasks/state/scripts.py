@@ -8,8 +8,11 @@ from __future__ import annotations
 
 from functools import cache
 from importlib import resources
+from typing import Any, NamedTuple
 
 import redis
+from redis.commands.core import Script
+from redis.exceptions import NoScriptError
 
 # Scripts that use the Bloom helpers get ``bloom_lib.lua`` prepended (EVAL cannot import).
 _WITH_BLOOM = {"admit", "bloom_add"}
@@ -53,3 +56,29 @@ class Scripts:
         self.gate = client.register_script(source("gate"))
         self.render_plan = client.register_script(source("render_plan"))
         self.address = client.register_script(source("address"))
+
+
+class Call(NamedTuple):
+    """One script call, to be sent with others (:func:`run_together`)."""
+
+    script: Script
+    keys: list[str]
+    args: list[Any]
+
+
+def run_together(client: redis.Redis, calls: list[Call]) -> list[Any]:
+    """Several script calls in one round trip, run in this order (not atomically: as if sent
+    one after another); their replies. redis-py's pipeline would first ask SCRIPT EXISTS (a
+    round trip of its own), so EVALSHA is queued as is, and a script Redis does not hold
+    (restarted, flushed) is run again alone, which loads it. The first other error raises."""
+    pipe = client.pipeline(transaction=False)
+    for call in calls:
+        pipe.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
+    replies = pipe.execute(raise_on_error=False)
+    for i, (call, reply) in enumerate(zip(calls, replies, strict=True)):
+        if isinstance(reply, NoScriptError):
+            replies[i] = call.script(keys=call.keys, args=call.args, client=client)
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+    return list(replies)

@@ -44,6 +44,7 @@ from ..state import events, formats
 from ..state.admission import RedirectClaims
 from ..state.crawl_state import Note
 from ..state.formats import Counter, Status
+from ..state.scripts import Call
 from ..state.store import CrawlStore
 from ..state.workers import alive
 from . import faults
@@ -60,8 +61,11 @@ DEAD_LETTER_FIELDS = (
 )  # fmt: skip
 
 
-def finalize(ctx: Context, store: CrawlStore, final: Final) -> str:
-    """Record a URL's final state once; the call that empties the crawl finishes it."""
+def finalize(
+    ctx: Context, store: CrawlStore, final: Final, before: Callable[[], Call] | None = None
+) -> str:
+    """Record a URL's final state once; the call that empties the crawl finishes it.
+    ``before``: a script call to send with finish.lua, first (the lease's, settle.py)."""
     counters = dict(final.counters)
     counters[Counter.DONE.value] = 1
     record = final.record()
@@ -70,12 +74,12 @@ def finalize(ctx: Context, store: CrawlStore, final: Final) -> str:
         # Before finish: a dead letter for a URL that then turns out final already is harmless.
         store.ledger.dead_letter(final.url, {k: record.get(k) for k in DEAD_LETTER_FIELDS})
     if not final.recorded:
-        left = store.ledger.finish(final.url, None, counters)
+        left = store.ledger.finish(final.url, None, counters, before and before())
         return "duplicate" if left < 0 else _settled(ctx, store, final, left)
     out = ctx.crawl(store).output()
     record["rid"] = uuid.uuid4().hex
     entry = formats.Unwritten(record["rid"], str(out.pages_path), time.time(), record)
-    left = store.ledger.finish(final.url, entry, counters)
+    left = store.ledger.finish(final.url, entry, counters, before and before())
     if left < 0:  # final already; its record may still be waiting for a writer
         return recover(ctx, store, final.url) if store.ledger.unwritten(final.url) else "duplicate"
     faults.point("after_finish")

@@ -31,7 +31,6 @@ fetching a page: a disk full for a minute costs no request but the one whose wri
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
 import os
@@ -186,11 +185,14 @@ class PatientClient:
         attr = getattr(self._client, name)
         if not callable(attr):
             return attr
+        room = self._room
 
-        @functools.wraps(attr)
         def patiently(*args: Any, **kwargs: Any) -> Any:
-            return self._room.call(lambda: attr(*args, **kwargs))
+            return room.call(lambda: attr(*args, **kwargs))
 
+        # Built once per name: a closure and functools.wraps on every call was the wrapper's
+        # cost on the hot path (issue 32); __getattr__ is not asked again for a set name.
+        setattr(self, name, patiently)
         return patiently
 
 

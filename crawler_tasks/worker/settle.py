@@ -3,7 +3,8 @@ back in the frontier.
 
 The fetch step (fetch_step.py) only *decides*: it returns a :class:`Decision` (what becomes
 of the URL, and how the host's lease ends), and :func:`settle` carries it out in one order
-for every branch: lease first (the host's next request waits for it), then the URL. A new
+for every branch: lease first (the host's next request waits for it), then the URL; a
+response's lease goes with its URL's finish, in one round trip (``_responded``). A new
 branch is a new Decision, never a new pair of calls to remember, and the lease is a
 :class:`~crawler_tasks.state.politeness.Lease`: returned once, whatever happens (an
 exception that leaves its ``with`` block returns it as an error). As arq decides a job's
@@ -14,10 +15,12 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from typing import NamedTuple
 
 from ..errors import CrawlerError, HostDown
 from ..state.politeness import Done, Lease
+from ..state.scripts import Call
 from ..state.store import CrawlStore
 from .context import Context
 from .outcome import Decision, Final, Next
@@ -32,6 +35,8 @@ def settle(
     """Return the lease as ``decision`` says, then finalize or requeue the URL; returns what
     happened (for logs and tests)."""
     reply = Done(1.0)
+    if decision.next is Next.RESPONSE and lease is not None and decision.lease is not None:
+        return _responded(ctx, store, decision, lease)
     if lease is not None:
         if decision.lease is None:
             lease.disown()
@@ -59,6 +64,40 @@ def settle(
             return "fetched" if final is None else finalize(ctx, store, final)
     assert decision.final is not None
     return finalize(ctx, store, decision.final)
+
+
+def _responded(ctx: Context, store: CrawlStore, decision: Decision, lease: Lease) -> str:
+    """A response: what it becomes (``decision.then``), then its lease returned with the URL's
+    finish in one round trip (done.lua, then finish.lua: issue 32). The lease is held while
+    the page is parsed and its links admitted (milliseconds); the next request is paced from
+    when this one was sent all the same (``sent`` counts the wait). If anything fails before
+    the finish, the lease is returned alone, as decided (kept while Redis is away, as the
+    lease's ``with`` keeps it), and the failure goes on."""
+    assert decision.then is not None and decision.lease is not None
+    end, decided = decision.lease, time.monotonic()
+
+    def sent() -> float:
+        return decision.sent + time.monotonic() - decided if decision.sent >= 0 else -1.0
+
+    def handoff() -> Call:
+        return lease.handoff(end, decision.retry_after, sent(), decision.answer)
+
+    try:
+        _note(store, decision)
+        final = decision.then()
+        result = "fetched" if final is None else finalize(ctx, store, final, handoff)
+    except BaseException as exc:
+        # As the lease's ``with`` would, but as decided: Redis being away keeps it (the
+        # task's rerun returns it); anything else returns it now.
+        if lease.held and not isinstance(exc, lease.keep_on):
+            try:
+                lease.release(end, decision.retry_after, sent(), decision.answer)
+            except Exception:  # the failure that got here is the one to report
+                log.warning("the lease of %.300s could not be returned", lease.url, exc_info=True)
+        raise
+    if lease.held:  # parsed elsewhere, or not finished here
+        lease.release(end, decision.retry_after, sent(), decision.answer)
+    return result
 
 
 def _note(store: CrawlStore, decision: Decision) -> None:
