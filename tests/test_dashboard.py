@@ -75,13 +75,13 @@ def test_auth_xsrf_and_the_controls_with_their_events(settings):
         # Authenticated but no XSRF token (a forged cross-site POST): refused, nothing done.
         forged = requests.post(url + "/pause", auth=AUTH, timeout=5)
         assert forged.status_code == 403
-        assert not crawl.store.status.read().paused
+        assert not crawl.store.lifecycle.read().paused
         s = session(base)
         assert s.post(url + "/pause", timeout=5).json()["ok"]
-        assert crawl.store.status.read().paused
+        assert crawl.store.lifecycle.read().paused
         assert s.post(url + "/pause", timeout=5).ok  # pausing a paused crawl is fine, as in the CLI
         assert s.post(url + "/resume", timeout=5).ok
-        assert not crawl.store.status.read().paused
+        assert not crawl.store.lifecycle.read().paused
         # "Set rate" is this crawl's own rate for the host, not the cluster-wide set-rate...
         rate = s.post(url + "/rate", data={"host": "127.0.0.32", "rate": "0.5"}, timeout=5)
         assert rate.ok, rate.text
@@ -223,7 +223,7 @@ def test_series_one_sample_per_interval_and_expires_with_the_crawl(settings, cli
     for n in range(1500):  # bounded: the oldest go
         series.sample(now=2000.0 + n, force=True)
     assert client.llen(crawl.store.ck.series) == 1440
-    crawl.store.status.expire(60)
+    crawl.store.lifecycle.expire(60)
     assert 0 < client.ttl(crawl.store.ck.series) <= 60
 
 

@@ -84,7 +84,7 @@ def test_pages_in_a_browser_over_a_running_crawl(settings, celery_worker, browse
             # Pause, resume: the page says so, the crawl does so.
             page.click('button[data-action="pause"]')
             page.locator("#status", has_text="paused").wait_for(timeout=5000)
-            assert crawl.store.status.read().paused
+            assert crawl.store.lifecycle.read().paused
             # During the crawl (paused: once its last fetches are in, nothing moves), the
             # page's figures are status --json's.
             wait_until(lambda: crawl.progress()["in_flight"] == 0, timeout=20)
@@ -102,7 +102,7 @@ def test_pages_in_a_browser_over_a_running_crawl(settings, celery_worker, browse
                 "async (u) => (await fetch(u, {method: 'POST', credentials: 'same-origin'})).status",
                 f"/api/crawls/{crawl.id}/pause",
             )
-            assert forged == 403 and not crawl.store.status.read().paused
+            assert forged == 403 and not crawl.store.lifecycle.read().paused
             page.wait_for_timeout(200)
             # The refused request is the one console error Chromium reports here.
             assert errors and "403" in errors.pop(), errors

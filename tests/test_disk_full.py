@@ -97,7 +97,7 @@ def test_output_that_cannot_be_written_is_said_and_cancel_ends_the_crawl(
         assert crawl.cancel()
         summary = wait(crawl, 60)
     assert summary["status"] == "cancelled"
-    assert crawl.store.status.read().output_given_up.startswith("read-only file system")
+    assert crawl.store.lifecycle.read().output_given_up.startswith("read-only file system")
 
 
 def test_a_disk_full_for_a_minute_costs_at_most_one_extra_request_per_url(

@@ -187,7 +187,7 @@ def test_killed_while_finishing_the_crawl(settings, redis_url, tmp_path):  # typ
         wait_until(lambda: crawl.status == "finishing", timeout=90, interval=0.02)
         summary = wait(crawl, 90)
     assert_exact(crawl, graph, seeds, summary)
-    assert crawl.store.status.read().status == "finished"
+    assert crawl.store.lifecycle.read().status == "finished"
 
 
 @pytest.mark.allow_worker_errors(".*")

@@ -186,7 +186,7 @@ def test_the_table_check_catches_an_undescribed_key(client) -> None:  # type: ig
 
 def test_the_state_hash_reads_as_one_typed_value(settings) -> None:  # type: ignore[no-untyped-def]
     crawl = start_crawl(["http://127.0.0.68:8000/"], settings=settings, allow_private_networks=True)
-    status = crawl.store.status
+    status = crawl.store.lifecycle
     status.first_note(Note.ROBOTS_UNREACHABLE_WHY, "http://a: refused")
     status.first_note(Note.ROBOTS_UNREACHABLE_WHY, "http://b: later")
     status.note(Note.SUMMARY_PATH, "/data/x/summary.json")
@@ -327,7 +327,7 @@ def test_finishing_lua_writes_the_status_values(settings, client) -> None:  # ty
         crawl = start_crawl(
             ["http://127.0.0.68:8000/"], settings=settings, allow_private_networks=True
         )
-        status = crawl.store.status
+        status = crawl.store.lifecycle
         assert status.status() is Status.RUNNING
         assert not paused or (crawl.pause() and status.status() is Status.PAUSED)
         assert not cancel or crawl.cancel()

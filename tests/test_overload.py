@@ -260,7 +260,7 @@ def test_a_slow_writer_and_its_own_sweep_keep_one_copy(settings, driver):  # typ
     crawl = start_crawl(["http://127.0.0.79/a"], settings=settings, allow_private_networks=True)
     store = driver.ctx.store(crawl.id)
     [(_domain, _depth, url)] = store.frontier.release_all(10, 180).entries
-    out = driver.ctx.crawl(store).output()
+    out = driver.ctx.crawl_runtime(store).output()
     record = {**Final(url, 0, status=200, extra={"fetched_at": time.time()}).record(), "rid": "r"}
     slow = Unwritten("r", str(out.pages_path), time.time() - 60, record)
     assert store.ledger.finish(url, slow, {}) == 0

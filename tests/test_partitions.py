@@ -64,7 +64,7 @@ def test_a_chain_across_partitions_never_looks_drained(settings):  # type: ignor
     crawl = start_crawl(
         [f"http://{hosts[0]}/0"], settings=settings, partitions=4, rate=math.inf, concurrency=1
     )
-    store, ledger, status = crawl.store, crawl.store.ledger, crawl.store.status
+    store, ledger, status = crawl.store, crawl.store.ledger, crawl.store.lifecycle
     assert len({partition_of(h, 4) for h in hosts}) >= 3
     stop, wrong = threading.Event(), []
 

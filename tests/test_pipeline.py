@@ -259,7 +259,7 @@ def test_a_writer_frozen_across_a_takeover_undoes_its_copy(settings, driver):  #
     crawl = start_crawl(["http://127.0.0.79/a"], settings=settings, allow_private_networks=True)
     store = driver.ctx.store(crawl.id)
     [(_domain, _depth, url)] = store.frontier.release_all(10, 180).entries
-    out = driver.ctx.crawl(store).output()
+    out = driver.ctx.crawl_runtime(store).output()
     record = {**Final(url, 0, status=200, extra={"fetched_at": time.time()}).record(), "rid": "r"}
     mine = Unwritten("r", str(out.pages_path), time.time(), record)
     assert store.ledger.finish(url, mine, {}) == 0

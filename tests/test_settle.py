@@ -157,8 +157,8 @@ def test_a_crawl_runtime_is_built_with_its_store(settings, context):  # type: ig
     assert isinstance(store.admission.client, PatientClient)
     assert store.frontier.admit_client is store.admission.client
     assert store.frontier.client is context.client  # the release fails at once, never waits
-    runtimes = [context.crawl(context.store(c.id)) for c in (one, two, other)]  # type: ignore[arg-type]
-    assert runtimes[0] is context.crawl(store)
+    runtimes = [context.crawl_runtime(context.store(c.id)) for c in (one, two, other)]  # type: ignore[arg-type]
+    assert runtimes[0] is context.crawl_runtime(store)
     assert runtimes[0].profile == runtimes[1].profile != runtimes[2].profile
     assert runtimes[0].robots is runtimes[1].robots is not runtimes[2].robots
     assert runtimes[0].profile.request_headers({})["User-Agent"] == "a/1"

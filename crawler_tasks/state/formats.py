@@ -283,7 +283,7 @@ class Committed(int, Enum):
     FOUND = 2  # gone, and nobody claimed it: a sweep found this copy on disk; keep it
 
 
-def status(code: int) -> str:
+def status_code(code: int) -> str:
     return f"status:{code}"
 
 

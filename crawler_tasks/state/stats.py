@@ -30,12 +30,12 @@ _LATE = Counter.shown_in(Shown.LATE)
 
 class Stats:
     def __init__(
-        self, client: redis.Redis, ck: CrawlKeys, crawl_id: str, status: CrawlLifecycle
+        self, client: redis.Redis, ck: CrawlKeys, crawl_id: str, lifecycle: CrawlLifecycle
     ) -> None:
         self.client = client
         self.ck = ck
         self.crawl_id = crawl_id
-        self.status = status
+        self.lifecycle = lifecycle
 
     # --- counters ------------------------------------------------------------------------
     def counters(self) -> dict[str, int]:
@@ -73,7 +73,7 @@ class Stats:
     # --- progress ------------------------------------------------------------------------
     def outstanding(self) -> int:
         """URLs admitted and not final (for display: the partitions are read one by one)."""
-        return max(0, self.status.flow("in") - self.status.flow("out"))
+        return max(0, self.lifecycle.flow("in") - self.lifecycle.flow("out"))
 
     def recent_rate(self, now: float | None = None) -> float:
         """URLs finished per second over the last RATE_WINDOW whole seconds."""
@@ -95,7 +95,7 @@ class Stats:
 
     def progress(self) -> dict[str, Any]:
         c = self.counters()
-        state = self.status.read()
+        state = self.lifecycle.read()
         retrying, in_flight = self._sizes()
         started, ended = state.started_at, state.finished_at
         elapsed = max((ended or time.time()) - started, 1e-9) if started else 0.0
@@ -112,7 +112,7 @@ class Stats:
             "elapsed_s": round(elapsed, 3),
             "pages_per_s": round(done / elapsed, 2) if elapsed else 0.0,
             "recent_pages_per_s": self.recent_rate(),
-            "output": self.status.output_problem(state),
+            "output": self.lifecycle.output_problem(state),
             "error": state.error,
             formats.TLS_NOTE: state.tls_error_why,
         }
@@ -133,7 +133,7 @@ class Stats:
         c = self.counters()
         p = self.progress()
         families = self.families(c)
-        state = self.status.read()
+        state = self.lifecycle.read()
         return {
             "crawl_id": self.crawl_id,
             "status": p["status"],

@@ -24,7 +24,7 @@ OUTPUT_PAUSE = 10.0
 class CrawlLifecycle:
     """A crawl's life through its state hash: its status (formats.Status), the steering of
     its owner, completion and the finisher's lock. (Named so, not "CrawlStatus": the word
-    status means the Status value alone; ``store.status`` is an instance, an older name.)"""
+    status means the Status value alone; a store's instance is ``store.lifecycle``.)"""
 
     def __init__(
         self, client: redis.Redis, keys: Keys, ck: CrawlKeys, crawl_id: str, scripts: Scripts

@@ -6,7 +6,7 @@ ledgers and filters of their own::
 
     store.opts         CrawlOptions (immutable after start)
     store.ledger       per-URL completion accounting, retries, dead letters (ledger.py)
-    store.status       status and steering: pause, cancel, finishing, finished (status.py)
+    store.lifecycle       status and steering: pause, cancel, finishing, finished (status.py)
     store.stats        counters, progress() and summary.json figures, rates (stats.py)
     store.frontier     per-domain queues, admit.lua / release.lua (frontier.py)
     store.admission    scope, depth, per-host budgets, redirect claims (admission.py); its
@@ -104,8 +104,8 @@ class CrawlStore:
             opts.crawl_id, opts.partitions or 1, opts.domain_key, opts.partition_tags
         )
         self.ledger = Ledger(r.client, self.ck, opts.crawl_id, r.scripts)
-        self.status = CrawlLifecycle(r.client, r.keys, self.ck, opts.crawl_id, r.scripts)
-        self.stats = Stats(r.client, self.ck, opts.crawl_id, self.status)
+        self.lifecycle = CrawlLifecycle(r.client, r.keys, self.ck, opts.crawl_id, r.scripts)
+        self.stats = Stats(r.client, self.ck, opts.crawl_id, self.lifecycle)
         admits = admission_client or r.client
         self.bloom = BloomFilter(admits, self.ck, opts.bloom, r.scripts)
         self.frontier = Frontier(r.client, self.ck, opts, r.scripts, known, admits)

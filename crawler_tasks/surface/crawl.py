@@ -229,7 +229,7 @@ class Crawl:
             p["eta_s"] = round(min(left, p["outstanding"]) / p["recent_pages_per_s"], 1)
         p["backlog"] = self.store.frontier.backlog(5)
         p["hosts_down"] = self._hosts_down([d for d, _ in p["backlog"]])
-        p["summary_path"] = self.store.status.read().summary_path
+        p["summary_path"] = self.store.lifecycle.read().summary_path
         # Workers wait (and cannot record why) while Redis is full: ask Redis itself.
         mem = memory(self.client)
         p["redis_oom"] = mem is not None and mem.refuses_writes()
@@ -257,7 +257,7 @@ class Crawl:
     @property
     def status(self) -> Status:
         try:
-            return self.store.status.status()
+            return self.store.lifecycle.status()
         except UnknownCrawl:  # not started yet, or expired
             return Status.UNKNOWN
 
@@ -279,7 +279,7 @@ class Crawl:
         """The crawl's ``summary.json`` once the finishing worker has written it (the status
         flips just before), else the same figures computed from Redis now."""
         path = self.output_dir / "summary.json"
-        finished_at = self.store.status.read().finished_at or 0.0
+        finished_at = self.store.lifecycle.read().finished_at or 0.0
         for _ in range(40 if finished_at else 0):
             if path.exists():
                 data = dict(json.loads(path.read_text("utf-8")))
@@ -351,15 +351,15 @@ class Crawl:
     # --- steering ----------------------------------------------------------------------------
     def pause(self) -> bool:
         """Stop releasing this crawl's URLs (in-flight ones finish). False if it is finished."""
-        return self.store.status.pause()  # UnknownCrawl: nothing is written for an unknown id
+        return self.store.lifecycle.pause()  # UnknownCrawl: nothing is written for an unknown id
 
     def resume(self) -> bool:
-        return self.store.status.resume()
+        return self.store.lifecycle.resume()
 
     def cancel(self) -> bool:
         """Drop pending work unfetched; the crawl finishes as ``cancelled``. False if it was
         finished already."""
-        return self.store.status.cancel()
+        return self.store.lifecycle.cancel()
 
     def forget(self, force: bool = False) -> int:
         """Delete the crawl's keys (its files stay); refused for a crawl that workers still
@@ -380,7 +380,7 @@ class Crawl:
         admitted = self.store.frontier.admit(
             ((r["url"], int(r["depth"])) for r in records), force=True
         )
-        self.store.status.reopen()
+        self.store.lifecycle.reopen()
         return admitted.admitted
 
 

@@ -136,7 +136,7 @@ def output_place(crawl: Any) -> tuple[Path, str]:
     """``(directory, where)``: the crawl's files as its workers wrote them (the directory of
     the ``summary.json`` its finisher wrote, on the host it names), else where this host's
     workers would write; ``where`` says it in words, naming the host when it is another."""
-    state = crawl.store.status.read()
+    state = crawl.store.lifecycle.read()
     if state.summary_path:
         directory, host = Path(state.summary_path).parent, state.summary_host or ""
         if host and host != socket.gethostname():

@@ -2,7 +2,7 @@
 open output files, and a small cache of the crawls it works on: for each, its
 :class:`CrawlStore` (Redis, with this process's memory of known URLs) and its
 :class:`~crawler_tasks.worker.crawl_runtime.CrawlRuntime` (fetching, robots.txt, output),
-built together. Built once per process (after the fork, for prefork pools) by :class:`Runtime`
+built together. Built once per process (after the fork, for prefork pools) by :class:`ProcessContext`
 and passed to the pipeline functions; nothing here is global.
 """
 
@@ -162,7 +162,7 @@ class Context:
                 self._stores.popitem(last=False)
         return pair[0]
 
-    def crawl(self, store: CrawlStore) -> CrawlRuntime:
+    def crawl_runtime(self, store: CrawlStore) -> CrawlRuntime:
         """The runtime built with ``store`` (fetching, robots.txt, output of its crawl)."""
         with self._lock:
             pair = self._stores.get(store.id)
@@ -225,7 +225,7 @@ def _outcome(call: Callable[[], Any]) -> tuple[bool, Any]:
         return False, exc
 
 
-class Runtime:
+class ProcessContext:
     """This process's :class:`Context`, built on first use and again after a fork (a prefork
     pool's children must not share the parent's sockets). Owned by the Celery app
     (``app.conf.crawler_runtime``), so a test's app has a runtime of its own."""

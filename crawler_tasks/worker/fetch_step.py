@@ -78,7 +78,7 @@ def _request(ctx: Context, store: CrawlStore, url: str, depth: int) -> Decision:
     conditional = store.recrawl.conditional_headers(url) if store.recrawl else {}
     try:
         follow = store.admission.claims(url).follow
-        response = ctx.crawl(store).fetch(url, follow, conditional)
+        response = ctx.crawl_runtime(store).fetch(url, follow, conditional)
     except Unreachable as exc:
         return Decision(Next.UNREACHABLE, LeaseEnd.DOWN, error=exc)
     except RetryableError as exc:  # connected, then failed: the URL's own problem
@@ -110,7 +110,7 @@ def _answered(
     decision.answer = Answer(response.ip or "", latency, 200 <= status < 300)
     if status >= 500 or status in (408, 429):
         # Counted now: the URL's final record (a retry's, or a failure) will not carry it.
-        decision.counters[formats.status(status)] = 1
+        decision.counters[formats.status_code(status)] = 1
         decision.next, decision.error = Next.RETRY, ServerError(status, retry_after)
     else:
         decision.then = lambda: respond(ctx, store, url, depth, response)
@@ -135,7 +135,7 @@ def _robots(ctx: Context, store: CrawlStore, url: str, depth: int, domain: str) 
         return None
     polite = store.politeness
     origin = origin_of(url)
-    robots = ctx.crawl(store).robots.get(origin, lambda: polite.extra_request(domain))
+    robots = ctx.crawl_runtime(store).robots.get(origin, lambda: polite.extra_request(domain))
     if opts.obey_robots:
         if not robots.allowed(opts.robots_agent, url):
             return _refused(url, depth, origin, robots.kind, robots.why)

@@ -144,7 +144,7 @@ def _disallowed(ctx: Context, store: CrawlStore) -> Callable[[str], bool] | None
     opts = store.opts
     if not opts.obey_robots:
         return None
-    cache, agent = ctx.crawl(store).robots, opts.robots_agent
+    cache, agent = ctx.crawl_runtime(store).robots, opts.robots_agent
     origins: dict[str, Robots | None] = {}
 
     def refused(url: str) -> bool:
@@ -193,7 +193,7 @@ def _hook(
             outcome.error = f"on_item: {type(exc).__name__}: {exc}"[:500]
     if outcome.unusable and outcome.error is not None:
         # The crawl fails once, clearly, rather than with one extract error per page.
-        if store.status.failed_with(f"{outcome.error} (in worker {ctx.worker_id})"):
+        if store.lifecycle.failed_with(f"{outcome.error} (in worker {ctx.worker_id})"):
             log.error("crawl %s stopped: %s", store.id, outcome.error)
     elif outcome.error is not None:
         log.warning("crawl %s: extract_error on %.300s: %s", store.id, url, outcome.error)

@@ -76,7 +76,7 @@ def finalize(
     if not final.recorded:
         left = store.ledger.finish(final.url, None, counters, before and before())
         return "duplicate" if left < 0 else _settled(ctx, store, final, left)
-    out = ctx.crawl(store).output()
+    out = ctx.crawl_runtime(store).output()
     record["rid"] = uuid.uuid4().hex
     entry = formats.Unwritten(record["rid"], str(out.pages_path), time.time(), record)
     left = store.ledger.finish(final.url, entry, counters, before and before())
@@ -104,7 +104,7 @@ def _committer(store: CrawlStore, url: str, entry: formats.Unwritten) -> Callabl
 
 def _settled(ctx: Context, store: CrawlStore, final: Final, left: int) -> str:
     """After finish.lua left ``left`` URLs outstanding in the URL's partition."""
-    if left == 0 and store.status.finishing():  # its partition emptied: is it drained?
+    if left == 0 and store.lifecycle.finishing():  # its partition emptied: is it drained?
         crawl_finished(ctx, store)
     return final.error or "done"
 
@@ -120,7 +120,7 @@ def write_record(
     """``record`` on disk; False if it was not written: the output cannot be written now (the
     crawl told, see :func:`output_failed`; the record waits in Redis as unwritten), or
     ``commit`` says another process took it over meanwhile (the append is undone)."""
-    runtime = ctx.crawl(store)
+    runtime = ctx.crawl_runtime(store)
     try:
         if not runtime.output().final(record, with_items=with_items, commit=commit):
             return False
@@ -129,14 +129,14 @@ def write_record(
         return False
     if runtime.output_failing:  # room again: the crawl may release URLs again
         runtime.output_failing = False
-        store.status.output_ok()
+        store.lifecycle.output_ok()
     return True
 
 
 def output_failed(ctx: Context, store: CrawlStore, exc: OutputUnavailable) -> None:
     """Writing failed for a reason of the disk: pause the crawl's releases and say why."""
-    ctx.crawl(store).output_failing = True
-    store.status.output_failed(str(exc))
+    ctx.crawl_runtime(store).output_failing = True
+    store.lifecycle.output_failed(str(exc))
     _unwritable.failed(exc, expected=True)
 
 
@@ -153,7 +153,7 @@ def write_orphan(
     # Items go first: if they made it and the page line did not, they are not repeated.
     items = bool(entry.record.get(ITEMS))
     with_items = items and not _on_disk(entry, items_path(Path(entry.path)))
-    out = ctx.crawl(store).output()
+    out = ctx.crawl_runtime(store).output()
     record = {k: v for k, v in entry.record.items() if with_items or k != ITEMS}
     mine = formats.Unwritten(entry.rid, str(out.pages_path), time.time(), record)
     if not store.ledger.claim(url, entry, mine):
@@ -161,7 +161,9 @@ def write_orphan(
     if not write_record(
         ctx, store, record, with_items=with_items, commit=_committer(store, url, mine)
     ):
-        if strict and ctx.crawl(store).output_failing:  # the finisher cannot go on without it
+        if (
+            strict and ctx.crawl_runtime(store).output_failing
+        ):  # the finisher cannot go on without it
             raise _unavailable(ctx, store)
         return False
     log.warning("crawl %s: wrote the record of %.300s left by a dead process", store.id, url)
@@ -173,7 +175,7 @@ def recover(ctx: Context, store: CrawlStore, url: str) -> str:
     entry = store.ledger.unwritten(url)
     if entry is not None:
         write_orphan(ctx, store, url, entry)
-    if store.status.finishing():  # its finisher may have died too
+    if store.lifecycle.finishing():  # its finisher may have died too
         crawl_finished(ctx, store)
     return "recovered"
 
@@ -200,7 +202,7 @@ def crawl_finished(ctx: Context, store: CrawlStore) -> bool:
     """The end of a crawl, once; False if another process is running it (or it is done), or
     if its output cannot be written now (it stays finishing, status says why, and a
     dispatcher tries again once the pause is over)."""
-    opts, status = store.opts, store.status
+    opts, status = store.opts, store.lifecycle
     if not _finisher_lock(ctx, store):
         return False
     state = status.read()
@@ -235,7 +237,7 @@ def crawl_finished(ctx: Context, store: CrawlStore) -> bool:
 
 def _files_of_the_end(ctx: Context, store: CrawlStore, final: Status) -> dict[str, Any]:
     """Every record on disk, then ``summary.json``; OutputUnavailable if the disk refuses."""
-    opts, status = store.opts, store.status
+    opts, status = store.opts, store.lifecycle
     _write_all_orphans(ctx, store)
     if store.recrawl is not None and status.first(Note.GONE_COUNTED):
         store.stats.put(formats.change("gone"), store.recrawl.gone())
@@ -255,21 +257,21 @@ def _files_of_the_end(ctx: Context, store: CrawlStore, final: Status) -> dict[st
 
 def _unavailable(ctx: Context, store: CrawlStore) -> OutputUnavailable:
     """The crawl's output problem as noted (``output_failed``), as an exception."""
-    directory = str(ctx.crawl(store).output().dir)
-    problem = store.status.output_problem() or "cannot be written"
+    directory = str(ctx.crawl_runtime(store).output().dir)
+    problem = store.lifecycle.output_problem() or "cannot be written"
     return OutputUnavailable(directory, problem.removesuffix(f" at {directory}"))
 
 
 def _finisher_lock(ctx: Context, store: CrawlStore) -> bool:
     """One finisher at a time; the lock of a finisher that stopped beating is taken over."""
     lock_s = int(ctx.settings.orphan_record_seconds * 2 + 60)
-    if store.status.lock_finisher(ctx.worker_id, lock_s):
+    if store.lifecycle.lock_finisher(ctx.worker_id, lock_s):
         return True
-    holder = store.status.finisher()
+    holder = store.lifecycle.finisher()
     if holder is None or holder in alive(store.client, ctx.keys, ctx.settings.worker_dead_seconds):
         return False
     log.warning("crawl %s: the finisher %s died; finishing it here", store.id, holder)
-    store.status.take_finisher(ctx.worker_id, lock_s)
+    store.lifecycle.take_finisher(ctx.worker_id, lock_s)
     return True
 
 
@@ -284,6 +286,6 @@ def _write_all_orphans(ctx: Context, store: CrawlStore) -> None:
             write_orphan(ctx, store, url, entry, strict=True)
         if not old and not young:
             return
-        if young and store.status.output_problem():
+        if young and store.lifecycle.output_problem():
             raise _unavailable(ctx, store)  # their writers failed for the disk: no use waiting
         time.sleep(0.05)

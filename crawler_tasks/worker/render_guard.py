@@ -85,7 +85,7 @@ class SubrequestGuard:
         if opts.obey_robots and origin_of(url) == self.origin:
             domain, polite = self.store.domain_of(url), self.store.politeness
             # Read again if it expired: that request is charged to the host as a fetch's is.
-            robots = self.ctx.crawl(self.store).robots.get(
+            robots = self.ctx.crawl_runtime(self.store).robots.get(
                 self.origin, lambda: polite.extra_request(domain)
             )
             return robots.allowed(opts.robots_agent, url)
@@ -111,7 +111,7 @@ class SubrequestGuard:
             time.sleep(min(wait, TOKEN_POLL))
 
     def _fetch(self, url: str) -> Answer:
-        crawl = self.ctx.crawl(self.store)
+        crawl = self.ctx.crawl_runtime(self.store)
         args = crawl.profile.fetch_args()
         with self._lock:
             args["max_body_bytes"] = max(1, self.config.max_bytes - self.bytes)

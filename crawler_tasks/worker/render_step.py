@@ -125,7 +125,9 @@ def _rendered(
     if guard.blocked:
         final.extra["subrequests_blocked"] = guard.blocked
     fence = ArchiveFence(store, url, CONVERSION, ctx.room.patience)  # one conversion record per URL
-    ctx.crawl(store).output().conversion(meta["final_url"], page.html, meta.get("warc_id"), fence)
+    ctx.crawl_runtime(store).output().conversion(
+        meta["final_url"], page.html, meta.get("warc_id"), fence
+    )
     if mode_for(store.opts.render, store.opts.render_hosts, url) is RenderMode.AUTO:
         added = _added(store, meta, body, html)
         final.extra["render_added"] = added

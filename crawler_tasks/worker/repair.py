@@ -87,9 +87,9 @@ class Repair:
             sweep_orphans(ctx, store)
             probe_output(store, s.output_dir)  # a full disk: found by a write, not a fetch
             store.series.sample()  # one process per interval cluster-wide (series.py)
-            # A process that died between finishing the last URL and CrawlStatus.finishing.
-            finishing = store.status.steering() is Steering.FINISHING
-            if not finishing and store.status.finishing():
+            # A process that died between finishing the last URL and CrawlLifecycle.finishing.
+            finishing = store.lifecycle.steering() is Steering.FINISHING
+            if not finishing and store.lifecycle.finishing():
                 crawl_finished(ctx, store)
         return n
 
@@ -182,7 +182,7 @@ class Repair:
     def finish_abandoned(self, ctx: Context, store: CrawlStore) -> None:
         """A crawl left finishing longer than a live finisher takes: its finisher died, or
         its output could not be written (tried again once the output pause is over)."""
-        state = store.status.read()
+        state = store.lifecycle.read()
         finished_at = state.finished_at or 0.0
         if state.output_blocked_until > time.time():
             return

@@ -34,7 +34,7 @@ def respond(
     # A recrawl's unchanged page is a revisit record, counted in final.counters (issue 35).
     # One response (or revisit) record per URL and crawl, whatever its attempts (fenced).
     fence = ArchiveFence(store, url, RESPONSE, ctx.room.patience)
-    warc_id = ctx.crawl(store).write_warc(response, store.recrawl, final.counters, fence)
+    warc_id = ctx.crawl_runtime(store).write_warc(response, store.recrawl, final.counters, fence)
     if 200 <= status < 300 and is_html(response.content_type, response.body[:1024]):
         meta = response_meta(response, final.extra, final.counters, bool(store.opts.extract))
         opts = store.opts
@@ -88,7 +88,7 @@ def _base_final(url: str, depth: int, response: Response) -> Final:
         },
         counters={
             Counter.FETCHED.value: 1,
-            formats.status(response.status): 1,
+            formats.status_code(response.status): 1,
             Counter.BYTES.value: n,
         },
     )

@@ -23,7 +23,7 @@ One WARNING line when admission pauses in this process, one a minute while it la
 it resumes; ``crawler status`` shows the same state, read from Redis (``state/health.py``).
 
 Room on the output disk (:func:`probe_output`). A crawl whose files could not be written (a
-full disk: ``CrawlStatus.output_failed``) releases nothing until there is room again. The
+full disk: ``CrawlLifecycle.output_failed``) releases nothing until there is room again. The
 dispatchers find that out every ``OUTPUT_PAUSE`` s with a write of its own (a probe file of
 ``OUTPUT_PROBE_BYTES``, fsynced, then deleted) in the crawl's directory on its host, never by
 fetching a page: a disk full for a minute costs no request but the one whose write failed.
@@ -245,16 +245,16 @@ def probe_output(store: CrawlStore, output_dir: str) -> None:
     its directory here; room found ends the pause (releases go on), none sets the next probe
     ``OUTPUT_PAUSE`` s later. ``output_dir``: this process's ``CRAWLER_OUTPUT_DIR``. Called
     by each dispatcher's repair round (every 2 s)."""
-    state = store.status.read()
+    state = store.lifecycle.read()
     if state.output_problem is None or state.output_blocked_until > time.time():
         return
     directory = Path(store.opts.output or output_dir) / store.opts.crawl_id
     why = no_room(directory)
     if why is None:
         log.warning("crawl %s: its output can be written again (%s)", store.id, directory)
-        store.status.output_ok()
+        store.lifecycle.output_ok()
     else:
-        store.status.output_failed(f"{why} at {directory}", OUTPUT_PAUSE)
+        store.lifecycle.output_failed(f"{why} at {directory}", OUTPUT_PAUSE)
 
 
 def no_room(directory: Path, size: int = OUTPUT_PROBE_BYTES) -> str | None:

@@ -54,7 +54,7 @@ class Rounds:
             store = ctx.store(crawl_id)
             if store is None or budget == 0:
                 continue
-            state = store.status.steering()
+            state = store.lifecycle.steering()
             if state is Steering.FINISHING:
                 self._repair.finish_abandoned(ctx, store)
                 continue

@@ -105,7 +105,7 @@ def _note(store: CrawlStore, decision: Decision) -> None:
     for name, n in decision.counters.items():
         store.stats.add(name, n)
     for name, text in decision.notes.items():
-        store.status.first_note(name, text)
+        store.lifecycle.first_note(name, text)
 
 
 def _unreachable(

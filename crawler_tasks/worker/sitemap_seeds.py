@@ -84,7 +84,7 @@ class Sitemaps:
         ctx = self.ctx
         scope = self.store.admission.scope
         try:
-            response = ctx.crawl(self.store).fetch(
+            response = ctx.crawl_runtime(self.store).fetch(
                 url, lambda target: "out_of_scope" if scope.check(target) else None, {}
             )
         except CrawlerError as exc:
@@ -102,11 +102,11 @@ class Sitemaps:
             "extra": {"fetched_at": time.time(), "bytes": len(body)},
             "counters": {
                 Counter.FETCHED.value: 1,
-                formats.status(status): 1,
+                formats.status_code(status): 1,
                 Counter.BYTES.value: len(body),
             },
         }
-        ctx.crawl(self.store).write_warc(response)
+        ctx.crawl_runtime(self.store).write_warc(response)
         if not 200 <= status < 300:
             return _failed(result, Outcome.SITEMAP_STATUS)
             return result

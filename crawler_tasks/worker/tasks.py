@@ -37,7 +37,7 @@ from ..state.schedules import Schedules
 from . import broker, pipeline
 from .app import RENDER_QUEUE, app
 from .broker import BrokerView
-from .context import Context, Runtime
+from .context import Context, ProcessContext
 from .dispatcher import Dispatcher
 from .handoff import Publisher
 from .logs import OncePerInterval, Throttled
@@ -56,8 +56,8 @@ def settings() -> Settings:
 
 
 def context() -> Context:
-    """This process's context (see :class:`Runtime`)."""
-    runtime: Runtime = app.conf.crawler_runtime
+    """This process's context (see :class:`ProcessContext`)."""
+    runtime: ProcessContext = app.conf.crawler_runtime
     return runtime.context()
 
 
@@ -149,7 +149,7 @@ def _refuse_without_browser(sender: Any = None, **_: Any) -> None:
         raise SystemExit(2)
 
 
-app.conf.crawler_runtime = Runtime(
+app.conf.crawler_runtime = ProcessContext(
     lambda: Context(settings(), CeleryPublisher(), enqueue_callback, send_items)
 )
 
@@ -267,7 +267,7 @@ def beat_from_the_start(**_: Any) -> None:
 
 @worker_process_shutdown.connect
 def _close_context(**_: Any) -> None:
-    runtime: Runtime = app.conf.crawler_runtime
+    runtime: ProcessContext = app.conf.crawler_runtime
     runtime.close()
 
 
