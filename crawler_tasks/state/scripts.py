@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 import redis
 from redis.commands.core import Script
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, RedisClusterException
 
 # Scripts that use the Bloom helpers get ``bloom_lib.lua`` prepended (EVAL cannot import).
 _WITH_BLOOM = {"admit", "bloom_add"}
@@ -72,8 +72,11 @@ def run_together(client: redis.Redis, calls: list[Call]) -> list[Any]:
     round trip of its own), so EVALSHA is queued as is, and a script Redis does not hold
     (restarted, flushed) is run again alone, which loads it. The first other error raises."""
     pipe = client.pipeline(transaction=False)
-    for call in calls:
-        pipe.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
+    try:
+        for call in calls:
+            pipe.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
+    except RedisClusterException:  # a cluster's pipelines refuse EVALSHA: one call each
+        return [call.script(keys=call.keys, args=call.args, client=client) for call in calls]
     replies = pipe.execute(raise_on_error=False)
     for i, (call, reply) in enumerate(zip(calls, replies, strict=True)):
         if isinstance(reply, NoScriptError):
