@@ -29,14 +29,28 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
-from ..errors import ConfigError
 from ..web.addresses import Exempt
 
-#: A crawl's options (state/options.py CrawlOptions, which imports this module to check them:
-#: named by duck type here, so the two do not import each other).
-CrawlOptions = Any
+
+class CrawlOptions(Protocol):
+    """The options pacing is built from (state/options.py CrawlOptions, which imports this
+    module to check them: named by the fields read, so the two do not import each other)."""
+
+    @property
+    def rate(self) -> float: ...
+    @property
+    def ip_rate(self) -> float: ...
+    @property
+    def ip_concurrency(self) -> int: ...
+    @property
+    def ip_exempt(self) -> tuple[str, ...]: ...
+    @property
+    def autothrottle(self) -> bool: ...
+    @property
+    def autothrottle_target(self) -> float: ...
+
 
 #: Seconds a host -> address mapping is trusted (a DNS answer's usual life); a fetch renews it.
 ADDRESS_TTL = 300.0
@@ -47,18 +61,9 @@ AUTOTHROTTLE_MAX_DELAY = 60.0
 
 
 def check_pacing(o: CrawlOptions) -> None:
-    """ip_rate, ip_concurrency, ip_exempt and autothrottle_target, refused when wrong."""
-    for name in ("ip_rate", "autothrottle_target"):
-        v = getattr(o, name)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(v) or v < 0:
-            raise ConfigError(f"{name} must be a number >= 0, not {v!r}")
-    if math.isinf(o.ip_rate):
-        raise ConfigError("ip_rate must be finite (0 = no limit per address)")
-    if not o.autothrottle_target > 0:
-        raise ConfigError(f"autothrottle_target must be > 0, not {o.autothrottle_target!r}")
-    c = o.ip_concurrency
-    if isinstance(c, bool) or not isinstance(c, int) or not 0 <= c <= 100_000:
-        raise ConfigError(f"ip_concurrency must be an integer >= 0, not {c!r}")
+    """ip_exempt, refused when it names no network or host suffix. (ip_rate, ip_concurrency
+    and autothrottle_target have declared ranges, checked before: options.OWN_LIMITS and
+    settings.limited.)"""
     Exempt(o.ip_exempt)
 
 
