@@ -50,10 +50,11 @@ class Ledger:
             got = self.scripts.start(
                 keys=keys, args=[stage, worker, prefix, *some], client=self.client
             )
+            at = time.monotonic()  # when the reply came: the waits count from it
             codes = got[: len(some)]
             waits = got[len(some) :] or [b"0"] * len(some)
             for url, code, wait in zip(some, codes, waits, strict=True):
-                out[url] = formats.Begun(int(code), float(wait), time.monotonic())
+                out[url] = formats.Begun(int(code), float(wait), at)
         return out
 
     def send_slot(self, domain: str, url: str = "", worker: str = "") -> float:
