@@ -42,7 +42,10 @@ def paused(p: dict[str, Any]) -> str:
 
 
 def render_note(p: dict[str, Any]) -> str:
-    """``render=auto``'s decisions: " — render: host render (5/12 rendered, 4 added)"."""
+    """``render=auto``'s decisions: " — render: host render (5/12 rendered, 4 added)": of the
+    host's 12 fetched pages with a script (render_plan.lua's ``pages``), 5 rendered and
+    compared (``renders``: each URL once, a redelivered render is not counted again, so never
+    more than the pages), 4 of which added links or text."""
     hosts = p.get("render_hosts") or {}
     parts = [
         f"{h} {v.get('mode', '?')} ({v.get('renders', 0)}/{v.get('pages', 0)} rendered, "
