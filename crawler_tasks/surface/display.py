@@ -3,6 +3,7 @@ stdout is a pipe or a file (CI logs, ``| tee``)."""
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import IO, Any
 
@@ -121,3 +122,17 @@ def _watch_plain(crawl: Crawl, every: float, out: IO[str]) -> dict[str, Any]:
         if done:
             return p
         time.sleep(0.25)
+
+
+def watch_json(crawl: Crawl, every: float = 1.0, out: IO[str] | None = None) -> dict[str, Any]:
+    """``watch --json``: the progress as one JSON object a line, every ``every`` s, until the
+    crawl is finished (its last line has a final status); returns the last progress."""
+    from .cli_common import dumps
+
+    out = out or sys.stdout
+    while True:
+        p = crawl.progress()
+        print(dumps(p), file=out, flush=True)
+        if Status(p["status"]).final:
+            return p
+        time.sleep(every)
