@@ -314,6 +314,30 @@ def test_auto_sample_renders_first_later_pages_wait_for_its_verdict(settings):  
     assert plan.hosts()["plain.test"]["unqueued"] == 2
 
 
+def test_a_render_told_twice_counts_once_and_forget_removes_its_trace(settings, client):  # type: ignore[no-untyped-def]
+    """A render told and then lost before its page was recorded (its worker killed, its task
+    redelivered: worker/render_step.py) is rendered and told again. render_plan.lua counts a
+    URL's verdict once: before, the host showed more renders than pages ("6/5 rendered") and
+    the one page weighed twice in its sample, making the host "raw" on one page's evidence."""
+    from crawler_tasks.surface.display import render_note
+
+    crawl = start_crawl(["http://twice.test/"], settings=settings, render="auto")
+    plan, script = crawl.store.render_plan, b"<script>1</script>"
+    urls = [f"http://twice.test/p{i}" for i in range(3)]
+    assert [plan.wants("auto", {}, u, script) for u in urls] == [RenderAsk.TENTATIVE] * 3
+    assert plan.tell(urls[0], False) is RenderVerdict.SAMPLING
+    assert plan.tell(urls[0], False) is RenderVerdict.SAMPLING, "not a sample of two"
+    assert plan.tell(urls[0], True) is RenderVerdict.SAMPLING, "the first verdict stands"
+    host = plan.hosts()["twice.test"]
+    assert (host["pages"], host["asked"], host["renders"], host.get("gains", 0)) == (3, 3, 1, 0)
+    assert plan.tell(urls[1], False) is RenderVerdict.RAW
+    assert plan.tell(urls[1], True) is RenderVerdict.RAW
+    assert "twice.test raw (2/3 rendered, 0 added)" in render_note(crawl.progress())
+    assert client.exists(crawl.ck.render_told) and undescribed(client) == []
+    assert crawl.forget() > 0  # no worker serves it
+    assert not client.exists(crawl.ck.render_plan, crawl.ck.render_told)
+
+
 def test_a_link_behind_a_timer_longer_than_networkidles_500ms_is_found(settings):  # type: ignore[no-untyped-def]
     """Links added 700 ms after load (no request in between: Playwright's networkidle would
     have taken the page 500 ms after its last request) are in the rendered DOM: the render

@@ -57,6 +57,8 @@ any key a crawl writes that this table does not describe, or whose type differs:
     P:{C}:sampled            string lock (SET NX PX) of the process taking this interval's sample
     P:{C}:render             hash   render=auto's plan, per host H: "H|mode", "H|pages",
                                     "H|renders"... (render_plan.lua; state/render_plan.py)
+    P:{C}:render_told        set    8-byte digests of the URLs whose render verdict the plan has
+                                    counted: a render told twice (redelivered) counts once
     P:{C}:actions            list   operators' actions (dashboard controls), JSON, the last
                                     ACTIONS_KEPT (state/events.py)
     P:{C}:rates              hash   host -> requests/s an operator set for this crawl only
@@ -188,6 +190,8 @@ class CrawlKeys:
         self.host_rates = f"{base}:rates"
         #: ``render=auto``: per host, its decision and evidence (render_plan.lua).
         self.render_plan = f"{base}:render"
+        #: URLs whose render the plan has been told of (render_plan.lua counts each once).
+        self.render_told = f"{base}:render_told"
         self.domain_mode = domain_mode
         tags = tags or tuple(str(n) for n in range(partitions))
         self.parts = [PartKeys(f"{prefix}:{{{crawl_id}/{tag}}}", n) for n, tag in enumerate(tags)]

@@ -11,12 +11,16 @@ page in :data:`SPOT_CHECK` still rendered so that a host whose later pages need 
 found. A rendering host whose last :data:`STOP_AFTER` renders added nothing goes back to raw.
 A page queued for render while its host was sampling is looked at again when its render starts
 (:meth:`RenderPlan.recheck`): the first :data:`SAMPLE` to start are the sample; a later one
-waits for the sample's verdict, and if the host has been decided "raw" it is parsed from its
-fetched body without a browser (a JS host is never "raw" while renders add links to it).
+waits for the sample's verdict: rendered if the host has been decided "render", parsed from
+its fetched body without a browser if "raw" (a JS host is never "raw" while renders add links
+to it). Each URL's verdict is counted once (a set of told URLs beside the plan): a render
+redelivered after it was told is not a second sample, and a host's renders never exceed its
+pages.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Any
 
@@ -70,6 +74,7 @@ class RenderPlan:
 
     def __init__(self, client: redis.Redis, ck: CrawlKeys, scripts: Scripts) -> None:
         self.client, self.key, self.scripts = client, ck.render_plan, scripts
+        self.told = ck.render_told
 
     def wants(self, default: str, hosts: dict[str, str], url: str, body: bytes) -> RenderAsk:
         """Render this fetched page (a falsy answer: no)? Under ``auto``, a page without a
@@ -90,13 +95,16 @@ class RenderPlan:
         return RenderRecheck(int(self._call("recheck", host_of(url))))
 
     def tell(self, url: str, added: bool) -> RenderVerdict:
-        """A render of ``url`` under ``auto`` did (not) add something: the host's new mode."""
-        raw = self._call("tell", host_of(url), 1 if added else 0)
+        """A render of ``url`` under ``auto`` did (not) add something: the host's new mode.
+        Counted once per URL: a second verdict of ``url`` (its render redelivered after the
+        first was told) changes nothing, so the host's ``renders`` never exceed its pages."""
+        raw = self._call("tell", host_of(url), 1 if added else 0, _digest(url))
         return RenderVerdict(raw.decode() if isinstance(raw, bytes) else str(raw))
 
-    def _call(self, op: str, host: str, *more: int) -> Any:
+    def _call(self, op: str, host: str, *more: int | bytes) -> Any:
         args = [op, host, SAMPLE, SPOT_CHECK, STOP_AFTER, *more]
-        return self.scripts.render_plan(keys=[self.key], args=args, client=self.client)
+        keys = [self.key, self.told]
+        return self.scripts.render_plan(keys=keys, args=args, client=self.client)
 
     def hosts(self) -> dict[str, dict[str, Any]]:
         """Per host: its mode, pages seen, renders asked and done, renders that added."""
@@ -119,6 +127,12 @@ class RenderPlan:
             mode = RenderMode(hosts.get(name, default))
             out[name] = label(plan.get(name)) if mode is RenderMode.AUTO else mode.value
         return out
+
+
+def _digest(url: str) -> bytes:
+    """``url`` as a member of the told set: 8 bytes (odds of any collision among a million
+    rendered URLs: 1 in 4*10^7; one costs a page's verdict, never the page)."""
+    return hashlib.blake2b(url.encode("utf-8", "surrogateescape"), digest_size=8).digest()
 
 
 def label(entry: dict[str, Any] | None) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from .cli_common import run_main
+from .cli_common import json_option, run_main
 from .commands import COMMANDS
 from .crawl_command import crawl
 from .dashboard import dashboard
@@ -40,7 +40,8 @@ for _command in (*COMMANDS, crawl, dashboard):
 
 @main.command()
 @click.option("--output", default="./data", type=click.Path(file_okay=False))
-def demo(output: str) -> None:
+@json_option("Print the crawl's summary as JSON.")
+def demo(output: str, as_json: bool) -> None:
     """Serve the bundled sample site on loopback and crawl it in embedded mode."""
     site = resources.files("crawler_tasks").joinpath("sample_site")
     handler = functools.partial(_QuietHandler, directory=str(site))
@@ -58,6 +59,7 @@ def demo(output: str) -> None:
                 output,
                 "--rate",
                 "127.0.0.1=20",
+                *(["--json"] if as_json else []),
             ],
             standalone_mode=False,
         )

@@ -4,6 +4,7 @@ user's mistake into one line on stderr with exit code 2 (never a traceback)."""
 from __future__ import annotations
 
 import json
+import math
 import re
 import signal
 import sys
@@ -14,6 +15,7 @@ from typing import Any, NoReturn, TypeVar, cast
 
 import click
 import redis
+from click.decorators import FC
 from kombu.exceptions import OperationalError
 
 from ..errors import ConfigError
@@ -42,6 +44,34 @@ option_items = click.option(
     metavar="KEY=JSON",
     help="Any crawl option, VALUE as JSON or a bare word (a string); repeatable.",
 )
+
+
+def json_option(help: str = "Print the result as one JSON value on stdout.") -> Callable[[FC], FC]:
+    """``--json`` (parameter ``as_json``) of every command that prints a result: what it says
+    for a person becomes one JSON object or array on stdout (a watching command: one object a
+    line). Mistakes stay one line on stderr and exit 2, as without it."""
+    return click.option("--json", "as_json", is_flag=True, help=help)
+
+
+def say(as_json: bool, result: Any, text: str) -> None:
+    """A command's result: ``result`` as one line of JSON, or ``text`` for a person."""
+    click.echo(dumps(result) if as_json else text)
+
+
+def dumps(value: Any) -> str:
+    """JSON every reader parses: an infinite rate is the string "inf" (JSON has no Infinity),
+    anything else not JSON (a datetime) its text."""
+    return json.dumps(_finite(value), default=str)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 class Fail(click.ClickException):

@@ -1,5 +1,6 @@
 """The ``crawler`` commands that look at or steer crawls already started: status, list, watch,
-pause/resume/cancel, failed, retry-failed, set-rate, metrics and schedule."""
+pause/resume/cancel, forget, failed, retry-failed, set-rate, set-ceiling and metrics (schedule:
+``schedule_command``; export: ``export``). Each that prints a result takes ``--json``."""
 
 from __future__ import annotations
 
@@ -14,14 +15,15 @@ import click
 from ..errors import ConfigError
 from ..settings import INFINITE_OK, LIMITS, number, range_problem, redact
 from . import cli_common as cli
-from .cli_common import Fail, broker_option, connect, handle, option_items, parse_options
+from .cli_common import Fail, broker_option, connect, handle, json_option, say
 from .export import export
+from .schedule_command import schedule
 
 
 @click.command()
 @click.argument("crawl_id")
 @broker_option
-@click.option("--json", "as_json", is_flag=True)
+@json_option("Print the figures as one JSON object.")
 def status(crawl_id: str, broker: str | None, as_json: bool) -> None:
     """Counters, rate and busiest domains of one crawl."""
     from .figures import crawl_figures
@@ -74,7 +76,7 @@ def fp_rate(bloom: dict[str, float]) -> str:
 @click.command("list")
 @broker_option
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
-@click.option("--json", "as_json", is_flag=True, help="One JSON array (unreadable ones too).")
+@json_option("One JSON array (unreadable ones too).")
 def list_cmd(broker: str | None, limit: int, as_json: bool) -> None:
     """Crawls known to the broker, newest first."""
     from ..state.keys import Keys
@@ -110,11 +112,14 @@ def age(seconds: float) -> str:
 @click.command()
 @click.argument("crawl_id")
 @broker_option
-def watch(crawl_id: str, broker: str | None) -> None:
+@json_option("One JSON object a line: the progress every second, the final one last.")
+def watch(crawl_id: str, broker: str | None, as_json: bool) -> None:
     """Live progress of a crawl until it finishes."""
     from .display import watch as show
+    from .display import watch_json
 
-    show(cli.patient(handle(crawl_id, broker)))
+    crawl = cli.patient(handle(crawl_id, broker))
+    watch_json(crawl) if as_json else show(crawl)
 
 
 _DONE = {"pause": "paused", "resume": "resumed", "cancel": "cancelled"}
@@ -124,15 +129,18 @@ def _control(action: str, doc: str) -> click.Command:
     @click.command(name=action, help=doc)
     @click.argument("crawl_id")
     @broker_option
-    def command(crawl_id: str, broker: str | None) -> None:
+    @json_option()
+    def command(crawl_id: str, broker: str | None, as_json: bool) -> None:
         from ..state.workers import alive
 
         crawl = handle(crawl_id, broker)
         if not cli.patiently(crawl.settings, getattr(crawl, action)):
             raise Fail(f"crawl {crawl_id} is {crawl.status}: nothing to {action}")
-        click.echo(f"{crawl_id}: {action}")
         # The workers carry the steering out: with none alive, nothing happens yet.
-        if not alive(crawl.client, crawl.keys, crawl.settings.worker_dead_seconds):
+        served = alive(crawl.client, crawl.keys, crawl.settings.worker_dead_seconds)
+        result = {"crawl_id": crawl_id, "action": action, "no_worker": not served}
+        say(as_json, result, f"{crawl_id}: {action}")
+        if not served:
             click.echo(
                 f"no worker serves this crawl: it will be {_DONE[action]} when one starts "
                 f"(`crawler forget {crawl_id}` removes it now)",
@@ -146,7 +154,8 @@ def _control(action: str, doc: str) -> click.Command:
 @click.argument("crawl_id")
 @click.option("--force", is_flag=True, help="Also a crawl still running (its workers stop).")
 @broker_option
-def forget(crawl_id: str, force: bool, broker: str | None) -> None:
+@json_option()
+def forget(crawl_id: str, force: bool, broker: str | None, as_json: bool) -> None:
     """Delete a finished, cancelled, stranded or unreadable crawl's keys from Redis (its
     files stay); a running one only with --force."""
     from ..state.store import RedisHandle
@@ -162,25 +171,32 @@ def forget(crawl_id: str, force: bool, broker: str | None) -> None:
         gone = forget_keys(r, crawl_id, force, settings.worker_dead_seconds)
     except ConfigError as exc:
         raise Fail(str(exc)) from None
-    click.echo(f"{crawl_id}: forgotten ({gone} keys deleted; its output files stay)")
+    result = {"crawl_id": crawl_id, "forgotten": True, "keys_deleted": gone}
+    say(as_json, result, f"{crawl_id}: forgotten ({gone} keys deleted; its output files stay)")
 
 
 @click.command()
 @click.argument("crawl_id")
 @broker_option
-def failed(crawl_id: str, broker: str | None) -> None:
-    """Dead-lettered URLs of a crawl (JSON lines)."""
-    for record in cli.patient(handle(crawl_id, broker)).failed():
+@json_option("One JSON array instead of JSON lines.")
+def failed(crawl_id: str, broker: str | None, as_json: bool) -> None:
+    """Dead-lettered URLs of a crawl (JSON lines; --json: one array)."""
+    records = cli.patient(handle(crawl_id, broker)).failed()
+    if as_json:
+        click.echo(cli.dumps(records))
+        return
+    for record in records:
         click.echo(json.dumps(record))
 
 
 @click.command("retry-failed")
 @click.argument("crawl_id")
 @broker_option
-def retry_failed(crawl_id: str, broker: str | None) -> None:
+@json_option()
+def retry_failed(crawl_id: str, broker: str | None, as_json: bool) -> None:
     """Put a crawl's failed URLs back into its frontier."""
     n = handle(crawl_id, broker).retry_failed()
-    click.echo(f"{crawl_id}: {n} URLs requeued")
+    say(as_json, {"crawl_id": crawl_id, "requeued": n}, f"{crawl_id}: {n} URLs requeued")
 
 
 def parse_rate(text: str) -> float | None:
@@ -209,27 +225,30 @@ _NUMBERS_OK = {"ignore_unknown_options": True}
 @click.argument("domain")
 @click.argument("rate")
 @broker_option
-def set_rate_cmd(domain: str, rate: str, broker: str | None) -> None:
+@json_option('One JSON object: host, rate (null: removed; "inf": no limit), scope.')
+def set_rate_cmd(domain: str, rate: str, broker: str | None, as_json: bool) -> None:
     """Cluster-wide requests/s for DOMAIN (all crawls); 'default' removes it."""
     from ..state.politeness import set_rate
 
     host, value = parse_host(domain), parse_rate(rate)
     set_rate(*_keys_of(broker), host, value)
     if value is None:
-        click.echo(f"{host}: set-rate removed; each crawl's own rate applies again")
+        text = f"{host}: set-rate removed; each crawl's own rate applies again"
     else:
-        click.echo(
+        text = (
             f"{host}: {rate} requests/s, cluster-wide: every crawl of this host, running or "
             f"started later, until `crawler set-rate {host} default` (a crawl's own "
             "rates={host: r} still wins)"
         )
+    say(as_json, {"host": host, "rate": value, "scope": "cluster"}, text)
 
 
 @click.command("set-ceiling", context_settings=_NUMBERS_OK)
 @click.argument("domain")
 @click.argument("rate")
 @broker_option
-def set_ceiling_cmd(domain: str, rate: str, broker: str | None) -> None:
+@json_option("One JSON object: host, ceiling (null: removed).")
+def set_ceiling_cmd(domain: str, rate: str, broker: str | None, as_json: bool) -> None:
     """Requests/s that ALL crawls of DOMAIN share at most (each crawl's own pace still holds);
     'default' removes it."""
     from ..state.ceilings import set_ceiling
@@ -239,12 +258,13 @@ def set_ceiling_cmd(domain: str, rate: str, broker: str | None) -> None:
         raise Fail(f"set-ceiling {rate!r}: a ceiling is a number of requests/s (or default)")
     set_ceiling(*_keys_of(broker), host, value)
     if value is None:
-        click.echo(f"{host}: ceiling removed")
+        text = f"{host}: ceiling removed"
     else:
-        click.echo(
+        text = (
             f"{host}: at most {rate} requests/s for all crawls together (each crawl also keeps "
             "its own pace), until `crawler set-ceiling " + host + " default`"
         )
+    say(as_json, {"host": host, "ceiling": value}, text)
 
 
 def _keys_of(broker: str | None) -> tuple[Any, Any]:
@@ -288,94 +308,6 @@ def metrics(broker: str | None, port: int | None, address: str) -> None:
     with contextlib.suppress(KeyboardInterrupt):
         while True:
             time.sleep(3600)
-
-
-@click.group()
-def schedule() -> None:
-    """Periodic recrawls run by celery beat."""
-
-
-def _schedules(broker: str | None) -> Any:
-    from ..state.keys import Keys
-    from ..state.schedules import Schedules
-    from ..worker.app import make_app
-
-    settings, client = connect(broker)
-    return Schedules(make_app(settings), client, Keys(settings.key_prefix))
-
-
-@schedule.command("add")
-@click.argument("name")
-@click.argument("seeds", nargs=-1, required=True)
-@click.option("--every-hours", type=float)
-@click.option("--every-seconds", type=float)
-@click.option("--cron", help="'minute hour day month weekday'")
-@option_items
-@broker_option
-def schedule_add(
-    name: str,
-    seeds: tuple[str, ...],
-    every_hours: float | None,
-    every_seconds: float | None,
-    cron: str | None,
-    option_items: tuple[str, ...],
-    broker: str | None,
-) -> None:
-    """Add or replace schedule NAME crawling SEEDS."""
-    from ..state.schedules import Schedule
-
-    opts = parse_options(option_items)
-    try:  # the seeds and options checked, once, before anything is written
-        item = Schedule(name, list(seeds), every_hours, every_seconds, cron, opts)
-    except ConfigError as exc:
-        raise Fail(str(exc)) from None
-    _schedules(broker).add(item)
-    click.echo(f"schedule {name} added")
-
-
-@schedule.command("list")
-@broker_option
-def schedule_list(broker: str | None) -> None:
-    """Schedules and their most recent runs."""
-    schedules = _schedules(broker)
-    for item in schedules.all():
-        period = item.cron or (
-            f"every {item.every_hours}h" if item.every_hours else f"every {item.every_seconds}s"
-        )
-        runs = schedules.runs(item.name, 5)
-        click.echo(f"{item.name}\t{period}\t{' '.join(item.seeds)}\truns: {', '.join(runs) or '-'}")
-        fresh = _freshness(schedules, runs, broker)
-        if fresh:
-            click.echo(f"  {fresh}")
-
-
-def _freshness(schedules: Any, runs: list[str], broker: str | None) -> str:
-    """The most recent run's freshness figures, one line ('' if no run is known)."""
-    from ..state.validators import freshness
-    from .crawl import Crawl
-
-    for run in runs:
-        try:
-            counters = Crawl(run, broker=broker, client=schedules.client).stats.counters()
-        except KeyError:  # UnknownCrawl: expired
-            continue
-        f = freshness(counters)
-        share = "-" if f["changed_share"] is None else f"{f['changed_share']:.1%}"
-        return (
-            f"last run {run}: revisits={f['revisits']} changed={share} not_due={f['not_due']} "
-            f"revisit_records={f['revisit_records']} bytes_saved={f['revisit_bytes_saved']}"
-        )
-    return ""
-
-
-@schedule.command("remove")
-@click.argument("name")
-@broker_option
-def schedule_remove(name: str, broker: str | None) -> None:
-    """Remove schedule NAME (its past runs stay listed under their crawl ids)."""
-    if not _schedules(broker).remove(name):
-        raise Fail(f"no schedule {name!r}")
-    click.echo(f"schedule {name} removed")
 
 
 COMMANDS = [

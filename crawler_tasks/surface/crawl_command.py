@@ -20,7 +20,7 @@ from ..state.formats import TLS_NOTE
 from ..state.options import PRIORITIES, CrawlOptions
 from ..web.urls import host_of, normalize
 from . import cli_common as cli
-from .cli_common import INTERRUPTED, Fail, option_items, parse_options, settings_for
+from .cli_common import INTERRUPTED, Fail, json_option, option_items, parse_options, settings_for
 from .export import output_place
 from .summary import failed, summary_text
 
@@ -203,7 +203,7 @@ def _default(name: str) -> str:
 @option_items
 @click.option("--embedded", is_flag=True, help="Private Redis + local workers for this run.")
 @click.option("--no-wait", is_flag=True, help="Return once the crawl is started.")
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@json_option("Print the summary (--no-wait: the crawl started) as JSON.")
 def crawl(broker: str | None, embedded: bool, no_wait: bool, as_json: bool, **_: Any) -> int:
     """Crawl from SEED URLs; waits and shows progress unless --no-wait. Any crawl option
     (README, "Crawl options") can be given as --option KEY=JSON."""

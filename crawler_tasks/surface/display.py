@@ -3,6 +3,7 @@ stdout is a pipe or a file (CI logs, ``| tee``)."""
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import IO, Any
 
@@ -42,7 +43,10 @@ def paused(p: dict[str, Any]) -> str:
 
 
 def render_note(p: dict[str, Any]) -> str:
-    """``render=auto``'s decisions: " — render: host render (5/12 rendered, 4 added)"."""
+    """``render=auto``'s decisions: " — render: host render (5/12 rendered, 4 added)": of the
+    host's 12 fetched pages with a script (render_plan.lua's ``pages``), 5 rendered and
+    compared (``renders``: each URL once, a redelivered render is not counted again, so never
+    more than the pages), 4 of which added links or text."""
     hosts = p.get("render_hosts") or {}
     parts = [
         f"{h} {v.get('mode', '?')} ({v.get('renders', 0)}/{v.get('pages', 0)} rendered, "
@@ -118,3 +122,17 @@ def _watch_plain(crawl: Crawl, every: float, out: IO[str]) -> dict[str, Any]:
         if done:
             return p
         time.sleep(0.25)
+
+
+def watch_json(crawl: Crawl, every: float = 1.0, out: IO[str] | None = None) -> dict[str, Any]:
+    """``watch --json``: the progress as one JSON object a line, every ``every`` s, until the
+    crawl is finished (its last line has a final status); returns the last progress."""
+    from .cli_common import dumps
+
+    out = out or sys.stdout
+    while True:
+        p = crawl.progress()
+        print(dumps(p), file=out, flush=True)
+        if Status(p["status"]).final:
+            return p
+        time.sleep(every)

@@ -24,7 +24,7 @@ from typing import Any
 import click
 
 from ..worker.output import latest_items, latest_pages
-from .cli_common import Fail, broker_option, handle
+from .cli_common import Fail, broker_option, handle, json_option, say
 
 Rows = Iterable[dict[str, Any]]
 
@@ -161,6 +161,7 @@ def output_place(crawl: Any) -> tuple[Path, str]:
     help="The crawl's output directory (default: asked of the broker).",
 )
 @broker_option
+@json_option("Print what was written as one JSON object on stdout.")
 def export(
     crawl_id: str,
     items: bool,
@@ -169,6 +170,7 @@ def export(
     any_file: Path | None,
     directory: Path | None,
     broker: str | None,
+    as_json: bool,
 ) -> None:
     """Write a crawl's items or pages (last record per URL, every worker's files merged) as
     .jsonl, .json, .csv or .parquet."""
@@ -185,4 +187,8 @@ def export(
     if not directory.is_dir():
         raise Fail(f"no output of crawl {crawl_id} here: its files are in {where}; --dir DIR")
     n = write(records(directory, what), target)
+    if as_json:
+        written = {"crawl_id": crawl_id, "what": what, "count": n, "path": str(target)}
+        say(True, {**written, "directory": str(directory)}, "")
+        return
     click.echo(f"{n} {what} of crawl {crawl_id} written to {target}", err=True)

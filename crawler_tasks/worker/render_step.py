@@ -13,7 +13,9 @@ published again (the body stays), up to ``max_retries``; then, or at once for a 
 opened a dialog, a download or a pop-up (:class:`RenderRefused`), it is a recorded failure.
 A render worker killed mid-page leaves stage "w" with its id: the dispatcher takes the URL
 back when its heartbeat stops and publishes the render again (dispatcher.reclaim).
-Under ``auto`` the render is compared with the raw parse, and the host's plan told; a page
+Under ``auto`` the render is compared with the raw parse, and the host's plan told (once per
+URL: a render redelivered after its verdict was told, its first worker killed before the page
+was recorded, renders again but is not counted again: state/render_plan.py); a page
 queued while its host was sampling is parsed raw, without a browser, if the host has been
 decided "raw" by the time its render starts, and waits for that verdict while the host's
 sample is being rendered (state/render_plan.py).

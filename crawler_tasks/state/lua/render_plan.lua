@@ -9,12 +9,14 @@
 --   raw:      pages are parsed as fetched; one page in ARGV[4] is rendered anyway (a spot
 --             check); a spot check that adds something makes the host "render" again.
 -- KEYS[1] the crawl's render plan hash (its decisions, not counters)
+-- KEYS[2] the crawl's set of URLs (digests) whose render verdict has been counted
 -- ARGV[1] "ask" (a fetched page of the host: render it?), "recheck" (a render of a page asked
 -- while the host was sampling is about to start: has the host been decided "raw" meanwhile?
 -- then it is parsed raw; each sampling host otherwise cost the renders of every page fetched
 -- before its sample was told) or "tell" (a render's verdict)
 -- ARGV[2] host  ARGV[3] sample size  ARGV[4] spot-check period  ARGV[5] renders in a row
 -- without gain that stop rendering  ARGV[6] (tell) 1 if rendering added something, else 0
+-- ARGV[7] (tell) the rendered URL's digest
 -- Returns, for ask, formats.RenderAsk: 0 (raw), 1 (render, the host still sampling) or 2
 -- (render: the host renders, or a spot check); for recheck, formats.RenderRecheck: 0
 -- (render), 1 (parse raw) or 2 (wait: the host's sample is being rendered);
@@ -43,6 +45,11 @@ if ARGV[1] == 'recheck' then
   redis.call('HINCRBY', KEYS[1], h .. '|claimed', 1)
   return 0
 end
+-- A URL's verdict counts once: a render told and then lost before its page was recorded
+-- (its worker killed, its task redelivered) is rendered and told again. Counted twice, the
+-- host showed more renders than pages ("6/5 rendered") and one page weighed twice in the
+-- sample and the streak. The second verdict of a URL changes nothing.
+if redis.call('SADD', KEYS[2], ARGV[7]) == 0 then return mode end
 local renders = redis.call('HINCRBY', KEYS[1], h .. '|renders', 1)
 local streak = 0
 if ARGV[6] == '1' then
