@@ -34,11 +34,22 @@ def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     )
 
 
+def strict(text: str) -> Any:
+    """JSON as a strict parser reads it: Python's json.loads takes the bare words Infinity
+    and NaN (which json.dumps writes for an unlimited rate); JavaScript's JSON.parse, jq and
+    most other readers refuse them."""
+
+    def refuse(word: str) -> Any:
+        raise AssertionError(f"not JSON: {word} in {text[:200]!r}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
 def as_json(*args: str) -> Any:
     """The command's stdout, which must be exactly one JSON value."""
     result = run(*args, "--json")
     assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
+    return strict(result.stdout)
 
 
 def _commands(group: click.Group, prefix: str = "") -> dict[str, click.Command]:
@@ -147,9 +158,9 @@ def _results(crawl, seed: str, redis_url: str, tmp_path: Path) -> None:  # type:
     (dead,) = as_json("failed", crawl.id, "--broker", redis_url)
     assert dead["url"] == seed
     lines = run("failed", crawl.id, "--broker", redis_url).stdout.splitlines()
-    assert [json.loads(line) for line in lines] == [dead], "without --json: JSON lines"
+    assert [strict(line) for line in lines] == [dead], "without --json: JSON lines"
     watched = run("watch", crawl.id, "--broker", redis_url, "--json").stdout.splitlines()
-    assert json.loads(watched[-1])["status"] == "finished"
+    assert [strict(line) for line in watched][-1]["status"] == "finished"
     assert as_json("status", crawl.id, "--broker", redis_url)["failed"] == 1
     assert crawl.id in [c["crawl_id"] for c in as_json("list", "--broker", redis_url)]
     target = tmp_path / "pages.jsonl"

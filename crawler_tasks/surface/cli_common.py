@@ -58,10 +58,11 @@ def say(as_json: bool, result: Any, text: str) -> None:
     click.echo(dumps(result) if as_json else text)
 
 
-def dumps(value: Any) -> str:
-    """JSON every reader parses: an infinite rate is the string "inf" (JSON has no Infinity),
-    anything else not JSON (a datetime) its text."""
-    return json.dumps(_finite(value), default=str)
+def dumps(value: Any, indent: int | None = None) -> str:
+    """JSON every reader parses: an infinite rate is the string "inf" (JSON has no Infinity:
+    json.dumps would write the bare word, which strict parsers refuse), anything else not
+    JSON (a datetime) its text."""
+    return json.dumps(_finite(value), default=str, indent=indent)
 
 
 def _finite(value: Any) -> Any:

@@ -31,7 +31,7 @@ def status(crawl_id: str, broker: str | None, as_json: bool) -> None:
     crawl = handle(crawl_id, broker)
     p = cli.patiently(crawl.settings, lambda: crawl_figures(crawl))
     if as_json:
-        click.echo(json.dumps(p, indent=2, default=str))
+        click.echo(cli.dumps(p, indent=2))
         return
     from .display import line
 
@@ -85,7 +85,7 @@ def list_cmd(broker: str | None, limit: int, as_json: bool) -> None:
     settings, client = connect(broker)
     crawls = cli.patiently(settings, lambda: list_crawls(client, Keys(settings.key_prefix), limit))
     if as_json:
-        click.echo(json.dumps(crawls))
+        click.echo(cli.dumps(crawls))
         return
     if not crawls:
         click.echo("no crawls", err=True)

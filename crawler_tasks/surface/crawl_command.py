@@ -4,7 +4,6 @@ run on a usable broker (started here when missing: :func:`cluster`); registered 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -222,7 +221,7 @@ def crawl(broker: str | None, embedded: bool, no_wait: bool, as_json: bool, **_:
         more = seeds_file.rest() if seeds_file else ()
         summary, interrupted = _run(live, opts, no_wait, more, as_json)
     if summary is not None:
-        click.echo(json.dumps(summary, indent=2) if as_json else summary_text(summary))
+        click.echo(cli.dumps(summary, indent=2) if as_json else summary_text(summary))
     if interrupted:
         return INTERRUPTED
     return CRAWL_FAILED if summary is not None and failed(summary) else 0
@@ -336,7 +335,7 @@ def _run(
     click.echo(f"crawl {handle.id} started; output in {where}", err=True)
     if no_wait:
         started = {"crawl_id": handle.id, "status": "running", "output_dir": str(where)}
-        click.echo(json.dumps(started) if as_json else handle.id)
+        click.echo(cli.dumps(started) if as_json else handle.id)
         return None, False
     _say_pace(opts)
     interrupted = False
