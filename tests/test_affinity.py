@@ -74,7 +74,12 @@ def test_a_hosts_pages_go_to_one_fetch_process(settings, redis_url, tmp_path):  
     for host, files in spread.items():
         share = files.most_common(1)[0][1] / sum(files.values())
         print(f"{host}: {dict(files)}")
-        assert share >= 0.9, (host, dict(files))
+        # Without affinity two processes would share a host's pages about evenly (0.5 +- 0.06
+        # for 80 pages). With it, on an idle machine 0.95-1.0; on a starved one (a second
+        # test run beside this one) a holder whose direct queue fills while the other's is
+        # empty passes URLs to the shared queues, as it should (routing.DIRECT_QUEUE_MAX):
+        # 0.72-0.89 seen. 0.7 is far above the even split and below what starvation costs.
+        assert share >= 0.7, (host, dict(files))
 
 
 @pytest.mark.allow_worker_errors(".*")

@@ -168,8 +168,11 @@ def test_kill_at_each_point_of_the_finish_path(settings, redis_url, tmp_path, po
     assert parse_killed, "no parse process died at the fault point: the test checked nothing"
     print(f"{point}: fetch process killed: {fetch_killed}, parse children killed: {parse_killed}")
     assert_exact(crawl, graph, seeds, summary)
-    # The fault-free crawl takes ~5-10 s here; a fault adds its detection time (a few s).
-    assert took < 60, took
+    # No bound on `took` beyond wait()'s: the fault-free crawl takes ~5-10 s on an idle
+    # machine and 70-80 s beside a second test run (load 12 on 2 cores). How fast a fault is
+    # detected is a requirement, checked where it is measured alone (test_faults' recovery
+    # tests, bench/failover.py), not here.
+    print(f"{point}: crawl took {took:.1f} s")
 
 
 @pytest.mark.allow_worker_errors(".*")
