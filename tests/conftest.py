@@ -24,6 +24,7 @@ import hypothesis
 import pytest
 import redis
 from celery import Celery
+from cluster import Cluster
 from driver import Driver
 from scheduling import SuiteScheduling
 
@@ -91,6 +92,31 @@ def client(redis_url: str) -> Iterator[redis.Redis]:
 @pytest.fixture
 def settings(redis_url: str, tmp_path: Path) -> Settings:
     return load(env={}, broker_url=redis_url, output_dir=str(tmp_path / "out"))
+
+
+# A module using these runs whole on one xdist process (tests/scheduling.py, ONE_PROCESS): one
+# cluster a module, each test's state flushed.
+@pytest.fixture(scope="module")
+def redis_cluster() -> Iterator[Cluster]:
+    """A real 3-master Redis Cluster on loopback (tests/cluster.py)."""
+    c = Cluster(masters=3)
+    yield c
+    c.stop()
+
+
+@pytest.fixture
+def cluster_url(redis_cluster: Cluster, redis_url: str) -> str:
+    redis_cluster.wait_ok()
+    redis_cluster.flush()
+    return redis_cluster.url
+
+
+@pytest.fixture
+def csettings(redis_url: str, cluster_url: str, tmp_path: Path) -> Settings:
+    """Broker: the session's standalone Redis; crawl state: the cluster."""
+    return load(
+        env={}, broker_url=redis_url, redis_url=cluster_url, output_dir=str(tmp_path / "out")
+    )
 
 
 @pytest.fixture

@@ -19,11 +19,16 @@ from typing import Any
 
 from xdist.scheduler import LoadScopeScheduling
 
-#: Modules built around one module-scoped fixture: a 3-master Redis Cluster (test_cluster),
-#: one hostile crawl that every test then inspects (test_hostile_web), one crawl exported in
-#: every format (test_export).
+#: Modules built around one module-scoped fixture: a 3-master Redis Cluster (test_cluster,
+#: test_overload_cluster), one hostile crawl that every test then inspects (test_hostile_web),
+#: one crawl exported in every format (test_export).
 ONE_PROCESS = frozenset(
-    {"tests/test_cluster.py", "tests/test_hostile_web.py", "tests/test_export.py"}
+    {
+        "tests/test_cluster.py",
+        "tests/test_overload_cluster.py",
+        "tests/test_hostile_web.py",
+        "tests/test_export.py",
+    }
 )
 
 #: Modules whose tests take 20-70 s each (outages, kills, maxmemory); measured with

@@ -4,6 +4,7 @@ SIGKILLed its URLs and the messages in its queue are taken back, the crawl exact
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 import redis
 from conftest import wait_until
+from driver import Driver
 from sitegen import running_sites
 from test_faults import assert_exact, cluster, start, wait
 
@@ -133,3 +135,38 @@ def test_release_without_holders_marks_the_releaser(settings):  # type: ignore[n
     entry = crawl.client.hget(crawl.ck.parts[0].inflight, url).decode()
     assert Inflight.parse(entry).worker == "me"
     crawl.cancel()
+
+
+def test_a_refresh_after_its_own_stall_deletes_no_living_process(settings):  # type: ignore[no-untyped-def]
+    """A dispatcher held up past the dead threshold (a paused VM) reads every other fetch
+    process's beat as stale: it judges none dead until they could beat again, so a living
+    process keeps its direct queue and the messages in it. (Found by the whole-machine pause
+    of tests/test_overload_cluster.py: the first process resumed deleted the others' queues
+    and holds, and the URLs in those queues were taken back from living processes.)"""
+    driver = Driver(dataclasses.replace(settings, worker_dead_seconds=1.0))
+    try:
+        ctx, router, other = driver.ctx, driver.dispatcher.router, "other-fetch-process"
+
+        def beat() -> None:
+            ctx.client.hset(ctx.keys.workers, other, workers.redis_now(ctx.client))
+
+        def kept() -> bool:
+            joined = ctx.client.sismember(ctx.keys.fetchers, other)
+            return bool(joined) and ctx.client.llen(direct_queue(other)) == 1
+
+        workers.join(ctx.client, ctx.keys, other)
+        ctx.client.rpush(direct_queue(other), b"a message it has not taken yet")
+        beat()
+        router.refresh(ctx)
+        assert router.holders() == [other]
+        time.sleep(2.5)  # this process held up: past REFRESH_EVERY + the dead threshold
+        router.refresh(ctx)
+        assert router.holders() == [] and kept()  # its beat is stale, but no one judged
+        beat()
+        router.refresh(ctx)
+        assert router.holders() == [other] and kept()
+        # Silent for good while this process runs on: dead, its queue and hold deleted.
+        wait_until(lambda: router.refresh(ctx) or not kept(), timeout=5, interval=0.2)
+        assert router.holders() == [] and ctx.client.llen(direct_queue(other)) == 0
+    finally:
+        driver.close()

@@ -8,12 +8,10 @@ import os
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
-from cluster import Cluster
 from conftest import stop_together, wait_until
 from redbeat.schedulers import ensure_conf
 from sitegen import reachable, running_sites
@@ -27,13 +25,6 @@ from crawler_tasks.state.schedules import Schedule, Schedules
 from crawler_tasks.surface.embedded import local_workers, stop_process
 from crawler_tasks.web.urls import normalize
 from crawler_tasks.worker.app import make_app
-
-
-@pytest.fixture(scope="module")
-def redis_cluster() -> Iterator[Cluster]:
-    c = Cluster(masters=3)
-    yield c
-    c.stop()
 
 
 @pytest.mark.timeout(300)

@@ -35,29 +35,6 @@ QUIET_SITE = {"broken_ratio": 0, "non_html_ratio": 0, "cross_host_ratio": 0}
 FAST_REDELIVERY = {"CRAWLER_VISIBILITY_TIMEOUT": "4", "CRAWLER_LEASE_SECONDS": "4"}
 
 
-# `make test` runs this module whole on one xdist process (tests/scheduling.py): one cluster.
-@pytest.fixture(scope="module")
-def redis_cluster() -> Iterator[Cluster]:
-    c = Cluster(masters=3)
-    yield c
-    c.stop()
-
-
-@pytest.fixture
-def cluster_url(redis_cluster: Cluster, redis_url: str) -> str:
-    redis_cluster.wait_ok()
-    redis_cluster.flush()
-    return redis_cluster.url
-
-
-@pytest.fixture
-def csettings(redis_url: str, cluster_url: str, tmp_path: Path) -> Settings:
-    """Broker: the session's standalone Redis; crawl state: the cluster."""
-    return load(
-        env={}, broker_url=redis_url, redis_url=cluster_url, output_dir=str(tmp_path / "out")
-    )
-
-
 @contextlib.contextmanager
 def workers_on(broker: str, state: str, log_dir: Path, **env: str) -> Iterator[list]:
     """Two threads-pool fetch processes and a parse process, state on ``state``."""

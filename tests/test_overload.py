@@ -20,6 +20,7 @@ import dataclasses
 import os
 import re
 import signal
+import socket
 import time
 from collections import Counter
 from pathlib import Path
@@ -42,7 +43,7 @@ from test_faults import assert_exact, cluster, site, start, wait
 from test_lease_exits import crawl_of
 
 from crawler_tasks import start_crawl
-from crawler_tasks.state.formats import Committed, Unwritten
+from crawler_tasks.state.formats import Committed, Inflight, Unwritten
 from crawler_tasks.state.keys import Keys
 from crawler_tasks.surface.embedded import FETCH_QUEUES
 from crawler_tasks.worker.outcome import Final
@@ -202,16 +203,35 @@ def freeze(c, names: list[str], sig: int) -> None:  # type: ignore[no-untyped-de
         c.signal(name, sig)
 
 
-@pytest.mark.allow_worker_errors(".*")
-def test_fetch_process_frozen_past_the_dead_threshold(settings, redis_url, tmp_path):  # type: ignore[no-untyped-def]
+def holding(crawl, pid: int) -> int:  # type: ignore[no-untyped-def]
+    """URLs in flight marked as the worker process ``pid``'s (released to it, or begun)."""
+    tag = f"{socket.gethostname()}-{pid}"
+    values = [v for p in crawl.ck.parts for v in crawl.client.hvals(p.inflight)]
+    return sum(1 for v in values if Inflight.parse(v.decode()).worker == tag)
+
+
+def stop_holding(c, crawl, name: str) -> None:  # type: ignore[no-untyped-def]
+    """SIGSTOP the worker process ``name`` at a moment it holds URLs in flight: one that
+    holds none has nothing to take back (with 2 hosts both may be the other process's)."""
+    for _ in range(100):
+        c.signal(name, signal.SIGSTOP)
+        if holding(crawl, c.procs[name].pid):
+            return
+        c.signal(name, signal.SIGCONT)
+        time.sleep(0.05)
+    raise AssertionError(f"{name} never held a URL in flight")
+
+
+def frozen_past_the_dead_threshold(settings, redis_url: str, tmp_path: Path, **env: str) -> None:  # type: ignore[no-untyped-def]
     """SIGSTOP a fetch process until its URLs are taken back (worker_dead_seconds, 4 s here),
     then SIGCONT: the page set is exact, nothing fails ``worker_lost``, and the URLs taken
-    from it spent no retry (the crawl's attempts hashes stay empty)."""
-    with site(delay=0.05) as (graph, servers), cluster(redis_url, tmp_path) as c:
+    from it spent no retry (the crawl's attempts hashes stay empty). ``env``: the worker
+    processes' (the crawl state elsewhere than the broker: tests/test_overload_cluster.py)."""
+    with site(delay=0.05) as (graph, servers), cluster(redis_url, tmp_path, **env) as c:
         c.start_layout()
         seeds, crawl = start(settings, servers, concurrency=4)
         wait_until(lambda: crawl.progress()["done"] > 40, timeout=60)
-        c.signal("fetch1", signal.SIGSTOP)
+        stop_holding(c, crawl, "fetch1")
         frozen_at = time.monotonic()
         try:
             # Just past the threshold: as soon as the first URL was taken back from it.
@@ -226,6 +246,11 @@ def test_fetch_process_frozen_past_the_dead_threshold(settings, redis_url, tmp_p
     assert taken and takebacks, "nothing was taken back: the test checked nothing"
     assert_exact(crawl, graph, seeds, summary)
     assert_no_retry_spent(crawl, summary)
+
+
+@pytest.mark.allow_worker_errors(".*")
+def test_fetch_process_frozen_past_the_dead_threshold(settings, redis_url, tmp_path):  # type: ignore[no-untyped-def]
+    frozen_past_the_dead_threshold(settings, redis_url, tmp_path)
 
 
 def test_whole_machine_pause(settings, redis_url, client, tmp_path):  # type: ignore[no-untyped-def]

@@ -110,5 +110,6 @@ class Dispatcher:
                 # before anything counts as dead.
                 wait = self.settings.worker_dead_seconds
                 self._next_reclaim = max(self._next_reclaim, time.monotonic() + wait)
+                self.router.hold(wait)
             if not busy:
                 self._stop.wait(pause)

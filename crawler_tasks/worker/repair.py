@@ -30,6 +30,7 @@ from .outcome import Decision
 from .recorder import crawl_finished, sweep_orphans
 from .room import probe_output
 from .settle import settle, takeback
+from .stall import StallGuard
 
 log = logging.getLogger(__name__)
 
@@ -42,9 +43,8 @@ class Repair:
     def __init__(self, settings: Settings, broker: BrokerView) -> None:
         self.settings = settings
         self._broker = broker
-        #: time.monotonic() of the last reclaim, and until when none judges (after a stall).
-        self._last: float | None = None
-        self._quiet_until = 0.0
+        #: A reclaim after this process was held up judges nobody dead at once (stall.py).
+        self._stall = StallGuard(RECLAIM_EVERY, settings.worker_dead_seconds, "repair")
         #: crawl -> {"crawl<TAB>url": Redis time} of the messages found lost at the last look
         #: and not yet confirmed (see :meth:`_unconfirmed`).
         self._suspects: dict[str, dict[str, float]] = {}
@@ -70,7 +70,7 @@ class Repair:
         """Take back URLs held by workers that stopped beating or whose message was lost;
         write records dead processes left."""
         s = self.settings
-        if self._stalled():
+        if self._stall.quiet():
             return 0
         living = workers.alive(ctx.client, ctx.keys, s.worker_dead_seconds)
         fetchers = sorted(m.decode() for m in ctx.client.smembers(ctx.keys.fetchers))
@@ -92,19 +92,6 @@ class Repair:
             if not finishing and store.lifecycle.finishing():
                 crawl_finished(ctx, store)
         return n
-
-    def _stalled(self) -> bool:
-        """Whether this process was itself held up since its last look for longer than the
-        dead threshold (a paused VM, memory pressure): every heartbeat it reads may then be
-        stale only because the others were held up too, or their beats wait to be read. It
-        lets them catch up for one dead threshold before it judges anyone. (Shorter gaps, a
-        busy process's, cannot make a living worker look dead by themselves.)"""
-        now, last, dead = time.monotonic(), self._last, self.settings.worker_dead_seconds
-        self._last = now
-        if last is not None and now - last > RECLAIM_EVERY + dead:
-            log.warning("repair held up %.1f s: judging no worker dead for %g s", now - last, dead)
-            self._quiet_until = now + dead
-        return now < self._quiet_until
 
     def _really_stuck(
         self, ctx: Context, crawl_id: str, stuck: list[tuple[str, Inflight, str]], living: set[str]

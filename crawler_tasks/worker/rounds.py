@@ -21,7 +21,7 @@ from .context import Context
 from .outcome import Final
 from .recorder import finalize
 from .repair import Repair
-from .routing import HostRouter
+from .routing import REFRESH_EVERY, HostRouter
 
 Released = list[tuple[str, int, str]]  # (domain, depth, url), as release.lua hands them out
 
@@ -114,7 +114,7 @@ class Rounds:
         """`crawler set-rate` overrides and `crawler set-ceiling` ceilings, and the fetch
         processes that hold hosts, read at most once a second (they change rarely)."""
         now = time.monotonic()
-        if now - self._rates_read >= 1.0:
+        if now - self._rates_read >= REFRESH_EVERY:
             self._rates, self._rates_read = cluster_rates(ctx.client, ctx.keys), now
             self._ceilings = ceilings.read(ctx.client, ctx.keys)
             self._router.refresh(ctx)

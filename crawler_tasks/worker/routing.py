@@ -27,6 +27,7 @@ import time
 from ..state import workers
 from .broker import FETCH_QUEUES, BrokerView, direct_queue
 from .context import Context
+from .stall import StallGuard
 
 #: Messages a fetch process's direct queue may hold while another's is empty before its hosts'
 #: URLs go to the shared queues instead: a process with a free thread takes a message at once,
@@ -37,6 +38,9 @@ DIRECT_QUEUE_MAX = 2
 #: processes (fewer: the shared queues).
 AFFINITY_MIN_HOSTS = 1
 AFFINITY_WINDOW = 5.0
+#: Seconds between two reads of who holds hosts (:meth:`HostRouter.refresh`, from the
+#: dispatcher's rounds).
+REFRESH_EVERY = 1.0
 #: Pools whose tasks all run in the worker's own process: a direct queue reaches the process
 #: that holds the connections (a prefork worker's would reach any of its children).
 ONE_PROCESS_POOLS = ("thread", "gevent", "eventlet", "solo")
@@ -65,6 +69,10 @@ class HostRouter:
         self._direct: dict[str, int] = {}
         #: crawl id -> host -> when this dispatcher last released one of its URLs (monotonic)
         self._recent: dict[str, dict[str, float]] = {}
+        #: A refresh after this process (or Redis) was held up deletes no process's queue at
+        #: once (stall.py): a living process would lose the messages in it, and their URLs
+        #: would be taken back from it.
+        self._stall = StallGuard(REFRESH_EVERY, dead_after, "host affinity")
 
     def holders(self) -> list[str]:
         """The processes release.lua marks URLs as held by (a copy: the round's own)."""
@@ -77,16 +85,27 @@ class HostRouter:
             self._joins = False
 
     def refresh(self, ctx: Context) -> None:
-        """Which fetch processes hold hosts now. A dead one's direct queue is deleted, and
-        also the queues of processes this dispatcher routed to until now that another
-        dispatcher has already seen die: it may have published to them since."""
+        """Which fetch processes hold hosts now (every ``REFRESH_EVERY`` s). A dead one's
+        direct queue is deleted, and also the queues of processes this dispatcher routed to
+        until now that another dispatcher has already seen die: it may have published to
+        them since. Right after a stall only the processes that beat since hold hosts, and
+        no queue is deleted: the others' beats may be late only because of the stall."""
+        quiet = self._stall.quiet()
         live, dead = workers.affine(ctx.client, ctx.keys, self._dead_after)
+        if quiet:
+            self._holders = live
+            self._direct = {w: n for w, n in self._direct.items() if w in live}
+            return
         for worker in sorted(set(dead) | (set(self._holders) - set(live))):
             self._broker.delete_direct(ctx.client, worker)
         for worker in dead:
             workers.leave(ctx.client, ctx.keys, worker)
         self._holders = live
         self._direct = {w: n for w, n in self._direct.items() if w in live}
+
+    def hold(self, seconds: float) -> None:
+        """No process's queue deleted for ``seconds`` (the dispatcher saw Redis fail)."""
+        self._stall.hold(seconds)
 
     def lengths(self, direct: dict[str, int], fetchers: set[str] | None) -> bool:
         """The direct queues' lengths of this round; True when a fetch process joined that is
