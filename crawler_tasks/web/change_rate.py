@@ -28,8 +28,9 @@ hour behaves as one run every day, scaled. Unlike a fixed chance of a change per
 previous rule, which spent most requests on the pages changing fastest), the interval grows
 with lambda's inverse square root for slow pages (I ~ sqrt(2 mu / lambda)), and a page that
 changes so often that no revisit pays (mu lambda >= 1) is left at ``max_interval``.
-``PRICE`` = 0.15 was chosen on bench/adaptive.py's simulated site (0.1 .. 0.2 tried; see
-bench/README.md): the most requests saved while freshness stays that of a daily fixed run.
+``PRICE`` = 0.15 was chosen on bench/adaptive.py's simulated site (0.1 .. 0.2 tried, six seeds;
+see bench/README.md): the largest that stays fresher than daily fixed runs on every seed from a
+cold start (a higher one saves more requests and costs freshness).
 Intervals are kept within the schedule's ``[min_interval, max_interval]``; a page never seen
 to change drifts to ``max_interval``. An estimate from few observations is noisy (no change
 seen in one visit gives lambda = 0), so an interval grows by at most ``GROWTH`` times the last
