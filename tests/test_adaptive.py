@@ -42,8 +42,8 @@ def test_a_run_fetches_only_due_pages_and_new_ones(settings, client, celery_work
         _, added = change_site(graph, server, share=0.0, new=1, pages=changed)
         third = run_at(settings, client, server, T0 + 2 * HOUR, **adaptive)
         assert fetched(server) == changed | added
-        # By +4 h every page is due again (the longest interval yet: 2 x 1 h, or 1.4 h for
-        # a page that changed once in two visits).
+        # By +4 h every page is due again (the longest interval yet: 2 x 1 h; a page that
+        # changed at each visit is due after min_interval).
         fourth = run_at(settings, client, server, T0 + 4 * HOUR, **adaptive)
         assert fetched(server) == everything | added
     assert second.stats.counters().get("not_due", 0) == 0

@@ -33,6 +33,7 @@ RUNS = {
 }
 #: More runs of a script, for a mode with a code path of its own: name -> (script, arguments).
 VARIANTS = {
+    "adaptive.py --warm-days": ("adaptive.py", "--pages 20 --days 2 --warm-days 1"),
     "broad.py --https --real-sizes": (
         "broad.py",
         "--hosts 5 --pages 3 --modes fast --layouts threads:8x1:1 --skip-scrapy --timeout 60 "
