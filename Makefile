@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo example test test-fast test-stress test-bench lint format bench profile install clean
+.PHONY: demo example test test-faults test-all test-fast test-stress test-bench lint format bench profile install clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -31,8 +31,23 @@ example: $(STAMP)
 # so more processes than cores pay off. Each xdist process has its own redis-server, servers
 # and files (tests/conftest.py); tests/scheduling.py decides which process runs what.
 TEST_PROCESSES ?= 4
+# The fault scenarios: each kills, freezes, fills or overloads something for 20-120 s, and
+# together they cost as much CPU as the rest of the suite (the suite is CPU-bound on 2 cores:
+# ~1,000 CPU-s in all). `make test-faults` runs them; CI runs both.
+FAULT_TESTS := tests/test_faults.py tests/test_redis_faults.py tests/test_maxmemory.py \
+	tests/test_disk_full.py tests/test_overload.py tests/test_overload_cluster.py \
+	tests/test_first_beat.py tests/test_failover.py tests/test_partition.py \
+	tests/test_archive_faults.py tests/test_dead_process_cleanup.py
 test: $(STAMP)
-	$(BIN)/pytest -q -n $(TEST_PROCESSES) --ignore=tests/test_bench_smoke.py
+	$(BIN)/pytest -q -n $(TEST_PROCESSES) --ignore=tests/test_bench_smoke.py \
+		$(addprefix --ignore=,$(FAULT_TESTS))
+
+## test-faults: the fault scenarios (kills, outages, freezes, full disks, overload; ~5 min)
+test-faults: $(STAMP)
+	$(BIN)/pytest -q -n $(TEST_PROCESSES) $(FAULT_TESTS)
+
+## test-all: make test, then make test-faults (what CI runs, with make lint and test-bench)
+test-all: test test-faults
 
 ## test-bench: every bench script once at tiny sizes (~1 min; CI runs it after make test)
 test-bench: $(STAMP)

@@ -4,7 +4,7 @@ mid-crawl: ``crawler crawl`` keeps watching and exits 0 with the crawl exact, an
 status``, ``crawler list`` and the dashboard answer throughout. A single Redis frozen for 20 s (SIGSTOP): the
 watching command waits, as the workers do, instead of exiting 2.
 
-Each test runs its own Redis (one cluster is heavy: `make test` runs this module alone)."""
+Each test runs its own Redis or cluster; part of `make test-faults` (CI runs it)."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ Also: in-process, a page that waited longer than ``admission_wait`` hands its UR
 frontier without spending a retry; a refused pipeline is sent again exactly (only what was
 refused); workers restarted while their broker Redis is full wait for room instead of exiting.
 
-The two crawls take 25-35 s each, the restart ~20 s: part of ``make test``.
+The two crawls take 25-35 s each, the restart ~20 s: part of ``make test-faults`` (CI runs it).
 """
 
 from __future__ import annotations

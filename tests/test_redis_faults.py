@@ -4,7 +4,7 @@ tasks are always running when the fault hits. Each test asserts what a user woul
 workers are the same processes afterwards, the crawl finishes with exactly the reachable
 pages, each recorded once. Recovery times are printed (``pytest -s``).
 
-These take 30-80 s each: they are part of ``make test`` on purpose (CI must run them).
+These take 30-80 s each: ``make test-faults`` runs them, and CI runs that after ``make test``.
 """
 
 from __future__ import annotations
