@@ -63,6 +63,8 @@ class HostRouter:
         #: Live fetch processes with a direct queue, and their queues' lengths.
         self._holders: list[str] = []
         self._direct: dict[str, int] = {}
+        #: Fetch processes in a warm shutdown (workers.depart): no holders, not new either.
+        self._leaving: set[str] = set()
         #: crawl id -> host -> when this dispatcher last released one of its URLs (monotonic)
         self._recent: dict[str, dict[str, float]] = {}
 
@@ -79,13 +81,15 @@ class HostRouter:
     def refresh(self, ctx: Context) -> None:
         """Which fetch processes hold hosts now. A dead one's direct queue is deleted, and
         also the queues of processes this dispatcher routed to until now that another
-        dispatcher has already seen die: it may have published to them since."""
-        live, dead = workers.affine(ctx.client, ctx.keys, self._dead_after)
-        for worker in sorted(set(dead) | (set(self._holders) - set(live))):
+        dispatcher has already seen die: it may have published to them since. A leaving one
+        (in a warm shutdown) holds no hosts any more, but its queue is its own to hand back
+        (worker/departure.py): deleting it would lose the messages still in it."""
+        live, leaving, dead = workers.affine(ctx.client, ctx.keys, self._dead_after)
+        for worker in sorted(set(dead) | (set(self._holders) - set(live) - set(leaving))):
             self._broker.delete_direct(ctx.client, worker)
         for worker in dead:
             workers.leave(ctx.client, ctx.keys, worker)
-        self._holders = live
+        self._holders, self._leaving = live, set(leaving)
         self._direct = {w: n for w, n in self._direct.items() if w in live}
 
     def lengths(self, direct: dict[str, int], fetchers: set[str] | None) -> bool:
@@ -93,7 +97,7 @@ class HostRouter:
         not a holder yet (hosts move to it now, not after their first pages opened
         connections in the processes that held them for up to a second)."""
         self._direct = direct
-        return fetchers is not None and not fetchers <= set(self._holders)
+        return fetchers is not None and not fetchers <= set(self._holders) | self._leaving
 
     def queues(
         self, crawl_id: str, released: list[tuple[str, str, str, int]]
