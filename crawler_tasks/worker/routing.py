@@ -60,6 +60,8 @@ class HostRouter:
         #: it joins the holders from the dispatcher's first round on, in the dispatcher's
         #: thread (a full Redis refuses the join, and the worker's start could not wait).
         self._joins = joins
+        #: Whether it has joined (a leaving process that never joined is nobody's holder).
+        self.joined = False
         #: Live fetch processes with a direct queue, and their queues' lengths.
         self._holders: list[str] = []
         self._direct: dict[str, int] = {}
@@ -76,7 +78,7 @@ class HostRouter:
         """This process joins the holders, once (before the first round)."""
         if self._joins:
             workers.join(ctx.client, ctx.keys, ctx.worker_id)
-            self._joins = False
+            self._joins, self.joined = False, True
 
     def refresh(self, ctx: Context) -> None:
         """Which fetch processes hold hosts now. A dead one's direct queue is deleted, and

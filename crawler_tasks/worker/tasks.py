@@ -317,8 +317,9 @@ class DispatcherStep(bootsteps.StartStopStep):
         self.dispatcher.start()
 
     def close(self, worker: Any) -> None:
-        """The worker's stop begins (before its pool drains): no new hosts for this process."""
-        if self.departure is not None:
+        """The worker's stop begins (before its pool drains): no new hosts for this process
+        (if it joined the holders: a stop before its dispatcher's first round has none)."""
+        if self.departure is not None and self.dispatcher and self.dispatcher.router.joined:
             self._leaving("leaving the fetch processes", self.departure.begin)
 
     def stop(self, worker: Any) -> None:
