@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 import redis
-from conftest import wait_until
+from conftest import stop_together, wait_until
 from driver import Driver
 from sitegen import running_sites
 from test_faults import assert_exact, cluster, start, wait
+from test_overload import assert_no_retry_spent, took_back
 
 from crawler_tasks import start_crawl
 from crawler_tasks.state import workers
@@ -111,6 +112,36 @@ def test_process_holding_hosts_killed(settings, redis_url, tmp_path):  # type: i
         wait_until(lambda: not client.exists(direct_queue(victim)), timeout=5)
     assert_exact(crawl, graph, seeds, summary)
     assert took < 60, took
+
+
+@pytest.mark.allow_worker_errors(".*")
+def test_process_holding_hosts_stopped(settings, redis_url, tmp_path):  # type: ignore[no-untyped-def]
+    """SIGTERM (a warm shutdown) the fetch process holding hosts, not restarted, mid-crawl:
+    it is sent no new hosts, finishes what it began, hands back what is still in its own
+    queue and leaves the holders before it exits (worker/departure.py). Nothing is taken back
+    and no retry spent, unlike a killed process's URLs; every page once."""
+    with (
+        running_sites(HOSTS, 80, 5, cross_host_ratio=0.02, delay=0.03) as (graph, servers),
+        cluster(redis_url, tmp_path) as c,
+    ):
+        c.start("fetch1", "fetch")
+        c.start("fetch2", "fetch")
+        c.start("parse", "parse")
+        wait_until(lambda: len(fetchers(redis_url)) == 2, timeout=30)
+        seeds, crawl = start(settings, servers)
+        wait_until(lambda: crawl.progress()["done"] > 40, timeout=60)
+        leaving = next(w for w in fetchers(redis_url) if w.endswith(f"-{c.procs['fetch1'].pid}"))
+        client = redis.Redis.from_url(redis_url)
+        stop_together([c.procs["fetch1"]])
+        assert leaving not in fetchers(redis_url), "left the holders before it exited"
+        assert not client.exists(direct_queue(leaving))
+        summary = wait(crawl, 120)
+        taken = took_back(tmp_path / "logs")
+    log = (tmp_path / "logs" / "fetch1.log").read_text(errors="replace")
+    print(*[line for line in log.splitlines() if "left the fetch processes" in line])
+    assert_exact(crawl, graph, seeds, summary)
+    assert not taken, taken[:3]
+    assert_no_retry_spent(crawl, summary)
 
 
 def test_release_marks_each_url_as_its_hosts_holder(settings):  # type: ignore[no-untyped-def]

@@ -1,6 +1,7 @@
 """Nothing of a dead fetch process is left in Redis (issue 33): after it is SIGKILLed and
 declared dead, its direct queue, that queue's kombu bindings, its ``fetchers`` entry and its
-``held:<worker>`` set are gone. Real workers, real Redis (the broker too)."""
+``held:<worker>`` set are gone; after a warm shutdown, all that is gone by the time it has
+exited (worker/departure.py). Real workers, real Redis (the broker too)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import socket
 
 import pytest
 import redis
-from conftest import wait_until
+from conftest import stop_together, wait_until
 from test_faults import cluster
 
 from crawler_tasks.state.keys import Keys
@@ -27,7 +28,10 @@ def leftovers(client: redis.Redis, keys: Keys, dead: set[str]) -> list[str]:
     processes stay: the fixture keeps kombu's bindings between tests)."""
     left = [f"fetchers: {m.decode()}" for m in client.smembers(keys.fetchers)]
     left = [entry for entry in left if entry.removeprefix("fetchers: ") in dead]
-    for key in client.scan_iter(match="_kombu.binding.*"):
+    # kombu's binding sets, and (kombu >= 5.5) their mirrors of the bindings that never expire.
+    sets = [*client.scan_iter(match="_kombu.binding.*")]
+    sets += client.scan_iter(match="_kombu.binding_permanent.*")
+    for key in sets:
         for member in client.smembers(key):
             queue = member.decode(errors="replace").rsplit("\x06\x16", 1)[-1]
             if queue.removeprefix(DIRECT_PREFIX) in dead:
@@ -65,3 +69,32 @@ def test_nothing_of_a_dead_fetch_process_is_left(settings, redis_url, tmp_path):
         ]
         mine = [m for m in bindings if DIRECT_PREFIX.encode() in m]
         assert len(mine) >= 2, "the live processes' bindings are still there (not over-deleted)"
+
+
+@pytest.mark.allow_worker_errors(".*")
+def test_nothing_of_a_stopped_fetch_process_is_left(settings, redis_url, tmp_path):  # type: ignore[no-untyped-def]
+    """A fetch process's warm shutdown removes it from the holders before it exits, not a dead
+    threshold later: before, its ``fetchers`` entry and fresh heartbeat made the next
+    dispatcher to start publish its hosts' URLs to its queue, which nobody took, and take
+    them back as lost (issue 33's false take-back at a fresh start)."""
+    client = redis.Redis.from_url(redis_url)
+    keys = Keys(settings.key_prefix)
+    with cluster(redis_url, tmp_path) as c:
+        c.start("fetch1", "fetch")
+        c.start("fetch2", "fetch")
+        both = {tag(c, "fetch1"), tag(c, "fetch2")}
+        wait_until(lambda: {m.decode() for m in client.smembers(keys.fetchers)} >= both, 60)
+        stopped = tag(c, "fetch1")
+        stop_together([c.procs["fetch1"]])
+        assert c.procs["fetch1"].returncode == 0, "a warm shutdown, not a kill"
+        # At once, not after worker_dead_seconds (4 s): nothing left, nothing leaving.
+        assert not leftovers(client, keys, {stopped}), leftovers(client, keys, {stopped})
+        assert not client.smembers(keys.leaving)
+        assert client.sismember(keys.fetchers, tag(c, "fetch2"))
+        survivor = f"{DIRECT_PREFIX}{tag(c, 'fetch2')}".encode()
+        bindings = [
+            m for k in client.scan_iter(match="_kombu.binding.*") for m in client.smembers(k)
+        ]
+        assert any(m.endswith(survivor) for m in bindings), "fetch2's queue is still bound"
+    log = (tmp_path / "logs" / "fetch1.log").read_text(errors="replace")
+    assert "taken for dead instead" not in log, log[-2000:]

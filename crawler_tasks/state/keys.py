@@ -28,6 +28,8 @@ any key a crawl writes that this table does not describe, or whose type differs:
     P:ceil:D                 string GCRA state (tat) of host D's shared ceiling (ceiling.lua)
     P:workers                hash   worker process id -> last heartbeat (unix seconds)
     P:fetchers               set    fetch worker processes with a direct queue (host affinity)
+    P:leaving                set    those of them in a warm shutdown: routed nothing new, their
+                                    queues kept until they hand them back (worker/departure.py)
     P:held:<worker>          set    "crawl<TAB>url" of the fetch messages a live process holds
                                     (received, not yet begun), written with its heartbeat
     P:schedules              hash   recrawl schedules
@@ -118,6 +120,7 @@ class Keys:
         self.ceilings = f"{prefix}:ceilings"
         self.workers = f"{prefix}:workers"
         self.fetchers = f"{prefix}:fetchers"
+        self.leaving = f"{prefix}:leaving"
         self._held = f"{prefix}:held:"
 
     def held(self, worker: str) -> str:

@@ -67,6 +67,15 @@ class Ledger:
         keys = [pk.domain(domain), inflight]
         return float(self.scripts.gate(keys=keys, args=args, client=self.client))
 
+    def entry(self, url: str) -> tuple[formats.Inflight, str] | None:
+        """``url``'s in-flight entry and its raw value (for :meth:`reclaim`); None if it is
+        not in flight."""
+        raw = self.client.hget(self.ck.for_url(url).inflight, url)
+        if raw is None:
+            return None
+        value = raw.decode() if isinstance(raw, bytes) else raw
+        return formats.Inflight.parse(value), value
+
     def reclaim(self, url: str, entry: formats.Inflight, value: str) -> bool:
         """reclaim.lua: take ``url`` back from a dead worker if ``value`` is still current."""
         if entry.stage in ("r", "s"):

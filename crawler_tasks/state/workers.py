@@ -12,6 +12,7 @@ import hashlib
 import logging
 import threading
 from collections.abc import Callable, Iterable
+from typing import NamedTuple
 
 import redis
 
@@ -148,24 +149,51 @@ def join(client: redis.Redis, keys: Keys, worker: str) -> None:
     client.sadd(keys.fetchers, worker)
 
 
+def depart(client: redis.Redis, keys: Keys, worker: str) -> None:
+    """``worker`` begins a warm shutdown: no dispatcher routes it new hosts' URLs from its next
+    refresh on, and none deletes its queue while it beats (it hands its queue back itself, see
+    worker/departure.py); if it dies first, it is dead like any other."""
+    client.sadd(keys.leaving, worker)
+
+
 def leave(client: redis.Redis, keys: Keys, worker: str) -> None:
     """``worker`` (dead, or gone) holds no hosts, and what it held is forgotten."""
     pipe = client.pipeline(transaction=False)
     pipe.srem(keys.fetchers, worker)
+    pipe.srem(keys.leaving, worker)
     pipe.delete(keys.held(worker))
     pipe.execute()
 
 
-def affine(client: redis.Redis, keys: Keys, dead_after: float) -> tuple[list[str], list[str]]:
-    """(live, dead) fetch processes with a direct queue: live ones beat within ``dead_after``
-    seconds, sorted. Two round trips; the dispatcher asks once a second."""
-    members = sorted(m.decode() for m in client.smembers(keys.fetchers))
+class Affinity(NamedTuple):
+    """The fetch processes with a direct queue, sorted: ``live`` beat within the dead threshold
+    and take new hosts; ``leaving`` beat too but are in a warm shutdown (:func:`depart`);
+    ``dead`` stopped beating."""
+
+    live: list[str]
+    leaving: list[str]
+    dead: list[str]
+
+
+def affine(client: redis.Redis, keys: Keys, dead_after: float) -> Affinity:
+    """Who of ``keys.fetchers`` is live, leaving or dead (on Redis's clock). Two round trips;
+    the dispatcher asks once a second."""
+    pipe = client.pipeline(transaction=False)
+    pipe.smembers(keys.fetchers)
+    pipe.smembers(keys.leaving)
+    pipe.time()
+    found, gone, (sec, usec) = pipe.execute()
+    members = sorted(m.decode() for m in found)
     if not members:
-        return [], []
-    now = redis_now(client)
+        return Affinity([], [], [])
+    now, leaving = float(sec) + usec / 1e6, {m.decode() for m in gone}
     beat = client.hmget(keys.workers, members)
-    live = [m for m, t in zip(members, beat, strict=True) if t and float(t) >= now - dead_after]
-    return live, [m for m in members if m not in live]
+    fresh = [m for m, t in zip(members, beat, strict=True) if t and float(t) >= now - dead_after]
+    return Affinity(
+        [m for m in fresh if m not in leaving],
+        [m for m in fresh if m in leaving],
+        [m for m in members if m not in fresh],
+    )
 
 
 def holder(domain: str, live: list[str]) -> str | None:

@@ -21,6 +21,8 @@ deletes kombu's lists.
 
 from __future__ import annotations
 
+import base64
+import json
 import logging
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -32,6 +34,7 @@ from kombu.transport import virtual
 from redis.exceptions import OutOfMemoryError
 
 from ..settings import Settings
+from .liveness import FETCH_TASKS, fetch_urls
 from .logs import Throttled
 
 QUEUES = ("crawl.high", "crawl.medium", "crawl.low", "parse")
@@ -53,6 +56,9 @@ def direct_queue(worker: str) -> str:
 #: How kombu's Redis transport names a queue's bindings (one set per exchange) and its
 #: priority lists; a direct queue is bound to the default exchange (the default queue's name).
 _BINDINGS, _SEP = kombu_redis.Channel.keyprefix_queue, kombu_redis.Channel.sep
+#: kombu >= 5.5 mirrors each binding that does not expire in a second set per exchange (its
+#: sweep of expired binding tables keeps a table while that set has members).
+_PERMANENT = getattr(kombu_redis.Channel, "keyprefix_binding_permanent", None)
 _PRIORITIES = kombu_redis.Channel.priority_steps
 _EXCHANGES = (*QUEUES, RENDER_QUEUE, "celery")
 
@@ -209,17 +215,36 @@ class BrokerView:
             return
         queue = direct_queue(worker)
         sets = [_BINDINGS % exchange for exchange in _EXCHANGES]
+        sets += [_PERMANENT % exchange for exchange in _EXCHANGES] if _PERMANENT else []
         pipe = broker.pipeline(transaction=False)
         for key in sets:
             pipe.smembers(key)
         found = pipe.execute()
         pipe.delete(*(_SEP.join([queue, str(p)]) if p else queue for p in _PRIORITIES))
         pipe.delete(_BINDINGS % queue)  # its own exchange's (the worker declared the queue so)
+        if _PERMANENT:
+            pipe.delete(_PERMANENT % queue)
         for key, members in zip(sets, found, strict=True):
             mine = [m for m in members if m.decode(errors="replace").endswith(_SEP + queue)]
             if mine:
                 pipe.srem(key, *mine)
         pipe.execute()
+
+    def take_direct(self, state: redis.Redis, worker: str) -> list[str]:
+        """Empty ``worker``'s own queue in one transaction and return the fetch URLs of its
+        messages ("crawl<TAB>url"): a leaving fetch process hands them back itself
+        (worker/departure.py). Nothing for a broker this process cannot read as lists."""
+        broker = self.client(state)
+        if broker is None:
+            return []
+        queue = direct_queue(worker)
+        lists = [_SEP.join([queue, str(p)]) if p else queue for p in _PRIORITIES]
+        pipe = broker.pipeline(transaction=True)
+        for name in lists:
+            pipe.lrange(name, 0, -1)
+        pipe.delete(*lists)
+        found = pipe.execute()[:-1]
+        return [u for messages in found for raw in messages for u in _fetch_urls(raw)]
 
     def idle_stages(self, fetchers: list[str]) -> set[str]:
         """Which stages' broker queues are empty: "r" (every fetch queue, the fetch
@@ -277,3 +302,19 @@ def queue_length(conn: Any, queue: str) -> int:
             return int(channel.queue_declare(queue=queue, passive=True).message_count)
         except ChannelError:  # Redis: an empty list does not exist; AMQP: not declared yet
             return 0
+
+
+def _fetch_urls(raw: bytes) -> list[str]:
+    """ "crawl<TAB>url" of a fetch message as kombu's Redis transport stores it (JSON, its
+    body base64 JSON: task protocol 2's [args, kwargs, embed]); none for another message or
+    one that cannot be read."""
+    try:
+        message = json.loads(raw)
+        if message.get("headers", {}).get("task") not in FETCH_TASKS:
+            return []
+        body = message["body"]
+        if message.get("properties", {}).get("body_encoding") == "base64":
+            body = base64.b64decode(body)
+        return fetch_urls(json.loads(body)[0])
+    except (ValueError, KeyError, TypeError, IndexError):
+        return []

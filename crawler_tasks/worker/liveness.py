@@ -31,12 +31,13 @@ def received_fetches() -> list[str]:
     out: list[str] = []
     for request in requests:
         if getattr(request, "name", None) in FETCH_TASKS:
-            out.extend(_urls(request.args))
+            out.extend(fetch_urls(request.args))
     return out
 
 
-def _urls(args: Any) -> list[str]:
-    """crawl.fetch(crawl_id, url, depth) or crawl.fetch_many(crawl_id, [[url, depth], ...])."""
+def fetch_urls(args: Any) -> list[str]:
+    """ "crawl<TAB>url" of a fetch task's arguments: crawl.fetch(crawl_id, url, depth) or
+    crawl.fetch_many(crawl_id, [[url, depth], ...])."""
     try:
         crawl_id, rest = args[0], args[1]
         if isinstance(rest, str):

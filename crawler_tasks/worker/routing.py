@@ -64,9 +64,13 @@ class HostRouter:
         #: it joins the holders from the dispatcher's first round on, in the dispatcher's
         #: thread (a full Redis refuses the join, and the worker's start could not wait).
         self._joins = joins
+        #: Whether it has joined (a leaving process that never joined is nobody's holder).
+        self.joined = False
         #: Live fetch processes with a direct queue, and their queues' lengths.
         self._holders: list[str] = []
         self._direct: dict[str, int] = {}
+        #: Fetch processes in a warm shutdown (workers.depart): no holders, not new either.
+        self._leaving: set[str] = set()
         #: crawl id -> host -> when this dispatcher last released one of its URLs (monotonic)
         self._recent: dict[str, dict[str, float]] = {}
         #: A refresh after this process (or Redis) was held up deletes no process's queue at
@@ -82,25 +86,27 @@ class HostRouter:
         """This process joins the holders, once (before the first round)."""
         if self._joins:
             workers.join(ctx.client, ctx.keys, ctx.worker_id)
-            self._joins = False
+            self._joins, self.joined = False, True
 
     def refresh(self, ctx: Context) -> None:
         """Which fetch processes hold hosts now (every ``REFRESH_EVERY`` s). A dead one's
         direct queue is deleted, and also the queues of processes this dispatcher routed to
         until now that another dispatcher has already seen die: it may have published to
-        them since. Right after a stall only the processes that beat since hold hosts, and
+        them since. A leaving one (in a warm shutdown) holds no hosts any more, but its queue
+        is its own to hand back (worker/departure.py): deleting it would lose the messages
+        still in it. Right after a stall only the processes that beat since hold hosts, and
         no queue is deleted: the others' beats may be late only because of the stall."""
         quiet = self._stall.quiet()
-        live, dead = workers.affine(ctx.client, ctx.keys, self._dead_after)
+        live, leaving, dead = workers.affine(ctx.client, ctx.keys, self._dead_after)
         if quiet:
-            self._holders = live
+            self._holders, self._leaving = live, set(leaving)
             self._direct = {w: n for w, n in self._direct.items() if w in live}
             return
-        for worker in sorted(set(dead) | (set(self._holders) - set(live))):
+        for worker in sorted(set(dead) | (set(self._holders) - set(live) - set(leaving))):
             self._broker.delete_direct(ctx.client, worker)
         for worker in dead:
             workers.leave(ctx.client, ctx.keys, worker)
-        self._holders = live
+        self._holders, self._leaving = live, set(leaving)
         self._direct = {w: n for w, n in self._direct.items() if w in live}
 
     def hold(self, seconds: float) -> None:
@@ -112,7 +118,7 @@ class HostRouter:
         not a holder yet (hosts move to it now, not after their first pages opened
         connections in the processes that held them for up to a second)."""
         self._direct = direct
-        return fetchers is not None and not fetchers <= set(self._holders)
+        return fetchers is not None and not fetchers <= set(self._holders) | self._leaving
 
     def queues(
         self, crawl_id: str, released: list[tuple[str, str, str, int]]

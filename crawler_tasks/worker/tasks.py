@@ -27,6 +27,7 @@ from celery.signals import (
     worker_init,
     worker_process_init,
     worker_process_shutdown,
+    worker_shutdown,
     worker_shutting_down,
 )
 from redis.exceptions import ClusterError, TryAgainError
@@ -38,6 +39,7 @@ from . import broker, pipeline
 from .app import RENDER_QUEUE, app
 from .broker import BrokerView
 from .context import Context, ProcessContext
+from .departure import Departure
 from .dispatcher import Dispatcher
 from .handoff import Publisher
 from .logs import OncePerInterval, Throttled
@@ -291,36 +293,66 @@ queue_length = broker.queue_length
 
 
 class DispatcherStep(bootsteps.StartStopStep):
-    """Runs the frontier dispatcher in every worker's main process."""
+    """Runs the frontier dispatcher in every worker's main process; a fetch process's leaves
+    the holders of hosts when the worker stops (departure.py)."""
 
     requires = {"celery.worker.components:Pool"}
 
     def __init__(self, worker: Any, **kwargs: Any) -> None:
         super().__init__(worker, **kwargs)
         self.dispatcher: Dispatcher | None = None
+        self.departure: Departure | None = None
 
     def start(self, worker: Any) -> None:
         # A fetch process holds hosts from its dispatcher's first round on (which then counts
-        # it), until its heartbeat stops (then a dispatcher deletes its queue and takes its
-        # URLs back: routing.HostRouter.refresh, repair.Repair.reclaim). Not here: a full Redis refuses the join,
-        # and an exception in a bootstep is the worker's end.
+        # it), until it leaves (a warm shutdown: close, then _leave) or its heartbeat stops
+        # (then a dispatcher deletes its queue and takes its URLs back: routing.HostRouter.
+        # refresh, repair.Repair.reclaim). Not here: a full Redis refuses the join, and an
+        # exception in a bootstep is the worker's end.
         beat_from_the_start()  # before the consumer takes tasks (threads, gevent, solo pools)
-        self.dispatcher = Dispatcher(
-            context,
-            settings(),
-            broker=BrokerView(settings(), app.connection_for_read),
-            joins=bool(app.conf.get("crawler_direct_queue")),
-        )
+        view = BrokerView(settings(), app.connection_for_read)
+        joins = bool(app.conf.get("crawler_direct_queue"))
+        self.dispatcher = Dispatcher(context, settings(), broker=view, joins=joins)
+        self.departure = Departure(view, process_tag()) if joins else None
         self.dispatcher.start()
+
+    def close(self, worker: Any) -> None:
+        """The worker's stop begins (before its pool drains): no new hosts for this process
+        (if it joined the holders: a stop before its dispatcher's first round has none)."""
+        if self.departure is not None and self.dispatcher and self.dispatcher.router.joined:
+            self._leaving("leaving the fetch processes", self.departure.begin)
 
     def stop(self, worker: Any) -> None:
         if self.dispatcher is not None:
             self.dispatcher.stop()
 
+    def leave(self) -> None:
+        """The pool has drained (worker_shutdown): this process's queue back, and it leaves."""
+        if self.departure is not None:
+            self._leaving("handing back this process's queue", self.departure.end)
+            self.departure = None
+
+    @staticmethod
+    def _leaving(what: str, call: Callable[[Context], Any]) -> None:
+        # Redis away: this process is taken for dead once it has exited, as a killed one is.
+        try:
+            call(context())
+        except Exception as exc:  # a stop must go on
+            log.warning("%s failed (it will be taken for dead instead): %r", what, exc)
+
     # A cold shutdown calls terminate, not stop (bootsteps). In a worker process it ends the
     # process anyway; an embedded worker (celery.contrib.testing, tests' ``celery_worker``)
     # leaves a dispatcher thread running in the process after its worker has gone.
     terminate = stop
+
+
+@worker_shutdown.connect
+def _leave(sender: Any = None, **_: Any) -> None:
+    """After a warm shutdown's pool has drained (Celery sends it after every bootstep has
+    stopped): see :meth:`DispatcherStep.leave`."""
+    for step in getattr(sender, "steps", None) or ():
+        if isinstance(step, DispatcherStep):
+            step.leave()
 
 
 app.steps["worker"].add(DispatcherStep)
