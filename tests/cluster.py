@@ -18,13 +18,15 @@ import redis
 from crawler_tasks.surface.embedded import redis_binary
 
 
-def _free_pair() -> int:
-    """A port P such that P and P + 10000 (the cluster bus) are both free."""
+def _free_pair(taken: frozenset[int] = frozenset()) -> int:
+    """A port P such that P and P + 10000 (the cluster bus) are both free, and not one of
+    ``taken`` (the ports chosen for the cluster's other nodes: they are bound only when the
+    nodes start, so the kernel may hand out the same free port twice)."""
     for _ in range(200):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = int(s.getsockname()[1])
-        if port + 10000 > 65535:
+        if port + 10000 > 65535 or {port, port + 10000, port - 10000} & taken:
             continue
         with socket.socket() as s:
             try:
@@ -36,9 +38,9 @@ def _free_pair() -> int:
 
 
 class Node:
-    def __init__(self, root: Path, fsync: str = "always") -> None:
+    def __init__(self, root: Path, fsync: str = "always", taken: frozenset[int] = frozenset()):
         self.fsync = fsync
-        self.port = _free_pair()
+        self.port = _free_pair(taken)
         self.dir = root / str(self.port)
         self.dir.mkdir()
         self.proc: subprocess.Popen[bytes] | None = None
@@ -91,7 +93,10 @@ class Cluster:
             raise RuntimeError("redis-cli is not on PATH (it creates the test cluster)")
         self._tmp = tempfile.TemporaryDirectory(prefix="crawler-cluster-")
         root = Path(self._tmp.name)
-        self.nodes = [Node(root, fsync) for _ in range(masters * (1 + replicas))]
+        self.nodes: list[Node] = []
+        for _ in range(masters * (1 + replicas)):
+            taken = frozenset(n.port for n in self.nodes)
+            self.nodes.append(Node(root, fsync, taken))
         self.replicas = replicas
         for node in self.nodes:
             node.start()

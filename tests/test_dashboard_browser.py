@@ -26,6 +26,11 @@ playwright = pytest.importorskip("playwright.sync_api")
 CHROMIUM = "/usr/bin/chromium"
 VIEWPORT = {"width": 1400, "height": 900}
 
+#: How long a page may take to show a change (ms): the dashboard polls every few seconds, and
+#: on a loaded machine (a second test run beside this one) the crawl, the server and Chromium
+#: all wait for the CPU: 5 s was not enough there. A hang guard, not a speed check.
+UI_WAIT = 30_000
+
 
 @pytest.fixture
 def browser() -> Iterator:  # type: ignore[type-arg]
@@ -69,12 +74,12 @@ def test_pages_in_a_browser_over_a_running_crawl(settings, celery_worker, browse
             # The crawls page lists it, live.
             page.goto(base + "/")
             row = page.locator(f'tr[data-crawl="{crawl.id}"]')
-            row.wait_for(timeout=10_000)
+            row.wait_for(timeout=UI_WAIT)
             assert crawl.id in row.inner_text() and "running" in row.inner_text()
 
             # The crawl page: its figures move while the crawl runs.
             page.goto(f"{base}/crawls/{crawl.id}")
-            page.locator("#hosts tbody tr").first.wait_for(timeout=10_000)
+            page.locator("#hosts tbody tr").first.wait_for(timeout=UI_WAIT)
             # The figures come with their own request, which may answer after the host table's.
             done = page.locator('[data-figure="done"]').first
             wait_until(lambda: done.inner_text().strip() != "", timeout=10)
@@ -83,7 +88,7 @@ def test_pages_in_a_browser_over_a_running_crawl(settings, celery_worker, browse
 
             # Pause, resume: the page says so, the crawl does so.
             page.click('button[data-action="pause"]')
-            page.locator("#status", has_text="paused").wait_for(timeout=5000)
+            page.locator("#status", has_text="paused").wait_for(timeout=UI_WAIT)
             assert crawl.store.lifecycle.read().paused
             # During the crawl (paused: once its last fetches are in, nothing moves), the
             # page's figures are status --json's.
@@ -95,7 +100,7 @@ def test_pages_in_a_browser_over_a_running_crawl(settings, celery_worker, browse
                 shown = page.locator(f'#counters tr[data-key="{name}"] td').nth(1).inner_text()
                 assert int(shown.replace(",", "")) == during[name], name
             page.click('button[data-action="resume"]')
-            page.locator("#status", has_text="running").wait_for(timeout=5000)
+            page.locator("#status", has_text="running").wait_for(timeout=UI_WAIT)
 
             # A forged POST (no XSRF token) from the page's own origin is refused.
             forged = page.evaluate(
@@ -108,7 +113,7 @@ def test_pages_in_a_browser_over_a_running_crawl(settings, celery_worker, browse
             assert errors and "403" in errors.pop(), errors
 
             crawl.wait(timeout=90)
-            page.locator("#status", has_text="finished").wait_for(timeout=10_000)
+            page.locator("#status", has_text="finished").wait_for(timeout=UI_WAIT)
             page.wait_for_timeout(2500)  # one more poll after the end
             status = _status_json(settings, crawl.id)
             for name in ("done", "admitted", "outstanding", "pages_per_s"):
@@ -156,7 +161,7 @@ def test_pages_in_a_browser_over_a_running_crawl(settings, celery_worker, browse
             page.fill("#rate-host", host)
             page.fill("#rate-value", "3")
             page.click("#rate-form button[type=submit]")
-            page.locator("#control-result", has_text="rate: done").wait_for(timeout=5000)
+            page.locator("#control-result", has_text="rate: done").wait_for(timeout=UI_WAIT)
             # This crawl's rate for the host (not the cluster-wide set-rate), in its table.
             assert crawl.client.hget(crawl.ck.host_rates, host) == b"3.0"
             assert crawl.client.hget(crawl.store.r.keys.rates, host) is None
@@ -175,11 +180,11 @@ def test_pages_in_a_browser_over_a_running_crawl(settings, celery_worker, browse
             error_row = page.locator("#errors tbody tr").first
             assert re.search(r"http://127\.0\.0\.37:\d+/broken/1", error_row.inner_text())
             page.click('button[data-action="retry_failed"]')
-            page.locator("#control-result", has_text="retry_failed: done").wait_for(timeout=5000)
+            page.locator("#control-result", has_text="retry_failed: done").wait_for(timeout=UI_WAIT)
             crawl.wait(timeout=60)
             if shots:
                 page.goto(base + "/")
-                row.wait_for(timeout=10_000)
+                row.wait_for(timeout=UI_WAIT)
                 page.screenshot(path=str(Path(shots) / "dashboard-crawls.png"))
             unauthenticated = browser.new_context().request.get(f"{base}/api/crawls")
             assert unauthenticated.status == 401
@@ -209,7 +214,7 @@ def test_cancel_asks_first(settings, browser):
 
         page.on("dialog", answer)
         page.goto(f"{base}/crawls/{crawl.id}")
-        page.locator("#status", has_text="running").wait_for(timeout=10_000)
+        page.locator("#status", has_text="running").wait_for(timeout=UI_WAIT)
         assert page.locator('button[data-action="resume"]').is_disabled()
         page.click('button[data-action="cancel"]')
         page.wait_for_timeout(500)
@@ -231,13 +236,13 @@ def test_cancel_from_the_crawl_page(settings, celery_worker, browser):
             page = ctx.new_page()
             errors = _console_errors(page)
             page.goto(f"{base}/crawls/{crawl.id}")
-            page.locator("#status", has_text="running").wait_for(timeout=10_000)
+            page.locator("#status", has_text="running").wait_for(timeout=UI_WAIT)
             page.once("dialog", lambda dialog: dialog.accept())  # "Cancel crawl ...?"
             page.click('button[data-action="cancel"]')
-            page.locator("#control-result", has_text="cancel: done").wait_for(timeout=5000)
+            page.locator("#control-result", has_text="cancel: done").wait_for(timeout=UI_WAIT)
             summary = crawl.wait(timeout=30)
-            page.locator("#status", has_text="cancelled").wait_for(timeout=10_000)
-            page.locator('#actions li[data-action="cancel"]').wait_for(timeout=5000)
+            page.locator("#status", has_text="cancelled").wait_for(timeout=UI_WAIT)
+            page.locator('#actions li[data-action="cancel"]').wait_for(timeout=UI_WAIT)
             assert errors == []
             ctx.close()
     assert summary["status"] == "cancelled" and summary["counters"]["done"] < 40

@@ -176,17 +176,18 @@ class Affinity(NamedTuple):
 
 
 def affine(client: redis.Redis, keys: Keys, dead_after: float) -> Affinity:
-    """Who of ``keys.fetchers`` is live, leaving or dead (on Redis's clock). Two round trips;
-    the dispatcher asks once a second."""
+    """Who of ``keys.fetchers`` is live, leaving or dead (on Redis's clock). Three round
+    trips; the dispatcher asks once a second."""
+    # No TIME in the pipeline: a Redis Cluster's pipelines refuse it (every cluster test's
+    # dispatcher failed each tick); redis_now asks a node of the cluster alone.
     pipe = client.pipeline(transaction=False)
     pipe.smembers(keys.fetchers)
     pipe.smembers(keys.leaving)
-    pipe.time()
-    found, gone, (sec, usec) = pipe.execute()
+    found, gone = pipe.execute()
     members = sorted(m.decode() for m in found)
     if not members:
         return Affinity([], [], [])
-    now, leaving = float(sec) + usec / 1e6, {m.decode() for m in gone}
+    now, leaving = redis_now(client), {m.decode() for m in gone}
     beat = client.hmget(keys.workers, members)
     fresh = [m for m, t in zip(members, beat, strict=True) if t and float(t) >= now - dead_after]
     return Affinity(

@@ -299,11 +299,13 @@ def metrics(broker: str | None, port: int | None, address: str) -> None:
 
     settings, client = connect(broker)
     port = settings.metrics_port if port is None else port
+    # Registered first: a scrape that came between the server's start and the registration
+    # got only the process metrics, no crawl's (seen on a loaded machine).
+    REGISTRY.register(CrawlCollector(client, settings))
     try:
         start_http_server(port, addr=address)
     except OSError as exc:
         raise Fail(f"cannot serve metrics on {address}:{port}: {exc.strerror or exc}") from None
-    REGISTRY.register(CrawlCollector(client, settings))
     click.echo(f"metrics on http://{address}:{port}/metrics", err=True)
     with contextlib.suppress(KeyboardInterrupt):
         while True:
