@@ -25,7 +25,7 @@ from crawler_tasks.surface.embedded import free_port
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 sys.path.insert(0, str(BENCH))
 from _broad_server import address  # noqa: E402 - bench/ is not a package
-from _wire import Wire, unavailable  # noqa: E402
+from _wire import Wire, lag, unavailable  # noqa: E402
 
 #: Seconds a kernel arrival stamp may be off the send gate's pace: the stamps are exact, the
 #: gate paces by Redis's clock; GCRA sends 1 s apart must not count as 3 in 1 s.
@@ -100,6 +100,14 @@ class BroadWeb:
             )
             out.append((t, hosts.get(dst, -1), kind, path))
         return out, drops
+
+    def stamp_lag(self, requests: list[tuple[float, int, str, str]]) -> dict[str, float]:
+        """How late the server stamped ``requests`` after the kernel (ms: p50, p99, max)."""
+        stamps: dict[tuple[str, str], list[float]] = defaultdict(list)
+        for t, host, _kind, path in requests:
+            stamps[(address(host), path)].append(t)
+        captured = self._captured[0] if self._captured else self.wire.snapshot()  # type: ignore[union-attr]
+        return lag(captured, stamps)
 
     def close(self) -> None:
         if self.wire is not None:

@@ -140,6 +140,7 @@ def assert_paced(web) -> list[tuple[float, int, str, str]]:  # type: ignore[no-u
         return requests
     arrivals, drops = web.arrivals()
     print(pace_line(arrivals, "kernel stamps") + f"; {drops} packets dropped")
+    print(f"server stamps behind the kernel's: {web.stamp_lag(requests)}")
     assert drops == 0, f"the capture dropped {drops} packets: no judge"
     assert len(arrivals) >= len(requests), (len(arrivals), len(requests))  # it saw them all
     bad = impolite_hosts(arrivals, RATE, BURST, WIRE_TOLERANCE)
