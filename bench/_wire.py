@@ -46,16 +46,16 @@ def _filter(port: int) -> bytes:
     ad_pkttype = (-0x1000 + 4) & 0xFFFFFFFF  # SKF_AD_OFF + SKF_AD_PKTTYPE
     prog = [
         (0x20, 0, 0, ad_pkttype),  # ld pkttype
-        (0x15, 7, 0, PACKET_OUTGOING),  # jeq outgoing -> drop
+        (0x15, 8, 0, PACKET_OUTGOING),  # 1: jeq outgoing -> drop
         (0x30, 0, 0, 9),  # ldb [9]: protocol
-        (0x15, 0, 5, 6),  # jne tcp -> drop
+        (0x15, 0, 6, 6),  # 3: jne tcp -> drop
         (0x28, 0, 0, 6),  # ldh [6]: flags + fragment offset
-        (0x45, 3, 0, 0x1FFF),  # jset offset -> drop
+        (0x45, 4, 0, 0x1FFF),  # 5: jset offset -> drop
         (0xB1, 0, 0, 0),  # ldx 4 * ([0] & 0xf): the IP header's length
         (0x48, 0, 0, 2),  # ldh [x + 2]: destination port
-        (0x15, 0, 1, port),  # jne port -> drop
-        (0x06, 0, 0, SNAP),  # ret SNAP
-        (0x06, 0, 0, 0),  # ret 0
+        (0x15, 0, 1, port),  # 8: jne port -> drop
+        (0x06, 0, 0, SNAP),  # 9: ret SNAP
+        (0x06, 0, 0, 0),  # 10: ret 0 (drop; jumps count from the next)
     ]
     return b"".join(struct.pack("HBBI", *ins) for ins in prog)
 
@@ -99,6 +99,8 @@ def unavailable() -> str | None:
 def request_of(packet: bytes) -> tuple[str, int, int, str] | None:
     """(destination address, source port, sequence number, request line) when ``packet``
     (an IPv4 packet) carries the start of an HTTP request, else None."""
+    if len(packet) < 40 or packet[0] >> 4 != 4 or packet[9] != 6:  # IPv4 TCP only
+        return None
     ihl = (packet[0] & 0x0F) * 4
     sport, _dport, seq = struct.unpack_from("!HHI", packet, ihl)
     payload = packet[ihl + (packet[ihl + 12] >> 4) * 4 :]
