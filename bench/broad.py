@@ -38,6 +38,14 @@ process, CPU ms per page, and Redis commands per page (``INFO commandstats`` res
 crawl, so broker traffic is included), the busiest commands listed, and pages per Celery
 message (pages / LPUSH calls: how many URLs a fetch message carried on average).
 
+The pace is judged twice in polite mode (issue 31), with a tolerance of 0.02 s: by the
+server's stamps (``server_over``: hosts over rate + 1 requests in a 1-s window;
+``server_early``: requests early for the send gate's GCRA, ``server_earliest`` in s), taken
+by its event loop, which a loaded machine starves; and by kernel arrival stamps on ``lo``
+(``wire_*``, ``_wire.py``: exact however starved any process is; needs root or CAP_NET_RAW,
+plain HTTP only; ``wire`` says why it was skipped, ``wire_drops`` must be 0). ``--hogs N``
+runs N CPU busy loops beside our workers while our crawl runs: the overloaded polite crawl.
+
 A layout is ``POOL:CONCURRENCYxFETCH_PROCESSES:PARSE_PROCESSES``, e.g. ``threads:256x2:2``.
 The per-process in-flight peak (``inflight_peak`` over fetch processes) is what latency hiding
 can reach: with slow hosts (``--latency 2,3``) it shows whether a pool keeps its requests
@@ -62,6 +70,7 @@ from pathlib import Path
 from typing import Any
 
 import _util
+import _wire
 import psutil
 import redis
 from _broad_server import address
@@ -74,6 +83,22 @@ from crawler_tasks.surface.embedded import free_port, local_workers, private_red
 
 HERE = Path(__file__).resolve().parent
 MODES = {"polite": (1.0, 1), "fast": (math.inf, None)}
+#: Seconds a stamp may be off for the ``server_*`` and ``wire_*`` judges: kernel stamps are
+#: exact, but the send gate paces by Redis's clock and GCRA sends exactly 1 s apart must not
+#: count as 3 in a 1-s window.
+WIRE_TOLERANCE = 0.02
+
+
+@contextlib.contextmanager
+def cpu_hogs(n: int) -> Iterator[None]:
+    """``n`` busy loops at normal priority while our crawl runs (``--hogs``: overload)."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    try:
+        yield
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait(5)
 
 
 class Web:
@@ -87,6 +112,11 @@ class Web:
         self.scheme = "https" if https else "http"
         #: The private CA's file (--https), for our crawler's CRAWLER_CA_BUNDLE.
         self.ca: str | None = None
+        #: Kernel arrival stamps (_wire.py) judge the pace too, unless this says why not.
+        self.wire_off = (
+            "not with --https (requests are encrypted)" if https else _wire.unavailable()
+        )
+        self.wire: _wire.Wire | None = None
         extra = ["--real-sizes"] if getattr(args, "real_sizes", False) else []
         if https:
             certs = Path(tmp) / "certs"
@@ -107,7 +137,12 @@ class Web:
         return [f"{self.scheme}://{address(i)}:{self.port}/" for i in range(self.hosts)]
 
     def mark(self) -> int:
+        """Where the crawl's lines begin in the server's log; starts the kernel capture."""
         time.sleep(0.3)  # the server flushes every 0.2 s
+        if self.wire is not None:
+            self.wire.close()  # a run not judged by rate (fast mode)
+        if self.wire_off is None:
+            self.wire = _wire.Wire(self.port)
         return self.log.stat().st_size
 
     def cpu(self) -> float:
@@ -120,6 +155,7 @@ class Web:
             f.seek(start)
             lines = f.read().decode().splitlines()
         per_host: dict[int, list[float]] = defaultdict(list)
+        stamps: dict[tuple[str, str], list[float]] = defaultdict(list)  # (address, path)
         kinds: Counter[str] = Counter()
         pages: Counter[tuple[int, str]] = Counter()
         inflight: list[tuple[float, int]] = []
@@ -136,6 +172,7 @@ class Web:
             kinds[kind] += 1
             sent += int(size)
             per_host[int(host)].append(float(t))
+            stamps[(address(int(host)), path)].append(float(t))
             if kind == "page":
                 pages[(int(host), "/" if path == "/" else path)] += 1
         times = sorted(t for ts in per_host.values() for t in ts)
@@ -173,9 +210,37 @@ class Web:
             out["hosts_over"] = sum(
                 _max_in_window(sorted(ts), 1.0) > rate + 1 for ts in per_host.values()
             )
+            out.update(self.judges(per_host, stamps, rate))
+        return out
+
+    def judges(
+        self,
+        server: dict[int, list[float]],
+        stamps: dict[tuple[str, str], list[float]],
+        rate: float,
+    ) -> dict[str, Any]:
+        """Issue 31's pace judged twice, without tolerance: by the server's stamps (its event
+        loop can be starved and stamp late) and by the kernel's (``_wire.py``), both with
+        :data:`WIRE_TOLERANCE`: hosts over
+        rate + 1 in a window of 1 s less the tolerance, requests early for the GCRA beyond it,
+        and the earliest (s, tolerance included)."""
+        tol = WIRE_TOLERANCE
+        by_server = _wire.pace({h: sorted(ts) for h, ts in server.items()}, rate, 1, tol)
+        out = {f"server_{k}": v for k, v in by_server.items() if k != "max_1s"}
+        if self.wire is None:
+            out["wire"] = f"skipped: {self.wire_off}"
+            return out
+        arrivals, drops, self.wire = self.wire.close(), self.wire.drops, None
+        hosts = {address(i): i for i in range(self.hosts)}
+        by_wire = _wire.pace(_wire.per_host(arrivals, hosts), rate, 1, tol)
+        out.update({f"wire_{k}": v for k, v in by_wire.items()})
+        out["wire_requests"], out["wire_drops"] = len(arrivals), drops
+        out.update(_wire.lag(arrivals, stamps))
         return out
 
     def close(self) -> None:
+        if self.wire is not None:
+            self.wire.close()
         self.proc.terminate()
         try:
             self.proc.wait(10)
@@ -245,7 +310,7 @@ def run_ours(args: Any, web: Web, mode: str, layout: str, state: str = "one") ->
             for n in nodes:
                 n.config_resetstat()
             t1 = time.monotonic()
-            with _util.RssSampler(roots, interval=0.5) as rss:
+            with _util.RssSampler(roots, interval=0.5) as rss, cpu_hogs(args.hogs):
                 crawl = start_crawl(
                     web.seeds(),
                     settings=settings,
@@ -398,6 +463,18 @@ COLUMNS = [
     "bound",
     "max_1s",
     "hosts_over",
+    "server_over",
+    "server_early",
+    "server_earliest",
+    "wire_over",
+    "wire_early",
+    "wire_earliest",
+    "wire_max_1s",
+    "wire_drops",
+    "stamp_lag_p50_ms",
+    "stamp_lag_p99_ms",
+    "stamp_lag_max_ms",
+    "wire",
     "inflight_mean",
     "inflight_peak",
     "pages",
@@ -456,6 +533,9 @@ def main() -> int:
     p.add_argument("--keep", help="existing directory for the server's and workers' logs")
     p.add_argument("--https", action="store_true", help="HTTPS only, a private CA")
     p.add_argument("--real-sizes", action="store_true", help="the web's page sizes, gzip")
+    p.add_argument(
+        "--hogs", type=int, default=0, help="CPU busy loops beside our workers (overload)"
+    )
     args = p.parse_args()
     args.worker_env = dict(kv.split("=", 1) for kv in args.worker_env)
     args.latency = read_latency(p, args.latency)
@@ -515,7 +595,9 @@ def main() -> int:
         ),
     ]
     _util.emit(args, {"web": web_info, "runs": rows}, tables)
-    ok = all(r.get("missing") == 0 and not r.get("hosts_over") for r in rows)
+    ok = all(
+        r.get("missing") == 0 and not r.get("hosts_over") and not r.get("wire_over") for r in rows
+    )
     return 0 if ok else 1
 
 
