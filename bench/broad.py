@@ -310,7 +310,9 @@ def run_ours(args: Any, web: Web, mode: str, layout: str, state: str = "one") ->
             for n in nodes:
                 n.config_resetstat()
             t1 = time.monotonic()
-            with _util.RssSampler(roots, interval=0.5) as rss, cpu_hogs(args.hogs):
+            # scaling.py and dashboard.py call this with arguments of their own, without --hogs.
+            hogs = getattr(args, "hogs", 0)
+            with _util.RssSampler(roots, interval=0.5) as rss, cpu_hogs(hogs):
                 crawl = start_crawl(
                     web.seeds(),
                     settings=settings,

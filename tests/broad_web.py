@@ -25,7 +25,7 @@ from crawler_tasks.surface.embedded import free_port
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 sys.path.insert(0, str(BENCH))
 from _broad_server import address  # noqa: E402 - bench/ is not a package
-from _wire import Wire, lag, unavailable  # noqa: E402
+from _wire import Wire, early, lag, unavailable  # noqa: E402
 
 #: Seconds a kernel arrival stamp may be off the send gate's pace: the stamps are exact, the
 #: gate paces by Redis's clock; GCRA sends 1 s apart must not count as 3 in 1 s.
@@ -156,13 +156,8 @@ def early_sends(
 ) -> list[float]:
     """How early (s) each request of a host arrived that a GCRA of ``interval`` and
     ``burst`` (what the send gate promises, gate_lib.lua) would not have let go, beyond
-    :data:`STAMP_TOLERANCE`. ``times`` sorted."""
-    slack, out, tat = burst * interval, [], None
-    for t in times:
-        if tat is not None and t < tat - slack - tolerance:
-            out.append(round(tat - slack - t, 3))
-        tat = t + interval if tat is None else max(tat, t) + interval
-    return out
+    :data:`STAMP_TOLERANCE` (the kernel judge's rule, bench/_wire.py, on server stamps)."""
+    return early(times, interval, burst, tolerance)
 
 
 def impolite_hosts(

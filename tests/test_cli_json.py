@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import click
 from sitegen import SiteServer
+from test_cli_errors import run
 
 from crawler_tasks import start_crawl
 from crawler_tasks.surface.cli import main
@@ -22,16 +20,6 @@ from crawler_tasks.surface.commands import COMMANDS
 
 #: Commands that serve until interrupted and print no result: no --json.
 SERVERS = {"metrics", "dashboard"}
-
-
-def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "crawler_tasks.surface.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=dict(os.environ),
-    )
 
 
 def strict(text: str) -> Any:
