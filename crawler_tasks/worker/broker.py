@@ -62,6 +62,12 @@ _PERMANENT = getattr(kombu_redis.Channel, "keyprefix_binding_permanent", None)
 _PRIORITIES = kombu_redis.Channel.priority_steps
 _EXCHANGES = (*QUEUES, RENDER_QUEUE, "celery")
 
+
+def _lists(queue: str) -> list[str]:
+    """The Redis lists of ``queue``, one per priority step, as kombu names them."""
+    return [_SEP.join([queue, str(p)]) if p else queue for p in _PRIORITIES]
+
+
 log = logging.getLogger(__name__)
 _unrecorded = Throttled(log, "recording a delivered message (Redis is full)", every=30.0)
 _unrestored = Throttled(log, "restoring unacknowledged messages (Redis is full)", every=60.0)
@@ -220,7 +226,7 @@ class BrokerView:
         for key in sets:
             pipe.smembers(key)
         found = pipe.execute()
-        pipe.delete(*(_SEP.join([queue, str(p)]) if p else queue for p in _PRIORITIES))
+        pipe.delete(*_lists(queue))
         pipe.delete(_BINDINGS % queue)  # its own exchange's (the worker declared the queue so)
         if _PERMANENT:
             pipe.delete(_PERMANENT % queue)
@@ -237,8 +243,7 @@ class BrokerView:
         broker = self.client(state)
         if broker is None:
             return []
-        queue = direct_queue(worker)
-        lists = [_SEP.join([queue, str(p)]) if p else queue for p in _PRIORITIES]
+        lists = _lists(direct_queue(worker))
         pipe = broker.pipeline(transaction=True)
         for name in lists:
             pipe.lrange(name, 0, -1)
@@ -276,14 +281,13 @@ class BrokerView:
         if self._lists is None:
             self._lists = redis.Redis.from_url(self.settings.broker_url)
         pipe = self._lists.pipeline(transaction=False)
-        steps = kombu_redis.PRIORITY_STEPS
         for queues in stages.values():
             for queue in queues:
-                for pri in steps:
-                    pipe.llen(f"{queue}{Channel.sep}{pri}" if pri else queue)
+                for name in _lists(queue):
+                    pipe.llen(name)
         lengths, at, idle = pipe.execute(), 0, set()
         for stage, queues in stages.items():
-            n = len(queues) * len(steps)
+            n = len(queues) * len(_PRIORITIES)
             if not any(lengths[at : at + n]):
                 idle.add(stage)
             at += n
