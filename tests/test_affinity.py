@@ -10,6 +10,8 @@ import os
 import signal
 import time
 from collections import Counter, defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -85,11 +87,10 @@ def test_a_hosts_pages_go_to_one_fetch_process(settings, redis_url, tmp_path):  
         assert share >= 0.7, (host, dict(files))
 
 
-@pytest.mark.allow_worker_errors(".*")
-def test_process_holding_hosts_killed(settings, redis_url, tmp_path):  # type: ignore[no-untyped-def]
-    """SIGKILL the fetch process holding hosts, not restarted, while its direct queue may hold
-    messages: after worker_dead_seconds its URLs go back to the frontier, its queue is
-    deleted, the other process takes its hosts; every page once, the counters exact."""
+@contextmanager
+def _mid_crawl(settings, redis_url: str, tmp_path: Path) -> Iterator[tuple]:  # type: ignore[no-untyped-def]
+    """Two fetch processes and a parse process crawling HOSTS, 40 pages done: (graph, the
+    cluster, seeds, crawl, fetch1's process tag)."""
     with (
         running_sites(HOSTS, 80, 5, cross_host_ratio=0.02, delay=0.03) as (graph, servers),
         cluster(redis_url, tmp_path) as c,
@@ -100,7 +101,16 @@ def test_process_holding_hosts_killed(settings, redis_url, tmp_path):  # type: i
         wait_until(lambda: len(fetchers(redis_url)) == 2, timeout=30)
         seeds, crawl = start(settings, servers)
         wait_until(lambda: crawl.progress()["done"] > 40, timeout=60)
-        victim = next(w for w in fetchers(redis_url) if w.endswith(f"-{c.procs['fetch1'].pid}"))
+        fetch1 = next(w for w in fetchers(redis_url) if w.endswith(f"-{c.procs['fetch1'].pid}"))
+        yield graph, c, seeds, crawl, fetch1
+
+
+@pytest.mark.allow_worker_errors(".*")
+def test_process_holding_hosts_killed(settings, redis_url, tmp_path):  # type: ignore[no-untyped-def]
+    """SIGKILL the fetch process holding hosts, not restarted, while its direct queue may hold
+    messages: after worker_dead_seconds its URLs go back to the frontier, its queue is
+    deleted, the other process takes its hosts; every page once, the counters exact."""
+    with _mid_crawl(settings, redis_url, tmp_path) as (graph, c, seeds, crawl, victim):
         client = redis.Redis.from_url(redis_url)
         os.killpg(c.procs["fetch1"].pid, signal.SIGKILL)
         c.procs["fetch1"].wait(10)
@@ -120,17 +130,7 @@ def test_process_holding_hosts_stopped(settings, redis_url, tmp_path):  # type: 
     it is sent no new hosts, finishes what it began, hands back what is still in its own
     queue and leaves the holders before it exits (worker/departure.py). Nothing is taken back
     and no retry spent, unlike a killed process's URLs; every page once."""
-    with (
-        running_sites(HOSTS, 80, 5, cross_host_ratio=0.02, delay=0.03) as (graph, servers),
-        cluster(redis_url, tmp_path) as c,
-    ):
-        c.start("fetch1", "fetch")
-        c.start("fetch2", "fetch")
-        c.start("parse", "parse")
-        wait_until(lambda: len(fetchers(redis_url)) == 2, timeout=30)
-        seeds, crawl = start(settings, servers)
-        wait_until(lambda: crawl.progress()["done"] > 40, timeout=60)
-        leaving = next(w for w in fetchers(redis_url) if w.endswith(f"-{c.procs['fetch1'].pid}"))
+    with _mid_crawl(settings, redis_url, tmp_path) as (graph, c, seeds, crawl, leaving):
         client = redis.Redis.from_url(redis_url)
         stop_together([c.procs["fetch1"]])
         assert leaving not in fetchers(redis_url), "left the holders before it exited"
