@@ -62,16 +62,23 @@ def dumps(value: Any, indent: int | None = None) -> str:
     """JSON every reader parses: an infinite rate is the string "inf" (JSON has no Infinity:
     json.dumps would write the bare word, which strict parsers refuse), anything else not
     JSON (a datetime) its text."""
-    return json.dumps(_finite(value), default=str, indent=indent)
+    return json.dumps(replace_non_finite(value, _inf_word), default=str, indent=indent)
 
 
-def _finite(value: Any) -> Any:
-    if isinstance(value, float) and math.isinf(value):
-        return "inf" if value > 0 else "-inf"
+def _inf_word(x: float) -> Any:
+    return "inf" if x > 0 else "-inf" if x < 0 else x
+
+
+def replace_non_finite(value: Any, replace: Callable[[float], Any]) -> Any:
+    """``value`` (dicts, lists and tuples walked) with each float that is not finite replaced
+    by ``replace(it)``: JSON has no Infinity or NaN. The CLI writes an unlimited rate as the
+    word users type ("inf"), the dashboard's API as null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return replace(value)
     if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
+        return {k: replace_non_finite(v, replace) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
+        return [replace_non_finite(v, replace) for v in value]
     return value
 
 

@@ -11,6 +11,8 @@ import json
 from importlib import resources
 from typing import Any
 
+from .cli_common import replace_non_finite
+
 #: Hosts a request may name when the dashboard runs without auth (DNS rebinding).
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
 
@@ -38,15 +40,5 @@ def static_dir() -> str:
 
 
 def dumps(value: Any) -> str:
-    """JSON as the API sends it: infinities (a host with no limit) as null."""
-    return json.dumps(_finite(value), default=str)
-
-
-def _finite(value: Any) -> Any:
-    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
+    """JSON as the API sends it: infinities (a host with no limit) and NaN as null."""
+    return json.dumps(replace_non_finite(value, lambda _: None), default=str)
