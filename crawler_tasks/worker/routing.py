@@ -98,14 +98,11 @@ class HostRouter:
         no queue is deleted: the others' beats may be late only because of the stall."""
         quiet = self._stall.quiet()
         live, leaving, dead = workers.affine(ctx.client, ctx.keys, self._dead_after)
-        if quiet:
-            self._holders, self._leaving = live, set(leaving)
-            self._direct = {w: n for w, n in self._direct.items() if w in live}
-            return
-        for worker in sorted(set(dead) | (set(self._holders) - set(live) - set(leaving))):
-            self._broker.delete_direct(ctx.client, worker)
-        for worker in dead:
-            workers.leave(ctx.client, ctx.keys, worker)
+        if not quiet:
+            for worker in sorted(set(dead) | (set(self._holders) - set(live) - set(leaving))):
+                self._broker.delete_direct(ctx.client, worker)
+            for worker in dead:
+                workers.leave(ctx.client, ctx.keys, worker)
         self._holders, self._leaving = live, set(leaving)
         self._direct = {w: n for w, n in self._direct.items() if w in live}
 
