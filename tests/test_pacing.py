@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from broad_web import STAMP_TOLERANCE
 from click.testing import CliRunner
 from conftest import wait_until
 from sitegen import Handler, SiteServer, rate_report
@@ -95,6 +96,10 @@ def test_hosts_on_one_address_share_its_rate(settings, workers):  # type: ignore
     report = rate_report(log)
     assert report["count"] == 12 * 5, report  # robots.txt + 4 pages per name
     assert report["max_in_window"] <= 3 + 1, report
+    # At the moment of sending (the address's send gate, gate_lib.lua), not only at release:
+    # two requests to the address never closer than 1/ip_rate, within the server's stamp
+    # tolerance (release-time pacing alone let queueing delays bring two within 3 ms).
+    assert report["min_interval"] >= 1 / 3 - STAMP_TOLERANCE, report
     grouped = [d for d in seen if d["address_group"] == SHARED]
     assert grouped, seen
     assert any("address group 127.0.0.9 (3/s" in w for w in grouped[0]["why"]), grouped[0]

@@ -2,11 +2,14 @@
 crawl of a host shares, on top of each crawl's own pace (its ``rate``, ``rates``, Crawl-delay
 and ``crawler set-rate``, which every crawl gets in full). A crawl's release.lua paces its own
 bucket; then :meth:`Ceilings.charge` takes the released URLs of a host with a ceiling through
-that host's shared bucket (ceiling.lua), and the URLs over it go back to their frontier."""
+that host's shared bucket (ceiling.lua), and the URLs over it go back to their frontier. At
+the moment of sending, :meth:`Ceilings.send_slot` spaces the requests of every crawl of the host
+(ceiling_gate.lua), whatever delayed them on the way."""
 
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 
 import redis
@@ -14,12 +17,13 @@ import redis
 from .keys import Keys
 from .scripts import Scripts
 
-#: Requests a host with a ceiling may get at once after being idle, across all crawls: none.
-#: The ceiling is charged at release, and requests start after a queueing delay that varies;
-#: without a burst, that drift costs at most one request over ``rate x W`` in a window.
+#: Requests a host with a ceiling may get at once after being idle, across all crawls: none
+#: (its send gate, ceiling_gate.lua, has none either: no two sends closer than 1/rate).
 CEILING_BURST = 0
 #: Seconds a ceiling's state outlives its last use.
 STATE_TTL = 3600
+#: Seconds a process trusts the ceilings it read (a new one applies within this).
+REREAD = 1.0
 
 
 @dataclass(frozen=True)
@@ -43,8 +47,27 @@ def read(client: redis.Redis, keys: Keys) -> dict[str, float]:
 
 
 class Ceilings:
+    """The ceilings of one process: read at most once every ``REREAD`` seconds (they change
+    rarely, by hand), charged at release (:meth:`charge`) and gated at send (:meth:`send_slot`)."""
+
     def __init__(self, client: redis.Redis, keys: Keys, scripts: Scripts) -> None:
         self.client, self.keys, self.scripts = client, keys, scripts
+        self._rates: dict[str, float] = {}
+        self._read = -math.inf
+
+    def rates(self) -> dict[str, float]:
+        """host -> ceiling (requests/s), as read at most ``REREAD`` seconds ago."""
+        now = time.monotonic()
+        if now - self._read >= REREAD:
+            self._rates, self._read = read(self.client, self.keys), now
+        return self._rates
+
+    def send_slot(self, host: str, rate: float, not_before: float) -> float:
+        """Seconds from now at which a request to ``host`` may be sent under its ceiling
+        (ceiling_gate.lua), no earlier than ``not_before`` (its crawl's own slot)."""
+        args = [1.0 / rate, max(0.0, not_before), STATE_TTL]
+        keys = [self.keys.ceiling_gate(host)]
+        return float(self.scripts.ceiling_gate(keys=keys, args=args, client=self.client))
 
     def charge(self, host: str, rate: float, released: int) -> Charged:
         args = [1.0 / rate, CEILING_BURST, released, STATE_TTL]

@@ -26,6 +26,7 @@ any key a crawl writes that this table does not describe, or whose type differs:
     P:rates                  hash   cluster-wide rates set with `crawler set-rate`
     P:ceilings               hash   host -> requests/s all crawls share (`crawler set-ceiling`)
     P:ceil:D                 string GCRA state (tat) of host D's shared ceiling (ceiling.lua)
+    P:ceilg:D                string next send slot of host D's shared ceiling (ceiling_gate.lua)
     P:workers                hash   worker process id -> last heartbeat (unix seconds)
     P:fetchers               set    fetch worker processes with a direct queue (host affinity)
     P:leaving                set    those of them in a warm shutdown: routed nothing new, their
@@ -74,12 +75,14 @@ any key a crawl writes that this table does not describe, or whose type differs:
     P:{C/N}:q:D              list   pending frontier entries of one domain (formats.entry)
     P:{C/N}:ready            zset   domains with pending work, scored by when they may go next
     P:{C/N}:dom:D            hash   politeness state of a domain: tat, slow, not_before, delay,
-                                    iv (interval of the last release), own (owner's rate),
+                                    iv, sl (interval and burst slack of the last release),
+                                    sg (its send gate, gate_lib.lua), own (owner's rate),
                                     fails, down_since, dead (circuit breaker, done.lua),
                                     ip, ip_until, ipx (its server address, state/pacing.py),
                                     at, lat, piv (AutoThrottle's delay, latency, floor)
     P:{C/N}:lease:D          zset   in-flight lease tokens of a domain, scored by expiry
-    P:{C/N}:ip:A             hash   tat of server address A's bucket (``ip_rate``, release.lua)
+    P:{C/N}:ip:A             hash   server address A's bucket: tat (``ip_rate``, release.lua),
+                                    iv, sg (its send gate, gate_lib.lua)
     P:{C/N}:ipl:A            zset   URLs in flight to address A by expiry (``ip_concurrency``)
     P:{C/N}:ipw:A            set    domains waiting for a lease of address A (done.lua wakes them)
     P:{C/N}:inflight         hash   url -> formats.Inflight, every released, unfinished URL
@@ -143,6 +146,9 @@ class Keys:
 
     def ceiling(self, host: str) -> str:
         return f"{self.prefix}:ceil:{host}"
+
+    def ceiling_gate(self, host: str) -> str:
+        return f"{self.prefix}:ceilg:{host}"
 
     def schedule_validators(self, name: str) -> str:
         return f"{self.prefix}:sched:{name}:validators"

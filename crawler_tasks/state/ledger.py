@@ -46,9 +46,9 @@ class Ledger:
             keys = [pk.inflight, pk.unwritten]
             if stage == "s":  # and: 3 the crawl is cancelled, 4 the URL's host is dead
                 keys.append(pk.flow)
-            prefix = pk.domain_prefix if stage == "s" else ""
+            prefixes = [pk.domain_prefix, pk.address_prefix] if stage == "s" else ["", ""]
             got = self.scripts.start(
-                keys=keys, args=[stage, worker, prefix, *some], client=self.client
+                keys=keys, args=[stage, worker, *prefixes, *some], client=self.client
             )
             at = time.monotonic()  # when the reply came: the waits count from it
             codes = got[: len(some)]
@@ -63,9 +63,16 @@ class Ledger:
         still this worker's fetch. Seconds to wait before sending; -1: no longer ours."""
         pk = self.ck.for_domain(domain)
         inflight = self.ck.for_url(url).inflight if url else pk.inflight
-        args = [url, f"s:{worker}" if url else ""]
+        args = [url, f"s:{worker}" if url else "", pk.address_prefix]
         keys = [pk.domain(domain), inflight]
         return float(self.scripts.gate(keys=keys, args=args, client=self.client))
+
+    def push_send_slot(self, domain: str, seconds: float) -> None:
+        """``domain``'s send gate (and its address's) count on from ``seconds`` from now: a
+        request of it went later than its slot (its host's ceiling held it back)."""
+        pk = self.ck.for_domain(domain)
+        args = ["", "", pk.address_prefix, seconds]
+        self.scripts.gate(keys=[pk.domain(domain), pk.inflight], args=args, client=self.client)
 
     def entry(self, url: str) -> tuple[formats.Inflight, str] | None:
         """``url``'s in-flight entry and its raw value (for :meth:`reclaim`); None if it is

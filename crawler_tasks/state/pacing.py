@@ -7,7 +7,9 @@ host's state hash with an expiry (``ip``, ``ip_until``: ADDRESS_TTL, on Redis's 
 every process agrees; a host whose address is unknown or expired is resolved by the
 dispatcher (worker/addresses.py) before it is released, so even its first request counts
 against its address. release.lua then takes a token of the address's bucket and a lease of
-its leases with the host's, atomically.
+its leases with the host's, atomically; and the address has a send gate beside the host's
+(gate_lib.lua, in start.lua's round trip), so queueing delays after the release cannot bring
+two of its requests closer than its interval.
 
 Where the address's state lives: in the host's partition (``P:{C/N}:ip:A``, ``ipl:A``,
 ``ipw:A``), because a Lua call touches one hash slot. A crawl on one partition (any

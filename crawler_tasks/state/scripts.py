@@ -49,6 +49,7 @@ class Scripts:
         self.archive_reserve = client.register_script(source("archive_reserve"))
         self.archive_commit = client.register_script(source("archive_commit"))
         self.ceiling = client.register_script(source("ceiling"))
+        self.ceiling_gate = client.register_script(source("ceiling_gate"))
         self.reserve = client.register_script(source("reserve"))
         self.sample = client.register_script(source("sample"))
         self.action = client.register_script(source("action"))

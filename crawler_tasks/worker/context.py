@@ -21,6 +21,7 @@ import redis
 from ..settings import Settings
 from ..state import connection
 from ..state.bloom import KnownURLs
+from ..state.ceilings import Ceilings
 from ..state.options import CrawlOptions
 from ..state.robots_cache import RobotsCache
 from ..state.store import CrawlStore, Process, RedisHandle
@@ -109,6 +110,8 @@ class Context:
         self.hooks = Hooks()
         #: Hosts' server addresses, resolved for the dispatcher (ip_rate crawls).
         self.addresses = Resolver()
+        #: The hosts' shared ceilings (set-ceiling): charged at release, gated at send.
+        self.ceilings = Ceilings(self.client, self.keys, self.r.scripts)
         self._process = Process(settings.max_crawl_delay, settings.body_ttl)
         self._stores: OrderedDict[str, tuple[CrawlStore, CrawlRuntime]] = OrderedDict()
         self._robots: dict[RequestProfile, RobotsCache] = {}

@@ -59,7 +59,7 @@ def decide(ctx: Context, store: CrawlStore, url: str, depth: int, begun: Begun |
     if started is Started.HOST_DEAD:  # declared dead in this crawl: no request
         down = Final.failed(url, depth, HostDown(f"{domain} is down"))
         return Decision.record(down, LeaseEnd.REFUND)
-    slot = SendSlot(store, url, domain, ctx.worker_id, begun)
+    slot = SendSlot(store, url, domain, ctx.worker_id, begun, ctx.ceilings)
     if not slot.still_ours():  # held up so long that another process fetches it now
         return Decision(Next.DUPLICATE, lease=None)
     events.emit(ctx.client, store.ck, "request_started", store.id, url=url)

@@ -10,7 +10,6 @@ import math
 import time
 
 from ..settings import Settings
-from ..state import ceilings
 from ..state import store as stores
 from ..state.formats import LeaseEnd, Steering
 from ..state.frontier import CANCEL_DRAIN
@@ -35,7 +34,6 @@ class Rounds:
         self._router = router
         self._repair = repair
         self._rates, self._rates_read = "", -math.inf
-        self._ceilings: dict[str, float] = {}
         self._round = 0
         #: Whether the last round stopped at a release call's limit (more may be ready now).
         self.more = False
@@ -100,7 +98,7 @@ class Rounds:
         entries = release.entries
         if release.resolve:
             ctx.addresses.ask(store, release.resolve)  # worker/addresses.py
-        if self._ceilings:
+        if ctx.ceilings.rates():
             entries = self._within_ceilings(ctx, store, entries)
         tier = store.opts.tier
         routed = [(d, tier(depth, s.medium_max_depth), url, depth) for d, depth, url in entries]
@@ -111,12 +109,11 @@ class Rounds:
         return len(release.entries)
 
     def _cluster_rates(self, ctx: Context) -> str:
-        """`crawler set-rate` overrides and `crawler set-ceiling` ceilings, and the fetch
-        processes that hold hosts, read at most once a second (they change rarely)."""
+        """`crawler set-rate` overrides and the fetch processes that hold hosts, read at most
+        once a second (they change rarely; so do ceilings, which ctx.ceilings rereads)."""
         now = time.monotonic()
         if now - self._rates_read >= REFRESH_EVERY:
             self._rates, self._rates_read = cluster_rates(ctx.client, ctx.keys), now
-            self._ceilings = ceilings.read(ctx.client, ctx.keys)
             self._router.refresh(ctx)
         return self._rates
 
@@ -128,13 +125,13 @@ class Rounds:
         for entry in entries:
             by_domain.setdefault(entry[0], []).append(entry)
         kept: Released = []
-        shared = ceilings.Ceilings(ctx.client, ctx.keys, ctx.r.scripts)
+        rates = ctx.ceilings.rates()
         for domain, some in by_domain.items():
-            rate = self._ceilings.get(domain)
+            rate = rates.get(domain)
             if rate is None:
                 kept += some
                 continue
-            charged = shared.charge(domain, rate, len(some))
+            charged = ctx.ceilings.charge(domain, rate, len(some))
             kept += some[: charged.allowed]
             for _d, depth, url in some[charged.allowed :]:
                 store.politeness.lease(url, domain).release(LeaseEnd.REFUND)

@@ -6,13 +6,15 @@ start.lua gives the page its slot in the round trip that marks it begun, so the 
 costs no extra call. Two cases ask again (gate.lua, one round trip each, both rare): a second
 request of the same task (the page after its host's robots.txt), and a task held up past its
 slot by more than :data:`LATE` (a starved or frozen process), whose URL may meanwhile have
-been taken back and given to another process: then it is not sent at all.
+been taken back and given to another process: then it is not sent at all. A host with a
+shared ceiling (set-ceiling) has one more gate, common to every crawl (ceiling_gate.lua).
 """
 
 from __future__ import annotations
 
 import time
 
+from ..state.ceilings import Ceilings
 from ..state.formats import Begun
 from ..state.store import CrawlStore
 
@@ -22,12 +24,21 @@ from ..state.store import CrawlStore
 LATE = 1.0
 
 
+#: Seconds by which a ceiling must hold a request past its own slot for the host's gate to be
+#: moved on (below it, the gap is Redis's clock resolution, not a push).
+PUSHED = 0.001
+
+
 class SendSlot:
     """The send slots of one fetch task's host, used through ``Fetcher.gated(slot.wait)``."""
 
-    def __init__(self, store: CrawlStore, url: str, domain: str, worker: str, begun: Begun):
+    def __init__(
+        self, store: CrawlStore, url: str, domain: str, worker: str, begun: Begun,
+        ceilings: Ceilings,
+    ) -> None:  # fmt: skip
         self.store, self.url, self.domain, self.worker = store, url, domain, worker
         self._send_at: float | None = begun.send_at()
+        self._ceilings = ceilings
 
     def still_ours(self) -> bool:
         """Before anything is sent: False when the task was held up so long that its URL
@@ -47,6 +58,19 @@ class SendSlot:
         send_at, self._send_at = self._send_at, None
         if send_at is None or time.monotonic() - send_at > LATE:
             send_at = time.monotonic() + max(0.0, self.store.ledger.send_slot(self.domain))
-        delay = send_at - time.monotonic()
+        delay = self._under_ceiling(send_at - time.monotonic())
         if delay > 0:
             time.sleep(delay)
+
+    def _under_ceiling(self, delay: float) -> float:
+        """Seconds to wait before sending, ``delay`` or later when the host has a ceiling
+        that every crawl shares (set-ceiling: its own gate, one round trip, asked only for
+        such hosts). If the ceiling holds the request past its slot, the host's gate counts
+        on from the later moment, so the crawl's own interval holds after it too."""
+        rate = self._ceilings.rates().get(self.domain)
+        if rate is None:
+            return delay
+        later = self._ceilings.send_slot(self.domain, rate, delay)
+        if later > max(0.0, delay) + PUSHED:
+            self.store.ledger.push_send_slot(self.domain, later)
+        return later

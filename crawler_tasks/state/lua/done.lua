@@ -81,6 +81,11 @@ local function address_end(from, refund)
   local gtat = tonumber(redis.call('HGET', key, 'tat')) or now
   if refund then gtat = gtat - aiv else gtat = math.max(gtat, from + aiv) end
   redis.call('HSET', key, 'tat', string.format('%.6f', gtat))
+  -- The address's send gate follows the real send too (as the host's, below).
+  local asg = tonumber(redis.call('HGET', key, 'sg')) or 0
+  if not refund and from + aiv > asg then
+    redis.call('HSET', key, 'sg', string.format('%.6f', from + aiv))
+  end
 end
 
 if event == 'refund' then

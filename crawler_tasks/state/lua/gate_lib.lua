@@ -11,14 +11,44 @@
 -- moment the gate gives it. Each request takes the next free slot: one interval after the
 -- previous slot, or at once when the host has been quiet (burst slack as release.lua's), so
 -- the sends of a host are a GCRA sequence whatever happened on the way.
+-- The same holds per server address when the crawl groups hosts by address (ip_rate): the
+-- hosts of one address share one more gate, so that release.lua's address bucket, charged at
+-- release like the host's, cannot be bunched by the way either. A request goes at the later
+-- of its host's and its address's free slots, and both gates count from that moment.
 -- Fields of the domain's state hash: "sg" the gate's theoretical arrival time, "iv" the
--- interval and "sl" the burst slack release.lua used last (done.lua may lengthen "iv").
+-- interval and "sl" the burst slack release.lua used last (done.lua may lengthen "iv");
+-- "ip" and "ipx" its address and whether it is exempt (release.lua's grouping). Fields of the
+-- address's hash (aprefix .. ":" .. A): "sg" its gate, "iv" its interval, written by
+-- release.lua only while the crawl groups by address (no "iv": no address gate).
 -- Returns the seconds from now at which this request may be sent (>= 0), and takes the slot.
-local function take_send_slot(dom, now)
-  local g = redis.call('HMGET', dom, 'sg', 'iv', 'sl')
+local function take_send_slot(dom, now, aprefix)
+  local g = redis.call('HMGET', dom, 'sg', 'iv', 'sl', 'ip', 'ipx')
   local iv, slack = tonumber(g[2]) or 0, tonumber(g[3]) or 0
   local sg = tonumber(g[1]) or now
   local at = math.max(now, sg - slack)
+  local akey, aiv = nil, 0
+  if (aprefix or '') ~= '' and g[4] and g[4] ~= '?' and g[5] ~= '1' then
+    akey = aprefix .. ':' .. g[4]
+    local a = redis.call('HMGET', akey, 'sg', 'iv')
+    aiv = tonumber(a[2]) or 0
+    -- No burst at an address (release.lua's address bucket has none either).
+    if aiv > 0 then at = math.max(at, tonumber(a[1]) or now) end
+  end
   redis.call('HSET', dom, 'sg', string.format('%.6f', math.max(sg, at) + iv))
+  if aiv > 0 then redis.call('HSET', akey, 'sg', string.format('%.6f', at + aiv)) end
   return at - now
+end
+-- A request went later than the slot it took (a host's shared ceiling held it back:
+-- ceiling_gate.lua): its host's and its address's gates count from when it goes, ``at``.
+local function push_send_slot(dom, at, aprefix)
+  local g = redis.call('HMGET', dom, 'sg', 'iv', 'ip', 'ipx')
+  local sg = at + (tonumber(g[2]) or 0)
+  if sg > (tonumber(g[1]) or 0) then redis.call('HSET', dom, 'sg', string.format('%.6f', sg)) end
+  if (aprefix or '') == '' or not g[3] or g[3] == '?' or g[4] == '1' then return end
+  local akey = aprefix .. ':' .. g[3]
+  local a = redis.call('HMGET', akey, 'sg', 'iv')
+  local aiv = tonumber(a[2]) or 0
+  if aiv > 0 and at + aiv > (tonumber(a[1]) or 0) then
+    redis.call('HSET', akey, 'sg', string.format('%.6f', at + aiv))
+  end
 end

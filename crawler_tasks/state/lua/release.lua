@@ -227,7 +227,11 @@ local function release_domain(d)
     end
     redis.call('HSET', dom, 'tat', string.format('%.6f', tat), 'iv', string.format('%.6f', interval),
                'piv', string.format('%.6f', piv), 'own', own, 'sl', string.format('%.6f', slack))
-    if g then redis.call('HSET', aprefix .. ':' .. a, 'tat', string.format('%.6f', g.tat)) end
+    -- "iv": the address's send gate (gate_lib.lua) spaces its sends by the same interval.
+    if g then
+      redis.call('HSET', aprefix .. ':' .. a, 'tat', string.format('%.6f', g.tat),
+                 'iv', string.format('%.6f', ip_iv))
+    end
   end
   if pending == 0 then
     redis.call('ZREM', KEYS[1], d)

@@ -10,7 +10,8 @@
 -- KEYS[1] inflight  KEYS[2] unwritten hash  KEYS[3] flow hash (fetch only: its copy of the
 -- crawl's cancelled flag)   (all the URLs' partition's)
 -- ARGV[1] stage (formats.Inflight: 's' fetch, 'p' parse, 'w' render started...)  ARGV[2] worker
--- ARGV[3] domain-state key prefix (fetch only, else "")  ARGV[4..] the URLs
+-- ARGV[3] domain-state key prefix (fetch only, else "")  ARGV[4] the partition's address key
+-- prefix (keys.py address_prefix; fetch only)  ARGV[5..] the URLs
 -- Returns, per URL: 1 if the URL is in flight (the task should go on), 2 if it is final but
 -- its record is not on disk yet (the task that finished it died: write it), 0 otherwise (a
 -- duplicate); for a fetch in flight, 3 if the crawl is cancelled, 4 if its host is dead.
@@ -38,12 +39,12 @@ local function start(url)
     if cancelled then return 3 end
     local dom = ARGV[3] .. string.sub(v, 1, a - 1)
     if redis.call('HGET', dom, 'dead') == '1' then return 4 end
-    return 1, take_send_slot(dom, now)
+    return 1, take_send_slot(dom, now, ARGV[4])
   end
   return 1
 end
 local out, waits = {}, {}
-for i = 4, #ARGV do
+for i = 5, #ARGV do
   local code, wait = start(ARGV[i])
   out[#out + 1] = code
   waits[#waits + 1] = string.format('%.6f', wait or 0)
