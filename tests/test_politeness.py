@@ -112,6 +112,7 @@ def test_crawl_delay_retry_after_owner_override_and_visible_backoff(settings, wo
         **QUIET_SITE,
     ) as (graph, servers):
         delayed, free, throttled = servers
+        wire = None if unavailable() else Wire(delayed.port)
         throttled.extra_routes["/rate-limited"] = _rate_limited_once
         seeds = [s.base_url + "/" for s in servers] + [throttled.base_url + "/rate-limited"]
         crawl = crawl_sites(
@@ -124,11 +125,21 @@ def test_crawl_delay_retry_after_owner_override_and_visible_backoff(settings, wo
             time.sleep(0.1)
         crawl.wait(timeout=5)
         logs = [s.requests() for s in servers]
+        arrivals = wire.close() if wire else None
 
     delayed_pages = rate_report(pages(logs[0]))
     assert delayed_pages["count"] == 6
-    assert delayed_pages["min_interval"] >= 1.9, delayed_pages
     assert delayed_pages["max_in_window"] == 1
+    # 2 s apart when sent. Judged by kernel arrival stamps where this process may read them
+    # (exact: bench/_wire.py); the server's own stamps come late by up to STAMP_TOLERANCE on a
+    # busy machine (its thread shares this process with the test's polling), and once came
+    # 0.1005 s later for one request than for the next.
+    if arrivals is not None:
+        sent = [t for t, dst, line in arrivals if dst == "127.0.0.5" and "/robots.txt" not in line]
+        assert len(sent) == 6, arrivals
+        assert early(sent, 2.0, 0, WIRE_TOLERANCE) == [], sent
+    else:
+        assert delayed_pages["min_interval"] >= 2.0 - STAMP_TOLERANCE, delayed_pages
 
     free_pages = rate_report(pages(logs[1]))
     assert free_pages["count"] == 6
