@@ -10,12 +10,15 @@ from collections import Counter
 
 import jssite
 import pytest
+from broad_web import STAMP_TOLERANCE
+from click.testing import CliRunner
 from driver import Driver
 from sitegen import SiteServer, rate_report
 from test_formats import undescribed
 
 from crawler_tasks import start_crawl
 from crawler_tasks.state.formats import RenderAsk, RenderRecheck, RenderVerdict
+from crawler_tasks.surface.cli import main as cli
 from crawler_tasks.web.urls import normalize
 
 pytestmark = pytest.mark.timeout(120)
@@ -201,6 +204,26 @@ def test_subrequests_keep_the_host_under_its_rate(settings):  # type: ignore[no-
     assert report["count"] == 6 + 1 + 4  # pages, robots.txt, subrequests
     assert report["max_in_window"] <= 3, report
     assert report["duration"] >= (report["count"] - 3) / 2  # paced: 2/s after the burst
+
+
+def test_subrequests_wait_for_the_hosts_shared_ceiling(settings, redis_url):  # type: ignore[no-untyped-def]
+    """The crawl's own rate for the host is 20/s, the ceiling every crawl of it shares
+    (`crawler set-ceiling HOST 2`) is 2/s: pages, scripts and XHRs together keep to the
+    ceiling, no two closer than 1/2 s (within the server's stamp tolerance)."""
+    host = "127.0.0.91"
+    set_ceiling = CliRunner().invoke(cli, ["set-ceiling", host, "2", "--broker", redis_url])
+    assert set_ceiling.exit_code == 0, set_ceiling.output
+    driver = _driver(settings)
+    try:
+        with SiteServer(address=host, extra_routes=jssite.routes(4, js=True)) as site:
+            crawl = _crawl(settings, [site], render="always", rate=20.0, concurrency=2)
+            summary = driver.run(crawl, timeout=90)
+    finally:
+        driver.close()
+    report = rate_report(site.requests())
+    assert summary["counters"]["subrequests"] > 0, summary
+    assert report["max_in_window"] <= 2 + 1, report
+    assert report["min_interval"] >= 1 / 2 - STAMP_TOLERANCE, report
 
 
 def test_the_hook_and_near_duplicates_see_the_rendered_dom(settings, monkeypatch):  # type: ignore[no-untyped-def]

@@ -215,7 +215,8 @@ class Politeness:
         else:
             rate = own
         base = 1 / rate if 0 < rate < math.inf else 0.0
-        args = [repr(base), burst, 0 if own is None else 1]
+        grouped = self.ck.for_domain(domain).address_prefix if self.pacing.grouped else ""
+        args = [repr(base), burst, 0 if own is None else 1, grouped]
         keys = [self.ck.domain(domain)]
         return float(self.scripts.subrequest(keys=keys, args=args, client=self.client))
 

@@ -9,8 +9,10 @@ costing anything:
 4. the address guard (web/netguard.py): a name is resolved and every address vetted *before*
    a token is taken or a byte sent (a metadata address is never allowed; private ones only
    with ``allow_private_networks``); the fetcher vets and pins it again when it connects;
-5. a token of the request's host bucket (subrequest.lua): the request waits for it, within
-   the render deadline, so rendered pages keep every host under its rate cluster-wide;
+5. a token of the request's host bucket and a slot of its send gates (subrequest.lua: the
+   host's, its server address's with ``ip_rate``; ceiling_gate.lua for a host with a shared
+   ceiling): the request waits for them, within the render deadline, so rendered pages keep
+   every host under its rate cluster-wide;
 6. the request, through the crawler's fetcher (its redirects vetted hop by hop).
 
 The answer is fulfilled into the page; the counts go to the crawl's counters.
@@ -29,6 +31,7 @@ from ..web import netguard
 from ..web.urls import origin_of
 from .browser import Answer
 from .context import Context
+from .send_gate import under_ceiling
 
 #: Response headers not passed to the browser: the fetcher has decoded and measured the body.
 _HOP_HEADERS = frozenset({"content-encoding", "content-length", "transfer-encoding", "set-cookie"})
@@ -105,10 +108,20 @@ class SubrequestGuard:
         while True:
             wait = self.store.politeness.subrequest(domain, opts.rate, opts.burst)
             if wait <= 0:
-                return True
+                return self._under_ceiling(domain)
             if time.monotonic() + wait > self.until:
                 return False
             time.sleep(min(wait, TOKEN_POLL))
+
+    def _under_ceiling(self, domain: str) -> bool:
+        """The host's token is taken: wait for its shared ceiling's slot, if it has one
+        (False: not before the render deadline; the slot goes unused, which errs polite)."""
+        wait = under_ceiling(self.ctx.ceilings, self.store, domain, 0.0)
+        if time.monotonic() + wait > self.until:
+            return False
+        if wait > 0:
+            time.sleep(wait)
+        return True
 
     def _fetch(self, url: str) -> Answer:
         crawl = self.ctx.crawl_runtime(self.store)

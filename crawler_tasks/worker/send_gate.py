@@ -58,19 +58,21 @@ class SendSlot:
         send_at, self._send_at = self._send_at, None
         if send_at is None or time.monotonic() - send_at > LATE:
             send_at = time.monotonic() + max(0.0, self.store.ledger.send_slot(self.domain))
-        delay = self._under_ceiling(send_at - time.monotonic())
+        delay = under_ceiling(self._ceilings, self.store, self.domain, send_at - time.monotonic())
         if delay > 0:
             time.sleep(delay)
 
-    def _under_ceiling(self, delay: float) -> float:
-        """Seconds to wait before sending, ``delay`` or later when the host has a ceiling
-        that every crawl shares (set-ceiling: its own gate, one round trip, asked only for
-        such hosts). If the ceiling holds the request past its slot, the host's gate counts
-        on from the later moment, so the crawl's own interval holds after it too."""
-        rate = self._ceilings.rates().get(self.domain)
-        if rate is None:
-            return delay
-        later = self._ceilings.send_slot(self.domain, rate, delay)
-        if later > max(0.0, delay) + PUSHED:
-            self.store.ledger.push_send_slot(self.domain, later)
-        return later
+
+def under_ceiling(ceilings: Ceilings, store: CrawlStore, domain: str, delay: float) -> float:
+    """Seconds to wait before sending to ``domain``: ``delay`` (its crawl's own slot), or
+    later when the host has a ceiling that every crawl shares (set-ceiling: its own gate, one
+    round trip, asked only for such hosts). If the ceiling holds the request past its slot,
+    the host's gate counts on from the later moment, so the crawl's own interval holds after
+    it too. For pages (SendSlot) and a rendered page's subrequests (render_guard.py)."""
+    rate = ceilings.rates().get(domain)
+    if rate is None:
+        return delay
+    later = ceilings.send_slot(domain, rate, delay)
+    if later > max(0.0, delay) + PUSHED:
+        store.ledger.push_send_slot(domain, later)
+    return later

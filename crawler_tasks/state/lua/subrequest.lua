@@ -10,10 +10,12 @@
 -- KEYS[1] the domain's state hash (release.lua's dom)
 -- ARGV[1] seconds between two requests at the host's rate (0: unlimited), before slow-down
 -- ARGV[2] burst  ARGV[3] 1 if the crawl's owner set the host's rate, else 0
+-- ARGV[4] the partition's address key prefix, when the crawl groups hosts by address
+-- (ip_rate), else "": the request waits for its address's send gate too (gate_lib.lua)
 -- Returns "0" when the token is taken (send now), else the seconds to wait before asking again.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
-local f = redis.call('HMGET', KEYS[1], 'delay', 'slow', 'not_before', 'tat')
+local f = redis.call('HMGET', KEYS[1], 'delay', 'slow', 'not_before', 'tat', 'ip', 'ipx')
 local slow, base, burst = tonumber(f[2]) or 1, tonumber(ARGV[1]), tonumber(ARGV[2])
 local delay = tonumber(f[1]) or 0
 local iv, slack
@@ -30,6 +32,17 @@ if now < tat - slack then return string.format('%.6f', tat - slack - now) end
 -- A subrequest is a send too: it waits for the host's send gate like a page (gate_lib.lua).
 local sg = tonumber(redis.call('HGET', KEYS[1], 'sg')) or now
 if now < sg - slack then return string.format('%.6f', sg - slack - now) end
+-- And its server address's gate, with no burst (the host's address as its last fetch or the
+-- dispatcher resolved it; none yet: a host only rendered pages pull in is not grouped).
+local akey, aiv = nil, 0
+if (ARGV[4] or '') ~= '' and f[5] and f[5] ~= '?' and f[6] ~= '1' then
+  akey = ARGV[4] .. ':' .. f[5]
+  local a = redis.call('HMGET', akey, 'sg', 'iv')
+  aiv = tonumber(a[2]) or 0
+  local asg = tonumber(a[1]) or now
+  if aiv > 0 and now < asg then return string.format('%.6f', asg - now) end
+end
 redis.call('HSET', KEYS[1], 'tat', string.format('%.6f', math.max(tat, now) + iv),
            'sg', string.format('%.6f', math.max(sg, now) + iv))
+if aiv > 0 then redis.call('HSET', akey, 'sg', string.format('%.6f', now + aiv)) end
 return '0'
