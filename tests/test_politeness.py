@@ -28,6 +28,7 @@ from conftest import wait_until
 from sitegen import Request, max_concurrency, rate_report, reachable, running_sites
 
 from crawler_tasks import start_crawl
+from crawler_tasks.state.ceilings import REREAD
 from crawler_tasks.state.formats import LeaseEnd
 from crawler_tasks.state.keys import Keys
 from crawler_tasks.state.politeness import MAX_SLOWDOWN, cluster_rates, set_rate
@@ -419,22 +420,34 @@ def test_sitemap_parsing_is_bounded():
     assert parse(b"<html><body>nope</body></html>").kind == "html"
 
 
+#: Seconds by which a kernel arrival stamp may be early on a gate shared by several requests in
+#: flight (a ceiling's, three crawls x 4): a request takes its slot when due and is written to
+#: the socket after it, and in a process starved by a CPU hog that write comes up to ~0.03 s
+#: late (measured at load 9-11), so the next request, on time, follows it that much closer.
+#: Above WIRE_TOLERANCE (one request in flight per host: done.lua moves the host's gate from
+#: the real send, exact); well below the 0.1-0.14 s that charging the ceiling at release
+#: alone let through.
+SHARED_GATE_TOLERANCE = 0.05
+
+
 def test_a_ceiling_is_shared_by_every_crawl_of_a_host(settings, workers, redis_url):  # type: ignore[no-untyped-def]
-    """Two crawls of one host, each allowed 20 req/s of its own, fetched by real worker
+    """Three crawls of one host, each allowed 20 req/s of its own, fetched by real worker
     processes beside a CPU hog: with `crawler set-ceiling HOST 4` the host gets at most 4 + 1
-    requests in any 1-s window from both together, and no two requests closer than 1/4 s at
-    the moment they arrive (the ceiling's send gate: charging it at release alone let the
-    queueing delays bring two 0.14 s apart), by kernel arrival stamps where this process may
-    read them (bench/_wire.py), else by the server's; both crawls fetch every page."""
+    requests in any 1-s window from all together, and no two requests closer than 1/4 s at
+    the moment they arrive (SHARED_GATE_TOLERANCE: the ceiling's send gate; charging it at
+    release alone let the queueing delays bring requests up to 0.3 s early), by kernel
+    arrival stamps where this process may read them (bench/_wire.py), else by the server's;
+    every crawl fetches every page."""
     result = CliRunner().invoke(cli, ["set-ceiling", "127.0.0.44", "4", "--broker", redis_url])
     assert result.exit_code == 0 and "for all crawls together" in result.output, result.output
+    time.sleep(REREAD + 0.5)  # a new ceiling applies within REREAD s in every process
     with running_sites(["127.0.0.44"], 12, 3) as (graph, servers), cpu_hogs(1):
         wire = None if unavailable() else Wire(servers[0].port)
         seeds = [servers[0].base_url + "/"]
         crawls = [
             start_crawl(seeds, settings=settings, allow_private_networks=True, obey_robots=False,
                         rate=20.0, concurrency=4)
-            for _ in "12"
+            for _ in "123"
         ]  # fmt: skip
         for crawl in crawls:
             crawl.wait(timeout=90)
@@ -444,7 +457,7 @@ def test_a_ceiling_is_shared_by_every_crawl_of_a_host(settings, workers, redis_u
     assert report["max_in_window"] <= 4 + 1, report
     if arrivals is not None:
         assert len(arrivals) == report["count"], (len(arrivals), report)
-        assert early(arrivals, 1 / 4, 0, WIRE_TOLERANCE) == [], arrivals
+        assert early(arrivals, 1 / 4, 0, SHARED_GATE_TOLERANCE) == [], arrivals
     else:
         assert report["min_interval"] >= 1 / 4 - STAMP_TOLERANCE, report
     for crawl in crawls:

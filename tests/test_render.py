@@ -6,6 +6,7 @@ parse steps against the test's Redis; the browser is this process's (one per tes
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections import Counter
 
 import jssite
@@ -17,6 +18,7 @@ from sitegen import SiteServer, rate_report
 from test_formats import undescribed
 
 from crawler_tasks import start_crawl
+from crawler_tasks.state.ceilings import REREAD
 from crawler_tasks.state.formats import RenderAsk, RenderRecheck, RenderVerdict
 from crawler_tasks.surface.cli import main as cli
 from crawler_tasks.web.urls import normalize
@@ -213,6 +215,7 @@ def test_subrequests_wait_for_the_hosts_shared_ceiling(settings, redis_url):  # 
     host = "127.0.0.91"
     set_ceiling = CliRunner().invoke(cli, ["set-ceiling", host, "2", "--broker", redis_url])
     assert set_ceiling.exit_code == 0, set_ceiling.output
+    time.sleep(REREAD + 0.5)  # a new ceiling applies within REREAD s in every process
     driver = _driver(settings)
     try:
         with SiteServer(address=host, extra_routes=jssite.routes(4, js=True)) as site:

@@ -62,10 +62,10 @@ class Ceilings:
             self._rates, self._read = read(self.client, self.keys), now
         return self._rates
 
-    def send_slot(self, host: str, rate: float, not_before: float) -> float:
-        """Seconds from now at which a request to ``host`` may be sent under its ceiling
-        (ceiling_gate.lua), no earlier than ``not_before`` (its crawl's own slot)."""
-        args = [1.0 / rate, max(0.0, not_before), STATE_TTL]
+    def send_slot(self, host: str, rate: float) -> float:
+        """0 when a request to ``host`` may be sent now under its ceiling, its slot taken
+        (ceiling_gate.lua); else the seconds to wait before asking again."""
+        args = [1.0 / rate, STATE_TTL]
         keys = [self.keys.ceiling_gate(host)]
         return float(self.scripts.ceiling_gate(keys=keys, args=args, client=self.client))
 

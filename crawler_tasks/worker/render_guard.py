@@ -31,7 +31,7 @@ from ..web import netguard
 from ..web.urls import origin_of
 from .browser import Answer
 from .context import Context
-from .send_gate import under_ceiling
+from .send_gate import wait_under_ceiling
 
 #: Response headers not passed to the browser: the fetcher has decoded and measured the body.
 _HOP_HEADERS = frozenset({"content-encoding", "content-length", "transfer-encoding", "set-cookie"})
@@ -108,20 +108,10 @@ class SubrequestGuard:
         while True:
             wait = self.store.politeness.subrequest(domain, opts.rate, opts.burst)
             if wait <= 0:
-                return self._under_ceiling(domain)
+                return wait_under_ceiling(self.ctx.ceilings, self.store, domain, 0.0, self.until)
             if time.monotonic() + wait > self.until:
                 return False
             time.sleep(min(wait, TOKEN_POLL))
-
-    def _under_ceiling(self, domain: str) -> bool:
-        """The host's token is taken: wait for its shared ceiling's slot, if it has one
-        (False: not before the render deadline; the slot goes unused, which errs polite)."""
-        wait = under_ceiling(self.ctx.ceilings, self.store, domain, 0.0)
-        if time.monotonic() + wait > self.until:
-            return False
-        if wait > 0:
-            time.sleep(wait)
-        return True
 
     def _fetch(self, url: str) -> Answer:
         crawl = self.ctx.crawl_runtime(self.store)

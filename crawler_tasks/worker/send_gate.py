@@ -12,6 +12,7 @@ shared ceiling (set-ceiling) has one more gate, common to every crawl (ceiling_g
 
 from __future__ import annotations
 
+import math
 import time
 
 from ..state.ceilings import Ceilings
@@ -22,11 +23,6 @@ from ..state.store import CrawlStore
 #: its process was held up (CPU starvation, a freeze) and the slot is stale. Well above the
 #: scheduling noise of a busy process, well below worker_dead_seconds.
 LATE = 1.0
-
-
-#: Seconds by which a ceiling must hold a request past its own slot for the host's gate to be
-#: moved on (below it, the gap is Redis's clock resolution, not a push).
-PUSHED = 0.001
 
 
 class SendSlot:
@@ -58,21 +54,29 @@ class SendSlot:
         send_at, self._send_at = self._send_at, None
         if send_at is None or time.monotonic() - send_at > LATE:
             send_at = time.monotonic() + max(0.0, self.store.ledger.send_slot(self.domain))
-        delay = under_ceiling(self._ceilings, self.store, self.domain, send_at - time.monotonic())
-        if delay > 0:
-            time.sleep(delay)
+        wait_under_ceiling(self._ceilings, self.store, self.domain, send_at - time.monotonic())
 
 
-def under_ceiling(ceilings: Ceilings, store: CrawlStore, domain: str, delay: float) -> float:
-    """Seconds to wait before sending to ``domain``: ``delay`` (its crawl's own slot), or
-    later when the host has a ceiling that every crawl shares (set-ceiling: its own gate, one
-    round trip, asked only for such hosts). If the ceiling holds the request past its slot,
-    the host's gate counts on from the later moment, so the crawl's own interval holds after
-    it too. For pages (SendSlot) and a rendered page's subrequests (render_guard.py)."""
+def wait_under_ceiling(
+    ceilings: Ceilings, store: CrawlStore, domain: str, delay: float, until: float = math.inf
+) -> bool:
+    """Sleep ``delay`` (the request's own slot), then, when the host has a ceiling that every
+    crawl shares (set-ceiling), until its gate lets the request go: asked when due, round
+    trips of its own, by such hosts only. If the ceiling held the request past its own slot,
+    the host's gate counts on from now, so the crawl's own interval holds after it too. For
+    pages (SendSlot) and a rendered page's subrequests (render_guard.py). False: the gate
+    would not let it go before ``until`` (time.monotonic()); nothing was taken."""
+    if delay > 0:
+        time.sleep(delay)
     rate = ceilings.rates().get(domain)
     if rate is None:
-        return delay
-    later = ceilings.send_slot(domain, rate, delay)
-    if later > max(0.0, delay) + PUSHED:
-        store.ledger.push_send_slot(domain, later)
-    return later
+        return True
+    held = False
+    while (wait := ceilings.send_slot(domain, rate)) > 0:
+        if time.monotonic() + wait > until:
+            return False
+        held = True
+        time.sleep(wait)
+    if held:
+        store.ledger.push_send_slot(domain, 0.0)
+    return True
