@@ -61,6 +61,10 @@ def make_app(settings: Settings | None = None) -> Celery:
         event_serializer="json",
         task_ignore_result=True,
         task_store_errors_even_if_ignored=False,
+        # The (disabled, stateless) result backend once per process, not once per thread:
+        # Celery resolves it per thread by scanning the installed packages' entry points,
+        # ~3.5 ms each, ~1 s of CPU per 256-thread fetch process during its first pages.
+        result_backend_thread_safe=True,
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         task_acks_on_failure_or_timeout=True,

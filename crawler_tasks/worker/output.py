@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import io
 import json
 import os
 import socket
@@ -38,7 +37,7 @@ from warcio.statusandheaders import StatusAndHeaders
 
 from ..errors import OutputUnavailable
 from . import faults
-from .warc import http_headers, record_bytes, request_target, warcinfo, writer
+from .warc import http_headers, record_bytes, request_target, warcinfo, with_payload, writer
 
 if TYPE_CHECKING:  # a URL's place in the crawl's archive (needs the crawl's store)
     from .archive_fence import ArchiveFence as Fence
@@ -168,10 +167,10 @@ class CrawlOutput:
         more WARC headers (a recrawl gives the WARC-Date and WARC-Payload-Digest it keeps)."""
         http = http_headers(f"{status} {reason}", headers, len(body), http_version)
         extra = {"WARC-IP-Address": ip} if ip else {}
-        resp = writer().create_warc_record(
+        resp = with_payload(
             url,
             "response",
-            payload=io.BytesIO(body),
+            body,
             http_headers=http,
             warc_headers_dict={**extra, **(warc_headers or {})},
         )
@@ -226,10 +225,10 @@ class CrawlOutput:
         """A rendered page's DOM, as a ``conversion`` record of the response it came from;
         its WARC-Record-ID (or that of the one archived before, see ``_append_warc``)."""
         extra = {"WARC-Refers-To": refers_to} if refers_to else {}
-        record = writer().create_warc_record(
+        record = with_payload(
             url,
             "conversion",
-            payload=io.BytesIO(_utf8(html)),
+            _utf8(html),
             warc_content_type="text/html; charset=utf-8",
             warc_headers_dict=extra,
         )

@@ -9,6 +9,7 @@ import importlib.metadata
 import io
 import json
 import zlib
+from typing import Any
 
 from warcio.recordloader import ArcWarcRecord
 from warcio.statusandheaders import StatusAndHeaders
@@ -36,6 +37,15 @@ REVISIT_IDENTICAL = "http://netpreserve.org/warc/1.1/revisit/identical-payload-d
 
 def writer(out: io.BytesIO | None = None) -> WARCWriter:
     return WARCWriter(out or io.BytesIO(), gzip=False, warc_version="1.1")
+
+
+def with_payload(url: str, kind: str, payload: bytes, **kwargs: Any) -> ArcWarcRecord:
+    """A record of ``payload`` (with its length given: warcio, told none, copies the payload
+    into a temporary file twice and digests it three times, and drops a WARC-Payload-Digest
+    given to it to compute it again, issue 32)."""
+    return writer().create_warc_record(
+        url, kind, payload=io.BytesIO(payload), length=len(payload), **kwargs
+    )
 
 
 def warcinfo(filename: str, info: dict[str, str]) -> ArcWarcRecord:
