@@ -4,6 +4,12 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
+# Python writes its bytecode caches (__pycache__, gitignored) here, whatever the environment says:
+# with PYTHONDONTWRITEBYTECODE set (some images set it), every process the tests start (hundreds
+# of workers and `crawler` commands) compiled the package from source again, and pytest rewrote
+# every test module's asserts again in each xdist process: ~0.1 CPU-s a process (issue 30).
+unexport PYTHONDONTWRITEBYTECODE
+
 .PHONY: demo example test test-faults test-all test-fast test-stress test-bench lint format bench profile install clean
 
 $(BIN)/python:
