@@ -93,7 +93,8 @@ def fetch_processes(root: int) -> list[int]:
     try:
         for p in psutil.Process(root).children(recursive=True):
             cmd = " ".join(p.cmdline())
-            if "celery" in cmd and "crawl.high" in cmd:
+            # Started as `python -m crawler_tasks.worker` (local_workers) or `celery ... worker`.
+            if "worker" in cmd and "crawl.high" in cmd:
                 found.append(p.pid)
     except psutil.Error:
         pass

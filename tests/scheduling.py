@@ -31,17 +31,28 @@ ONE_PROCESS = frozenset(
     }
 )
 
-#: Modules whose tests take 20-70 s each (outages, kills, maxmemory); measured with
-#: ``--durations``. A module missing here only makes the run end later, never fail.
+#: Modules with tests of 20-70 s (outages, kills, maxmemory; browsers, crawls at a few requests
+#: a second); measured with ``--durations``. A module missing here only makes the run end
+#: later, never fail. The fault tier's first (``make test-faults``), then ``make test``'s.
 SLOW_FIRST = (
     "tests/test_redis_faults.py",
     "tests/test_faults.py",
     "tests/test_maxmemory.py",
     "tests/test_disk_full.py",
-    "tests/test_bench_smoke.py",
-    "tests/test_render_workers.py",
-    "tests/test_affinity.py",
     "tests/test_overload.py",
+    "tests/test_bench_smoke.py",
+    "tests/test_lease_exits.py",
+    "tests/test_render.py",
+    "tests/test_dashboard_browser.py",
+    "tests/test_cli.py",
+    "tests/test_render_workers.py",
+    "tests/test_hooks_workers.py",
+    "tests/test_pacing.py",
+    "tests/test_operations.py",
+    "tests/test_cli_json.py",
+    "tests/test_crawl.py",
+    "tests/test_affinity.py",
+    "tests/test_politeness.py",
 )
 
 

@@ -350,3 +350,33 @@ def test_nothing_is_released_once_pause_returns(settings):  # type: ignore[no-un
     assert release() == []
     crawl.resume()
     assert len(release()) == 1  # concurrency 1: one of the host's URLs
+
+
+def test_event_signals_reach_a_receiver_connected_in_the_process(settings, driver):  # type: ignore[no-untyped-def]
+    """The public signals (made on first use, state/events.py): a receiver connected before
+    the crawl gets every page (fetched or failed: a missing one) and then the end."""
+    import crawler_tasks
+
+    got: list[tuple[str, str, str]] = []
+
+    def on_page(sender, crawl_id, record, **_):  # type: ignore[no-untyped-def]
+        got.append(("page", crawl_id, record["url"]))
+
+    def on_end(sender, crawl_id, summary, **_):  # type: ignore[no-untyped-def]
+        got.append(("end", crawl_id, summary["status"]))
+
+    signals = [crawler_tasks.request_completed, crawler_tasks.request_failed]
+    for signal in signals:
+        signal.connect(on_page)
+    crawler_tasks.crawl_finished.connect(on_end)
+    try:
+        with running_sites(["127.0.0.110"], 6, 2) as (_, servers):
+            _, crawl = start(settings, servers)
+            driver.run(crawl)
+    finally:
+        for signal in signals:
+            signal.disconnect(on_page)
+        crawler_tasks.crawl_finished.disconnect(on_end)
+    assert sorted(u for kind, _, u in got if kind == "page") == sorted(pages(crawl))
+    assert got[-1] == ("end", crawl.id, "finished")
+    assert {crawl_id for _, crawl_id, _ in got} == {crawl.id}

@@ -20,7 +20,6 @@ import time
 from typing import Any
 
 import redis
-from celery.utils.dispatch import Signal
 
 from .connection import subscribers
 from .keys import CrawlKeys
@@ -31,22 +30,43 @@ LISTENERS_TTL = 1.0
 _listeners: dict[str, tuple[float, int]] = {}
 _asking = threading.Lock()
 
-request_started = Signal(name="request_started", providing_args={"crawl_id", "url"})
-request_completed = Signal(name="request_completed", providing_args={"crawl_id", "url", "record"})
-request_failed = Signal(name="request_failed", providing_args={"crawl_id", "url", "record"})
-crawl_finished = Signal(name="crawl_finished", providing_args={"crawl_id", "summary"})
-
-_SIGNALS = {
-    "request_started": request_started,
-    "request_completed": request_completed,
-    "request_failed": request_failed,
-    "crawl_finished": crawl_finished,
+#: Each signal's arguments. The signals themselves are made on first use (``signal``): Celery's
+#: dispatch module brings kombu with it, a third of a ``crawler`` command's start-up, and a
+#: command that only reads Redis never needs them.
+SIGNALS = {
+    "request_started": {"crawl_id", "url"},
+    "request_completed": {"crawl_id", "url", "record"},
+    "request_failed": {"crawl_id", "url", "record"},
+    "crawl_finished": {"crawl_id", "summary"},
 }
+_signals: dict[str, Any] = {}
+_making = threading.Lock()
+
+
+def signal(event: str) -> Any:
+    """The Celery signal of ``event`` (``request_started``...), made once per process."""
+    found = _signals.get(event)
+    if found is None:
+        from celery.utils.dispatch import Signal
+
+        with _making:
+            found = _signals.setdefault(event, Signal(name=event, providing_args=SIGNALS[event]))
+    return found
+
+
+def __getattr__(name: str) -> Any:
+    """``events.crawl_finished`` and the others, as module attributes (the public API)."""
+    if name in SIGNALS:
+        return signal(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def emit(client: redis.Redis, ck: CrawlKeys, event: str, crawl_id: str, **data: Any) -> None:
-    """Send the signal in this process, then publish the event on the crawl's channel."""
-    _SIGNALS[event].send(sender=event, crawl_id=crawl_id, **data)
+    """Send the signal in this process, then publish the event on the crawl's channel. A
+    signal nobody has asked for yet has no receiver: nothing to send."""
+    made = _signals.get(event)
+    if made is not None:
+        made.send(sender=event, crawl_id=crawl_id, **data)
     if event != "crawl_finished" and not _has_listeners(client, ck.events):
         return
     payload = {"event": event, "crawl_id": crawl_id, "ts": time.time(), **data}

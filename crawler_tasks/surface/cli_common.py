@@ -16,7 +16,6 @@ from typing import Any, NoReturn, TypeVar, cast
 import click
 import redis
 from click.decorators import FC
-from kombu.exceptions import OperationalError
 
 from ..errors import ConfigError
 from ..settings import Settings, redact
@@ -31,6 +30,14 @@ USAGE = 2
 INTERRUPTED = 130
 #: Exit status after SIGTERM (128 + 15, as a shell reports it).
 TERMINATED = 143
+
+
+def _broker_errors() -> tuple[type[BaseException], ...]:
+    """kombu's OperationalError, if kombu was imported: a command that never reached kombu
+    (most only read Redis) cannot raise it, and importing kombu costs a tenth of their start."""
+    kombu_errors = sys.modules.get("kombu.exceptions")
+    return (kombu_errors.OperationalError,) if kombu_errors is not None else ()
+
 
 broker_option = click.option(
     "--broker", help="Broker/state Redis URL (default: $CRAWLER_BROKER_URL)."
@@ -216,7 +223,7 @@ def run_main(run: Callable[[], Any]) -> NoReturn:
     except ConfigError as exc:
         click.echo(f"error: {one_line(str(exc))}", err=True)
         sys.exit(USAGE)
-    except OperationalError as exc:  # kombu's: the broker itself (a publish, an inspect)
+    except _broker_errors() as exc:  # kombu's: the broker itself (a publish, an inspect)
         click.echo(f"error: broker connection lost: {one_line(str(exc))}", err=True)
         sys.exit(USAGE)
     except connection.UNAVAILABLE as exc:

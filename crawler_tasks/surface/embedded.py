@@ -138,11 +138,10 @@ def worker_command(
         # warning buried `make example`'s output. Workers an operator starts still warn.
         "-W",
         "ignore:You're running the worker with superuser privileges",
+        # `celery -A crawler_tasks worker` without the umbrella command's plugins (flower,
+        # click-repl): a quarter of each start-up's CPU (worker/__main__.py).
         "-m",
-        "celery",
-        "-A",
-        "crawler_tasks",
-        "worker",
+        "crawler_tasks.worker",
         "-Q",
         queues,
         "--pool",
