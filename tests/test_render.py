@@ -193,7 +193,7 @@ def test_hostile_pages_are_recorded_failures_and_the_browser_goes_on(settings): 
 
 def test_subrequests_keep_the_host_under_its_rate(settings):  # type: ignore[no-untyped-def]
     """Pages, their scripts and XHRs all draw on the host's one bucket: at 2 requests/s
-    (burst 1), no 1-s window holds more than 3 requests of any kind."""
+    (burst 1), no window of about 1 s holds more than 3 requests of any kind."""
     driver = _driver(settings)
     try:
         with SiteServer(address="127.0.0.87", extra_routes=jssite.routes(6, js=True)) as site:
@@ -201,7 +201,12 @@ def test_subrequests_keep_the_host_under_its_rate(settings):  # type: ignore[no-
             summary = driver.run(crawl, timeout=90)
     finally:
         driver.close()
-    report = rate_report(site.requests())
+    # Pages and subrequests share the host's gate with more than one request in flight
+    # (a page's subrequests beside the next page): a GCRA sends them up to exactly 1 s apart
+    # at the window's ends, and one written a little late puts four in a 1-s window (seen at
+    # load 10-15). So the window is narrowed by the server's stamp tolerance, as the broad
+    # crawl's judge does (broad_web.impolite_hosts).
+    report = rate_report(site.requests(), window=1.0 - STAMP_TOLERANCE)
     assert summary["counters"]["subrequests"] == 4  # 2 scripts, 2 XHRs
     assert report["count"] == 6 + 1 + 4  # pages, robots.txt, subrequests
     assert report["max_in_window"] <= 3, report
