@@ -16,7 +16,7 @@ RUNS = {
     "dashboard.py": "--hosts 2000 --crawls 3 --repeat 2 --broad-hosts 5 --broad-pages 3 "
     "--broad-repeat 1 --window 2",
     "near_duplicates.py": "--originals 50",
-    "parse.py": "--links 20000 --repeat 1 --max-seconds 60",
+    "parse.py": "--links 20000 --repeat 2 --max-seconds 60 --text-pages 5",
     "frontier.py": "--urls 2000 --domains 5 --sample-seconds 3 --admit-pages 50 "
     "--cancel-timeout 30",
     "memory.py": "--urls 5000 --domains 100 --release 10 --simhash-pages 100",

@@ -48,7 +48,14 @@ _INVISIBLE = ("script", "style", "noscript", "template")
 _SCHEME = re.compile(r"[\x00-\x20]*([A-Za-z][A-Za-z0-9+.\-\t\n\r]*):")
 _TAB_NL = re.compile(r"[\t\n\r]")
 _NON_ASCII = re.compile(r"[^\x00-\x7f]")
-_CHUNK = 1 << 16  # characters of text split at once (_text_length)
+_CHUNK = 1 << 16  # characters of text counted at once (collapsed_length): bounds the temporaries
+#: Python's whitespace (``str.isspace``, what ``str.split()`` splits on) above U+00FF; Latin-1
+#: encoding would turn these into "?", so they become spaces first.
+_WIDE_SPACES = (
+    "\u1680" + "".join(map(chr, range(0x2000, 0x200B))) + "\u2028\u2029\u202f\u205f\u3000"
+)
+#: Latin-1 byte -> 1 for a character ``str.split()`` keeps, 0 for one of its whitespace.
+_KEPT_BIT = bytes(0 if chr(b).isspace() else 1 for b in range(256))
 # Every tag but those extract reads (a, area, base, link, meta, title) or must skip the content
 # of (script, style): a linear pattern, since `[^<>]*` can't backtrack past the next "<".
 _NESTING_TAGS = re.compile(
@@ -221,24 +228,29 @@ def _words(doc: etree._Element) -> Iterator[str]:
 
 
 def _text_length(doc: etree._Element) -> int:
-    """``len(" ".join(text.split()))`` of the document's text. The text is serialized by
-    libxml2 in one piece, then split in chunks of :data:`_CHUNK` characters (a word list of
-    the whole text would cost ~12x the body in memory on a page of a million short words).
-    A Python loop over the text nodes was 7 % of a fetch process's Python time (issue 32);
-    a regex pass over the text is slower still."""
-    text = etree.tostring(doc, method="text", encoding=str, with_tail=False)
-    length, glued = 0, False  # glued: the text so far ends inside a word
+    """Length of the document's text, whitespace collapsed: libxml2 serializes the text in
+    one piece (a Python loop over the text nodes was 7 % of a fetch process's Python time)."""
+    return collapsed_length(etree.tostring(doc, method="text", encoding=str, with_tail=False))
+
+
+def collapsed_length(text: str) -> int:
+    """``len(" ".join(text.split()))`` = kept characters + words - 1, counted in C without
+    the word list ``str.split`` builds (most of its cost, issue 32). Each character becomes
+    one byte, 1 if kept, 0 if whitespace; as a big int, a word starts where a 1 byte follows
+    a 0 byte. Chunks of :data:`_CHUNK` characters bound the temporaries; ``glued`` carries
+    a word across a chunk boundary."""
+    total, glued = 0, 0  # glued: 1 if the text so far ends inside a word
     for at in range(0, len(text), _CHUNK):
         piece = text[at : at + _CHUNK]
-        words = piece.split()
-        if words:
-            if length and not (glued and not piece[0].isspace()):
-                length += 1
-            length += sum(map(len, words)) + len(words) - 1
-            glued = not piece[-1].isspace()
-        else:
-            glued = False
-    return length
+        for space in _WIDE_SPACES:
+            if space in piece:  # no scan at all unless piece holds characters above U+00FF
+                piece = piece.replace(space, " ")
+        kept = piece.encode("latin-1", "replace").translate(_KEPT_BIT)  # "?": kept, as it is
+        bits = int.from_bytes(kept, "little")
+        starts = (bits ^ (bits << 8 | glued)) & bits
+        total += (bits | starts << 1).bit_count()  # bit 0 of a byte: kept; bit 1: a word start
+        glued = kept[-1]
+    return max(total - 1, 0)
 
 
 def _title(doc: etree._Element) -> str | None:
