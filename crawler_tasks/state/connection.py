@@ -266,18 +266,27 @@ def _node_problem(url: str, timeout: float) -> str | None:
     except redis.ConnectionError as exc:
         if isinstance(exc.__cause__, ConnectionRefusedError) or "refused" in str(exc).lower():
             return "connection refused: nothing listens there"
-        said = _greeting(url, timeout)
-        if said is not None and not said.startswith(("+", "-", "$", "*", ":", "%", ">")):
-            return f"it answered, but it is not Redis (it said {said!r})"
-        return f"unreachable: {exc}"
+        return _not_redis(url, timeout) or f"unreachable: {exc}"
     except redis.ResponseError as exc:
         if str(exc).startswith(("NOAUTH", "WRONGPASS")):
             return "authentication failed: its password is missing or wrong"
         return f"refused us: {exc}"
     except redis.RedisError as exc:  # a protocol error: something else speaks there
-        return f"it answered, but it is not Redis ({type(exc).__name__}: {exc})"
+        # What it said, whichever reply parser failed on it (hiredis names only the first
+        # byte; redis-py's own parser, the line).
+        named = _not_redis(url, timeout)
+        return named or f"it answered, but it is not Redis ({type(exc).__name__}: {exc})"
     finally:
         client.close()
+
+
+def _not_redis(url: str, timeout: float) -> str | None:
+    """"it answered, but it is not Redis (it said ...)" when what answers PING at ``url``
+    does not speak RESP; None when it does, or says nothing."""
+    said = _greeting(url, timeout)
+    if said is not None and not said.startswith(("+", "-", "$", "*", ":", "%", ">")):
+        return f"it answered, but it is not Redis (it said {said!r})"
+    return None
 
 
 def _greeting(url: str, timeout: float) -> str | None:
