@@ -281,8 +281,8 @@ def _node_problem(url: str, timeout: float) -> str | None:
 
 
 def _not_redis(url: str, timeout: float) -> str | None:
-    """"it answered, but it is not Redis (it said ...)" when what answers PING at ``url``
-    does not speak RESP; None when it does, or says nothing."""
+    """The reason "it answered, but it is not Redis (it said ...)" when what answers PING at
+    ``url`` does not speak RESP; None when it does, or says nothing."""
     said = _greeting(url, timeout)
     if said is not None and not said.startswith(("+", "-", "$", "*", ":", "%", ">")):
         return f"it answered, but it is not Redis (it said {said!r})"
