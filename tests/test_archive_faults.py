@@ -6,6 +6,7 @@ of 300+ pages, two fetch processes and a parse process, real Redis, real workers
 from __future__ import annotations
 
 import signal
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -18,7 +19,9 @@ from warcio.archiveiterator import ArchiveIterator
 
 from crawler_tasks import start_crawl
 from crawler_tasks.state.archive import RESPONSE, Archive
+from crawler_tasks.state.archive import dumps as archive_dumps
 from crawler_tasks.state.formats import ArchiveSlot
+from crawler_tasks.worker import warc_appends
 from crawler_tasks.worker.archive_fence import ArchiveFence
 from crawler_tasks.worker.output import CrawlOutput
 from crawler_tasks.worker.room import Room
@@ -143,3 +146,35 @@ def test_a_place_in_the_archive_is_taken_once(settings, tmp_path):  # type: igno
     kept, instead = archive.commit(RESPONSE, other, frozen.rid)  # the frozen writer wakes
     assert not kept and instead == taken
     assert responses(tmp_path / "b") == {other: 1}
+
+
+def test_a_commit_asked_by_the_next_writer_undoes_a_lost_place(settings, tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
+    """An append's commit rides with the next writer's reservation (warc_appends.py, one round
+    trip): when the place was taken over meanwhile, the next writer truncates that append at
+    the file's end before its own, which lands where the lost one began (warcinfo first)."""
+    crawl = start_crawl(["http://127.0.0.1:9/"], settings=settings, allow_private_networks=True)
+    store, (x, y) = crawl.store, ("http://127.0.0.1:9/x", "http://127.0.0.1:9/y")
+    room = Room(store.client, fraction=0.9, patience=1.0)
+    out = CrawlOutput(tmp_path / "o", "host-1")
+    warc = (200, "OK", [("Content-Type", "text/html")], b"<html>x</html>", [])
+    monkeypatch.setattr(warc_appends, "HANDOFF_WAIT", 60.0)  # x waits for the next writer
+    got: dict[str, str] = {}
+    writer = threading.Thread(
+        target=lambda: got.update(x=out.warc(x, *warc, fence=ArchiveFence(store, x, RESPONSE, 1.0)))
+    )
+    writer.start()
+    wait_until(lambda: out._warc.unsettled is not None, timeout=10)
+    lost = out._warc.unsettled
+    archive = Archive(store.client, store.ck, store.ledger.scripts)
+    mine = ArchiveSlot(lost.rid, str(tmp_path / "o" / "crawl-host-1.warc.gz"), lost.at)
+    taker = ArchiveSlot("<urn:uuid:taker>", str(tmp_path / "elsewhere.warc.gz"), 0)
+    assert archive.reserve(RESPONSE, x, taker, taking=archive_dumps(mine)).write
+    assert archive.commit(RESPONSE, x, taker.rid)[0]
+    monkeypatch.setattr(warc_appends, "HANDOFF_WAIT", 0.02)  # y asks its own commit soon
+    fence = ArchiveFence(store, y, RESPONSE, room.patience)
+    got["y"] = out.warc(y, *warc, fence=fence)
+    writer.join(10)
+    assert got["x"] == taker.rid and got["y"] != taker.rid
+    assert responses(tmp_path / "o") == {y: 1}
+    assert warcio_check(tmp_path / "o") == ""
+    assert archive.commit(RESPONSE, y, got["y"]) == (True, "")  # y's place is y's

@@ -9,12 +9,13 @@ that lost its place while it appended truncates its append (worker/archive_fence
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import redis
 
 from .formats import ArchivePlace, ArchiveSlot
 from .keys import CrawlKeys, url_digest
-from .scripts import Scripts
+from .scripts import Call, Scripts
 
 #: Record kinds with a place of their own: a response or revisit (with its request record),
 #: a rendered page's conversion record.
@@ -43,25 +44,41 @@ class Archive:
     def reserve(self, kind: str, url: str, mine: ArchiveSlot, taking: str = "") -> Reserved:
         """Reserve ``url``'s records of ``kind`` for ``mine``; ``taking``: the uncommitted
         slot of another writer, found earlier and judged not on disk, to take over."""
-        key = self.ck.for_url(url).archived
+        call = self.reserve_call(kind, url, mine, taking)
+        return reserved(call.script(keys=call.keys, args=call.args, client=self.client))
+
+    def reserve_call(self, kind: str, url: str, mine: ArchiveSlot, taking: str = "") -> Call:
+        """:meth:`reserve` as a call to send with others (its reply: :func:`reserved`)."""
         args = [field(kind, url), dumps(mine), taking]
-        got = self.scripts.archive_reserve(keys=[key], args=args, client=self.client)
-        place = ArchivePlace(int(got[0]))
-        value = _text(got[1]) if len(got) > 1 else None
-        if place is ArchivePlace.WRITE:
-            return Reserved(True)
-        if place is ArchivePlace.ARCHIVED:
-            return Reserved(False, rid=value)
-        return Reserved(False, slot=value)
+        return Call(self.scripts.archive_reserve, [self.ck.for_url(url).archived], args)
 
     def commit(self, kind: str, url: str, rid: str, keep: bool = True) -> tuple[bool, str]:
         """The records ``rid`` are appended (``keep``), or their append failed: are they
         ``url``'s archived ones (else they are undone)? And what is there instead: another
         record id, another writer's reservation (formats.ArchiveSlot JSON), or ""."""
-        key = self.ck.for_url(url).archived
+        call = self.commit_call(kind, url, rid, keep)
+        return committed(call.script(keys=call.keys, args=call.args, client=self.client))
+
+    def commit_call(self, kind: str, url: str, rid: str, keep: bool = True) -> Call:
+        """:meth:`commit` as a call to send with others (its reply: :func:`committed`)."""
         args = [field(kind, url), rid, "1" if keep else "0"]
-        got = self.scripts.archive_commit(keys=[key], args=args, client=self.client)
-        return int(got[0]) == 1, _text(got[1]) if len(got) > 1 else ""
+        return Call(self.scripts.archive_commit, [self.ck.for_url(url).archived], args)
+
+
+def reserved(got: list[Any]) -> Reserved:
+    """archive_reserve.lua's reply, read."""
+    place = ArchivePlace(int(got[0]))
+    value = _text(got[1]) if len(got) > 1 else None
+    if place is ArchivePlace.WRITE:
+        return Reserved(True)
+    if place is ArchivePlace.ARCHIVED:
+        return Reserved(False, rid=value)
+    return Reserved(False, slot=value)
+
+
+def committed(got: list[Any]) -> tuple[bool, str]:
+    """archive_commit.lua's reply, read."""
+    return int(got[0]) == 1, _text(got[1]) if len(got) > 1 else ""
 
 
 def _text(value: bytes | str) -> str:

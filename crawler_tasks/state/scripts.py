@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 import redis
 from redis.commands.core import Script
-from redis.exceptions import NoScriptError, RedisClusterException
+from redis.exceptions import NoScriptError, RedisClusterException, ResponseError
 
 # Scripts that use the Bloom helpers get ``bloom_lib.lua`` prepended (EVAL cannot import).
 _WITH_BLOOM = {"admit", "bloom_add"}
@@ -69,20 +69,35 @@ class Call(NamedTuple):
 
 def run_together(client: redis.Redis, calls: list[Call]) -> list[Any]:
     """Several script calls in one round trip, run in this order (not atomically: as if sent
-    one after another); their replies. redis-py's pipeline would first ask SCRIPT EXISTS (a
-    round trip of its own), so EVALSHA is queued as is, and a script Redis does not hold
-    (restarted, flushed) is run again alone, which loads it. The first other error raises."""
+    one after another); their replies. The first error raises (:func:`run_each` keeps them)."""
+    replies = run_each(client, calls)
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+    return replies
+
+
+def run_each(client: redis.Redis, calls: list[Call]) -> list[Any]:
+    """:func:`run_together`, each call's error in its reply's place (a caller that must know
+    which calls ran). redis-py's pipeline would first ask SCRIPT EXISTS (a round trip of its
+    own), so EVALSHA is queued as is, and a script Redis does not hold (restarted, flushed) is
+    run again alone, which loads it. A failed connection raises."""
     pipe = client.pipeline(transaction=False)
     try:
         for call in calls:
             pipe.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
     except RedisClusterException:  # a cluster's pipelines refuse EVALSHA: one call each
-        return [call.script(keys=call.keys, args=call.args, client=client) for call in calls]
-    replies = pipe.execute(raise_on_error=False)
+        return [_one(call, client) for call in calls]
+    replies = list(pipe.execute(raise_on_error=False))
     for i, (call, reply) in enumerate(zip(calls, replies, strict=True)):
         if isinstance(reply, NoScriptError):
-            replies[i] = call.script(keys=call.keys, args=call.args, client=client)
-    for reply in replies:
-        if isinstance(reply, Exception):
-            raise reply
-    return list(replies)
+            replies[i] = _one(call, client)
+    return replies
+
+
+def _one(call: Call, client: redis.Redis) -> Any:
+    """One call alone; a reply error (not a connection's) in its reply's place."""
+    try:
+        return call.script(keys=call.keys, args=call.args, client=client)
+    except ResponseError as exc:
+        return exc

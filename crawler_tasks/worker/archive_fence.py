@@ -22,8 +22,9 @@ from redis.exceptions import OutOfMemoryError
 
 from ..errors import AdmissionPaused
 from ..state import archive
-from ..state.archive import Archive
+from ..state.archive import Archive, Reserved
 from ..state.formats import ArchiveSlot
+from ..state.scripts import Call
 from ..state.store import CrawlStore
 
 #: Rounds of reserve / judge before writing anyway (each round another writer came between).
@@ -40,11 +41,13 @@ class ArchiveFence:
         self.archive = Archive(_Patient(store.client, patience), store.ck, store.ledger.scripts)
         self.url, self.kind = url, kind
 
-    def reserve(self, path: Path, at: int, rid: str) -> str | None:
+    def reserve(self, path: Path, at: int, rid: str, got: Reserved | None = None) -> str | None:
         """Before appending the records ``rid`` at ``at`` bytes of ``path``: None to append
-        them, or the id of the URL's records already archived (append nothing)."""
+        them, or the id of the URL's records already archived (append nothing). ``got``: the
+        reply of a reservation already sent (:meth:`reserve_call`), else one is sent here."""
         mine = ArchiveSlot(rid, str(path), at)
-        got = self.archive.reserve(self.kind, self.url, mine)
+        if got is None:
+            got = self.archive.reserve(self.kind, self.url, mine)
         for _ in range(_ROUNDS):
             if got.write:
                 return None
@@ -60,15 +63,33 @@ class ArchiveFence:
                 got = self.archive.reserve(self.kind, self.url, mine, taking=got.slot or "")
         return None  # the commit decides
 
+    def reserve_call(self, path: Path, at: int, rid: str) -> Call:
+        """The first reservation of :meth:`reserve`, to send with other calls."""
+        return self.archive.reserve_call(self.kind, self.url, ArchiveSlot(rid, str(path), at))
+
     def commit(self, rid: str, keep: bool = True) -> str | None:
         """After the append of ``rid`` (``keep``) or its failure: None if they are the URL's
         archived records, else the id of the ones that are (undo the append)."""
-        kept, instead = self.archive.commit(self.kind, self.url, rid, keep)
+        return self.committed(rid, self.archive.commit(self.kind, self.url, rid, keep))
+
+    def commit_call(self, rid: str) -> Call:
+        """:meth:`commit` after an append, to send with other calls (its reply:
+        :meth:`committed` of ``archive.committed``)."""
+        return self.archive.commit_call(self.kind, self.url, rid)
+
+    def committed(self, rid: str, got: tuple[bool, str]) -> str | None:
+        """:meth:`commit`'s answer from archive_commit.lua's reply ``got``."""
+        kept, instead = got
         if kept:
             return None
         if instead.startswith("{"):
             return archive.loads(instead).rid
         return instead or rid
+
+    @property
+    def client(self) -> Any:
+        """The patient client the fence's calls go through (for calls sent together)."""
+        return self.archive.client
 
 
 def _grown(slot: ArchiveSlot) -> bool:

@@ -38,6 +38,7 @@ from warcio.statusandheaders import StatusAndHeaders
 from ..errors import OutputUnavailable
 from . import faults
 from .warc import http_headers, record_bytes, request_target, warcinfo, with_payload, writer
+from .warc_appends import WarcAppends
 
 if TYPE_CHECKING:  # a URL's place in the crawl's archive (needs the crawl's store)
     from .archive_fence import ArchiveFence as Fence
@@ -68,9 +69,10 @@ class CrawlOutput:
         #: The fields of the warcinfo record each WARC file begins with (warcinfo_fields).
         self.info = info or {}
         self._lock = threading.Lock()
-        #: The WARC file's own: its appends wait on Redis (the archive's fence), pages' do not.
-        self._warc_lock = threading.Lock()
         self._files: dict[str, int] = {}  # name -> fd (O_APPEND)
+        #: The WARC file's appends, with a lock of their own: they wait on Redis (the
+        #: archive's fence), pages' do not.
+        self._warc = WarcAppends(self.dir, self._size, self._append, self._undo, self._first)
 
     def _fd(self, name: str) -> int:
         fd = self._files.get(name)
@@ -240,25 +242,14 @@ class CrawlOutput:
         warcinfo record, appended with the first record (together or not at all). ``fence``
         (archive_fence.py): records archived first by another attempt are not written, an
         append that lost its place meanwhile is undone; returns the archived records' id."""
+        return self._warc.append(f"crawl-{self.tag}.warc.gz", data, rid, fence)
+
+    def _first(self, at: int, data: bytes) -> bytes:
+        """``data`` with the warcinfo record before it if it begins the file (``at`` 0)."""
+        if at:
+            return data
         name = f"crawl-{self.tag}.warc.gz"
-        with self._warc_lock:
-            at = self._size(name)
-            if at == 0:
-                data = record_bytes(warcinfo(name, self.info), self.gzip_level) + data
-            archived = fence.reserve(self.dir / name, at, rid) if fence else None
-            if archived is not None:
-                return archived
-            try:
-                self._append([(name, data)])
-            except OutputUnavailable:
-                if fence is not None:
-                    fence.commit(rid, keep=False)  # the place is free for the next attempt
-                raise
-            instead = fence.commit(rid) if fence is not None else None
-            if instead is not None:  # lost its place while appending (frozen): undone
-                self._undo(name, at)
-                return instead
-        return rid
+        return record_bytes(warcinfo(name, self.info), self.gzip_level) + data
 
     def _size(self, name: str) -> int:
         """Its size; 0 if not there yet (a writer that appends nothing leaves no file)."""
@@ -270,7 +261,8 @@ class CrawlOutput:
             raise OutputUnavailable(str(self.dir), describe(exc)) from exc
 
     def close(self) -> None:
-        with self._lock, self._warc_lock:
+        with self._lock, self._warc.lock:
+            self._warc.settle_last()  # its writer hears the answer (warc_appends.py)
             for fd in self._files.values():
                 with contextlib.suppress(OSError):
                     os.close(fd)
