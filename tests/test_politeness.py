@@ -421,13 +421,13 @@ def test_sitemap_parsing_is_bounded():
 
 
 #: Seconds by which a kernel arrival stamp may be early on a gate shared by several requests in
-#: flight (a ceiling's, three crawls x 4): a request takes its slot when due and is written to
-#: the socket after it, and in a process starved by a CPU hog that write comes up to ~0.03 s
-#: late (measured at load 9-11), so the next request, on time, follows it that much closer.
-#: Above WIRE_TOLERANCE (one request in flight per host: done.lua moves the host's gate from
-#: the real send, exact); well below the 0.1-0.14 s that charging the ceiling at release
-#: alone let through.
-SHARED_GATE_TOLERANCE = 0.05
+#: flight (a ceiling's, three crawls x 4): a request takes its slot when due, then resolves,
+#: takes a connection and writes, and in a starved process that comes late (<= 0.03 s beside a
+#: hog at load 9-14; 0.10 s once under the whole suite's load, 6 test processes on 2 cores),
+#: so the next request, on time, follows it that much closer. Above WIRE_TOLERANCE (one
+#: request in flight per host: done.lua moves the host's gate on from the real send, exact);
+#: below the 0.17-0.33 s that charging the ceiling at release alone let through.
+SHARED_GATE_TOLERANCE = 0.15
 
 
 def test_a_ceiling_is_shared_by_every_crawl_of_a_host(settings, workers, redis_url):  # type: ignore[no-untyped-def]

@@ -23,6 +23,14 @@ from ..state.store import CrawlStore
 #: its process was held up (CPU starvation, a freeze) and the slot is stale. Well above the
 #: scheduling noise of a busy process, well below worker_dead_seconds.
 LATE = 1.0
+#: The same for a host whose requests share its server address's gate (``ip_rate``): other
+#: hosts' requests take the slots after this one, so one sent late comes that much closer to
+#: the next; a slot gone by more than this is given up (the gate advanced, which errs polite)
+#: and a fresh one asked. A host's own gate needs no such care: its next request takes its
+#: slot only after done.lua moved the gate on from this one's real send.
+LATE_SHARED = 0.05
+#: Fresh slots one request asks at most when it keeps waking late.
+REASKS = 3
 
 
 class SendSlot:
@@ -35,11 +43,12 @@ class SendSlot:
         self.store, self.url, self.domain, self.worker = store, url, domain, worker
         self._send_at: float | None = begun.send_at()
         self._ceilings = ceilings
+        self._late = LATE_SHARED if store.opts.ip_rate > 0 else LATE
 
     def still_ours(self) -> bool:
         """Before anything is sent: False when the task was held up so long that its URL
         was taken back (another process owns it now; this task must not send)."""
-        if self._send_at is None or time.monotonic() - self._send_at <= LATE:
+        if self._send_at is None or time.monotonic() - self._send_at <= self._late:
             return True
         wait = self.store.ledger.send_slot(self.domain, self.url, self.worker)
         if wait < 0:
@@ -50,11 +59,19 @@ class SendSlot:
     def wait(self) -> None:
         """Sleep until this request's slot: start.lua's for the first request, a new one
         for each later request (a page after robots.txt), and a new one when this one went
-        stale while the thread waited for the CPU."""
+        stale while the thread waited for the CPU, before its sleep or in it (a starved
+        process oversleeps; at most :data:`REASKS` times, then it goes: the gates advanced
+        each time, which errs polite)."""
         send_at, self._send_at = self._send_at, None
-        if send_at is None or time.monotonic() - send_at > LATE:
-            send_at = time.monotonic() + max(0.0, self.store.ledger.send_slot(self.domain))
-        wait_under_ceiling(self._ceilings, self.store, self.domain, send_at - time.monotonic())
+        for _ in range(REASKS):
+            if send_at is None or time.monotonic() - send_at > self._late:
+                send_at = time.monotonic() + max(0.0, self.store.ledger.send_slot(self.domain))
+            delay = send_at - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            if time.monotonic() - send_at <= self._late:
+                break
+        wait_under_ceiling(self._ceilings, self.store, self.domain, 0.0)
 
 
 def wait_under_ceiling(
