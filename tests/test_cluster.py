@@ -21,7 +21,7 @@ import pytest
 from cluster import Cluster, Node
 from conftest import stop_together, wait_until
 from faults import rabbitmq_vhost
-from sitegen import max_concurrency, rate_report, reachable, running_sites
+from sitegen import PACE_WINDOW, max_concurrency, rate_report, reachable, running_sites
 from test_operations import pause_resume_cancel
 
 from crawler_tasks import start_crawl
@@ -134,7 +134,7 @@ def test_two_fetch_processes_keep_every_host_within_its_bucket(
         logs = {s.address: s.requests() for s in servers}
     assert {r["url"] for r in crawl.pages()} == set(reachable(graph, graph.roots()))
     for host, log in logs.items():
-        report = rate_report(log)
+        report = rate_report(log, window=PACE_WINDOW)
         assert report["count"] == 17, (host, report)  # robots.txt + 16 pages
         assert report["max_in_window"] <= 2 + 1, (host, report)
         assert max_concurrency(log) == 1, host
