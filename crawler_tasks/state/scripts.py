@@ -17,7 +17,7 @@ from redis.exceptions import NoScriptError, RedisClusterException, ResponseError
 # Scripts that use the Bloom helpers get ``bloom_lib.lua`` prepended (EVAL cannot import).
 _WITH_BLOOM = {"admit", "bloom_add"}
 # Scripts that take a slot of a host's send gate get ``gate_lib.lua`` prepended.
-_WITH_GATE = {"start", "gate"}
+_WITH_GATE = {"start", "gate", "subrequest"}
 
 
 @cache

@@ -108,7 +108,7 @@ class SubrequestGuard:
         while True:
             wait = self.store.politeness.subrequest(domain, opts.rate, opts.burst)
             if wait <= 0:
-                return wait_under_ceiling(self.ctx.ceilings, self.store, domain, 0.0, self.until)
+                return wait_under_ceiling(self.ctx.ceilings, self.store, domain, self.until)
             if time.monotonic() + wait > self.until:
                 return False
             time.sleep(min(wait, TOKEN_POLL))

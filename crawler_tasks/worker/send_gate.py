@@ -71,20 +71,18 @@ class SendSlot:
                 time.sleep(delay)
             if time.monotonic() - send_at <= self._late:
                 break
-        wait_under_ceiling(self._ceilings, self.store, self.domain, 0.0)
+        wait_under_ceiling(self._ceilings, self.store, self.domain)
 
 
 def wait_under_ceiling(
-    ceilings: Ceilings, store: CrawlStore, domain: str, delay: float, until: float = math.inf
+    ceilings: Ceilings, store: CrawlStore, domain: str, until: float = math.inf
 ) -> bool:
-    """Sleep ``delay`` (the request's own slot), then, when the host has a ceiling that every
-    crawl shares (set-ceiling), until its gate lets the request go: asked when due, round
+    """Once the request's own slot has come: when the host has a ceiling that every crawl
+    shares (set-ceiling), sleep until its gate lets the request go: asked when due, round
     trips of its own, by such hosts only. If the ceiling held the request past its own slot,
     the host's gate counts on from now, so the crawl's own interval holds after it too. For
     pages (SendSlot) and a rendered page's subrequests (render_guard.py). False: the gate
     would not let it go before ``until`` (time.monotonic()); nothing was taken."""
-    if delay > 0:
-        time.sleep(delay)
     rate = ceilings.rates().get(domain)
     if rate is None:
         return True
@@ -95,5 +93,5 @@ def wait_under_ceiling(
         held = True
         time.sleep(wait)
     if held:
-        store.ledger.push_send_slot(domain, 0.0)
+        store.ledger.push_send_slot(domain)
     return True

@@ -21,21 +21,27 @@
 -- address's hash (aprefix .. ":" .. A): "sg" its gate, "iv" its interval, written by
 -- release.lua only while the crawl groups by address (no "iv": no address gate).
 -- Returns the seconds from now at which this request may be sent (>= 0), and takes the slot.
+-- The gate of the server address a domain's fields "ip" and "ipx" name: its key, next free
+-- slot (``now`` if none yet) and interval; nil when there is none (no address prefix given,
+-- the address unresolved or exempt, or no "iv": the crawl does not group by address).
+local function address_gate(aprefix, ip, ipx, now)
+  if (aprefix or '') == '' or not ip or ip == '?' or ipx == '1' then return nil end
+  local akey = aprefix .. ':' .. ip
+  local a = redis.call('HMGET', akey, 'sg', 'iv')
+  local aiv = tonumber(a[2]) or 0
+  if aiv <= 0 then return nil end
+  return akey, tonumber(a[1]) or now, aiv
+end
 local function take_send_slot(dom, now, aprefix)
   local g = redis.call('HMGET', dom, 'sg', 'iv', 'sl', 'ip', 'ipx')
   local iv, slack = tonumber(g[2]) or 0, tonumber(g[3]) or 0
   local sg = tonumber(g[1]) or now
   local at = math.max(now, sg - slack)
-  local akey, aiv = nil, 0
-  if (aprefix or '') ~= '' and g[4] and g[4] ~= '?' and g[5] ~= '1' then
-    akey = aprefix .. ':' .. g[4]
-    local a = redis.call('HMGET', akey, 'sg', 'iv')
-    aiv = tonumber(a[2]) or 0
-    -- No burst at an address (release.lua's address bucket has none either).
-    if aiv > 0 then at = math.max(at, tonumber(a[1]) or now) end
-  end
+  local akey, asg, aiv = address_gate(aprefix, g[4], g[5], now)
+  -- No burst at an address (release.lua's address bucket has none either).
+  if akey then at = math.max(at, asg) end
   redis.call('HSET', dom, 'sg', string.format('%.6f', math.max(sg, at) + iv))
-  if aiv > 0 then redis.call('HSET', akey, 'sg', string.format('%.6f', at + aiv)) end
+  if akey then redis.call('HSET', akey, 'sg', string.format('%.6f', at + aiv)) end
   return at - now
 end
 -- A request went later than the slot it took (a host's shared ceiling held it back:
@@ -44,11 +50,8 @@ local function push_send_slot(dom, at, aprefix)
   local g = redis.call('HMGET', dom, 'sg', 'iv', 'ip', 'ipx')
   local sg = at + (tonumber(g[2]) or 0)
   if sg > (tonumber(g[1]) or 0) then redis.call('HSET', dom, 'sg', string.format('%.6f', sg)) end
-  if (aprefix or '') == '' or not g[3] or g[3] == '?' or g[4] == '1' then return end
-  local akey = aprefix .. ':' .. g[3]
-  local a = redis.call('HMGET', akey, 'sg', 'iv')
-  local aiv = tonumber(a[2]) or 0
-  if aiv > 0 and at + aiv > (tonumber(a[1]) or 0) then
+  local akey, asg, aiv = address_gate(aprefix, g[3], g[4], at)
+  if akey and at + aiv > asg then
     redis.call('HSET', akey, 'sg', string.format('%.6f', at + aiv))
   end
 end

@@ -11,7 +11,8 @@
 -- ARGV[1] seconds between two requests at the host's rate (0: unlimited), before slow-down
 -- ARGV[2] burst  ARGV[3] 1 if the crawl's owner set the host's rate, else 0
 -- ARGV[4] the partition's address key prefix, when the crawl groups hosts by address
--- (ip_rate), else "": the request waits for its address's send gate too (gate_lib.lua)
+-- (ip_rate), else "": the request waits for its address's send gate too (gate_lib.lua's
+-- address_gate, prepended)
 -- Returns "0" when the token is taken (send now), else the seconds to wait before asking again.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
@@ -34,15 +35,9 @@ local sg = tonumber(redis.call('HGET', KEYS[1], 'sg')) or now
 if now < sg - slack then return string.format('%.6f', sg - slack - now) end
 -- And its server address's gate, with no burst (the host's address as its last fetch or the
 -- dispatcher resolved it; none yet: a host only rendered pages pull in is not grouped).
-local akey, aiv = nil, 0
-if (ARGV[4] or '') ~= '' and f[5] and f[5] ~= '?' and f[6] ~= '1' then
-  akey = ARGV[4] .. ':' .. f[5]
-  local a = redis.call('HMGET', akey, 'sg', 'iv')
-  aiv = tonumber(a[2]) or 0
-  local asg = tonumber(a[1]) or now
-  if aiv > 0 and now < asg then return string.format('%.6f', asg - now) end
-end
+local akey, asg, aiv = address_gate(ARGV[4], f[5], f[6], now)
+if akey and now < asg then return string.format('%.6f', asg - now) end
 redis.call('HSET', KEYS[1], 'tat', string.format('%.6f', math.max(tat, now) + iv),
            'sg', string.format('%.6f', math.max(sg, now) + iv))
-if aiv > 0 then redis.call('HSET', akey, 'sg', string.format('%.6f', now + aiv)) end
+if akey then redis.call('HSET', akey, 'sg', string.format('%.6f', now + aiv)) end
 return '0'
