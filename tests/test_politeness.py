@@ -22,7 +22,15 @@ import time
 from collections import Counter
 
 import pytest
-from broad_web import STAMP_TOLERANCE, WIRE_TOLERANCE, Wire, cpu_hogs, early, unavailable
+from broad_web import (
+    SHARED_GATE_TOLERANCE,
+    STAMP_TOLERANCE,
+    WIRE_TOLERANCE,
+    Wire,
+    cpu_hogs,
+    early,
+    unavailable,
+)
 from click.testing import CliRunner
 from conftest import wait_until
 from sitegen import PACE_WINDOW, Request, max_concurrency, rate_report, reachable, running_sites
@@ -419,16 +427,6 @@ def test_sitemap_parsing_is_bounded():
     assert parse(entity).locs == []
     assert parse(b"http://a/1\n\nhttp://a/2\n").locs == ["http://a/1", "http://a/2"]
     assert parse(b"<html><body>nope</body></html>").kind == "html"
-
-
-#: Seconds by which a kernel arrival stamp may be early on a gate shared by several requests in
-#: flight (a ceiling's, three crawls x 4): a request takes its slot when due, then resolves,
-#: takes a connection and writes, and in a starved process that comes late (<= 0.03 s beside a
-#: hog at load 9-14; 0.10 s once under the whole suite's load, 6 test processes on 2 cores),
-#: so the next request, on time, follows it that much closer. Above WIRE_TOLERANCE (one
-#: request in flight per host: done.lua moves the host's gate on from the real send, exact);
-#: below the 0.17-0.33 s that charging the ceiling at release alone let through.
-SHARED_GATE_TOLERANCE = 0.15
 
 
 def test_a_ceiling_is_shared_by_every_crawl_of_a_host(settings, workers, redis_url):  # type: ignore[no-untyped-def]

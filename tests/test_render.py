@@ -11,7 +11,7 @@ from collections import Counter
 
 import jssite
 import pytest
-from broad_web import STAMP_TOLERANCE
+from broad_web import SHARED_GATE_TOLERANCE, STAMP_TOLERANCE, Wire, early, unavailable
 from click.testing import CliRunner
 from driver import Driver
 from sitegen import PACE_WINDOW, SiteServer, rate_report
@@ -216,7 +216,9 @@ def test_subrequests_keep_the_host_under_its_rate(settings):  # type: ignore[no-
 def test_subrequests_wait_for_the_hosts_shared_ceiling(settings, redis_url):  # type: ignore[no-untyped-def]
     """The crawl's own rate for the host is 20/s, the ceiling every crawl of it shares
     (`crawler set-ceiling HOST 2`) is 2/s: pages, scripts and XHRs together keep to the
-    ceiling, no two closer than 1/2 s (within the server's stamp tolerance)."""
+    ceiling, no two closer than 1/2 s: by kernel arrival stamps where this process may read
+    them (bench/_wire.py; SHARED_GATE_TOLERANCE, pages and subrequests in flight together),
+    else by the server's (its stamps come late on a loaded machine: 0.32 s seen)."""
     host = "127.0.0.91"
     set_ceiling = CliRunner().invoke(cli, ["set-ceiling", host, "2", "--broker", redis_url])
     assert set_ceiling.exit_code == 0, set_ceiling.output
@@ -224,14 +226,20 @@ def test_subrequests_wait_for_the_hosts_shared_ceiling(settings, redis_url):  # 
     driver = _driver(settings)
     try:
         with SiteServer(address=host, extra_routes=jssite.routes(4, js=True)) as site:
+            wire = None if unavailable() else Wire(site.port)
             crawl = _crawl(settings, [site], render="always", rate=20.0, concurrency=2)
             summary = driver.run(crawl, timeout=90)
+            arrivals = [t for t, _dst, _line in wire.close()] if wire else None
     finally:
         driver.close()
     report = rate_report(site.requests())
     assert summary["counters"]["subrequests"] > 0, summary
     assert report["max_in_window"] <= 2 + 1, report
-    assert report["min_interval"] >= 1 / 2 - STAMP_TOLERANCE, report
+    if arrivals is not None:
+        assert len(arrivals) == report["count"], (len(arrivals), report)
+        assert early(arrivals, 1 / 2, 0, SHARED_GATE_TOLERANCE) == [], arrivals
+    else:
+        assert report["min_interval"] >= 1 / 2 - STAMP_TOLERANCE, report
 
 
 def test_the_hook_and_near_duplicates_see_the_rendered_dom(settings, monkeypatch):  # type: ignore[no-untyped-def]
