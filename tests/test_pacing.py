@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from broad_web import STAMP_TOLERANCE
+from broad_web import SHARED_GATE_TOLERANCE, STAMP_TOLERANCE, Wire, early, unavailable
 from click.testing import CliRunner
 from conftest import wait_until
 from sitegen import Handler, SiteServer, rate_report
@@ -85,21 +85,30 @@ def test_hosts_on_one_address_share_its_rate(settings, workers):  # type: ignore
     the address group."""
     _wait_for_workers(settings, 2)
     with _site(SHARED, 3) as site:
+        wire = None if unavailable() else Wire(site.port)
         seeds = [f"http://{n}:{site.port}/" for n in NAMES]
         crawl = start_crawl(
             seeds, settings=settings, allow_private_networks=True, rate=2.0, ip_rate=3.0
         )
         seen = _watch(crawl, 3)
         log = site.requests()
+        arrivals = [t for t, _dst, _line in wire.close()] if wire else None
     expected = {f"http://{n}:{site.port}/{p}" for n in NAMES for p in ("", "p/1", "p/2", "p/3")}
     assert {r["url"] for r in crawl.pages()} == expected
     report = rate_report(log)
     assert report["count"] == 12 * 5, report  # robots.txt + 4 pages per name
     assert report["max_in_window"] <= 3 + 1, report
     # At the moment of sending (the address's send gate, gate_lib.lua), not only at release:
-    # two requests to the address never closer than 1/ip_rate, within the server's stamp
-    # tolerance (release-time pacing alone let queueing delays bring two within 3 ms).
-    assert report["min_interval"] >= 1 / 3 - STAMP_TOLERANCE, report
+    # two requests to the address never closer than 1/ip_rate (release-time pacing alone let
+    # queueing delays bring two within 3 ms). Judged by kernel arrival stamps where this
+    # process may read them (bench/_wire.py; the address gate is shared by 12 hosts' requests
+    # in flight: SHARED_GATE_TOLERANCE), else by the server's, which came 0.2 s late under the
+    # whole suite's load (min interval 0.13 s by its stamps).
+    if arrivals is not None:
+        assert len(arrivals) == report["count"], (len(arrivals), report)
+        assert early(arrivals, 1 / 3, 0, SHARED_GATE_TOLERANCE) == [], arrivals
+    else:
+        assert report["min_interval"] >= 1 / 3 - STAMP_TOLERANCE, report
     grouped = [d for d in seen if d["address_group"] == SHARED]
     assert grouped, seen
     assert any("address group 127.0.0.9 (3/s" in w for w in grouped[0]["why"]), grouped[0]
