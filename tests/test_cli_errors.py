@@ -12,6 +12,7 @@ import sys
 import time
 import tracemalloc
 
+import cli_process
 import pytest
 import redis
 from conftest import wait_until
@@ -28,13 +29,8 @@ from crawler_tasks.surface.seeds import SeedsFile
 
 
 def run(*args: str, timeout: float = 60):  # type: ignore[no-untyped-def]
-    return subprocess.run(
-        [sys.executable, "-m", "crawler_tasks.surface.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=dict(os.environ),
-    )
+    """The command in a process of its own, its imports done ahead (tests/cli_process.py)."""
+    return cli_process.run(*args, timeout=timeout)
 
 
 SEED = "http://a.example/"
@@ -260,13 +256,7 @@ def test_python_api_refuses_bad_options_and_unknown_ids(settings, client):
     ],
 )
 def test_bad_settings_are_one_line_exit_2(name, value, names, redis_url):  # type: ignore[no-untyped-def]
-    result = subprocess.run(
-        [sys.executable, "-m", "crawler_tasks.surface.cli", "list", "--broker", redis_url],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, name: value},
-    )
+    result = cli_process.run("list", "--broker", redis_url, env={**os.environ, name: value})
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2, result.stderr
     assert len(lines) == 1 and names in lines[0] and "Traceback" not in result.stderr
