@@ -41,20 +41,16 @@ example: $(STAMP)
 # The fault tier keeps 4 (FAULT_PROCESSES): its timings are measured there.
 TEST_PROCESSES ?= 6
 FAULT_PROCESSES ?= 4
-# The fault scenarios: each kills, freezes, fills or overloads something for 20-120 s, and
-# together they cost as much CPU as the rest of the suite (the suite is CPU-bound on 2 cores:
-# ~1,000 CPU-s in all). `make test-faults` runs them; CI runs both.
-FAULT_TESTS := tests/test_faults.py tests/test_redis_faults.py tests/test_maxmemory.py \
-	tests/test_disk_full.py tests/test_overload.py tests/test_overload_cluster.py \
-	tests/test_first_beat.py tests/test_failover.py tests/test_partition.py \
-	tests/test_archive_faults.py tests/test_dead_process_cleanup.py
+# The fault scenarios (`-m fault`: tests/conftest.py FAULT_MODULES and the kill scenarios
+# marked in other modules): each kills, freezes, fills or overloads something for 20-120 s,
+# and together they cost as much CPU as the rest of the suite (the suite is CPU-bound on 2
+# cores). `make test-faults` runs them; CI runs both.
 test: $(STAMP)
-	$(BIN)/pytest -q -n $(TEST_PROCESSES) --ignore=tests/test_bench_smoke.py \
-		$(addprefix --ignore=,$(FAULT_TESTS))
+	$(BIN)/pytest -q -n $(TEST_PROCESSES) -m "not fault" --ignore=tests/test_bench_smoke.py
 
-## test-faults: the fault scenarios (kills, outages, freezes, full disks, overload; ~5 min)
+## test-faults: the fault scenarios (kills, outages, freezes, full disks, overload; ~7 min)
 test-faults: $(STAMP)
-	$(BIN)/pytest -q -n $(FAULT_PROCESSES) $(FAULT_TESTS)
+	$(BIN)/pytest -q -n $(FAULT_PROCESSES) -m fault --ignore=tests/test_bench_smoke.py
 
 ## test-all: make test, then make test-faults (what CI runs, with make lint and test-bench)
 test-all: test test-faults

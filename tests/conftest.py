@@ -54,7 +54,38 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> SuiteSchedul
     return SuiteScheduling(config, log)
 
 
+#: The fault scenarios (``make test-faults``; ``make test`` leaves them out): each kills,
+#: freezes, fills or overloads something for 20-120 s. These modules hold nothing else; a
+#: kill scenario in another module is marked ``@pytest.mark.fault`` where it stands.
+FAULT_MODULES = frozenset(
+    {
+        "test_faults.py",
+        "test_redis_faults.py",
+        "test_maxmemory.py",
+        "test_disk_full.py",
+        "test_overload.py",
+        "test_overload_cluster.py",
+        "test_first_beat.py",
+        "test_failover.py",
+        "test_partition.py",
+        "test_archive_faults.py",
+        "test_dead_process_cleanup.py",
+    }
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.name in FAULT_MODULES:
+            item.add_marker(pytest.mark.fault)
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "fault: a fault scenario (a kill, a freeze, a full disk, an outage, overload): "
+        "`make test-faults` runs these, `make test` the others",
+    )
     config.addinivalue_line(
         "markers",
         "allow_worker_errors(*patterns): tracebacks in worker logs matching one of these "

@@ -105,6 +105,7 @@ def _mid_crawl(settings, redis_url: str, tmp_path: Path) -> Iterator[tuple]:  # 
         yield graph, c, seeds, crawl, fetch1
 
 
+@pytest.mark.fault
 @pytest.mark.allow_worker_errors(".*")
 def test_process_holding_hosts_killed(settings, redis_url, tmp_path):  # type: ignore[no-untyped-def]
     """SIGKILL the fetch process holding hosts, not restarted, while its direct queue may hold
@@ -124,6 +125,7 @@ def test_process_holding_hosts_killed(settings, redis_url, tmp_path):  # type: i
     assert took < 60, took
 
 
+@pytest.mark.fault
 @pytest.mark.allow_worker_errors(".*")
 def test_process_holding_hosts_stopped(settings, redis_url, tmp_path):  # type: ignore[no-untyped-def]
     """SIGTERM (a warm shutdown) the fetch process holding hosts, not restarted, mid-crawl:

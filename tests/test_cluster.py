@@ -149,6 +149,7 @@ def test_pause_resume_and_cancel(csettings, redis_url, cluster_url, worker_logs)
         pause_resume_cancel(crawl, servers[0], servers[0].address)
 
 
+@pytest.mark.fault
 def test_sigkilled_fetch_worker_loses_nothing(csettings, redis_url, cluster_url, worker_logs):
     with (
         workers_on(redis_url, cluster_url, worker_logs, **FAST_REDELIVERY) as procs,
@@ -163,6 +164,7 @@ def test_sigkilled_fetch_worker_loses_nothing(csettings, redis_url, cluster_url,
     assert_exact(crawl, graph, seeds, summary)
 
 
+@pytest.mark.fault
 @pytest.mark.allow_worker_errors(".*")
 def test_master_killed_and_restarted_mid_crawl(
     redis_cluster, csettings, redis_url, cluster_url, worker_logs
@@ -184,6 +186,7 @@ def test_master_killed_and_restarted_mid_crawl(
     assert_exact(crawl, graph, seeds, summary)
 
 
+@pytest.mark.fault
 @pytest.mark.allow_worker_errors(".*")
 def test_failover_mid_crawl(redis_url, tmp_path, worker_logs):
     """A replica of the crawl's master takes over (CLUSTER FAILOVER, coordinated: the replica

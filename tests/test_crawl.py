@@ -128,6 +128,7 @@ def test_two_crawls_at_once_do_not_interfere(settings, celery_worker):
 FAST_REDELIVERY = {"CRAWLER_VISIBILITY_TIMEOUT": "4", "CRAWLER_LEASE_SECONDS": "4"}
 
 
+@pytest.mark.fault
 @pytest.mark.parametrize("worker_env", [FAST_REDELIVERY])
 def test_sigkilled_worker_loses_nothing(settings, redis_url, workers, worker_logs):
     with running_sites(["127.0.0.6"], 150, 5, delay=0.05) as (graph, servers):
@@ -153,6 +154,7 @@ def test_sigkilled_worker_loses_nothing(settings, redis_url, workers, worker_log
     assert crawl.progress()["outstanding"] == 0
 
 
+@pytest.mark.fault
 def test_fetch_lost_between_release_and_publish_is_reaped(settings, redis_url, worker_logs):
     with running_sites(["127.0.0.15"], 20, 3) as (graph, servers):
         # The reaper waits visibility_timeout (the workers') + the crawl's own timeout.

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import wait_until
 from sitegen import running_sites
 
@@ -75,6 +76,7 @@ def test_nothing_survives_a_normal_finish(tmp_path):
     assert not any(_alive(p) for p in redis_pids)
 
 
+@pytest.mark.fault
 def test_nothing_survives_a_sigkill_of_the_command(tmp_path):
     mark = secrets.token_hex(8)
     with running_sites(["127.0.0.51"], 200, 3) as (_, servers):

@@ -83,6 +83,7 @@ def test_an_on_item_task_that_raises_dead_letters_its_page(settings, redis_url, 
     assert all(r["error"] is None and r["items"] == 2 for r in crawl.pages())
 
 
+@pytest.mark.fault
 @pytest.mark.parametrize("point", ["after_items", "after_finish"])
 @pytest.mark.allow_worker_errors(".*")
 def test_items_exactly_once_when_the_parse_process_is_killed(settings, redis_url, tmp_path, point):  # type: ignore[no-untyped-def]

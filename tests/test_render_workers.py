@@ -33,6 +33,7 @@ def _rendering_in(crawl, proc: subprocess.Popen[bytes]) -> bool:  # type: ignore
     return any(v.endswith(mark) for pk in crawl.ck.parts for v in crawl.client.hvals(pk.inflight))
 
 
+@pytest.mark.fault
 @pytest.mark.allow_worker_errors(".*")
 def test_render_worker_killed_loses_nothing_and_the_rate_holds(settings, redis_url, tmp_path):  # type: ignore[no-untyped-def]
     routes = jssite.routes(N, js=True, api_delay=0.3)
