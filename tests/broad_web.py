@@ -151,13 +151,14 @@ def per_host_times(requests: list[tuple[float, int, str, str]]) -> dict[int, lis
 STAMP_TOLERANCE = 0.15
 
 #: Seconds by which a kernel arrival stamp may be early on a gate shared by several requests in
-#: flight (a ceiling's: three crawls x 4, or a rendered page's subrequests): a request takes its slot when due, then resolves,
-#: takes a connection and writes, and in a starved process that comes late (<= 0.03 s beside a
-#: hog at load 9-14; 0.10 s once under the whole suite's load, 6 test processes on 2 cores),
+#: flight (a ceiling's: three crawls x 4; an address's: 12 hosts; a rendered page's
+#: subrequests): a request takes its slot when due, then resolves, takes a connection and
+#: writes, and in a starved process that comes late (<= 0.03 s beside a hog at load 9-14;
+#: 0.10 s under the whole suite's load; 0.16 s with two suites at once on 2 cores, load 37),
 #: so the next request, on time, follows it that much closer. Above WIRE_TOLERANCE (one
 #: request in flight per host: done.lua moves the host's gate on from the real send, exact);
-#: below the 0.17-0.33 s that charging the ceiling at release alone let through.
-SHARED_GATE_TOLERANCE = 0.15
+#: below the 0.28-0.33 s early that pacing at release alone let through (issue 31).
+SHARED_GATE_TOLERANCE = 0.2
 
 
 def early_sends(

@@ -243,11 +243,14 @@ def make_fetcher() -> Iterator[Callable[..., Fetcher]]:
     made: list[Fetcher] = []
 
     def make(**overrides: Any) -> Fetcher:
+        # Generous: the test's server is a thread of this process, which a busy machine
+        # starves for seconds (a 2-s read timed out with two suites on 2 cores); the tests
+        # about timeouts set their own.
         options: dict[str, Any] = {
             "user_agent": "test-crawler/1.0",
-            "connect_timeout": 2.0,
-            "read_timeout": 2.0,
-            "total_timeout": 3.0,
+            "connect_timeout": 10.0,
+            "read_timeout": 10.0,
+            "total_timeout": 15.0,
             "max_body_bytes": LIMIT,
             "max_redirects": 5,
         }

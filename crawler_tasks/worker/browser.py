@@ -40,6 +40,8 @@ DEFAULT_CHROMIUM = "/usr/bin/chromium"
 #: Seconds beyond the deadline the waiting task gives the loop (to close the page) before it
 #: gives up on it and the browser is replaced.
 GRACE = 10.0
+#: Seconds a browser may take to start, apart from a page's deadline: a slow start must not fail it.
+LAUNCH_WAIT = 60.0
 #: Pages between two looks at the browser's RSS.
 RSS_EVERY = 20
 #: An answer to one subrequest: (status, headers, body), or None to abort it.
@@ -129,11 +131,11 @@ class BrowserPool:
         loop = self._started()
         future = asyncio.run_coroutine_threadsafe(self._render(job), loop)
         try:
-            return future.result(job.deadline + GRACE)
+            return future.result(job.deadline + GRACE + LAUNCH_WAIT)
         except concurrent.futures.TimeoutError:
             future.cancel()
             asyncio.run_coroutine_threadsafe(self._replace(), loop)
-            wait = job.deadline + GRACE
+            wait = job.deadline + GRACE + LAUNCH_WAIT
             raise RenderFailed(f"the browser did not answer within {wait:g}s") from None
 
     def _started(self) -> asyncio.AbstractEventLoop:
@@ -187,6 +189,7 @@ class BrowserPool:
             self._browser = await self._pw.chromium.launch(
                 executable_path=chromium_path(s),
                 args=launch_args(s),
+                timeout=LAUNCH_WAIT * 1000,
                 # Nothing leaves but through the route (see the module docstring).
                 proxy={"server": "http://127.0.0.1:9", "bypass": "<-loopback>"},
             )
