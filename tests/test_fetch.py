@@ -710,6 +710,30 @@ def test_connections_are_kept_for_many_hosts(
     assert len(connects) == 100
 
 
+def test_the_gates_look_runs_once_just_before_the_first_request_is_written(
+    make_fetcher: Callable[..., Fetcher], server: TestServer
+) -> None:
+    """What the send gate returns (SendSlot.recheck) is called after the connection and the
+    pinning, before the request reaches the server, once per fetch (not per redirect hop),
+    and the request waits for it: a thread late past a shared gate's slot asks again there."""
+    fetcher = make_fetcher()
+    looks: list[int] = []
+
+    def look() -> None:
+        looks.append(len(server.log))  # requests the server had received so far
+        time.sleep(0.3)
+
+    before = len(server.log)
+    with fetcher.gated(lambda: look):
+        started = time.monotonic()
+        resp = fetcher.get(server.url("/redirect/2"), allow_private=True)
+        took = time.monotonic() - started
+    assert resp.status == 200 and len(resp.redirects) == 3  # 2 -> 1 -> 0 -> /page
+    assert looks == [before] and took >= 0.3
+    assert fetcher.get(server.url("/page"), allow_private=True).status == 200  # outside: none
+    assert looks == [before]
+
+
 def test_idle_connections_are_closed(
     make_fetcher: Callable[..., Fetcher], server: TestServer, connects: list[Any]
 ) -> None:

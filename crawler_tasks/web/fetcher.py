@@ -142,9 +142,10 @@ class Fetcher:
         self._session.close()
 
     @contextlib.contextmanager
-    def gated(self, gate: Callable[[], None]) -> Iterator[None]:
+    def gated(self, gate: Callable[[], Callable[[], None] | None]) -> Iterator[None]:
         """In the block, each fetch this thread begins (robots.txt, a page; not a redirect hop)
-        first calls ``gate``, the host's send gate: it sleeps until the host's next slot."""
+        first calls ``gate``, the host's send gate (sleeps until its slot; may return a look
+        to take just before the write, pinning.py)."""
         self._context.gate = gate
         try:
             yield
@@ -179,7 +180,7 @@ class Fetcher:
         gate = self._context.gate
         if gate is not None:  # before the deadline runs: waiting for a slot is not fetching
             self._context.gate = None  # a fetch inside ``follow`` is another host's
-            gate()
+            self._context.sending = gate()  # what the gate asks again just before the write
             self._context.gate = gate  # (an exception leaves the block: gated() clears it)
         total = self._total_timeout if timeout is None else timeout  # the crawl's, if given
         chain = _Chain(url, allow_private, headers, follow, Deadline(total))
@@ -204,7 +205,7 @@ class Fetcher:
             raise
         finally:
             chain.deadline.finish()
-            self._context.deadline, self._context.pinned_ip = outer
+            self._context.deadline, self._context.pinned_ip, self._context.sending = (*outer, None)
 
     def _get(self, chain: _Chain) -> Response:
         _require_http(chain.url)

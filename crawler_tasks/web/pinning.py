@@ -172,7 +172,10 @@ class ConnectionContext(threading.local):
     #: Called as each fetch begins, before its deadline runs and before it connects (not
     #: before a redirect hop): the host's send gate (the worker's politeness), which sleeps
     #: until the host's next send slot. Set for a task's duration by :meth:`Fetcher.gated`.
-    gate: Callable[[], None] | None = None
+    gate: Callable[[], Callable[[], None] | None] | None = None
+    #: What the gate returned: called once, just before the fetch's first request is written
+    #: (a thread starved between its slot and the write would send late, close to the next).
+    sending: Callable[[], None] | None = None
 
     def attach(self, sock: socket.socket) -> None:
         if self.deadline is not None:
@@ -209,6 +212,9 @@ class _PinnedHTTPConnection(HTTPConnection):
         return sock
 
     def request(self, *args: Any, **kwargs: Any) -> None:
+        sending, self._context.sending = self._context.sending, None
+        if sending is not None:
+            sending()
         if self.sock is not None:  # a kept-alive connection: _new_conn is not called again
             self._context.attach(self.sock)
         super().request(*args, **kwargs)
