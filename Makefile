@@ -49,7 +49,7 @@ FAULT_PROCESSES ?= 4
 test: $(STAMP)
 	$(BIN)/pytest -q -n $(TEST_PROCESSES) -m "not fault" --ignore=tests/test_bench_smoke.py
 
-## test-faults: the fault scenarios (kills, outages, freezes, full disks, overload; ~7 min)
+## test-faults: the fault scenarios (kills, outages, freezes, full disks, overload; ~8 min)
 test-faults: $(STAMP)
 	$(BIN)/pytest -q -n $(FAULT_PROCESSES) -m fault --ignore=tests/test_bench_smoke.py
 
