@@ -161,6 +161,22 @@ STAMP_TOLERANCE = 0.15
 SHARED_GATE_TOLERANCE = 0.2
 
 
+def assert_shared_gate_held(
+    arrivals: list[float] | None,
+    report: dict,
+    interval: float,  # type: ignore[type-arg]
+) -> None:
+    """No two of a shared gate's requests closer than ``interval``: by kernel arrival stamps
+    (``arrivals``, all of them: as many as the server logged) within SHARED_GATE_TOLERANCE,
+    or, where this process cannot read them (None), by the server's (``rate_report``'s
+    ``report``) within STAMP_TOLERANCE."""
+    if arrivals is not None:
+        assert len(arrivals) == report["count"], (len(arrivals), report)
+        assert early(arrivals, interval, 0, SHARED_GATE_TOLERANCE) == [], arrivals
+    else:
+        assert report["min_interval"] >= interval - STAMP_TOLERANCE, report
+
+
 def early_sends(
     times: list[float], interval: float, burst: int, tolerance: float = STAMP_TOLERANCE
 ) -> list[float]:

@@ -130,12 +130,12 @@ class BrowserPool:
         """Render ``job`` (from any thread); raises RenderFailed or RenderRefused."""
         loop = self._started()
         future = asyncio.run_coroutine_threadsafe(self._render(job), loop)
+        wait = job.deadline + GRACE + LAUNCH_WAIT
         try:
-            return future.result(job.deadline + GRACE + LAUNCH_WAIT)
+            return future.result(wait)
         except concurrent.futures.TimeoutError:
             future.cancel()
             asyncio.run_coroutine_threadsafe(self._replace(), loop)
-            wait = job.deadline + GRACE + LAUNCH_WAIT
             raise RenderFailed(f"the browser did not answer within {wait:g}s") from None
 
     def _started(self) -> asyncio.AbstractEventLoop:

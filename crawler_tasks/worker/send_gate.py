@@ -61,12 +61,12 @@ class SendSlot:
         self._send_at = time.monotonic() + wait
         return True
 
-    def wait(self) -> Callable[[], None] | None:
+    def wait(self) -> Callable[[], None]:
         """Sleep until this request's slot: start.lua's for the first request, a new one
         for each later request (a page after robots.txt), and a new one when this one went
         stale while the thread waited for the CPU, before its sleep or in it (a starved
         process oversleeps; at most :data:`REASKS` times, then it goes: the gates advanced
-        each time, which errs polite). Returns :meth:`recheck` where the gate is shared."""
+        each time, which errs polite). Returns :meth:`recheck`, the look before the write."""
         send_at, self._send_at = self._send_at, None
         for _ in range(REASKS):
             if send_at is None or time.monotonic() - send_at > self._late:
@@ -78,18 +78,18 @@ class SendSlot:
                 break
         wait_under_ceiling(self._ceilings, self.store, self.domain)
         self._passed = time.monotonic()
-        shared = self._late == LATE_SHARED or self.domain in self._ceilings.rates()
-        return self.recheck if shared else None
+        return self.recheck
 
     def recheck(self) -> None:
         """Just before the request is written (after its connection, the pinning, requests'
         own work): a thread that lost the CPU since its slot would send that much closer to
         the next request of a shared gate (another host's on the address, another crawl's
         under the ceiling: 0.23 s of a 0.25-s interval seen under the suite's load). Past
-        :data:`LATE_SHARED`, the slot is given up and the shared gates asked again."""
+        :data:`LATE_SHARED`, the slot is given up and the shared gates asked again (none: a
+        host's own gate moves on from the real send, done.lua)."""
         if time.monotonic() - self._passed <= LATE_SHARED:
             return
-        if self._late == LATE_SHARED:  # the address's gate (and the host's) again
+        if self.store.opts.ip_rate > 0:  # the address's gate (and the host's) again
             time.sleep(max(0.0, self.store.ledger.send_slot(self.domain)))
         wait_under_ceiling(self._ceilings, self.store, self.domain)
 
