@@ -74,6 +74,7 @@ import _wire
 import psutil
 import redis
 from _broad_server import address
+from _script_times import ScriptTimes
 from _tls import make_certs
 from crawl import cpu_seconds, redis_cpu, tree, wait_for_workers
 
@@ -312,7 +313,12 @@ def run_ours(args: Any, web: Web, mode: str, layout: str, state: str = "one") ->
             t1 = time.monotonic()
             # scaling.py and dashboard.py call this with arguments of their own, without --hogs.
             hogs = getattr(args, "hogs", 0)
-            with _util.RssSampler(roots, interval=0.5) as rss, cpu_hogs(hogs):
+            times = ScriptTimes(client) if getattr(args, "script_times", False) else None
+            with (
+                _util.RssSampler(roots, interval=0.5) as rss,
+                cpu_hogs(hogs),
+                times or contextlib.nullcontext(),
+            ):
                 crawl = start_crawl(
                     web.seeds(),
                     settings=settings,
@@ -393,6 +399,16 @@ def run_ours(args: Any, web: Web, mode: str, layout: str, state: str = "one") ->
         "redis_usec_per_page": {
             k: round(v / n, 1) for k, v in sorted(usec.items(), key=lambda kv: -kv[1])[:8]
         },
+        **(
+            {
+                "script_usec_per_page": {
+                    k: (round(v / n, 1), round(times.calls[k] / n, 2))
+                    for k, v in times.usec.most_common(16)
+                }
+            }
+            if times
+            else {}
+        ),
         "worker_log_tracebacks": tracebacks,
         "worker_log_warnings": warnings,
     }
@@ -529,6 +545,9 @@ def main() -> int:
     p.add_argument("--timeout", type=float, default=600.0, help="per crawler, seconds")
     p.add_argument("--skip-scrapy", action="store_true")
     p.add_argument(
+        "--script-times", action="store_true", help="Redis's time per Lua script (SLOWLOG)"
+    )
+    p.add_argument(
         "--events", action="store_true", help="workers send task events (-E, for Flower)"
     )
     p.add_argument("--worker-env", action="append", default=[], metavar="NAME=VALUE")
@@ -593,6 +612,14 @@ def main() -> int:
                 {"mode": r["mode"], "crawler": r["crawler"], **r["redis_usec_per_page"]}
                 for r in rows
                 if "redis_usec_per_page" in r
+            ],
+        ),
+        _util.table(
+            "Ours: Redis microseconds, calls per page by script (--script-times)",
+            [
+                {"mode": r["mode"], "crawler": r["crawler"], "what": k, "usec": u, "calls": c}
+                for r in rows
+                for k, (u, c) in r.get("script_usec_per_page", {}).items()
             ],
         ),
     ]

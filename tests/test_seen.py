@@ -3,10 +3,12 @@ what it does not (the benchmark measures 1 M URLs; this is the CI-sized check)."
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 
+from crawler_tasks import start_crawl
 from crawler_tasks.state.bloom import SMALL_SHARD_BITS, BloomFilter, BloomShape
 from crawler_tasks.state.keys import Keys
 from crawler_tasks.state.scripts import Scripts
@@ -75,3 +77,40 @@ def test_a_huge_filter_costs_what_it_stores(client):
     assert not any(bloom.add_many(urls("site", 31)))
     used = client.info("memory")["used_memory"] - before
     assert used < 31 * (SMALL_SHARD_BITS // 8) * 1.2, used  # it was ~7 MB a page
+
+
+def _admit_story(settings, **limits):  # type: ignore[no-untyped-def]
+    """The same admissions into a crawl with and without a limit on pages: admit.lua sets the
+    Bloom bits in one pass when nothing can leave a new URL out, else tests, then sets those
+    of the URLs it took."""
+    a, b, c, d = (f"http://h{i}.example/p" for i in range(4))
+    crawl = start_crawl([a], settings=settings, **limits)
+    frontier = crawl.store.frontier
+    # No KnownURLs: every URL goes to Redis, as a crawl without a start time does.
+    frontier.opts = dataclasses.replace(frontier.opts, started_at=0.0)
+    got = [
+        frontier.admit([(b, 1), (b, 1), (a, 1)], refused=[(d, 1)]),
+        frontier.admit([(c, 2), (d, 2), (b, 2)]),
+    ]
+    counters = crawl.stats.counters()
+    queues = {
+        h: [e.decode() for e in crawl.client.lrange(crawl.ck.queue(f"h{h}.example"), 0, -1)]
+        for h in range(4)
+    }
+    keep = ("admitted", "discovered", "deduplicated", "robots_disallowed", "queued")
+    return got, {k: counters.get(k) for k in keep}, queues
+
+
+def test_admission_reads_alike_with_and_without_a_page_limit(settings):  # type: ignore[no-untyped-def]
+    one_pass = _admit_story(settings)
+    tested = _admit_story(settings, max_pages=1000)
+    assert one_pass == tested
+    got, counters, queues = one_pass
+    assert [(g.admitted, g.duplicates, g.disallowed) for g in got] == [(1, 2, 1), (1, 2, 0)]
+    assert counters["admitted"] == 3 and counters["deduplicated"] == 4
+    assert queues == {
+        0: ["0|http://h0.example/p"],
+        1: ["1|http://h1.example/p"],
+        2: ["2|http://h2.example/p"],
+        3: [],
+    }

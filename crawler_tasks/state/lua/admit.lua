@@ -42,7 +42,16 @@ if force then
   for i = 1, count do seen[i] = false end
 else
   local S, A, B = bloom_decode(ARGV[8], count)
-  seen, reads = bloom_test(4, nshards, k, m, S, A, B, count)
+  if max_pages < 0 and cap < 0 then
+    -- No limit can leave a new URL out, so every new URL's bits get set: check-and-set in
+    -- one pass (4 BITFIELD arguments a bit instead of 3 to read and 4 to write; the
+    -- arguments are most of this script's time). A URL given twice reads as new twice, as
+    -- with bloom_test; `picked` below counts the second as a duplicate.
+    local fresh = bloom_add(4, nshards, k, m, S, A, B, count)
+    for i = 1, count do seen[i] = not fresh[i] end
+  else
+    seen, reads = bloom_test(4, nshards, k, m, S, A, B, count)
+  end
 end
 
 local before = 0
@@ -74,7 +83,7 @@ for i = 1, count do
     list[#list + 1] = entry
   end
 end
-if not force and admitted + blocked > 0 then bloom_set(4, nshards, k, reads, chosen) end
+if reads and admitted + blocked > 0 then bloom_set(4, nshards, k, reads, chosen) end
 -- One push per domain (several values, in order): LPUSH a b c leaves c b a, as three LPUSHes.
 local push = dfs and 'LPUSH' or 'RPUSH'
 for _, domain in ipairs(domains) do
