@@ -14,7 +14,7 @@ import redis
 from . import archive, formats
 from .formats import Counter
 from .keys import CrawlKeys
-from .scripts import Call, Scripts, run_together
+from .scripts import Call, Scripts, run_each, run_together
 
 
 class Ledger:
@@ -144,10 +144,16 @@ class Ledger:
 
     def commit(self, url: str, mine: formats.Unwritten) -> formats.Committed:
         """commit.lua: the record ``mine`` is appended to its file; keep it, or undo it."""
+        call = self.commit_call(url, mine)
+        return formats.Committed(
+            int(call.script(keys=call.keys, args=call.args, client=self.client))
+        )
+
+    def commit_call(self, url: str, mine: formats.Unwritten) -> Call:
+        """:meth:`commit`, to send with other calls (its reply: ``formats.Committed``)."""
         pk = self.ck.for_url(url)
         args = [url, mine.rid, repr(mine.ts), mine.path, mine.fence()]
-        got = self.scripts.commit(keys=[pk.unwritten, pk.fenced], args=args, client=self.client)
-        return formats.Committed(int(got))
+        return Call(self.scripts.commit, [pk.unwritten, pk.fenced], args)
 
     def written(self, url: str) -> None:
         """``url``'s record is on disk."""
@@ -187,14 +193,40 @@ class Ledger:
         ``CrawlLifecycle.finishing``), or -1 if it was final already. ``entry`` None: no record
         to write. ``after``: a call sent first in the same round trip (the lease's done.lua,
         :meth:`Lease.handoff <crawler_tasks.state.politeness.Lease.handoff>`)."""
+        call = self.finish_call(url, entry, counters)
+        if after is not None:
+            return int(run_together(self.client, [after, call])[1])
+        return int(call.script(keys=call.keys, args=call.args, client=self.client))
+
+    def finish_carrying(
+        self,
+        carry: Call,
+        url: str,
+        entry: formats.Unwritten | None,
+        counters: dict[str, int],
+        after: Call | None = None,
+    ) -> tuple[Any, int | Exception]:
+        """:meth:`finish` with ``carry`` (another URL's :meth:`commit_call`) sent first in its
+        round trip: ``carry``'s reply (or error), and finish's answer or the first error of
+        ``after`` and finish.lua (the caller settles ``carry`` before raising it)."""
+        calls = [
+            carry,
+            *([after] if after is not None else []),
+            self.finish_call(url, entry, counters),
+        ]
+        replies = run_each(self.client, calls)
+        error = next((r for r in replies[1:] if isinstance(r, Exception)), None)
+        return replies[0], error if error is not None else int(replies[-1])
+
+    def finish_call(
+        self, url: str, entry: formats.Unwritten | None, counters: dict[str, int]
+    ) -> Call:
         pk = self.ck.for_url(url)
         args: list[str | int] = [url, entry.dumps() if entry is not None else ""]
         for name, n in counters.items():
             args += [name, n]
         keys = [pk.inflight, pk.flow, pk.stats, pk.persec, pk.attempts, pk.unwritten]
-        if after is not None:
-            return int(run_together(self.client, [after, Call(self.scripts.finish, keys, args)])[1])
-        return int(self.scripts.finish(keys=keys, args=args, client=self.client))
+        return Call(self.scripts.finish, keys, args)
 
     def count_attempt(self, url: str) -> int:
         return int(self.client.hincrby(self.ck.for_url(url).attempts, url, 1))

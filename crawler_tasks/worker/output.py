@@ -28,7 +28,7 @@ import socket
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +36,9 @@ from warcio.recordloader import ArcWarcRecord
 from warcio.statusandheaders import StatusAndHeaders
 
 from ..errors import OutputUnavailable
+from ..state.scripts import Call
 from . import faults
+from .page_appends import PageAppends, PendingPage
 from .warc import http_headers, record_bytes, request_target, warcinfo, with_payload, writer
 from .warc_appends import WarcAppends
 
@@ -73,6 +75,8 @@ class CrawlOutput:
         #: The WARC file's appends, with a lock of their own: they wait on Redis (the
         #: archive's fence), pages' do not.
         self._warc = WarcAppends(self.dir, self._size, self._append, self._undo, self._first)
+        #: The pages files' appends whose commit rides with the next finish (same lock).
+        self.pages = PageAppends(self._lock, self._undo)
 
     def _fd(self, name: str) -> int:
         fd = self._files.get(name)
@@ -126,7 +130,22 @@ class CrawlOutput:
         the append, says another process took the record over meanwhile (this one was frozen
         before or during the append: the record is on disk elsewhere), and the append is then
         undone. Asked after, not before: a check before the append leaves a window in which
-        a process can be frozen and append later. Items and edges first: the page line
+        a process can be frozen and append later. (recorder.py's own records carry their
+        commit in the next page's finish instead: page_appends.py.)"""
+        writes = self.page_writes(record, with_items)
+        with self._lock:  # no other thread appends until the copy is kept or undone
+            self.pages.settle_last()
+            done = self._append(writes)
+            if commit is not None and not commit():
+                for name, size in done:
+                    self._undo(name, size)
+                return False
+        return True
+
+    def page_writes(
+        self, record: dict[str, Any], with_items: bool = True
+    ) -> list[tuple[str, bytes]]:
+        """What :meth:`final` appends, file by file. Items and edges first: the page line
         is what says the record is on disk (see recorder.py), so a crash between them repeats
         edges, never loses them; items carry the record's rid, so the writer of an orphan
         sees they are there and leaves them (``with_items=False``)."""
@@ -143,13 +162,14 @@ class CrawlOutput:
         if edges:
             writes.append((f"edges-{self.tag}.tsv", _utf8(edges)))
         writes.append((self.pages_path.name, _utf8(line)))
-        with self._lock:  # no other thread appends until the copy is kept or undone
-            done = self._append(writes)
-            if commit is not None and not commit():
-                for name, size in done:
-                    self._undo(name, size)
-                return False
-        return True
+        return writes
+
+    def final_carried(
+        self, writes: list[tuple[str, bytes]], ask: Callable[[], bool], call: Call
+    ) -> PendingPage:
+        """:meth:`final` of ``page_writes`` with ``self.pages.lock`` held by the caller, its
+        commit left to the next writer (page_appends.py)."""
+        return self.pages.leave(self._append(writes), ask, call)
 
     def warc(
         self,
@@ -263,6 +283,7 @@ class CrawlOutput:
     def close(self) -> None:
         with self._lock, self._warc.lock:
             self._warc.settle_last()  # its writer hears the answer (warc_appends.py)
+            self.pages.settle_last()
             for fd in self._files.values():
                 with contextlib.suppress(OSError):
                     os.close(fd)
@@ -341,34 +362,6 @@ def write_summary(directory: str | os.PathLike[str], summary: dict[str, Any]) ->
     tmp.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n", "utf-8")
     os.replace(tmp, path / "summary.json")  # readers never see half a file
     return path / "summary.json"
-
-
-def read_pages(directory: str | os.PathLike[str], kind: str = "pages") -> Iterator[dict[str, Any]]:
-    """Every record of every ``pages-*.jsonl`` (or ``items-*.jsonl``) of one crawl's
-    directory. A line cut short by the death of its writer is skipped."""
-    for path in sorted(Path(directory).glob(f"{kind}-*.jsonl")):
-        with open(path, encoding="utf-8", errors="surrogateescape") as f:
-            for line in f:
-                if line.endswith("\n") and line.strip():
-                    yield json.loads(line)
-
-
-def latest_pages(directory: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
-    """The last record of each URL, merged from every writer's ``pages-*.jsonl``: the files are
-    append-only logs, and a URL replayed by ``retry-failed`` has a record per final state (the
-    last by ``fetched_at``, then file order)."""
-    last: dict[str, dict[str, Any]] = {}
-    for record in read_pages(directory):
-        old = last.get(record["url"])
-        if old is None or (record.get("fetched_at") or 0) >= (old.get("fetched_at") or 0):
-            last[record["url"]] = record
-    return iter(last.values())
-
-
-def latest_items(directory: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
-    """The ``items-*.jsonl`` lines of each URL's last record (see :func:`latest_pages`)."""
-    rids = {r.get("rid") for r in latest_pages(directory)}
-    return (line for line in read_pages(directory, "items") if line.get("rid") in rids)
 
 
 def unwritable(directory: str | os.PathLike[str]) -> str | None:

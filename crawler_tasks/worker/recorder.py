@@ -3,7 +3,8 @@ when it was the last one.
 
     finalize:  finish.lua (counted once; the record kept in Redis as "unwritten")
                -> record on disk (edges, then the page line with its record id)
-               -> commit.lua: unwritten entry deleted (or the copy undone, see below)
+               -> commit.lua: unwritten entry deleted (or the copy undone, see below), sent
+                  with the next page's finish.lua (page_appends.py)
                -> event -> the crawl's finisher if it was the last
 
 A process that dies between finish.lua and the delete leaves the record in Redis. Whoever
@@ -11,9 +12,9 @@ meets it next writes it, unless the page line with its record id is already in t
 writer's file (same host): the redelivered task (start.lua says so), the dispatcher's sweep,
 or the finisher, which writes every orphan before ``summary.json``; of several that meet it
 at once, the one that claims it in Redis (claim.lua). A writer that was frozen meanwhile
-(SIGSTOP, a paused VM) may wake up anywhere, even in the middle of its append: so every writer
-asks after its append, still holding its file, whether the copy counts (commit.lua: the
-claim fenced it), and truncates its own file back if it was taken over. Only a process that
+(SIGSTOP, a paused VM) may wake up anywhere, even in the middle of its append: so every copy
+is asked about after its append, with nothing appended to the file before the answer, whether
+it counts (commit.lua: the claim fenced it), and truncated back if it was taken over. Only a process that
 dies (not freezes) between its append and that question, on another host than the one that
 writes the record again (which cannot read its file), can leave a URL with two lines.
 
@@ -52,6 +53,7 @@ from .context import Context
 from .logs import Throttled
 from .outcome import Final
 from .output import ITEMS, describe, items_path, write_summary
+from .page_appends import PendingPage
 
 log = logging.getLogger(__name__)
 _unwritable = Throttled(log, "writing crawl output", every=30.0)
@@ -79,21 +81,62 @@ def finalize(
     out = ctx.crawl_runtime(store).output()
     record["rid"] = uuid.uuid4().hex
     entry = formats.Unwritten(record["rid"], str(out.pages_path), time.time(), record)
-    left = store.ledger.finish(final.url, entry, counters, before and before())
+    left, mine = _finish_and_append(ctx, store, entry, counters, before and before())
     if left < 0:  # final already; its record may still be waiting for a writer
         return recover(ctx, store, final.url) if store.ledger.unwritten(final.url) else "duplicate"
-    faults.point("after_finish")
     if final.extra.get("redirects") and not failed:
         RedirectClaims.release(store.client, store.ck, final.url)
 
     # A process frozen since finish.lua (SIGSTOP, a VM pause) may find its record written by
     # another (the sweep, the finisher): its copy is undone (commit.lua), not kept twice.
-    if write_record(ctx, store, record, commit=_committer(store, final.url, entry)):
+    if mine is not None and out.pages.wait(mine):
         faults.point("after_record")  # else: written elsewhere, or waiting in Redis for room
     kind = "request_failed" if final.error else "request_completed"
     payload = {k: record[k] for k in ("url", "status", "error", "depth")}
     events.emit(store.client, store.ck, kind, store.id, record=payload)
     return _settled(ctx, store, final, left)
+
+
+def _finish_and_append(
+    ctx: Context,
+    store: CrawlStore,
+    entry: formats.Unwritten,
+    counters: dict[str, int],
+    after: Call | None,
+) -> tuple[int, PendingPage | None]:
+    """finish.lua carrying the last page append's commit (page_appends.py), then ``entry``'s
+    append, the pages files held from one to the other: finish's answer, and the append
+    waiting for its commit (None: not appended, see :func:`write_record`)."""
+    url, runtime = entry.record["url"], ctx.crawl_runtime(store)
+    out = runtime.output()
+    writes, unavailable = out.page_writes(entry.record), None
+    with out.pages.lock:
+        last = out.pages.take()
+        if last is None:
+            left = store.ledger.finish(url, entry, counters, after)
+        else:
+            try:
+                reply, got = store.ledger.finish_carrying(last.call, url, entry, counters, after)
+            except Exception:
+                out.pages.unsettled = last  # asked again, by the next writer or its own
+                raise
+            out.pages.settle(last, reply)
+            if isinstance(got, Exception):
+                raise got
+            left = got
+        if left < 0:
+            return left, None
+        faults.point("after_finish")
+        ask, call = _committer(store, url, entry), store.ledger.commit_call(url, entry)
+        try:
+            mine = out.final_carried(writes, ask, call)
+        except OutputUnavailable as exc:
+            mine, unavailable = None, exc
+    if unavailable is not None:
+        output_failed(ctx, store, unavailable)
+    elif runtime.output_failing:
+        _output_ok(ctx, store)
+    return left, mine
 
 
 def _committer(store: CrawlStore, url: str, entry: formats.Unwritten) -> Callable[[], bool]:
@@ -127,10 +170,15 @@ def write_record(
     except OutputUnavailable as exc:
         output_failed(ctx, store, exc)
         return False
-    if runtime.output_failing:  # room again: the crawl may release URLs again
-        runtime.output_failing = False
-        store.lifecycle.output_ok()
+    if runtime.output_failing:
+        _output_ok(ctx, store)
     return True
+
+
+def _output_ok(ctx: Context, store: CrawlStore) -> None:
+    """Room again: the crawl may release URLs again."""
+    ctx.crawl_runtime(store).output_failing = False
+    store.lifecycle.output_ok()
 
 
 def output_failed(ctx: Context, store: CrawlStore, exc: OutputUnavailable) -> None:

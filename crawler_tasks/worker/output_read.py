@@ -1,0 +1,39 @@
+"""Reading a crawl's output files back (``crawler export``, ``Crawl.pages()``): every writer's
+``pages-*.jsonl`` and ``items-*.jsonl`` merged, lines cut by a writer's death skipped. The
+files are written by output.py."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+
+def read_pages(directory: str | os.PathLike[str], kind: str = "pages") -> Iterator[dict[str, Any]]:
+    """Every record of every ``pages-*.jsonl`` (or ``items-*.jsonl``) of one crawl's
+    directory. A line cut short by the death of its writer is skipped."""
+    for path in sorted(Path(directory).glob(f"{kind}-*.jsonl")):
+        with open(path, encoding="utf-8", errors="surrogateescape") as f:
+            for line in f:
+                if line.endswith("\n") and line.strip():
+                    yield json.loads(line)
+
+
+def latest_pages(directory: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
+    """The last record of each URL, merged from every writer's ``pages-*.jsonl``: the files are
+    append-only logs, and a URL replayed by ``retry-failed`` has a record per final state (the
+    last by ``fetched_at``, then file order)."""
+    last: dict[str, dict[str, Any]] = {}
+    for record in read_pages(directory):
+        old = last.get(record["url"])
+        if old is None or (record.get("fetched_at") or 0) >= (old.get("fetched_at") or 0):
+            last[record["url"]] = record
+    return iter(last.values())
+
+
+def latest_items(directory: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
+    """The ``items-*.jsonl`` lines of each URL's last record (see :func:`latest_pages`)."""
+    rids = {r.get("rid") for r in latest_pages(directory)}
+    return (line for line in read_pages(directory, "items") if line.get("rid") in rids)

@@ -1,0 +1,66 @@
+"""A page record's commit rides with the next page's finish (worker/page_appends.py): one
+round trip a page instead of two, and the copy asked about is still the last in the file
+when its answer comes, so a copy taken over meanwhile is truncated at the file's end."""
+
+from __future__ import annotations
+
+import time
+
+from crawler_tasks import start_crawl
+from crawler_tasks.state.formats import Unwritten
+from crawler_tasks.worker.outcome import Final
+from crawler_tasks.worker.output_read import read_pages
+from crawler_tasks.worker.page_appends import HANDOFF_WAIT
+from crawler_tasks.worker.recorder import _finish_and_append
+
+
+def _released(settings, driver, n):  # type: ignore[no-untyped-def]
+    seeds = [f"http://127.0.0.{90 + i}/p" for i in range(n)]
+    crawl = start_crawl(seeds, settings=settings, allow_private_networks=True)
+    store = driver.ctx.store(crawl.id)
+    entries = store.frontier.release_all(10, 180).entries
+    assert sorted(url for _d, _depth, url in entries) == sorted(seeds)
+    return crawl, store, sorted(seeds)
+
+
+def _entry(driver, store, url):  # type: ignore[no-untyped-def]
+    out = driver.ctx.crawl_runtime(store).output()
+    record = {**Final(url, 0, status=200).record(), "rid": f"rid-{url[-5:-2]}"}
+    return Unwritten(record["rid"], str(out.pages_path), time.time(), record)
+
+
+def test_a_page_commit_rides_with_the_next_finish(settings, driver):  # type: ignore[no-untyped-def]
+    crawl, store, (a, b) = _released(settings, driver, 2)
+    ea, eb = _entry(driver, store, a), _entry(driver, store, b)
+    left, mine_a = _finish_and_append(driver.ctx, store, ea, {}, None)
+    assert left == 1 and mine_a is not None
+    assert not mine_a.done.is_set() and store.ledger.unwritten(a) is not None  # not asked yet
+    left, mine_b = _finish_and_append(driver.ctx, store, eb, {}, None)
+    # b's finish carried a's commit: answered without a's writer asking it.
+    assert left == 0 and mine_a.done.is_set() and mine_a.answer() is True
+    assert store.ledger.unwritten(a) is None and store.ledger.unwritten(b) is not None
+    out = driver.ctx.crawl_runtime(store).output()
+    started = time.monotonic()
+    assert out.pages.wait(mine_b) is True  # nobody carries it: asked alone, after a wait
+    assert time.monotonic() - started >= HANDOFF_WAIT * 0.9
+    assert store.ledger.unwritten(b) is None
+    assert [r["url"] for r in read_pages(out.dir)] == [a, b]
+
+
+def test_a_carried_commit_undoes_a_copy_taken_over(settings, driver):  # type: ignore[no-untyped-def]
+    """a's writer froze after its append; a sweep claimed a's record meanwhile (its fence
+    names another file). The next writer's finish carries a's commit: MOVED, so a's copy is
+    cut at the file's end and b's record goes where a's began."""
+    crawl, store, (a, b) = _released(settings, driver, 2)
+    ea, eb = _entry(driver, store, a), _entry(driver, store, b)
+    _left, mine_a = _finish_and_append(driver.ctx, store, ea, {}, None)
+    assert mine_a is not None
+    out = driver.ctx.crawl_runtime(store).output()
+    claimed = Unwritten(ea.rid, "/elsewhere/pages-other-1.jsonl", time.time(), ea.record)
+    assert store.ledger.claim(a, ea, claimed)
+    _left, mine_b = _finish_and_append(driver.ctx, store, eb, {}, None)
+    assert mine_b is not None
+    assert mine_a.done.is_set() and mine_a.answer() is False
+    assert out.pages.wait(mine_b) is True
+    assert [r["url"] for r in read_pages(out.dir)] == [b]
+    assert store.ledger.unwritten(a) is not None  # the claimer writes it
