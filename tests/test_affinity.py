@@ -203,3 +203,39 @@ def test_a_refresh_after_its_own_stall_deletes_no_living_process(settings):  # t
         assert router.holders() == [] and ctx.client.llen(direct_queue(other)) == 0
     finally:
         driver.close()
+
+
+def test_a_refresh_held_up_in_the_middle_deletes_no_living_process(settings, monkeypatch):  # type: ignore[no-untyped-def]
+    """As above, but the stall comes after the refresh began (its stall rule passed) and
+    before it read the beats (the whole-machine pause of tests/test_overload.py, once): the
+    beats it reads are as stale as after a stall before it, and it judges none dead."""
+    driver = Driver(dataclasses.replace(settings, worker_dead_seconds=1.0))
+    ctx, router, other = driver.ctx, driver.dispatcher.router, "other-fetch-process"
+
+    def beat() -> None:
+        ctx.client.hset(ctx.keys.workers, other, workers.redis_now(ctx.client))
+
+    def kept() -> bool:
+        joined = ctx.client.sismember(ctx.keys.fetchers, other)
+        return bool(joined) and ctx.client.llen(direct_queue(other)) == 1
+
+    def held_up(*args):  # type: ignore[no-untyped-def]
+        monkeypatch.setattr(workers, "affine", affine)  # once
+        time.sleep(2.5)  # past REFRESH_EVERY + the dead threshold since the last refresh
+        return affine(*args)
+
+    try:
+        workers.join(ctx.client, ctx.keys, other)
+        ctx.client.rpush(direct_queue(other), b"a message it has not taken yet")
+        beat()
+        router.refresh(ctx)
+        assert router.holders() == [other]
+        affine = workers.affine
+        monkeypatch.setattr(workers, "affine", held_up)
+        router.refresh(ctx)
+        assert router.holders() == [] and kept()  # its beat is stale, but no one judged
+        beat()  # resumed
+        router.refresh(ctx)
+        assert router.holders() == [other] and kept()
+    finally:
+        driver.close()

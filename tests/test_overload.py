@@ -45,6 +45,7 @@ from test_faults import assert_exact, cluster, site, start, wait
 from test_lease_exits import crawl_of
 
 from crawler_tasks import start_crawl
+from crawler_tasks.state import workers
 from crawler_tasks.state.formats import Committed, Inflight, Unwritten
 from crawler_tasks.state.keys import Keys
 from crawler_tasks.surface.embedded import FETCH_QUEUES
@@ -346,5 +347,45 @@ def test_a_message_taken_just_before_the_look_is_not_taken_back(settings):  # ty
             summary = driver.run(crawl, timeout=30)
         assert summary["counters"]["done"] == 1 and len(site.requests()) == 1
         assert sum(crawl.client.hlen(p.takebacks) for p in crawl.ck.parts) == 0
+    finally:
+        driver.close()
+
+
+def test_a_reclaim_held_up_in_the_middle_judges_nobody_dead(settings, monkeypatch):  # type: ignore[no-untyped-def]
+    """Found by the whole-machine pause above (1 run: a URL "taken back (r:...: its worker or
+    message was lost)" from a living process): a process paused just after its look began
+    (the stall rule already passed) read every heartbeat 20 s late, the other processes'
+    not yet written again, and took their URLs. A look held up before its reads judges
+    nobody, as one that begins late does. Here the look is held up just before it reads
+    the heartbeats, "other" (held up too) beats only after it: nothing is taken back."""
+    driver = Driver(dataclasses.replace(settings, worker_dead_seconds=1.0))
+    ctx, other = driver.ctx, "other-fetch-process"
+
+    def beat() -> None:
+        ctx.client.hset(ctx.keys.workers, other, workers.redis_now(ctx.client))
+
+    def held_up(*args):  # type: ignore[no-untyped-def]
+        monkeypatch.setattr(workers, "alive", alive)  # once
+        time.sleep(3.5)  # past RECLAIM_EVERY + the dead threshold since the last look
+        return alive(*args)
+
+    try:
+        crawl = crawl_of(settings, "http://127.0.0.49/p")
+        assert driver.dispatcher.tick()
+        [(_task, _crawl, url, _depth)] = driver.messages
+        store = driver.ctx.store(crawl.id)
+        assert store is not None and store.ledger.start(url, other) == 1  # "other" fetches it
+        beat()
+        assert driver.dispatcher.reclaim() == 0  # the last look before the stall
+        alive = workers.alive
+        monkeypatch.setattr(workers, "alive", held_up)
+        assert driver.dispatcher.reclaim() == 0
+        beat()  # resumed
+        assert driver.dispatcher.reclaim() == 0
+        assert store.ledger.entry(url) is not None
+        assert sum(crawl.client.hlen(p.takebacks) for p in crawl.ck.parts) == 0
+        # Silent for good while this process runs on: dead, its URL taken back.
+        wait_until(lambda: driver.dispatcher.reclaim() == 1, timeout=5, interval=0.2)
+        crawl.cancel()
     finally:
         driver.close()

@@ -82,7 +82,10 @@ class Repair:
             if store is None:
                 continue
             stuck = store.ledger.stuck(living, s.lost_message_seconds, idle)
-            for url, entry, value in self._really_stuck(ctx, store.id, stuck, living):
+            lost = self._really_stuck(ctx, store.id, stuck, living)
+            if lost and self._stall.held_up():  # its reads came after a stall: stale
+                return n
+            for url, entry, value in lost:
                 n += self._take_back(ctx, store, url, entry, value)
             sweep_orphans(ctx, store)
             probe_output(store, s.output_dir)  # a full disk: found by a write, not a fetch

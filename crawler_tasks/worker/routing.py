@@ -98,7 +98,7 @@ class HostRouter:
         no queue is deleted: the others' beats may be late only because of the stall."""
         quiet = self._stall.quiet()
         live, leaving, dead = workers.affine(ctx.client, ctx.keys, self._dead_after)
-        if not quiet:
+        if not (quiet or self._stall.held_up()):  # held up before its read: stale beats
             for worker in sorted(set(dead) | (set(self._holders) - set(live) - set(leaving))):
                 self._broker.delete_direct(ctx.client, worker)
             for worker in dead:
