@@ -100,6 +100,47 @@ def test_an_unwritten_record_is_claimed_once(settings, client) -> None:  # type:
     assert not ledger.claim(url, mine, theirs)
 
 
+@pytest.mark.parametrize(
+    "entry",
+    [
+        formats.Unwritten("r1", "/out/a.jsonl", 1764140000.123456, {"url": "u", "n": 1.5}),
+        formats.Unwritten('é"\\/', "/out/ü ö/\u2028.jsonl", 1.0, {}),
+        formats.Unwritten("r", "/o.jsonl", 1e22, {"rid": "r", "ts": 2.0}),
+    ],
+)
+def test_an_unwritten_entry_begins_with_its_head(entry: formats.Unwritten) -> None:
+    """commit.lua compares the stored entry's first bytes with ``head()``: exactly the text
+    ``dumps()`` writes before the record, which it must end at (a ts that only begins like
+    another's, 1.5 and 1.55, must not match)."""
+    assert entry.dumps().startswith(entry.head())
+    assert entry.head().endswith(',"record":')
+    assert formats.Unwritten.loads(entry.head() + "{}}") == formats.Unwritten(
+        entry.rid, entry.path, entry.ts, {}
+    )
+
+
+def test_a_commit_is_the_writers_whose_entry_is_stored(settings, client) -> None:  # type: ignore[no-untyped-def]
+    """commit.lua keeps a copy only for the entry stored now: same rid, path AND time. A
+    claimer in the writer's own file differs by its time only, by a digit (1.5 and 1.55)."""
+    crawl = start_crawl(["http://127.0.0.68:8000/"], settings=settings, allow_private_networks=True)
+    ((_domain, _depth, url),) = crawl.store.frontier.release_all(10, 180).entries
+    ledger = crawl.store.ledger
+    record = {"url": url, "outlinks": [f"http://127.0.0.68:8000/{i}" for i in range(300)]}
+    first = formats.Unwritten("r1", "/out/a.jsonl", 1764140000.5, record)
+    assert ledger.finish(url, first, {}) == 0
+    again = formats.Unwritten("r1", "/out/a.jsonl", 1764140000.55, record)
+    assert ledger.claim(url, first, again)
+    for wrong in (
+        first,
+        formats.Unwritten("r2", again.path, again.ts, record),
+        formats.Unwritten("r1", "/out/a.jsonl.1", again.ts, record),
+    ):
+        assert ledger.commit(url, wrong) is formats.Committed.MOVED
+        assert ledger.unwritten(url) == again
+    assert ledger.commit(url, again) is formats.Committed.OURS
+    assert ledger.unwritten(url) is None
+
+
 def test_counter_names_are_plain_strings() -> None:
     assert formats.Counter.DONE == "done" and str(formats.Counter.DONE) == "done"
     assert {"done": 1}[formats.Counter.DONE] == 1
