@@ -70,6 +70,23 @@ def test_urls_of_one_message_start_together_each_on_its_own(settings, client) ->
     assert {u: b.code for u, b in got.items()} == {running: 3, written: 0}
 
 
+def test_a_fetch_of_a_dead_host_begins_without_a_send_slot(settings, client) -> None:  # type: ignore[no-untyped-def]
+    """start.lua: a URL of a host declared dead (done.lua) gets 4 and takes no slot of the
+    host's send gate (gate_lib.lua); a live host's URL takes one."""
+    seeds = ["http://127.0.0.69:8000/", "http://127.0.0.70:8000/"]
+    crawl = start_crawl(seeds, settings=settings, allow_private_networks=True, rate=4)
+    released = {url: domain for domain, _, url in crawl.store.frontier.release_all(10, 180).entries}
+    dead, live = seeds
+    hashes = {url: crawl.ck.for_domain(d).domain(d) for url, d in released.items()}
+    client.hset(hashes[dead], "dead", "1")
+    before = {url: client.hget(key, "sg") for url, key in hashes.items()}
+    got = crawl.store.ledger.start_many(seeds, "host-1")
+    assert {u: b.code for u, b in got.items()} == {dead: 4, live: 1}
+    assert got[dead].wait == 0.0
+    assert client.hget(hashes[dead], "sg") == before[dead]
+    assert client.hget(hashes[live], "sg") != before[live]
+
+
 def test_requeue_writes_a_retry_member_release_reads_back(settings, client) -> None:  # type: ignore[no-untyped-def]
     seed = "http://127.0.0.62:8000/x?a=1"
     crawl = start_crawl([seed], settings=settings, allow_private_networks=True, rate=1000)
