@@ -70,6 +70,23 @@ def test_urls_of_one_message_start_together_each_on_its_own(settings, client) ->
     assert {u: b.code for u, b in got.items()} == {running: 3, written: 0}
 
 
+def test_a_fetch_of_a_dead_host_begins_without_a_send_slot(settings, client) -> None:  # type: ignore[no-untyped-def]
+    """start.lua: a URL of a host declared dead (done.lua) gets 4 and takes no slot of the
+    host's send gate (gate_lib.lua); a live host's URL takes one."""
+    seeds = ["http://127.0.0.69:8000/", "http://127.0.0.70:8000/"]
+    crawl = start_crawl(seeds, settings=settings, allow_private_networks=True, rate=4)
+    released = {url: domain for domain, _, url in crawl.store.frontier.release_all(10, 180).entries}
+    dead, live = seeds
+    hashes = {url: crawl.ck.for_domain(d).domain(d) for url, d in released.items()}
+    client.hset(hashes[dead], "dead", "1")
+    before = {url: client.hget(key, "sg") for url, key in hashes.items()}
+    got = crawl.store.ledger.start_many(seeds, "host-1")
+    assert {u: b.code for u, b in got.items()} == {dead: 4, live: 1}
+    assert got[dead].wait == 0.0
+    assert client.hget(hashes[dead], "sg") == before[dead]
+    assert client.hget(hashes[live], "sg") != before[live]
+
+
 def test_requeue_writes_a_retry_member_release_reads_back(settings, client) -> None:  # type: ignore[no-untyped-def]
     seed = "http://127.0.0.62:8000/x?a=1"
     crawl = start_crawl([seed], settings=settings, allow_private_networks=True, rate=1000)
@@ -98,6 +115,47 @@ def test_an_unwritten_record_is_claimed_once(settings, client) -> None:  # type:
     assert ledger.unwritten(url) == mine
     ledger.written(url)
     assert not ledger.claim(url, mine, theirs)
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        formats.Unwritten("r1", "/out/a.jsonl", 1764140000.123456, {"url": "u", "n": 1.5}),
+        formats.Unwritten('é"\\/', "/out/ü ö/\u2028.jsonl", 1.0, {}),
+        formats.Unwritten("r", "/o.jsonl", 1e22, {"rid": "r", "ts": 2.0}),
+    ],
+)
+def test_an_unwritten_entry_begins_with_its_head(entry: formats.Unwritten) -> None:
+    """commit.lua compares the stored entry's first bytes with ``head()``: exactly the text
+    ``dumps()`` writes before the record, which it must end at (a ts that only begins like
+    another's, 1.5 and 1.55, must not match)."""
+    assert entry.dumps().startswith(entry.head())
+    assert entry.head().endswith(',"record":')
+    assert formats.Unwritten.loads(entry.head() + "{}}") == formats.Unwritten(
+        entry.rid, entry.path, entry.ts, {}
+    )
+
+
+def test_a_commit_is_the_writers_whose_entry_is_stored(settings, client) -> None:  # type: ignore[no-untyped-def]
+    """commit.lua keeps a copy only for the entry stored now: same rid, path AND time. A
+    claimer in the writer's own file differs by its time only, by a digit (1.5 and 1.55)."""
+    crawl = start_crawl(["http://127.0.0.68:8000/"], settings=settings, allow_private_networks=True)
+    ((_domain, _depth, url),) = crawl.store.frontier.release_all(10, 180).entries
+    ledger = crawl.store.ledger
+    record = {"url": url, "outlinks": [f"http://127.0.0.68:8000/{i}" for i in range(300)]}
+    first = formats.Unwritten("r1", "/out/a.jsonl", 1764140000.5, record)
+    assert ledger.finish(url, first, {}) == 0
+    again = formats.Unwritten("r1", "/out/a.jsonl", 1764140000.55, record)
+    assert ledger.claim(url, first, again)
+    for wrong in (
+        first,
+        formats.Unwritten("r2", again.path, again.ts, record),
+        formats.Unwritten("r1", "/out/a.jsonl.1", again.ts, record),
+    ):
+        assert ledger.commit(url, wrong) is formats.Committed.MOVED
+        assert ledger.unwritten(url) == again
+    assert ledger.commit(url, again) is formats.Committed.OURS
+    assert ledger.unwritten(url) is None
 
 
 def test_counter_names_are_plain_strings() -> None:

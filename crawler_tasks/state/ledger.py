@@ -152,7 +152,7 @@ class Ledger:
     def commit_call(self, url: str, mine: formats.Unwritten) -> Call:
         """:meth:`commit`, to send with other calls (its reply: ``formats.Committed``)."""
         pk = self.ck.for_url(url)
-        args = [url, mine.rid, repr(mine.ts), mine.path, mine.fence()]
+        args = [url, mine.head(), mine.fence()]
         return Call(self.scripts.commit, [pk.unwritten, pk.fenced], args)
 
     def written(self, url: str) -> None:

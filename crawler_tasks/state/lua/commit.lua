@@ -4,21 +4,22 @@
 -- over (claim.lua), wrote its own. The writer holds its file's lock until it acts on the reply,
 -- so undoing its copy (truncating its own file) never touches another record.
 -- KEYS[1] unwritten hash  KEYS[2] fenced hash (the URL's partition's)
--- ARGV[1] url  ARGV[2] rid  ARGV[3] ts  ARGV[4] path: the writer's entry (formats.Unwritten)
--- ARGV[5] the writer's fence (path and time: a claimer in the writer's own file is another)
+-- ARGV[1] url  ARGV[2] the writer's entry up to its record (formats.Unwritten.head: rid, path
+-- and ts as Python's json wrote them): compared as text, not decoded, since the record after
+-- it holds all the page's outlinks (a link-dense page's KBs were most of this script's time)
+-- ARGV[3] the writer's fence (path and time: a claimer in the writer's own file is another)
 -- Returns formats.Committed:
 --   1 OURS   the entry is still this writer's: it is marked written (removed)
 --   0 MOVED  another writer claimed it (the fence names another): undo this copy
 --   2 FOUND  gone and not claimed from this writer: a sweep found this copy on disk; keep it
 local v = redis.call('HGET', KEYS[1], ARGV[1])
 if v then
-  local e = cjson.decode(v)
-  if e.rid == ARGV[2] and e.ts == tonumber(ARGV[3]) and e.path == ARGV[4] then
+  if string.sub(v, 1, #ARGV[2]) == ARGV[2] then
     redis.call('HDEL', KEYS[1], ARGV[1])
     return 1
   end
 end
 local fence = redis.call('HGET', KEYS[2], ARGV[1])
-if fence and fence ~= ARGV[5] then return 0 end
+if fence and fence ~= ARGV[3] then return 0 end
 if v then return 0 end  -- claimed by another and not yet fenced: cannot happen (one script)
 return 2

@@ -32,8 +32,10 @@ local function address_gate(aprefix, ip, ipx, now)
   if aiv <= 0 then return nil end
   return akey, tonumber(a[1]) or now, aiv
 end
-local function take_send_slot(dom, now, aprefix)
-  local g = redis.call('HMGET', dom, 'sg', 'iv', 'sl', 'ip', 'ipx')
+-- ``g``: the domain's fields sg, iv, sl, ip, ipx when the caller read them already (start.lua
+-- reads them with "dead", in one HMGET).
+local function take_send_slot(dom, now, aprefix, g)
+  g = g or redis.call('HMGET', dom, 'sg', 'iv', 'sl', 'ip', 'ipx')
   local iv, slack = tonumber(g[2]) or 0, tonumber(g[3]) or 0
   local sg = tonumber(g[1]) or now
   local at = math.max(now, sg - slack)

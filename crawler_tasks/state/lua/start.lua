@@ -38,8 +38,9 @@ local function start(url)
     if cancelled == nil then cancelled = redis.call('HGET', KEYS[3], 'cancelled') == '1' end
     if cancelled then return 3 end
     local dom = ARGV[3] .. string.sub(v, 1, a - 1)
-    if redis.call('HGET', dom, 'dead') == '1' then return 4 end
-    return 1, take_send_slot(dom, now, ARGV[4])
+    local g = redis.call('HMGET', dom, 'sg', 'iv', 'sl', 'ip', 'ipx', 'dead')
+    if g[6] == '1' then return 4 end
+    return 1, take_send_slot(dom, now, ARGV[4], g)
   end
   return 1
 end
