@@ -170,6 +170,21 @@ def test_release_without_holders_marks_the_releaser(settings):  # type: ignore[n
     crawl.cancel()
 
 
+def _beater(ctx, other):  # type: ignore[no-untyped-def]
+    """A heartbeat of the process ``other``, now."""
+    return lambda: ctx.client.hset(ctx.keys.workers, other, workers.redis_now(ctx.client))
+
+
+def _kept(ctx, other):  # type: ignore[no-untyped-def]
+    """Does ``other`` still hold its place and the one message in its direct queue?"""
+
+    def kept() -> bool:
+        joined = ctx.client.sismember(ctx.keys.fetchers, other)
+        return bool(joined) and ctx.client.llen(direct_queue(other)) == 1
+
+    return kept
+
+
 def test_a_refresh_after_its_own_stall_deletes_no_living_process(settings):  # type: ignore[no-untyped-def]
     """A dispatcher held up past the dead threshold (a paused VM) reads every other fetch
     process's beat as stale: it judges none dead until they could beat again, so a living
@@ -180,13 +195,7 @@ def test_a_refresh_after_its_own_stall_deletes_no_living_process(settings):  # t
     try:
         ctx, router, other = driver.ctx, driver.dispatcher.router, "other-fetch-process"
 
-        def beat() -> None:
-            ctx.client.hset(ctx.keys.workers, other, workers.redis_now(ctx.client))
-
-        def kept() -> bool:
-            joined = ctx.client.sismember(ctx.keys.fetchers, other)
-            return bool(joined) and ctx.client.llen(direct_queue(other)) == 1
-
+        beat, kept = _beater(ctx, other), _kept(ctx, other)
         workers.join(ctx.client, ctx.keys, other)
         ctx.client.rpush(direct_queue(other), b"a message it has not taken yet")
         beat()
@@ -212,12 +221,7 @@ def test_a_refresh_held_up_in_the_middle_deletes_no_living_process(settings, mon
     driver = Driver(dataclasses.replace(settings, worker_dead_seconds=1.0))
     ctx, router, other = driver.ctx, driver.dispatcher.router, "other-fetch-process"
 
-    def beat() -> None:
-        ctx.client.hset(ctx.keys.workers, other, workers.redis_now(ctx.client))
-
-    def kept() -> bool:
-        joined = ctx.client.sismember(ctx.keys.fetchers, other)
-        return bool(joined) and ctx.client.llen(direct_queue(other)) == 1
+    beat, kept = _beater(ctx, other), _kept(ctx, other)
 
     def held_up(*args):  # type: ignore[no-untyped-def]
         monkeypatch.setattr(workers, "affine", affine)  # once

@@ -23,7 +23,7 @@ from redis.exceptions import OutOfMemoryError
 
 from ..state.formats import Committed
 from ..state.scripts import Call
-from .warc_appends import HANDOFF_WAIT
+from .warc_appends import HANDOFF_WAIT, settled
 
 __all__ = ["HANDOFF_WAIT", "PageAppends", "PendingPage"]
 
@@ -90,8 +90,5 @@ class PageAppends:
 
     def wait(self, mine: PendingPage) -> bool:
         """``mine``'s answer once its commit is asked: by the next writer, else here."""
-        while not mine.done.wait(HANDOFF_WAIT):
-            with self.lock:
-                if self.unsettled is mine:
-                    self.settle_last()
+        settled(mine, self)
         return mine.answer()

@@ -139,8 +139,14 @@ class WarcAppends:
 
     def _wait(self, mine: Unsettled) -> str:
         """``mine``'s answer once its commit is asked: by the next writer, else here."""
-        while not mine.done.wait(HANDOFF_WAIT):
-            with self.lock:
-                if self.unsettled is mine:
-                    self.settle_last()
+        settled(mine, self)
         return mine.answer()
+
+
+def settled(mine: Any, appends: Any) -> None:
+    """Wait until ``mine`` (an append of ``appends``: WarcAppends, PageAppends) has its
+    commit asked: by the next writer, else, after :data:`HANDOFF_WAIT`, here (alone)."""
+    while not mine.done.wait(HANDOFF_WAIT):
+        with appends.lock:
+            if appends.unsettled is mine:
+                appends.settle_last()
