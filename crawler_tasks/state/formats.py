@@ -303,8 +303,7 @@ def links_dropped(reason: str) -> str:
     return f"links_dropped:{reason}"
 
 
-#: The crawl state's field naming its first TLS failure ("https://host: tls_error: ..."),
-#: shown by ``status`` and the summary.
+#: The crawl state's field naming its first TLS failure, shown by ``status`` and the summary.
 TLS_NOTE = "tls_error_why"
 
 #: Counter families: prefix -> summary.json section.
@@ -357,6 +356,9 @@ class Inflight:
 
 
 # --- unwritten records ----------------------------------------------------------------------
+_COMPACT: dict[str, Any] = {"ensure_ascii": False, "separators": (",", ":")}
+
+
 @dataclass(frozen=True)
 class Unwritten:
     rid: str  # also the record's "rid": how a writer finds out the record is on disk
@@ -365,21 +367,17 @@ class Unwritten:
     record: dict[str, Any]
 
     def dumps(self) -> str:
-        value = {"rid": self.rid, "path": self.path, "ts": self.ts, "record": self.record}
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        return self.head() + json.dumps(self.record, **_COMPACT) + "}"
 
     def head(self) -> str:
-        """The text :meth:`dumps` begins with, up to its record: what commit.lua compares the
-        stored entry with instead of decoding the whole record (KBs of outlinks). Exact, since
-        every stored entry was written by :meth:`dumps` (finish.lua's and claim.lua's)."""
+        """What :meth:`dumps` begins with, up to the record: commit.lua compares it instead of
+        decoding the whole record (KBs of outlinks); every stored entry is dumps()'s."""
         value = {"rid": self.rid, "path": self.path, "ts": self.ts}
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))[:-1] + ',"record":'
+        return json.dumps(value, **_COMPACT)[:-1] + ',"record":'
 
     def fence(self) -> str:
-        """What claim.lua fences the URL's earlier writers with and commit.lua compares: this
-        writer's file AND time, since a claimer may write to the very file of the writer it
-        fences (its own process's slow thread), where the file alone told them apart from
-        nothing."""
+        """claim.lua's fence of the earlier writers, which commit.lua compares: the file AND time
+        (a claimer may write to the very file of the writer it fences: its own slow thread)."""
         return f"{self.path}|{self.ts!r}"
 
     @classmethod
