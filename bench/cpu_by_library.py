@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/cpu_by_library.py               # HTTPS, real sizes, 200 x 41, fast
     .venv/bin/python bench/cpu_by_library.py --seconds 30 -- --https --hosts 100 --pages 21
+    .venv/bin/python bench/cpu_by_library.py -- --https --real-sizes --skip-scrapy   # ours only
 
 py-spy (``make profile``) sees Python frames only, and only the thread holding the GIL; the
 CPU a process spends in the kernel (syscalls, thread switches), in zlib, libc or OpenSSL is
@@ -99,9 +100,10 @@ def process_names() -> dict[int, str]:
     return names
 
 
-def wait_for(test: str, timeout: float = 300) -> bool:
+def wait_for(test: str, run: subprocess.Popen[str], timeout: float = 300) -> bool:
+    """Until a process ``test`` names runs; False if the bench ended first or it never came."""
     end = time.monotonic() + timeout
-    while time.monotonic() < end:
+    while time.monotonic() < end and run.poll() is None:
         if any(v.startswith(test) for v in process_names().values()):
             return True
         time.sleep(0.5)
@@ -129,8 +131,11 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-perf-") as tmp:
         run = subprocess.Popen(bench, stdout=subprocess.PIPE, text=True)
         parts = []
-        for label, test in (("ours", "ours: fetch"), ("Scrapy", "Scrapy")):
-            if not wait_for(test):
+        crawlers = [("ours", "ours: fetch"), ("Scrapy", "Scrapy")]
+        if "--skip-scrapy" in args.bench_args:
+            crawlers = crawlers[:1]
+        for label, test in crawlers:
+            if not wait_for(test, run):
                 print(f"{label} never started", file=sys.stderr)
                 break
             time.sleep(args.settle)
