@@ -7,38 +7,19 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import Counter
+from importlib import resources
 from typing import Any
 
 import redis
 
 from crawler_tasks.state.scripts import source
 
-_NAMES = [
-    "admit",
-    "bloom_add",
-    "release",
-    "done",
-    "finish",
-    "finishing",
-    "requeue",
-    "start",
-    "reclaim",
-    "drain",
-    "claim",
-    "commit",
-    "archive_reserve",
-    "archive_commit",
-    "ceiling",
-    "ceiling_gate",
-    "reserve",
-    "sample",
-    "action",
-    "subrequest",
-    "gate",
-    "render_plan",
-    "address",
-    "beat",
-]
+#: Every script (the ``*_lib.lua`` files are prepended to others, never run alone).
+_NAMES = sorted(
+    p.name.removesuffix(".lua")
+    for p in resources.files("crawler_tasks.state").joinpath("lua").iterdir()
+    if p.name.endswith(".lua") and not p.name.endswith("_lib.lua")
+)
 
 
 def _sha_names() -> dict[str, str]:

@@ -144,10 +144,7 @@ class Ledger:
 
     def commit(self, url: str, mine: formats.Unwritten) -> formats.Committed:
         """commit.lua: the record ``mine`` is appended to its file; keep it, or undo it."""
-        call = self.commit_call(url, mine)
-        return formats.Committed(
-            int(call.script(keys=call.keys, args=call.args, client=self.client))
-        )
+        return formats.Committed(int(self.commit_call(url, mine).run(self.client)))
 
     def commit_call(self, url: str, mine: formats.Unwritten) -> Call:
         """:meth:`commit`, to send with other calls (its reply: ``formats.Committed``)."""
@@ -196,27 +193,25 @@ class Ledger:
         call = self.finish_call(url, entry, counters)
         if after is not None:
             return int(run_together(self.client, [after, call])[1])
-        return int(call.script(keys=call.keys, args=call.args, client=self.client))
+        return int(call.run(self.client))
 
     def finish_carrying(
         self,
-        carry: Call,
+        carry: Call | None,
         url: str,
         entry: formats.Unwritten | None,
         counters: dict[str, int],
         after: Call | None = None,
     ) -> tuple[Any, int | Exception]:
-        """:meth:`finish` with ``carry`` (another URL's :meth:`commit_call`) sent first in its
-        round trip: ``carry``'s reply (or error), and finish's answer or the first error of
-        ``after`` and finish.lua (the caller settles ``carry`` before raising it)."""
-        calls = [
-            carry,
-            *([after] if after is not None else []),
-            self.finish_call(url, entry, counters),
-        ]
-        replies = run_each(self.client, calls)
-        error = next((r for r in replies[1:] if isinstance(r, Exception)), None)
-        return replies[0], error if error is not None else int(replies[-1])
+        """:meth:`finish` with ``carry`` (another URL's :meth:`commit_call`, or None) sent
+        first in its round trip: ``carry``'s reply (or error; None without one), and finish's
+        answer or the first error of ``after`` and finish.lua (the caller settles ``carry``
+        before raising it)."""
+        calls = [c for c in (carry, after) if c is not None]
+        replies = run_each(self.client, [*calls, self.finish_call(url, entry, counters)])
+        mine = replies[1:] if carry is not None else replies
+        error = next((r for r in mine if isinstance(r, Exception)), None)
+        return (replies[0] if carry is not None else None), error if error else int(mine[-1])
 
     def finish_call(
         self, url: str, entry: formats.Unwritten | None, counters: dict[str, int]

@@ -66,6 +66,10 @@ class Call(NamedTuple):
     keys: list[str]
     args: list[Any]
 
+    def run(self, client: redis.Redis) -> Any:
+        """This call alone (a script Redis does not hold is loaded)."""
+        return self.script(keys=self.keys, args=self.args, client=client)
+
 
 def run_together(client: redis.Redis, calls: list[Call]) -> list[Any]:
     """Several script calls in one round trip, run in this order (not atomically: as if sent
@@ -98,6 +102,6 @@ def run_each(client: redis.Redis, calls: list[Call]) -> list[Any]:
 def _one(call: Call, client: redis.Redis) -> Any:
     """One call alone; a reply error (not a connection's) in its reply's place."""
     try:
-        return call.script(keys=call.keys, args=call.args, client=client)
+        return call.run(client)
     except ResponseError as exc:
         return exc

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import redis
 from warcio.recordloader import ArcWarcRecord
 from warcio.statusandheaders import StatusAndHeaders
 
@@ -72,8 +73,8 @@ class CrawlOutput:
         self.info = info or {}
         self._lock = threading.Lock()
         self._files: dict[str, int] = {}  # name -> fd (O_APPEND)
-        #: The WARC file's appends, with a lock of their own: they wait on Redis (the
-        #: archive's fence), pages' do not.
+        #: The WARC file's appends, with a lock of their own (the archive's fence waits on
+        #: Redis; so do the pages files', under ``_lock``: page_appends.py).
         self._warc = WarcAppends(self.dir, self._size, self._append, self._undo, self._first)
         #: The pages files' appends whose commit rides with the next finish (same lock).
         self.pages = PageAppends(self._lock, self._undo)
@@ -165,11 +166,11 @@ class CrawlOutput:
         return writes
 
     def final_carried(
-        self, writes: list[tuple[str, bytes]], ask: Callable[[], bool], call: Call
+        self, writes: list[tuple[str, bytes]], call: Call, client: redis.Redis
     ) -> PendingPage:
         """:meth:`final` of ``page_writes`` with ``self.pages.lock`` held by the caller, its
-        commit left to the next writer (page_appends.py)."""
-        return self.pages.leave(self._append(writes), ask, call)
+        commit (``call``) left to the next writer (page_appends.py)."""
+        return self.pages.leave(self._append(writes), call, client)
 
     def warc(
         self,

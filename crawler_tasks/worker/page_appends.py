@@ -19,6 +19,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import redis
 from redis.exceptions import OutOfMemoryError
 
 from ..state.formats import Committed
@@ -31,9 +32,9 @@ __all__ = ["HANDOFF_WAIT", "PageAppends", "PendingPage"]
 class PendingPage:
     """An appended page record whose commit is not asked yet; ``done`` once it is."""
 
-    def __init__(self, ask: Callable[[], bool], call: Call, sizes: list[tuple[str, int]]) -> None:
-        #: ``ask``: the commit alone (True: keep the copy); ``call``: the same, to carry.
-        self.ask, self.call, self.sizes = ask, call, sizes
+    def __init__(self, call: Call, client: redis.Redis, sizes: list[tuple[str, int]]) -> None:
+        #: ``call``: its commit.lua, carried by the next finish or asked alone on ``client``.
+        self.call, self.client, self.sizes = call, client, sizes
         self.done = threading.Event()
         self.kept = False
         self.error: Exception | None = None
@@ -58,11 +59,9 @@ class PageAppends:
         last, self.unsettled = self.unsettled, None
         return last
 
-    def leave(
-        self, sizes: list[tuple[str, int]], ask: Callable[[], bool], call: Call
-    ) -> PendingPage:
+    def leave(self, sizes: list[tuple[str, int]], call: Call, client: redis.Redis) -> PendingPage:
         """With the lock held, right after an append (``sizes``: each file's size before)."""
-        mine = self.unsettled = PendingPage(ask, call, sizes)
+        mine = self.unsettled = PendingPage(call, client, sizes)
         return mine
 
     def settle(self, last: PendingPage, reply: Any) -> None:
@@ -72,9 +71,8 @@ class PageAppends:
             if isinstance(reply, Exception) and not isinstance(reply, OutOfMemoryError):
                 raise reply
             if reply is None or isinstance(reply, Exception):
-                last.kept = last.ask()
-            else:
-                last.kept = Committed(int(reply)) is not Committed.MOVED
+                reply = last.call.run(last.client)
+            last.kept = Committed(int(reply)) is not Committed.MOVED
         except Exception as exc:  # its writer raises it, as when it asked its own commit
             last.error = exc
         if not last.kept and last.error is None:

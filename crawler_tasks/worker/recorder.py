@@ -112,24 +112,23 @@ def _finish_and_append(
     writes, unavailable = out.page_writes(entry.record), None
     with out.pages.lock:
         last = out.pages.take()
-        if last is None:
-            left = store.ledger.finish(url, entry, counters, after)
-        else:
-            try:
-                reply, got = store.ledger.finish_carrying(last.call, url, entry, counters, after)
-            except Exception:
-                out.pages.unsettled = last  # asked again, by the next writer or its own
-                raise
+        try:
+            carry = last.call if last is not None else None
+            reply, left = store.ledger.finish_carrying(carry, url, entry, counters, after)
+        except Exception:
+            out.pages.unsettled = last  # asked again, by the next writer or its own
+            raise
+        if last is not None:
             out.pages.settle(last, reply)
-            if isinstance(got, Exception):
-                raise got
-            left = got
+        if isinstance(left, Exception):
+            raise left
         if left < 0:
             return left, None
         faults.point("after_finish")
-        ask, call = _committer(store, url, entry), store.ledger.commit_call(url, entry)
         try:
-            mine = out.final_carried(writes, ask, call)
+            mine = out.final_carried(
+                writes, store.ledger.commit_call(url, entry), store.ledger.client
+            )
         except OutputUnavailable as exc:
             mine, unavailable = None, exc
     if unavailable is not None:

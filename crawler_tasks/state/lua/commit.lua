@@ -1,8 +1,10 @@
 -- A writer has appended a URL's record to its file: is that copy the one that counts?
 -- Asked after the append, not before: a process frozen (SIGSTOP, a VM pause) between a check
 -- and its append would otherwise add a second copy after another process, taking the record
--- over (claim.lua), wrote its own. The writer holds its file's lock until it acts on the reply,
--- so undoing its copy (truncating its own file) never touches another record.
+-- over (claim.lua), wrote its own. Whoever asks (the writer, or the next writer of its file,
+-- which carries the question with its own finish: page_appends.py) holds the file's lock
+-- until it acts on the reply, so undoing the copy (truncating the file) never touches another
+-- record.
 -- KEYS[1] unwritten hash  KEYS[2] fenced hash (the URL's partition's)
 -- ARGV[1] url  ARGV[2] the writer's entry up to its record (formats.Unwritten.head: rid, path
 -- and ts as Python's json wrote them): compared as text, not decoded, since the record after
