@@ -74,12 +74,70 @@ _unrestored = Throttled(log, "restoring unacknowledged messages (Redis is full)"
 
 
 class QoS(kombu_redis.QoS):  # type: ignore[misc]
+    """kombu's record of delivered messages, kept in this process only for fetch messages.
+
+    kombu writes each delivered message into the broker's unacked hash (a MULTI of ZADD +
+    HSET of the whole message) and removes it at the ack (ZREM + HDEL): two round trips a
+    message, ~0.8 a page (issue 32), so that a message of a worker that died comes back after
+    ``visibility_timeout``. A fetch URL does not need it: the crawl's reclaim takes back a dead
+    process's URLs within seconds, and a released URL whose message vanished (the ledger's
+    "r" stage with its queues empty and no living process holding it, repair.py) as well.
+    So a fetch message is only counted here (prefetch: ``can_consume``), and put back in its
+    queue when this process gives it back alive (``reject(requeue=True)``, a channel closed
+    with it unacked: a warm shutdown, a lost connection). Other messages (parse, render,
+    items) keep kombu's record; so does a message delivered while Redis is full, here too.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        #: Delivery tags of messages this process holds with no record in Redis.
+        self._in_memory: set[str] = set()
+
     def append(self, message: Any, delivery_tag: str) -> None:
-        try:
-            super().append(message, delivery_tag)
-        except OutOfMemoryError as exc:
-            _unrecorded.failed(exc)
-            virtual.QoS.append(self, message, delivery_tag)  # delivered, in memory only
+        if message.headers.get("task") not in FETCH_TASKS:
+            try:
+                return super().append(message, delivery_tag)  # type: ignore[no-any-return]
+            except OutOfMemoryError as exc:
+                _unrecorded.failed(exc)
+        self._in_memory.add(delivery_tag)
+        virtual.QoS.append(self, message, delivery_tag)  # delivered, in memory only
+
+    def ack(self, delivery_tag: str) -> None:
+        if delivery_tag in self._in_memory:
+            self._in_memory.discard(delivery_tag)
+            return virtual.QoS.ack(self, delivery_tag)  # type: ignore[no-any-return]
+        super().ack(delivery_tag)
+
+    def reject(self, delivery_tag: str, requeue: bool = False) -> None:
+        if delivery_tag not in self._in_memory:
+            return super().reject(delivery_tag, requeue)  # type: ignore[no-any-return]
+        if requeue:
+            self._put_back([self.get(delivery_tag)], leftmost=True)
+        self.ack(delivery_tag)
+
+    def restore_unacked(self, client: Any = None) -> None:
+        delivered: dict[str, Any] = self._delivered  # type: ignore[assignment]
+        kept = [m for tag, m in delivered.items() if tag in self._in_memory]
+        recorded = [tag for tag in delivered if tag not in self._in_memory]
+        self._put_back(kept, client=client)
+        with self.channel.conn_or_acquire(client) as conn:
+            for tag in recorded:
+                self.restore_by_tag(tag, client=conn)
+        delivered.clear()
+        self._in_memory.clear()
+
+    def _put_back(self, messages: list[Any], leftmost: bool = False, client: Any = None) -> None:
+        """``messages`` back in their queues (marked redelivered), as kombu restores one."""
+        if not messages:
+            return
+        with self.channel.conn_or_acquire(client) as conn:
+            pipe = conn.pipeline(transaction=False)
+            for m in messages:  # the payload as received, as kombu's own record keeps it
+                info = m.delivery_info
+                self.channel._do_restore_message(
+                    m._raw, info["exchange"], info["routing_key"], pipe, leftmost
+                )
+            pipe.execute()
 
     def restore_visible(self, *args: Any, **kwargs: Any) -> Any:
         try:
