@@ -245,7 +245,7 @@ class Settings:
     #: Seconds a finished crawl's state stays in Redis (counters, config, filter).
     finished_ttl: int = limited(7 * 24 * 3600, 1, 365 * DAY)
     #: Seconds after which a final URL whose record is still not on disk is taken as left by
-    #: a dead process and written by someone else (the redelivered task does it at once).
+    #: a dead process and written by someone else (a redelivered parse task does it at once).
     #: Longer than any pause between finish.lua and the write of a live process.
     orphan_record_seconds: float = limited(30.0, 0.1, DAY)
     #: Seconds without a heartbeat after which a worker process counts as dead and the URLs it
