@@ -91,3 +91,32 @@ def test_a_rejected_fetch_message_goes_back_in_its_queue(
     other.ack()
     channel.close()
     assert client.llen("crawl.high") == 0 and client.hlen(UNACKED) == 0
+
+
+def _reads(client: redis.Redis) -> int:
+    return int(client.info("stats")["total_reads_processed"]) - 1  # less this INFO
+
+
+def test_a_release_rounds_fetch_messages_go_in_one_round_trip(
+    celery_app: Any, client: redis.Redis
+) -> None:
+    from crawler_tasks.worker.tasks import CeleryPublisher
+
+    publisher = CeleryPublisher()
+    for queue in ("crawl.medium", "crawl.low"):  # a queue is declared at its first message
+        publisher.fetch("c0", [("http://a/0", 0)], queue)
+        client.delete(queue)
+    before = _reads(client)
+    with publisher.together():
+        for i in range(1, 6):
+            publisher.fetch("c1", [(f"http://a/{i}", 1), (f"http://b/{i}", 1)], "crawl.medium")
+        publisher.fetch("c1", [("http://c/", 2)], "crawl.low")
+        held = _reads(client) - before
+    assert held == 1  # the INFO above only: nothing sent until the block ends
+    assert _reads(client) - before == 3  # the two INFOs and one round trip for the six
+    assert client.llen("crawl.medium") == 5 and client.llen("crawl.low") == 1
+    # A block that fails still sends what it held: those URLs were released.
+    with pytest.raises(RuntimeError), publisher.together():
+        publisher.fetch("c1", [("http://d/", 1)], "crawl.medium")
+        raise RuntimeError("a release call failed")
+    assert client.llen("crawl.medium") == 6

@@ -12,6 +12,7 @@ broker's queues in a worker (tasks.CeleryPublisher), a deque in the in-process t
 
 from __future__ import annotations
 
+import contextlib
 from enum import Enum
 
 from ..state.store import CrawlStore
@@ -30,6 +31,12 @@ class Publisher:
     def fetch(self, crawl_id: str, items: list[tuple[str, int]], queue: str) -> None:
         """One fetch message for ``(url, depth)`` items released together, to ``queue``."""
         raise NotImplementedError
+
+    def together(self) -> contextlib.AbstractContextManager[None]:
+        """A block whose fetch messages (this thread's) go to the broker together at its end,
+        in one round trip where the broker allows: a release round's (issue 32: one LPUSH
+        each was ~0.4 round trips a page)."""
+        return contextlib.nullcontext()
 
     def parse(self, crawl_id: str, url: str, depth: int) -> None:
         raise NotImplementedError

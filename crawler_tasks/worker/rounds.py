@@ -48,26 +48,27 @@ class Rounds:
         busy = self.more = False
         rates = self._cluster_rates(ctx)  # first: the direct queues _survey counts
         running, budget = self._survey(ctx)
-        for crawl_id in running:
-            store = ctx.store(crawl_id)
-            if store is None or budget == 0:
-                continue
-            state = store.lifecycle.steering()
-            if state is Steering.FINISHING:
-                self._repair.finish_abandoned(ctx, store)
-                continue
-            parts = len(store.ck.parts)
-            self._round += 1
-            for i in range(parts):  # a different partition first each round: none starves
-                part = (self._round + i) % parts
-                if budget == 0:
-                    break
-                released = self._release(ctx, store, part, budget, rates, state)
-                if budget is not None and state is not Steering.CANCELLED:
-                    budget = max(0, budget - released)
-                busy = busy or released > 0
-                limit = CANCEL_DRAIN if state is Steering.CANCELLED else s.dispatch_batch
-                self.more = self.more or released >= limit
+        with ctx.publisher.together():  # the round's fetch messages in one round trip
+            for crawl_id in running:
+                store = ctx.store(crawl_id)
+                if store is None or budget == 0:
+                    continue
+                state = store.lifecycle.steering()
+                if state is Steering.FINISHING:
+                    self._repair.finish_abandoned(ctx, store)
+                    continue
+                parts = len(store.ck.parts)
+                self._round += 1
+                for i in range(parts):  # a different partition first each round: none starves
+                    part = (self._round + i) % parts
+                    if budget == 0:
+                        break
+                    released = self._release(ctx, store, part, budget, rates, state)
+                    if budget is not None and state is not Steering.CANCELLED:
+                        budget = max(0, budget - released)
+                    busy = busy or released > 0
+                    limit = CANCEL_DRAIN if state is Steering.CANCELLED else s.dispatch_batch
+                    self.more = self.more or released >= limit
         return busy
 
     def _release(

@@ -11,11 +11,12 @@ Crawl-level retries go back through the frontier (see :mod:`pipeline`); Celery's
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -30,6 +31,7 @@ from celery.signals import (
     worker_shutdown,
     worker_shutting_down,
 )
+from kombu.exceptions import BatchPublishError, OperationalError
 from redis.exceptions import ClusterError, TryAgainError
 
 from ..settings import Settings
@@ -43,7 +45,7 @@ from .departure import Departure
 from .dispatcher import Dispatcher
 from .handoff import Publisher
 from .logs import OncePerInterval, Throttled
-from .outage import ride_out
+from .outage import REDIS_UNAVAILABLE, ride_out
 from .output import process_tag
 from .routing import own_queue
 
@@ -90,8 +92,29 @@ def patiently(call: Callable[[], T]) -> T:
 class CeleryPublisher(Publisher):
     """The tasks of released, fetched and taken-back URLs, to the broker's queues."""
 
+    def __init__(self) -> None:
+        self._held = threading.local()  # the fetch messages of a together() block, per thread
+
     def fetch(self, crawl_id: str, items: list[tuple[str, int]], queue: str) -> None:
-        publish_fetch(crawl_id, items, queue)
+        held = getattr(self._held, "messages", None)
+        if held is None:
+            publish_fetches([(crawl_id, items, queue)])
+        else:
+            held.append((crawl_id, items, queue))
+
+    @contextlib.contextmanager
+    def together(self) -> Iterator[None]:
+        if getattr(self._held, "messages", None) is not None:
+            yield  # inside an outer block: sent with its messages
+            return
+        held: list[FetchMessage] = []
+        self._held.messages = held
+        try:
+            yield
+        finally:  # their URLs are released: sent even if the block failed
+            del self._held.messages
+            if held:
+                publish_fetches(held)
 
     def parse(self, crawl_id: str, url: str, depth: int) -> None:
         parse.apply_async((crawl_id, url, depth), queue="parse")
@@ -113,17 +136,31 @@ def send_items(
     app.send_task(task_name, args=(crawl_id, url, items), queue=queue, link_error=failed)
 
 
-def publish_fetch(crawl_id: str, items: list[tuple[str, int]], queue: str) -> None:
-    """One message for released ``(url, depth)`` items: ``crawl.fetch`` for one,
-    ``crawl.fetch_many`` for several."""
-    if len(items) == 1:
-        (url, depth), task = items[0], fetch
-        args: tuple[Any, ...] = (crawl_id, url, depth)
-    else:
-        args, task = (crawl_id, items), fetch_many  # JSON: [[url, depth], ...]
+FetchMessage = tuple[str, list[tuple[str, int]], str]  # crawl id, (url, depth) items, queue
+
+
+def publish_fetches(messages: list[FetchMessage]) -> None:
+    """One message per entry: ``crawl.fetch`` for one ``(url, depth)``, ``crawl.fetch_many``
+    for several; all in one round trip (kombu's publish batch, where the transport has it)."""
+
+    def send() -> None:
+        try:
+            with app.producer_or_acquire() as producer, producer.batch():
+                for crawl_id, items, queue in messages:
+                    if len(items) == 1:
+                        (url, depth), task = items[0], fetch
+                        args: tuple[Any, ...] = (crawl_id, url, depth)
+                    else:
+                        args, task = (crawl_id, items), fetch_many  # [[url, depth], ...]
+                    task.apply_async(args, queue=queue, producer=producer)
+        except BatchPublishError as exc:  # Redis away mid-batch: all again (a duplicate
+            if isinstance(exc.__cause__, REDIS_UNAVAILABLE):  # message is harmless)
+                raise OperationalError(str(exc)) from exc
+            raise
+
     # The dispatcher has released these URLs: a publish that failed would leave them to the
     # reaper (minutes), so wait for Redis here; the dispatcher thread is held (the back-off).
-    ride_out(lambda: task.apply_async(args, queue=queue), settings().redis_outage_wait, _publishing)
+    ride_out(send, settings().redis_outage_wait, _publishing)
 
 
 @worker_init.connect
