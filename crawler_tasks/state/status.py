@@ -9,6 +9,7 @@ Every write of a crawl's status goes through :class:`CrawlLifecycle`, with the v
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import redis
 
@@ -44,20 +45,19 @@ class CrawlLifecycle:
         raw = self.client.hget(self.ck.state, "status")
         return Status(raw.decode()) if raw else Status.UNKNOWN
 
+    #: The fields of the state hash :meth:`steering` reads (HMGET), and their order.
+    STEERING_FIELDS = ("paused", "cancelled", "status", "output_blocked_until")
+
     def steering(self) -> Steering:
         """What release.lua is told (or FINISHING: nothing to release, finish it). While the
         crawl's output cannot be written (:meth:`output_failed`), nothing is released: a
         fetched page could not be kept."""
-        paused, cancelled, status, blocked = self.client.hmget(
-            self.ck.state, "paused", "cancelled", "status", "output_blocked_until"
-        )
-        if status == Status.FINISHING.value.encode():
-            return Steering.FINISHING
-        if cancelled == b"1":
-            return Steering.CANCELLED
-        if paused == b"1" or blocked is not None:  # blocked: until a probe finds room
-            return Steering.PAUSED
-        return Steering.RUN
+        return steering_of(self.client.hmget(self.ck.state, *self.STEERING_FIELDS))
+
+    def steering_read(self) -> tuple[str, tuple[str, ...]]:
+        """The HMGET of :meth:`steering`, to ask in another round trip (the dispatcher's
+        survey); its reply goes to :func:`steering_of`."""
+        return self.ck.state, self.STEERING_FIELDS
 
     # --- output faults (a full or failing disk: worker/output.py) ----------------------------
     def output_failed(self, why: str, pause: float = OUTPUT_PAUSE) -> None:
@@ -234,3 +234,15 @@ class CrawlLifecycle:
 
 _NOT_STEERABLE = (Status.FINISHED.value, Status.CANCELLED.value, Status.FINISHING.value)
 _RUNNING = (Status.RUNNING.value.encode(), Status.PAUSED.value.encode())
+
+
+def steering_of(values: list[Any]) -> Steering:
+    """:meth:`CrawlLifecycle.steering` from its HMGET's reply."""
+    paused, cancelled, status, blocked = values
+    if status == Status.FINISHING.value.encode():
+        return Steering.FINISHING
+    if cancelled == b"1":
+        return Steering.CANCELLED
+    if paused == b"1" or blocked is not None:  # blocked: until a probe finds room
+        return Steering.PAUSED
+    return Steering.RUN

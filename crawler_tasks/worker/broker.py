@@ -24,7 +24,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import redis
@@ -225,6 +225,8 @@ class Survey(NamedTuple):
     #: state's Redis (read in the same round trip); None otherwise.
     running: list[str] | None
     fetchers: set[str] | None
+    #: The replies of the ``reads`` asked with it (HMGETs of the state), when shared.
+    reads: list[Any] | None = None
 
 
 class BrokerView:
@@ -248,9 +250,17 @@ class BrokerView:
             self._client = redis.Redis.from_url(url)
         return self._client
 
-    def survey(self, state: redis.Redis, holders: list[str], running: str, fetchers: str) -> Survey:
+    def survey(
+        self,
+        state: redis.Redis,
+        holders: list[str],
+        running: str,
+        fetchers: str,
+        reads: Sequence[tuple[str, tuple[str, ...]]] = (),
+    ) -> Survey:
         """LLEN of every fetch queue; with a shared Redis, the SMEMBERS of ``running`` and
-        ``fetchers`` (the state's keys) in the same round trip."""
+        ``fetchers`` (the state's keys) and the HMGETs ``reads`` (key, fields) in the same
+        round trip."""
         broker = self.client(state)
         if broker is None:
             return Survey(None, {}, None, None)
@@ -261,13 +271,16 @@ class BrokerView:
         if shared:
             pipe.smembers(running)
             pipe.smembers(fetchers)
+            for key, fields in reads:
+                pipe.hmget(key, *fields)
         got = pipe.execute()
-        lengths = got[: len(FETCH_QUEUES) + len(holders)]
+        n = len(FETCH_QUEUES) + len(holders)
+        lengths = got[:n]
         direct = dict(zip(holders, lengths[len(FETCH_QUEUES) :], strict=True))
         if not shared:
             return Survey(sum(lengths), direct, None, None)
-        names = [m.decode() for m in got[-2]], {m.decode() for m in got[-1]}
-        return Survey(sum(lengths), direct, *names)
+        names = [m.decode() for m in got[n]], {m.decode() for m in got[n + 1]}
+        return Survey(sum(lengths), direct, *names, got[n + 2 :])
 
     def delete_direct(self, state: redis.Redis, worker: str) -> None:
         """A dead fetch process's own queue: its URLs are taken back (reclaim), its messages

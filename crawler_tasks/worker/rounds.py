@@ -14,6 +14,7 @@ from ..state import store as stores
 from ..state.formats import LeaseEnd, Steering
 from ..state.frontier import CANCEL_DRAIN
 from ..state.politeness import cluster_rates
+from ..state.status import steering_of
 from ..state.store import CrawlStore
 from .broker import BrokerView
 from .context import Context
@@ -35,6 +36,8 @@ class Rounds:
         self._repair = repair
         self._rates, self._rates_read = "", -math.inf
         self._round = 0
+        #: The running crawls of the last survey: their steering is read in the next one.
+        self._running: list[str] = []
         #: Whether the last round stopped at a release call's limit (more may be ready now).
         self.more = False
 
@@ -47,13 +50,13 @@ class Rounds:
         s = self.settings
         busy = self.more = False
         rates = self._cluster_rates(ctx)  # first: the direct queues _survey counts
-        running, budget = self._survey(ctx)
+        running, budget, steering = self._survey(ctx)
         with ctx.publisher.together():  # the round's fetch messages in one round trip
             for crawl_id in running:
                 store = ctx.store(crawl_id)
                 if store is None or budget == 0:
                     continue
-                state = store.lifecycle.steering()
+                state = steering.get(crawl_id) or store.lifecycle.steering()
                 if state is Steering.FINISHING:
                     self._repair.finish_abandoned(ctx, store)
                     continue
@@ -139,24 +142,31 @@ class Rounds:
                 store.ledger.requeue(domain, depth, url, charged.wait)
         return kept
 
-    def _survey(self, ctx: Context) -> tuple[list[str], int | None]:
+    def _survey(self, ctx: Context) -> tuple[list[str], int | None, dict[str, Steering]]:
         """The running crawls, and how many URLs to release now: while the broker's fetch
         queues hold messages, every pool slot is taken (a free slot takes a message at once),
         and a host released now would wait behind them; so release only up to
         ``dispatch_queue_max`` waiting messages (of up to ``fetch_batch`` URLs each).
         None (no cap) when the broker is not a Redis this process can read. Nothing while
         Redis has no room for the links of what would be fetched (room.py).
-        One round trip when the broker is the crawl state's Redis (the default)."""
+        One round trip when the broker is the crawl state's Redis (the default), with the
+        steering of the crawls running at the last survey (read once a round, issue 32)."""
         if ctx.room.full():
-            return [], 0
+            return [], 0, {}
         limit = self.settings.dispatch_queue_max
         if limit <= 0:
-            return stores.running(ctx.r), None
+            return stores.running(ctx.r), None, {}
         keys = ctx.keys
-        look = self._broker.survey(ctx.client, self._router.holders(), keys.running, keys.fetchers)
+        known = [(c, s) for c in self._running if (s := ctx.store(c)) is not None]
+        reads = [s.lifecycle.steering_read() for _, s in known]
+        holders = self._router.holders()
+        look = self._broker.survey(ctx.client, holders, keys.running, keys.fetchers, reads)
         if look.waiting is None:
-            return stores.running(ctx.r), None
+            return stores.running(ctx.r), None, {}
         if self._router.lengths(look.direct, look.fetchers):
             self._rates_read = -math.inf  # a fetch process joined: holders again at once
         running = look.running if look.running is not None else stores.running(ctx.r)
-        return running, max(0, limit - look.waiting) * self.settings.urls_per_message
+        self._running = running
+        replies = look.reads or []
+        steering = {c: steering_of(v) for (c, _), v in zip(known, replies, strict=False)}
+        return running, max(0, limit - look.waiting) * self.settings.urls_per_message, steering
