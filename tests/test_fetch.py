@@ -524,7 +524,7 @@ def test_gzip_body_is_decoded(fetcher: Fetcher, server: TestServer) -> None:
     assert resp.headers["content-encoding"] == "gzip"
 
 
-@pytest.mark.parametrize("coding", ["gzip", "deflate", "raw-deflate", "br"])
+@pytest.mark.parametrize("coding", ["gzip", "deflate", "raw-deflate"])
 @pytest.mark.parametrize("framing", ["", "/chunked"])
 def test_a_coded_body_is_kept_as_received(
     fetcher: Fetcher, server: TestServer, coding: str, framing: str
@@ -549,10 +549,13 @@ def test_a_coded_body_too_big_to_keep_twice_is_kept_decoded(
     assert resp.wire is None and resp.archived is resp.body
 
 
+@pytest.mark.parametrize("coding", ["x-gzip", "br"])
 def test_a_coding_the_warc_reader_cannot_decode_is_kept_decoded(
-    fetcher: Fetcher, server: TestServer
+    fetcher: Fetcher, server: TestServer, coding: str
 ) -> None:
-    resp = fetcher.get(server.url("/coded/x-gzip"), allow_private=True)  # as before
+    """warcio's content_stream() leaves x-gzip coded and fails on br with Google's brotli
+    module (webrecorder/warcio#73): those are decoded for the archive, as before."""
+    resp = fetcher.get(server.url(f"/coded/{coding}"), allow_private=True)
     assert resp.body == TEXT and resp.wire is None and resp.archived is resp.body
     plain = fetcher.get(server.url("/page"), allow_private=True)
     assert plain.body == PAGE and plain.wire is None

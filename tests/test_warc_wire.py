@@ -8,16 +8,22 @@ from __future__ import annotations
 
 import gzip
 import math
+import zlib
 from pathlib import Path
 from typing import Any
 
 import pytest
 from recrawl_site import unresolved, warcio_check
-from sitegen import running_sites
+from sitegen import SiteServer, running_sites
 from warcio.archiveiterator import ArchiveIterator
 
 from crawler_tasks import start_crawl
+from crawler_tasks.state.options import CrawlOptions
 from crawler_tasks.web.captures import payload_digest
+from crawler_tasks.web.fetcher import Fetcher
+from crawler_tasks.web.profile import RequestProfile
+from crawler_tasks.worker.crawl_runtime import CrawlRuntime
+from crawler_tasks.worker.output import CrawlOutput
 from crawler_tasks.worker.warc import REVISIT_IDENTICAL
 
 LIMIT = 256 * 1024  # the crawls' max_body_bytes
@@ -111,3 +117,37 @@ def test_a_gzip_response_is_archived_as_received_and_revisited_by_its_digest(
         assert r["http"]["Content-Encoding"] == "gzip" and r["stored"] == b""
     assert unresolved(first_dir, second_dir) == []
     assert again[server.base_url + "/bomb"]["warc"]["WARC-Type"] == "response"  # cut: in full
+
+
+def _coded(coding: str, data: bytes) -> bytes:
+    wbits = {"gzip": 31, "deflate": 15, "raw-deflate": -15}[coding]
+    comp = zlib.compressobj(6, zlib.DEFLATED, wbits)
+    return comp.compress(data) + comp.flush()
+
+
+@pytest.mark.parametrize("coding", ["gzip", "deflate", "raw-deflate"])
+def test_each_coding_kept_is_read_back_decoded_by_warcio(tmp_path: Path, coding: str) -> None:
+    """Fetched and archived as the crawl does (CrawlRuntime.write_warc), read back with
+    warcio: the coding's bytes stored, its header kept, content_stream() the page."""
+    page = b"<html><body>" + b"".join(b"<p>%d</p>" % i for i in range(20_000)) + b"</body></html>"
+    body = _coded(coding, page)
+    name = "deflate" if coding == "raw-deflate" else coding
+    routes = {"/p": lambda h: h.send_body(200, body, headers={"Content-Encoding": name})}
+    fetcher = Fetcher(
+        user_agent="t", connect_timeout=10, read_timeout=10, total_timeout=15,
+        max_body_bytes=1 << 20, max_redirects=0,
+    )  # fmt: skip
+    out = CrawlOutput(tmp_path, "t")
+    opts = CrawlOptions(crawl_id="c", seeds=("http://127.0.0.24/",), warc_non_html=False)
+    profile = RequestProfile(allow_private=True, user_agent="t")
+    runtime = CrawlRuntime(opts, profile, fetcher, None, lambda: out)  # type: ignore[arg-type]
+    with SiteServer(address="127.0.0.24", extra_routes=routes) as site:
+        response = fetcher.get(site.base_url + "/p", allow_private=True)
+    fetcher.close()
+    assert response.body == page and response.wire == body
+    runtime.write_warc(response)
+    out.close()
+    found = responses(tmp_path)[site.base_url + "/p"]
+    assert found["http"]["Content-Encoding"] == name
+    assert found["stored"] == body and found["decoded"] == page
+    assert found["block"] & 0b110 == 0  # stored

@@ -2,7 +2,7 @@
 :class:`Response`, what :class:`.fetcher.Fetcher` returns.
 
 The body is streamed and decoded in bounded steps and cut at a limit of *decoded* bytes (see
-:func:`read_body`); a gzip, deflate or br body is kept as received too, for the WARC, which
+:func:`read_body`); a gzip or deflate body is kept as received too, for the WARC, which
 archives what came over the wire (issue 32: no second deflate of compressed bytes). A
 redirect's body is dropped (:func:`discard`). The redirect chain these responses belong to is
 :class:`.fetcher.Fetcher`'s.
@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
 import requests
-import urllib3.response
 from urllib3.exceptions import DecodeError
 from urllib3.response import ContentDecoder, DeflateDecoder, GzipDecoder, HTTPResponse
 
@@ -29,21 +28,15 @@ _CHUNK = 64 * 1024
 _DRAIN_LIMIT = 64 * 1024
 
 
-def _codings() -> dict[str, Callable[[], ContentDecoder]]:
-    """The content codings whose bodies are kept as received, each with urllib3's decoder of
-    it (the same ``max_length`` bounds as its own reads): those warcio's ``content_stream()``
-    decodes when it reads the record back (not ``x-gzip``, nor several codings in a row)."""
-    codings: dict[str, Callable[[], ContentDecoder]] = {
-        "gzip": GzipDecoder,
-        "deflate": DeflateDecoder,
-    }
-    brotli = getattr(urllib3.response, "BrotliDecoder", None)  # with a brotli module only
-    if brotli is not None:
-        codings["br"] = brotli
-    return codings
-
-
-KEPT_CODINGS = _codings()
+#: The content codings whose bodies are kept as received, each with urllib3's decoder of it
+#: (the same ``max_length`` bounds as its own reads): those warcio's ``content_stream()``
+#: decodes when it reads the record back. Not ``x-gzip``, nor several codings in a row; nor
+#: ``br``: warcio 1.8 sets an attribute on the decompressor that Google's ``brotli`` module
+#: refuses (webrecorder/warcio#73: it expects brotlipy), so a br record would not read back.
+KEPT_CODINGS: dict[str, Callable[[], ContentDecoder]] = {
+    "gzip": GzipDecoder,
+    "deflate": DeflateDecoder,
+}
 
 
 @dataclass
@@ -77,7 +70,7 @@ class Response:
     sent_at: float | None = None
     #: Seconds from sending the first request to its headers (never queueing: AutoThrottle).
     latency: float | None = None
-    #: The body as received, its content coding (gzip, deflate, br) kept, when the WARC keeps
+    #: The body as received, its content coding (gzip, deflate) kept, when the WARC keeps
     #: it so (see :attr:`archived`); None: the WARC keeps ``body``, decoded.
     wire: bytes | None = None
 

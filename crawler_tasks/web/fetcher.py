@@ -13,7 +13,7 @@ Limits, all enforced whatever the server does:
 * the body is streamed and decoded (gzip/deflate, br when a brotli module is installed) in
   bounded steps and cut at ``max_body_bytes`` *decoded* bytes, so neither an endless body nor a
   decompression bomb costs more than about ``max_body_bytes`` of memory (:mod:`.body`); a
-  gzip, deflate or br body is also kept as received, for the WARC (``Response.wire``);
+  gzip or deflate body is also kept as received, for the WARC (``Response.wire``);
 * every hop's host is resolved and vetted by :func:`.netguard.check_host` and the connection
   pinned to a vetted address (see that module and :mod:`.pinning`); a redirect to a forbidden
   IP literal (``169.254.169.254``) fails with ``BlockedAddress`` before ``follow`` or the network see it.

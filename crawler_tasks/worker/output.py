@@ -9,7 +9,7 @@ workers never interleave records and no file needs a cross-process lock:
 * ``edges-*.tsv``    one ``from<TAB>to`` line per outlink
 * ``crawl-*.warc.gz`` WARC/1.1, a ``warcinfo`` record first, then request + response records of
   every fetched URL, or request + ``revisit`` records in a recrawl (worker/revisits.py) (warcio);
-  a response keeps a gzip, deflate or br body as it came (warc.py)
+  a response keeps a gzip or deflate body as it came (warc.py)
 * ``summary.json``   written once, by the worker that finishes the crawl
 
 Records are flushed as they are written. A record is written after finish.lua has accepted the

@@ -6,7 +6,7 @@ A revisit is written in two cases (WARC 1.1, 6.7):
 * ``server-not-modified``: the server answered 304 to the validators of the previous run;
 * ``identical-payload-digest``: a 2xx whose payload's SHA-1 equals the last full capture's.
 
-The payload is what the response record holds (``Response.archived``): a gzip, deflate or br
+The payload is what the response record holds (``Response.archived``): a gzip or deflate
 body as received, so the digest compared is the one the earlier record carries (a revisit's
 WARC-Payload-Digest is its original's). A page served compressed the same way twice is a
 revisit; one whose server compresses it differently each time is written in full (safe: never
