@@ -8,6 +8,9 @@ sizes and text, gzip level 1 as its server sends them).
 Runs against whichever ``crawler_tasks`` is imported (PYTHONPATH=<a checkout> for another
 version: one without ``coded`` gets the decoded body). Prints CPU ms per page (the best of
 ``--rounds``), WARC bytes per page, and the pages' mean decoded and gzip sizes.
+
+Measured (2 cores, 600 pages of 68 KB decoded, 32.7 KB gzip; issue 32): decoded and deflated
+at level 1, 0.99 ms and 33,470 WARC bytes a page; as received, stored, 0.245 ms and 33,566.
 """
 
 from __future__ import annotations
