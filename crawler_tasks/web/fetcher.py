@@ -12,7 +12,8 @@ Limits, all enforced whatever the server does:
   in Celery's thread pool);
 * the body is streamed and decoded (gzip/deflate, br when a brotli module is installed) in
   bounded steps and cut at ``max_body_bytes`` *decoded* bytes, so neither an endless body nor a
-  decompression bomb costs more than about ``max_body_bytes`` of memory (:mod:`.body`);
+  decompression bomb costs more than about ``max_body_bytes`` of memory (:mod:`.body`); a
+  gzip or deflate body is also kept as received, for the WARC (``Response.wire``);
 * every hop's host is resolved and vetted by :func:`.netguard.check_host` and the connection
   pinned to a vetted address (see that module and :mod:`.pinning`); a redirect to a forbidden
   IP literal (``169.254.169.254``) fails with ``BlockedAddress`` before ``follow`` or the network see it.
@@ -49,6 +50,7 @@ from ..errors import (
 )
 from ..settings import Settings
 from . import netguard
+from .body import Response as Response  # defined beside the reading of its body
 from .body import (
     content_length,
     discard,
@@ -62,30 +64,6 @@ from .pinning import ConnectionContext, Deadline, PinnedAdapter, tls_context
 from .urls import normalize
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
-
-
-@dataclass
-class Response:
-    url: str  #: the URL asked for
-    final_url: str  #: the URL whose response this is (after the redirects followed)
-    status: int
-    #: Final response headers, keys lower-cased (``headers["content-type"]``); repeated headers
-    #: joined with ", ". A plain dict, so a Response pickles and serialises to JSON.
-    headers: dict[str, str]
-    content_type: str | None  #: media type only, lower-case ("text/html")
-    body: bytes  #: decoded body, at most ``max_body_bytes``
-    truncated: bool  #: body cut at ``max_body_bytes`` (decoded size)
-    redirects: list[tuple[int, str]]  #: (status, normalised target) per hop, in order
-    elapsed: float  #: seconds, the whole call
-    ip: str | None  #: the address the final response came from
-    raw_headers: list[tuple[str, str]]  #: headers as received (original case), for WARC
-    http_version: str  #: "HTTP/1.1"
-    #: When ``follow`` stopped the chain: its reason; the response is then the redirect itself.
-    stop_reason: str | None = None
-    #: time.monotonic() when the first request of the chain was sent (None: not known)
-    sent_at: float | None = None
-    #: Seconds from sending the first request to its headers (never queueing: AutoThrottle).
-    latency: float | None = None
 
 
 class Fetcher:
@@ -311,8 +289,8 @@ class Fetcher:
                 status=resp.status_code,
                 content_type=media_type(raw.headers.get("content-type")),
             )
-        body, truncated = read_body(raw, chain.max_body_bytes, chain.deadline)
-        if truncated:
+        body = read_body(raw, chain.max_body_bytes, chain.deadline)
+        if body.truncated:
             resp.close()
         else:
             raw.release_conn()
@@ -322,8 +300,8 @@ class Fetcher:
             status=resp.status_code,
             headers={k.lower(): v for k, v in raw.headers.items()},
             content_type=media_type(raw.headers.get("content-type")),
-            body=body,
-            truncated=truncated,
+            body=body.data,
+            truncated=body.truncated,
             redirects=chain.redirects,
             elapsed=time.monotonic() - chain.started,
             ip=chain.ip,
@@ -332,6 +310,7 @@ class Fetcher:
             stop_reason=stop_reason,
             sent_at=chain.deadline.sent_at,
             latency=_latency(chain),
+            wire=body.wire,
         )
 
 

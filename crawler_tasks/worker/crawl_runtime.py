@@ -17,6 +17,7 @@ from .archive_fence import ArchiveFence
 from .outage import REDIS_UNAVAILABLE
 from .output import CrawlOutput
 from .revisits import write_capture
+from .warc import truncation
 
 log = logging.getLogger(__name__)
 
@@ -76,11 +77,13 @@ class CrawlRuntime:
             response.status,
             "",
             response.raw_headers,
-            response.body,
+            response.archived,
             self.profile.recorded_headers(),
             http_version=response.http_version,
             ip=response.ip,
+            warc_headers=truncation(response.truncated),
             fence=fence,
+            coded=response.wire is not None,
         )
 
 

@@ -8,7 +8,8 @@ workers never interleave records and no file needs a cross-process lock:
   ``{"url": page URL, "item": {...}, "rid": the page record's rid}``
 * ``edges-*.tsv``    one ``from<TAB>to`` line per outlink
 * ``crawl-*.warc.gz`` WARC/1.1, a ``warcinfo`` record first, then request + response records of
-  every fetched URL, or request + ``revisit`` records in a recrawl (worker/revisits.py) (warcio)
+  every fetched URL, or request + ``revisit`` records in a recrawl (worker/revisits.py) (warcio);
+  a response keeps a gzip or deflate body as it came (warc.py)
 * ``summary.json``   written once, by the worker that finishes the crawl
 
 Records are flushed as they are written. A record is written after finish.lua has accepted the
@@ -184,11 +185,14 @@ class CrawlOutput:
         ip: str | None = None,
         warc_headers: dict[str, str] | None = None,
         fence: Fence | None = None,
+        coded: bool = False,
     ) -> str:
         """Append a response record and its request record; returns the response's
         WARC-Record-ID (a rendered page's conversion record refers to it). ``warc_headers``:
-        more WARC headers (a recrawl gives the WARC-Date and WARC-Payload-Digest it keeps)."""
-        http = http_headers(f"{status} {reason}", headers, len(body), http_version)
+        more WARC headers (a recrawl gives the WARC-Date and WARC-Payload-Digest it keeps).
+        ``coded``: ``body`` is as received, in the coding its Content-Encoding header names
+        (``Response.archived``), and its record is stored, not deflated again (warc.py)."""
+        http = http_headers(f"{status} {reason}", headers, len(body), http_version, coded)
         extra = {"WARC-IP-Address": ip} if ip else {}
         resp = with_payload(
             url,
@@ -197,7 +201,8 @@ class CrawlOutput:
             http_headers=http,
             warc_headers_dict={**extra, **(warc_headers or {})},
         )
-        return self._with_request(resp, request_headers, http_version, fence)
+        level = 0 if coded else self.gzip_level
+        return self._with_request(resp, request_headers, http_version, fence, level)
 
     def _with_request(
         self,
@@ -205,8 +210,10 @@ class CrawlOutput:
         request_headers: list[tuple[str, str]],
         http_version: str,
         fence: Fence | None,
+        level: int | None = None,
     ) -> str:
-        """Append ``record`` after the request record concurrent to it; its WARC-Record-ID."""
+        """Append ``record`` (deflated at ``level``, the crawl's if None) after the request
+        record concurrent to it; its WARC-Record-ID."""
         # Records are built and compressed outside the lock; one gzip member per record (the
         # WARC convention) at Settings.warc_gzip_level, not warcio's 9 (~3x level 6's CPU for
         # ~5 % less size).
@@ -217,7 +224,8 @@ class CrawlOutput:
         req = writer().create_warc_record(url, "request", http_headers=req_http)
         rid = str(record.rec_headers.get_header("WARC-Record-ID"))
         req.rec_headers.add_header("WARC-Concurrent-To", rid)
-        data = record_bytes(req, self.gzip_level) + record_bytes(record, self.gzip_level)
+        level = self.gzip_level if level is None else level
+        data = record_bytes(req, self.gzip_level) + record_bytes(record, level)
         return self._append_warc(data, rid, fence)
 
     def revisit(

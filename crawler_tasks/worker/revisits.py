@@ -6,6 +6,14 @@ A revisit is written in two cases (WARC 1.1, 6.7):
 * ``server-not-modified``: the server answered 304 to the validators of the previous run;
 * ``identical-payload-digest``: a 2xx whose payload's SHA-1 equals the last full capture's.
 
+The payload is what the response record holds (``Response.archived``): a gzip or deflate
+body as received, so the digest compared is the one the earlier record carries (a revisit's
+WARC-Payload-Digest is its original's). A page served compressed the same way twice is a
+revisit; one whose server compresses it differently each time is written in full (safe: never
+a revisit of other bytes). Captures kept before issue 32 hold the digest of the decoded body:
+a compressed page's first run after it is written in full once, an identity page's still
+matches. The crawl's own change detection (state/validators.py) hashes the decoded body.
+
 Each points at the last *full* capture of the URL (its payload digest, WARC-Target-URI and
 WARC-Date), kept in Redis by the schedule (state/captures.py), never read back from old WARC
 files; a revisit does not replace it, so a page unchanged for ten runs still points at the run
@@ -24,7 +32,7 @@ from ..web.captures import Capture, now_micros, payload_digest, warc_date
 from ..web.fetcher import Response
 from .archive_fence import ArchiveFence
 from .output import CrawlOutput
-from .warc import REVISIT_IDENTICAL, REVISIT_NOT_MODIFIED, http_headers
+from .warc import REVISIT_IDENTICAL, REVISIT_NOT_MODIFIED, http_headers, truncation
 
 
 @dataclass(frozen=True)
@@ -50,12 +58,13 @@ def write_capture(
 ) -> Written:
     """The records of ``response`` (fetched as ``response.url``) in a schedule's run."""
     previous = captures.get(response.url)
-    digest = payload_digest(response.body)
+    payload, coded = response.archived, response.wire is not None
+    digest = payload_digest(payload)
     profile = _revisit_profile(response, digest, previous)
     if previous is not None and profile is not None:
-        length = None if response.status == 304 else len(response.body)
+        length = None if response.status == 304 else len(payload)
         http = http_headers(
-            str(response.status), response.raw_headers, length, response.http_version
+            str(response.status), response.raw_headers, length, response.http_version, coded
         )
         rid = out.revisit(
             response.final_url,
@@ -73,15 +82,20 @@ def write_capture(
         response.status,
         "",
         response.raw_headers,
-        response.body,
+        payload,
         request_headers,
         http_version=response.http_version,
         ip=response.ip,
-        warc_headers={"WARC-Date": warc_date(micros), "WARC-Payload-Digest": digest},
+        warc_headers={
+            "WARC-Date": warc_date(micros),
+            "WARC-Payload-Digest": digest,
+            **truncation(response.truncated),
+        },
         fence=fence,
+        coded=coded,
     )
     if _complete_2xx(response):
-        captures.put(response.url, Capture(digest, micros, response.final_url, len(response.body)))
+        captures.put(response.url, Capture(digest, micros, response.final_url, len(payload)))
     return Written(rid)
 
 

@@ -1,6 +1,13 @@
 """How the crawl's WARC records are built (warcio), apart from where they are appended
 (output.py): WARC/1.1 records, the warcinfo record a file begins with, the HTTP headers a record
-keeps, one gzip member per record."""
+keeps, one gzip member per record.
+
+A response record holds the body as it came over the wire when it was content-coded (gzip,
+deflate: web/body.py KEPT_CODINGS; WARC 1.1's payload is the entity with its content coding, after transfer
+decoding; what Heritrix, wget and warcprox write), its Content-Encoding header kept, in a
+stored gzip member (deflating compressed bytes again costs CPU for nothing); warcio's
+``content_stream()`` decodes it. Other bodies are kept decoded, deflated at the crawl's
+level."""
 
 from __future__ import annotations
 
@@ -15,19 +22,34 @@ from warcio.recordloader import ArcWarcRecord
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
-# Headers that describe the bytes on the wire, not the decoded body kept in the WARC record.
+# Headers that describe the bytes on the wire, not the payload kept in the WARC record: the
+# transfer coding is always removed (urllib3 dechunks), the content coding when the payload
+# kept is the decoded body.
 _WIRE_HEADERS = {"content-encoding", "transfer-encoding", "content-length"}
+_CODED_HEADERS = {"transfer-encoding", "content-length"}
 
 
 def http_headers(
-    status_line: str, headers: list[tuple[str, str]], length: int | None, http_version: str
+    status_line: str,
+    headers: list[tuple[str, str]],
+    length: int | None,
+    http_version: str,
+    coded: bool = False,
 ) -> StatusAndHeaders:
     """A response's HTTP headers as a record keeps them: those of the wire (encoding, length)
-    replaced by the decoded body's Content-Length (``length``; None: no body, a 304)."""
-    kept = [(k, v) for k, v in headers if k.lower() not in _WIRE_HEADERS]
+    replaced by the payload's Content-Length (``length``; None: no body, a 304). ``coded``:
+    the payload is the body as received, and its Content-Encoding stays."""
+    dropped = _CODED_HEADERS if coded else _WIRE_HEADERS
+    kept = [(k, v) for k, v in headers if k.lower() not in dropped]
     if length is not None:
         kept.append(("Content-Length", str(length)))
     return StatusAndHeaders(status_line.strip(), kept, protocol=http_version)
+
+
+def truncation(truncated: bool) -> dict[str, str]:
+    """The WARC header of a response cut at the crawl's ``max_body_bytes`` (WARC 1.1, 5.13),
+    kept decoded: the bytes received past the cut were not kept."""
+    return {"WARC-Truncated": "length"} if truncated else {}
 
 
 #: WARC-Profile of a revisit record (WARC 1.1, 6.7.2 and 6.7.3).
@@ -70,10 +92,12 @@ def warcinfo_fields(crawl_id: str, options_json: str) -> dict[str, str]:
 
 
 def record_bytes(record: ArcWarcRecord, level: int) -> bytes:
+    """The record as one gzip member, deflated at ``level``; level 0 stores it (a CRC and a
+    copy: what a record of already compressed bytes gets, issue 32)."""
     buf = io.BytesIO()
     writer(buf).write_record(record)
     gz = zlib.compressobj(level, zlib.DEFLATED, zlib.MAX_WBITS + 16)
-    return gz.compress(buf.getvalue()) + gz.flush()
+    return gz.compress(buf.getbuffer()) + gz.flush()
 
 
 def request_target(url: str) -> str:
