@@ -28,6 +28,7 @@ RUNS = {
     "render.py": "--pages 12 --mixed-hosts 2 --mixed-pages 6 --skip-scrapy --timeout 60",
     "recrawl.py": "--pages 20 --new 1 --page-bytes 2000 --timeout 60",
     "adaptive.py": "--pages 20 --days 2",
+    "warc_records.py": "--pages 20 --rounds 1",
     "failover.py": "--pages 60 --kills 1 --timeout 120",
     "profile.py": "--hosts 5 --pages 3 --out profile -- --layouts threads:8x1:1 --timeout 60",
     "cpu_by_library.py": "--seconds 1 --settle 0 -- --hosts 5 --pages 3 "
