@@ -17,7 +17,7 @@ import pytest
 import redis
 from faults import RestartableRedis
 
-from crawler_tasks.state import connection
+from crawler_tasks.state import connection, sockets
 
 TIMEOUT = 0.5
 
@@ -79,6 +79,17 @@ def test_a_reply_left_unread_never_answers_the_next_command(state):
     with state.pipeline() as pipe:
         pipe.get("sockets-test").incr("sockets-count")
         assert pipe.execute() == [b"value", 1]
+
+
+def test_an_idle_connection_the_server_closed_is_replaced_before_use(redis_url, client):
+    """The pool's poll is kept for a connection idle beyond IDLE_POLL: one the server closed
+    meanwhile (CLIENT KILL, its idle timeout, a restart) never fails the next command."""
+    state = connection.connect(redis_url, pool_size=1, socket_timeout=2.5)
+    state.set("sockets-test", b"value")
+    client.client_kill_filter(_id=state.client_id())
+    time.sleep(sockets.IDLE_POLL + 0.2)
+    assert state.get("sockets-test") == b"value"
+    state.close()
 
 
 @pytest.fixture
