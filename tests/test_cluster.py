@@ -23,10 +23,12 @@ from conftest import stop_together, wait_until
 from faults import rabbitmq_vhost
 from sitegen import PACE_WINDOW, max_concurrency, rate_report, reachable, running_sites
 from test_operations import pause_resume_cancel
+from test_state_sockets import kernel_timeouts
 
 from crawler_tasks import start_crawl
 from crawler_tasks.errors import ConfigError
 from crawler_tasks.settings import Settings, load
+from crawler_tasks.state import connection
 from crawler_tasks.surface.embedded import local_workers
 from crawler_tasks.web.urls import normalize
 
@@ -97,6 +99,23 @@ def test_crawl_on_a_cluster_is_exact_and_spreads_over_the_masters(
     masters = {client.get_node_from_key(k).name for k in keys}
     print(f"{len(keys)} keys of one crawl on {len(masters)} masters")
     assert len(masters) == 3, masters
+
+
+def test_the_state_clients_cluster_connections_block_in_the_kernel(cluster_url):
+    """Every node's connections of the state client are state/sockets.py's: no Python-level
+    timeout (no poll before each send and recv), the kernel's instead."""
+    client = connection.connect(cluster_url, pool_size=4, socket_timeout=2.5)
+    for n in range(30):  # keys on every master
+        client.set(f"sockets-{n}", n)
+    for node in client.get_primaries():
+        pool = node.redis_connection.connection_pool
+        conn = pool.get_connection()
+        try:
+            assert conn._sock.gettimeout() is None
+            assert kernel_timeouts(conn._sock) == ((2, 500_000), (2, 500_000))
+        finally:
+            pool.release(conn)
+    client.close()
 
 
 def test_a_cluster_is_refused_as_the_broker(cluster_url, tmp_path):

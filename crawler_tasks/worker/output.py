@@ -74,6 +74,9 @@ class CrawlOutput:
         self.info = info or {}
         self._lock = threading.Lock()
         self._files: dict[str, int] = {}  # name -> fd (O_APPEND)
+        #: name -> its size, known without asking the kernel (an lseek or fstat releases
+        #: the GIL: a hand-off with hundreds of threads): this process is its only writer.
+        self._ends: dict[str, int] = {}
         #: The WARC file's appends, with a lock of their own (the archive's fence waits on
         #: Redis; so do the pages files', under ``_lock``: page_appends.py).
         self._warc = WarcAppends(self.dir, self._size, self._append, self._undo, self._first)
@@ -95,10 +98,14 @@ class CrawlOutput:
         try:
             for name, data in writes:
                 fd = self._fd(name)
-                done.append((name, os.lseek(fd, 0, os.SEEK_END)))
+                at = self._ends.get(name)
+                if at is None:
+                    at = os.lseek(fd, 0, os.SEEK_END)
+                done.append((name, at))
                 view = memoryview(data)
                 while view:
                     view = view[os.write(fd, view) :]
+                self._ends[name] = at + len(data)
                 faults.point(f"after_{name.partition('-')[0]}")  # e.g. after_items
         except OSError as exc:
             for name, size in done:
@@ -110,8 +117,10 @@ class CrawlOutput:
         """Back to ``size`` bytes; if even that fails, the file is given up (closed, renamed
         aside by suffix) so that nothing is ever appended after a cut record."""
         fd = self._files[name]
+        self._ends.pop(name, None)
         try:
             os.ftruncate(fd, size)
+            self._ends[name] = size
         except OSError:
             del self._files[name]
             os.close(fd)
@@ -282,6 +291,8 @@ class CrawlOutput:
 
     def _size(self, name: str) -> int:
         """Its size; 0 if not there yet (a writer that appends nothing leaves no file)."""
+        if name in self._ends:
+            return self._ends[name]
         try:
             if name not in self._files and not (self.dir / name).exists():
                 return 0
@@ -297,6 +308,7 @@ class CrawlOutput:
                 with contextlib.suppress(OSError):
                     os.close(fd)
             self._files.clear()
+            self._ends.clear()
 
 
 def _utf8(text: str) -> bytes:
