@@ -29,6 +29,7 @@ RUNS = {
     "recrawl.py": "--pages 20 --new 1 --page-bytes 2000 --timeout 60",
     "adaptive.py": "--pages 20 --days 2",
     "warc_records.py": "--pages 20 --rounds 1",
+    "redis_round_trips.py": "--seconds 0.5 --threads 4",
     "failover.py": "--pages 60 --kills 1 --timeout 120",
     "profile.py": "--hosts 5 --pages 3 --out profile -- --layouts threads:8x1:1 --timeout 60",
     "cpu_by_library.py": "--seconds 1 --settle 0 -- --hosts 5 --pages 3 "

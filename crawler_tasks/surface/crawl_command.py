@@ -292,7 +292,7 @@ def _broker_named(broker: str | None) -> bool:
 def _check_output(explicit: str, local: str) -> None:
     """The output this command knows is written on this host (--output, or the embedded
     workers' CRAWLER_OUTPUT_DIR) must be writable: refused before the crawl exists."""
-    from ..worker.output import unwritable
+    from ..worker.output_read import unwritable
 
     for flag, directory in (("--output", explicit), ("CRAWLER_OUTPUT_DIR", local)):
         why = unwritable(directory) if directory else None

@@ -116,13 +116,11 @@ class CrawlOutput:
     def _undo(self, name: str, size: int) -> None:
         """Back to ``size`` bytes; if even that fails, the file is given up (closed, renamed
         aside by suffix) so that nothing is ever appended after a cut record."""
-        fd = self._files[name]
-        self._ends.pop(name, None)
+        fd, self._ends[name] = self._files[name], size
         try:
             os.ftruncate(fd, size)
-            self._ends[name] = size
-        except OSError:
-            del self._files[name]
+        except OSError:  # given up: a new file of that name starts empty
+            del self._files[name], self._ends[name]
             os.close(fd)
             with contextlib.suppress(OSError):
                 os.rename(self.dir / name, self.dir / f"{name}.damaged-{time.time():.0f}")
@@ -219,10 +217,10 @@ class CrawlOutput:
         request_headers: list[tuple[str, str]],
         http_version: str,
         fence: Fence | None,
-        level: int | None = None,
+        level: int,
     ) -> str:
-        """Append ``record`` (deflated at ``level``, the crawl's if None) after the request
-        record concurrent to it; its WARC-Record-ID."""
+        """Append ``record`` (deflated at ``level``) after the request record concurrent to
+        it; its WARC-Record-ID."""
         # Records are built and compressed outside the lock; one gzip member per record (the
         # WARC convention) at Settings.warc_gzip_level, not warcio's 9 (~3x level 6's CPU for
         # ~5 % less size).
@@ -233,7 +231,6 @@ class CrawlOutput:
         req = writer().create_warc_record(url, "request", http_headers=req_http)
         rid = str(record.rec_headers.get_header("WARC-Record-ID"))
         req.rec_headers.add_header("WARC-Concurrent-To", rid)
-        level = self.gzip_level if level is None else level
         data = record_bytes(req, self.gzip_level) + record_bytes(record, level)
         return self._append_warc(data, rid, fence)
 
@@ -257,7 +254,7 @@ class CrawlOutput:
             url, digest, uri, date, http_headers=http, warc_headers_dict=extra
         )
         record.rec_headers.replace_header("WARC-Profile", profile)
-        return self._with_request(record, request_headers, http.protocol, fence)
+        return self._with_request(record, request_headers, http.protocol, fence, self.gzip_level)
 
     def conversion(
         self, url: str, html: str, refers_to: str | None, fence: Fence | None = None
@@ -383,23 +380,3 @@ def write_summary(directory: str | os.PathLike[str], summary: dict[str, Any]) ->
     tmp.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n", "utf-8")
     os.replace(tmp, path / "summary.json")  # readers never see half a file
     return path / "summary.json"
-
-
-def unwritable(directory: str | os.PathLike[str]) -> str | None:
-    """Why files cannot be written under ``directory`` on this host (None if they can), as
-    far as can be known without writing: its nearest existing ancestor must be a directory
-    this process may write in, on a file system mounted read-write."""
-    path = Path(directory).absolute()
-    while not path.exists():
-        if path == path.parent:
-            return "no such place"
-        path = path.parent
-    if not path.is_dir():
-        return f"{path} is not a directory"
-    if not os.access(path, os.W_OK | os.X_OK):
-        try:
-            read_only = bool(os.statvfs(path).f_flag & os.ST_RDONLY)
-        except OSError:
-            read_only = False
-        return f"{path}: " + ("read-only file system" if read_only else "permission denied")
-    return None

@@ -1,6 +1,6 @@
 """Reading a crawl's output files back (``crawler export``, ``Crawl.pages()``): every writer's
 ``pages-*.jsonl`` and ``items-*.jsonl`` merged, lines cut by a writer's death skipped. The
-files are written by output.py."""
+files are written by output.py; :func:`unwritable` tells, before any is, whether they can be."""
 
 from __future__ import annotations
 
@@ -37,3 +37,23 @@ def latest_items(directory: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
     """The ``items-*.jsonl`` lines of each URL's last record (see :func:`latest_pages`)."""
     rids = {r.get("rid") for r in latest_pages(directory)}
     return (line for line in read_pages(directory, "items") if line.get("rid") in rids)
+
+
+def unwritable(directory: str | os.PathLike[str]) -> str | None:
+    """Why files cannot be written under ``directory`` on this host (None if they can), as
+    far as can be known without writing: its nearest existing ancestor must be a directory
+    this process may write in, on a file system mounted read-write."""
+    path = Path(directory).absolute()
+    while not path.exists():
+        if path == path.parent:
+            return "no such place"
+        path = path.parent
+    if not path.is_dir():
+        return f"{path} is not a directory"
+    if not os.access(path, os.W_OK | os.X_OK):
+        try:
+            read_only = bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+        except OSError:
+            read_only = False
+        return f"{path}: " + ("read-only file system" if read_only else "permission denied")
+    return None
