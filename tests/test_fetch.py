@@ -37,10 +37,11 @@ from crawler_tasks.errors import (
     UnsupportedScheme,
 )
 from crawler_tasks.settings import Settings
-from crawler_tasks.web import netguard, pinning
+from crawler_tasks.web import deadline, netguard
+from crawler_tasks.web.deadline import Deadline
 from crawler_tasks.web.fetcher import Fetcher
 from crawler_tasks.web.netguard import check_host, is_allowed_address, is_public_address
-from crawler_tasks.web.pinning import Deadline, tls_context
+from crawler_tasks.web.pinning import tls_context
 
 MIB = 1024 * 1024
 LIMIT = MIB  # max_body_bytes of the default test fetcher
@@ -806,6 +807,19 @@ def test_the_gates_look_runs_once_just_before_the_first_request_is_written(
     assert looks == [before]
 
 
+def test_the_gates_look_comes_after_a_new_connection_is_made(
+    make_fetcher: Callable[..., Fetcher], server: TestServer, connects: list[Any]
+) -> None:
+    """A plain connection is made in the request's first write (http.client): the look must
+    come after it, not before (a connect may lose the GIL for long on a busy machine, and the
+    request would then go late, close to the next one of a shared gate)."""
+    fetcher = make_fetcher()
+    seen: list[int] = []
+    with fetcher.gated(lambda: lambda: seen.append(len(connects))):
+        assert fetcher.get(server.url("/page"), allow_private=True).status == 200
+    assert seen == [1] and len(connects) == 1
+
+
 def test_idle_connections_are_closed(
     make_fetcher: Callable[..., Fetcher], server: TestServer, connects: list[Any]
 ) -> None:
@@ -939,7 +953,7 @@ def test_one_deadline_thread_expires_in_time_and_forgets_finished_ones() -> None
     # finished ones do not pile up until their 60 s are over.
     for _ in range(5000):
         Deadline(60.0).finish()
-    assert len(pinning._WATCH._heap) < 2048
+    assert len(deadline._WATCH._heap) < 2048
     short, later = Deadline(0.2), Deadline(0.6)
     time.sleep(0.4)
     assert short.expired and not later.expired

@@ -20,7 +20,7 @@ from urllib3.exceptions import DecodeError
 from urllib3.response import ContentDecoder, DeflateDecoder, GzipDecoder, HTTPResponse
 
 if TYPE_CHECKING:
-    from .pinning import Deadline
+    from .deadline import Deadline
 
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 _CHUNK = 64 * 1024

@@ -59,8 +59,9 @@ from .body import (
     read_body,
     redirect_location,
 )
+from .deadline import Deadline
 from .failures import is_connect_failure, translate
-from .pinning import ConnectionContext, Deadline, PinnedAdapter, tls_context
+from .pinning import ConnectionContext, PinnedAdapter, tls_context
 from .urls import normalize
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
