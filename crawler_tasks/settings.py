@@ -88,6 +88,9 @@ class Settings:
     #: Seconds a kept-alive connection may wait unused before the fetcher closes it (servers
     #: close theirs after 5-75 s; one closed by the server is replaced when next needed).
     connection_idle: float = limited(30.0, 0, DAY)
+    #: Seconds a fetch process reuses what a host name resolved to (vetted again at each use);
+    #: 0 = ask the system's resolver at every request (a DNS query a page).
+    dns_cache_seconds: float = limited(60.0, 0, DAY)
     #: Seconds to establish a TCP/TLS connection.
     connect_timeout: float = limited(10.0, 0.01, 3600)
     #: Seconds between two received bytes.

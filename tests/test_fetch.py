@@ -1108,3 +1108,41 @@ def test_from_settings() -> None:
         assert fetcher._max_redirects == 2
     finally:
         fetcher.close()
+
+
+def test_a_name_is_resolved_once_while_its_answer_is_kept(
+    make_fetcher: Callable[..., Fetcher], server: TestServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lookups = fake_dns(monkeypatch, {"site.test": [["127.0.0.1"]]})
+    fetcher = make_fetcher(dns_seconds=60.0)
+    for _ in range(3):
+        resp = fetcher.get(server.url("/page", host="site.test"), allow_private=True)
+        assert resp.status == 200 and resp.ip == "127.0.0.1"
+    assert lookups == ["site.test"]
+    # The kept answer is vetted again at each use: a crawl without private networks is
+    # refused it, as it would be a fresh one.
+    with pytest.raises(BlockedAddress):
+        fetcher.get(server.url("/page", host="site.test"))
+    assert lookups == ["site.test"]
+    plain = make_fetcher(dns_seconds=0.0)  # nothing kept: every request asks
+    for _ in range(2):
+        assert plain.get(server.url("/page", host="site.test"), allow_private=True).status == 200
+    assert lookups == ["site.test"] * 3
+
+
+def test_a_kept_answer_is_asked_again_once_it_is_old(monkeypatch: pytest.MonkeyPatch) -> None:
+    kept = netguard.KeptAddresses(0.3)
+    calls: list[str] = []
+    real = netguard.resolve
+
+    def counted(host: str, port: int) -> list[str]:
+        calls.append(host)
+        return real(host, port)
+
+    monkeypatch.setattr(netguard, "resolve", counted)
+    assert kept.check("localhost", 80, allow_private=True)
+    assert kept.check("LOCALHOST", 80, allow_private=True)  # names are not case-sensitive
+    assert calls == ["localhost"]
+    time.sleep(0.35)
+    kept.check("localhost", 80, allow_private=True)
+    assert calls == ["localhost", "localhost"]

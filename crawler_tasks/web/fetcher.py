@@ -14,9 +14,9 @@ Limits, all enforced whatever the server does:
   bounded steps and cut at ``max_body_bytes`` *decoded* bytes, so neither an endless body nor a
   decompression bomb costs more than about ``max_body_bytes`` of memory (:mod:`.body`); a
   gzip or deflate body is also kept as received, for the WARC (``Response.wire``);
-* every hop's host is resolved and vetted by :func:`.netguard.check_host` and the connection
-  pinned to a vetted address (see that module and :mod:`.pinning`); a redirect to a forbidden
-  IP literal (``169.254.169.254``) fails with ``BlockedAddress`` before ``follow`` or the network see it.
+* every hop's host is resolved (answers kept ``dns_seconds``) and vetted by
+  :func:`.netguard.check_host` and the connection pinned to a vetted address (see that module
+  and :mod:`.pinning`); a redirect to a forbidden IP literal (``169.254.169.254``) fails with ``BlockedAddress`` before ``follow`` or the network see it.
 
 Every :class:`~crawler_tasks.errors.CrawlerError` raised carries ``details["redirects"]`` (the
 hops followed so far) and ``details["final_url"]`` (the URL being fetched when it failed).
@@ -82,6 +82,7 @@ class Fetcher:
         pools: int = 1024,
         idle_seconds: float = 30.0,
         ca_bundle: str | None = None,
+        dns_seconds: float = 0.0,
     ) -> None:
         self._connect_timeout = connect_timeout
         self._read_timeout = read_timeout
@@ -89,6 +90,7 @@ class Fetcher:
         self._max_body_bytes = max_body_bytes
         self._max_redirects = max_redirects
         self._context = ConnectionContext()
+        self._addresses = netguard.KeptAddresses(dns_seconds)
         #: Given to every request: empty for good (the crawl's cookies are headers, per host,
         #: see profile.py; nothing writes to it).
         self._no_cookies = RequestsCookieJar()
@@ -115,6 +117,7 @@ class Fetcher:
             pools=settings.connection_pools,
             idle_seconds=settings.connection_idle,
             ca_bundle=settings.ca_bundle or None,
+            dns_seconds=settings.dns_cache_seconds,
         )
 
     def close(self) -> None:
@@ -244,7 +247,7 @@ class Fetcher:
         except (requests.RequestException, ValueError) as exc:
             raise InvalidURL(f"cannot request {chain.current!r}: {exc}") from None
         host, port = _host_port(prepared.url or chain.current)
-        addresses = netguard.check_host(host, port, allow_private=chain.allow_private)
+        addresses = self._addresses.check(host, port, allow_private=chain.allow_private)
         if chain.proxy is not None:
             return self._send(chain, prepared, addresses[0], _pinned_proxy(chain))
         for ip in addresses[:-1]:

@@ -22,6 +22,10 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
 
 from ..errors import BlockedAddress, ConnectionFailed
 
@@ -131,7 +135,13 @@ def resolve(host: str, port: int) -> list[str]:
     return addresses
 
 
-def check_host(host: str, port: int, *, allow_private: bool = False) -> list[str]:
+def check_host(
+    host: str,
+    port: int,
+    *,
+    allow_private: bool = False,
+    resolver: Callable[[str, int], list[str]] = resolve,
+) -> list[str]:
     """Resolve ``host`` and return its addresses if every one of them is allowed.
 
     One bad address blocks the host: a resolver picks among the answers as it likes, so a
@@ -139,7 +149,7 @@ def check_host(host: str, port: int, *, allow_private: bool = False) -> list[str
 
     Raises ``BlockedAddress`` or ``ConnectionFailed`` (resolution failed).
     """
-    addresses = resolve(host, port)
+    addresses = resolver(host, port)
     blocked = [a for a in addresses if not is_allowed_address(a, allow_private=allow_private)]
     if blocked:
         raise BlockedAddress(
@@ -159,3 +169,35 @@ def check_literal(host: str, *, allow_private: bool = False) -> None:
         host, allow_private=allow_private
     ):
         raise BlockedAddress(f"blocked address {host}", host=host, addresses=[host.strip("[]")])
+
+
+class KeptAddresses:
+    """What host names resolved to, kept ``seconds`` (one fetch process's, as a stub resolver
+    keeps answers): a crawl asks for the same names hundreds of times a minute, and each
+    getaddrinfo reads /etc/hosts and asks the system's DNS server. Only answers are kept,
+    never a failure, at most ``size`` names; each use vets them again (:func:`check_host`),
+    so one crawl's ``allow_private`` lends nothing to another's. 0 s: resolve every time."""
+
+    def __init__(self, seconds: float, size: int = 10_000) -> None:
+        self.seconds, self.size = seconds, size
+        self._kept: OrderedDict[str, tuple[float, list[str]]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def check(self, host: str, port: int, *, allow_private: bool) -> list[str]:
+        return check_host(host, port, allow_private=allow_private, resolver=self.resolve)
+
+    def resolve(self, host: str, port: int) -> list[str]:
+        if self.seconds <= 0:
+            return resolve(host, port)
+        now, key = time.monotonic(), host.lower()
+        with self._lock:
+            kept = self._kept.get(key)
+        if kept is not None and now - kept[0] < self.seconds:
+            return kept[1]
+        addresses = resolve(host, port)  # the port picks no address (SOCK_STREAM)
+        with self._lock:
+            self._kept[key] = (now, addresses)
+            self._kept.move_to_end(key)
+            while len(self._kept) > self.size:
+                self._kept.popitem(last=False)
+        return addresses
