@@ -692,10 +692,10 @@ def test_redirect_from_public_host_to_private_blocked(
     public = start_server("127.0.0.2")
     real_check = netguard.check_host
 
-    def check(host: str, port: int, *, allow_private: bool = False) -> list[str]:
+    def check(host: str, port: int, *, allow_private: bool = False, **kw: Any) -> list[str]:
         if host == "public.test":
             return ["127.0.0.2"]
-        return real_check(host, port, allow_private=allow_private)
+        return real_check(host, port, allow_private=allow_private, **kw)
 
     monkeypatch.setattr(netguard, "check_host", check)
     location = quote(target.format(port=public.port), safe="")
