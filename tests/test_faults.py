@@ -14,6 +14,7 @@ import contextlib
 import math
 import os
 import signal
+import socket
 import subprocess
 import time
 from collections import Counter
@@ -27,10 +28,14 @@ from faults import rabbitmq_vhost
 from sitegen import SiteServer, reachable, running_sites
 
 from crawler_tasks import start_crawl
+from crawler_tasks.settings import Settings
+from crawler_tasks.state import workers
+from crawler_tasks.state.connection import connect
+from crawler_tasks.state.keys import Keys
 from crawler_tasks.surface.commands import domain_line
 from crawler_tasks.surface.display import line
 from crawler_tasks.surface.embedded import FETCH_QUEUES, stop_process, worker_command
-from crawler_tasks.web.urls import normalize
+from crawler_tasks.web.urls import domain_key, normalize
 
 #: Faster failure detection than the defaults (30 s each), so each test stays short; one test
 #: below measures recovery at the defaults.
@@ -107,8 +112,28 @@ def cluster(redis_url: str, tmp_path: Path, **env: str) -> Iterator[Cluster]:
         c.stop()
 
 
-def site(**kw):  # type: ignore[no-untyped-def]
-    return running_sites(["127.0.0.90", "127.0.0.91"], 160, 5, cross_host_ratio=0.02, **kw)
+#: Loopback addresses a test site may take (each server binds a free port on its own).
+ADDRESSES = [f"127.0.0.{n}" for n in range(90, 130)]
+
+
+def site(addresses: tuple[str, ...] = ("127.0.0.90", "127.0.0.91"), **kw):  # type: ignore[no-untyped-def]
+    return running_sites(list(addresses), 160, 5, cross_host_ratio=0.02, **kw)
+
+
+def one_host_each(c: Cluster, settings: Settings, names: tuple[str, ...]) -> tuple[str, ...]:
+    """A site address for each of the fetch processes ``names``, the host its holder, once
+    they (and no others) hold hosts. Host affinity sends a host's URLs to the process that
+    workers.holder (release.lua's rendezvous hash) picks by process id, new each run: two
+    fixed hosts were both one process's in 1 run of 4, and the other fetched almost nothing.
+    (An IP address is its own domain key in either domain_key mode.)"""
+    tags = [f"{socket.gethostname()}-{c.procs[name].pid}" for name in names]
+    client, key = connect(settings.state_url), Keys(settings.key_prefix).fetchers
+    try:  # a previous process's membership ends when a dispatcher finds it dead
+        wait_until(lambda: {m.decode() for m in client.smembers(key)} == set(tags), timeout=30)
+    finally:
+        client.close()
+    held = {a: workers.holder(domain_key(f"http://{a}/", "host"), tags) for a in ADDRESSES}
+    return tuple(next(a for a in ADDRESSES if held[a] == tag) for tag in tags)
 
 
 def start(settings, servers, **options):  # type: ignore[no-untyped-def]

@@ -41,7 +41,7 @@ from broad_web import (
 from conftest import wait_until
 from driver import Driver
 from sitegen import SiteServer
-from test_faults import assert_exact, cluster, site, start, wait
+from test_faults import assert_exact, cluster, one_host_each, site, start, wait
 from test_lease_exits import crawl_of
 
 from crawler_tasks import start_crawl
@@ -242,7 +242,7 @@ def holding(crawl, pid: int) -> int:  # type: ignore[no-untyped-def]
 
 def stop_holding(c, crawl, name: str) -> None:  # type: ignore[no-untyped-def]
     """SIGSTOP the worker process ``name`` at a moment it holds URLs in flight: one that
-    holds none has nothing to take back (with 2 hosts both may be the other process's)."""
+    holds none (between two of its host's pages) has nothing to take back."""
     for _ in range(100):
         c.signal(name, signal.SIGSTOP)
         if holding(crawl, c.procs[name].pid):
@@ -257,19 +257,21 @@ def frozen_past_the_dead_threshold(settings, redis_url: str, tmp_path: Path, **e
     then SIGCONT: the page set is exact, nothing fails ``worker_lost``, and the URLs taken
     from it spent no retry (the crawl's attempts hashes stay empty). ``env``: the worker
     processes' (the crawl state elsewhere than the broker: tests/test_overload_cluster.py)."""
-    with site(delay=0.05) as (graph, servers), cluster(redis_url, tmp_path, **env) as c:
+    with cluster(redis_url, tmp_path, **env) as c:
         c.start_layout()
-        seeds, crawl = start(settings, servers, concurrency=4)
-        wait_until(lambda: crawl.progress()["done"] > 40, timeout=60)
-        stop_holding(c, crawl, "fetch1")
-        frozen_at = time.monotonic()
-        try:
-            # Just past the threshold: as soon as the first URL was taken back from it.
-            wait_until(lambda: took_back(tmp_path / "logs"), timeout=30, interval=0.2)
-        finally:
-            c.signal("fetch1", signal.SIGCONT)
-        frozen = time.monotonic() - frozen_at
-        summary = wait(crawl, 120)
+        hosts = one_host_each(c, settings, ("fetch1", "fetch2"))  # fetch1 holds one of them
+        with site(hosts, delay=0.05) as (graph, servers):
+            seeds, crawl = start(settings, servers, concurrency=4)
+            wait_until(lambda: crawl.progress()["done"] > 40, timeout=60)
+            stop_holding(c, crawl, "fetch1")
+            frozen_at = time.monotonic()
+            try:
+                # Just past the threshold: as soon as the first URL was taken back from it.
+                wait_until(lambda: took_back(tmp_path / "logs"), timeout=30, interval=0.2)
+            finally:
+                c.signal("fetch1", signal.SIGCONT)
+            frozen = time.monotonic() - frozen_at
+            summary = wait(crawl, 120)
         taken = took_back(tmp_path / "logs")
         takebacks = sum(crawl.client.hlen(p.takebacks) for p in crawl.ck.parts)
     print(f"frozen {frozen:.1f} s; {len(taken)} URLs taken back")
