@@ -284,3 +284,24 @@ class Server:
         self.netloc = f"{address}:{self.httpd.server_address[1]}"
         self.base_url = f"http://{self.netloc}"
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+
+def run_schedule(settings: Any, base_url: str, schedule: str, *paths: str, **options: Any) -> Any:
+    """One run of ``schedule``: a crawl of the site at ``base_url`` from ``paths`` ("/" when
+    none), as fast as it goes, waited for."""
+    from crawler_tasks import start_crawl
+
+    host = base_url.split("//")[1].split(":")[0]
+    crawl = start_crawl(
+        [base_url + p for p in paths or ("/",)],
+        settings=settings,
+        schedule=schedule,
+        allow_private_networks=True,
+        allowed_domains=[host],
+        rates={host: math.inf},
+        rate=math.inf,
+        concurrency=4,
+        **options,
+    )
+    crawl.wait(timeout=120)
+    return crawl

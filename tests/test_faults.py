@@ -245,18 +245,22 @@ def test_parse_process_killed(settings, redis_url, tmp_path):  # type: ignore[no
 @pytest.mark.allow_worker_errors(".*")
 def test_frozen_fetch_process(settings, redis_url, tmp_path):  # type: ignore[no-untyped-def]
     """SIGSTOP for 30 s: its URLs are taken back after worker_dead_seconds and fetched by the
-    other process; when it wakes, what it finishes late is not counted or recorded twice."""
-    with site(delay=0.02) as (graph, servers), cluster(redis_url, tmp_path) as c:
+    other process; when it wakes, what it finishes late is not counted or recorded twice.
+    fetch1 holds one of the hosts (host affinity), so the crawl cannot end while it sleeps
+    unless its URLs are taken back."""
+    with cluster(redis_url, tmp_path) as c:
         c.start_layout()
-        seeds, crawl = start(settings, servers)
-        wait_until(lambda: crawl.progress()["done"] > 40, timeout=60)
-        c.signal("fetch1", signal.SIGSTOP)
-        frozen_at = time.monotonic()
-        summary = wait(crawl, 120)
-        finished_while_frozen = time.monotonic() - frozen_at < 30
-        time.sleep(max(0.0, 30 - (time.monotonic() - frozen_at)))
-        c.signal("fetch1", signal.SIGCONT)
-        time.sleep(3)  # let it finish what it held
+        hosts = one_host_each(c, settings, ("fetch1", "fetch2"))
+        with site(hosts, delay=0.02) as (graph, servers):
+            seeds, crawl = start(settings, servers)
+            wait_until(lambda: crawl.progress()["done"] > 40, timeout=60)
+            c.signal("fetch1", signal.SIGSTOP)
+            frozen_at = time.monotonic()
+            summary = wait(crawl, 120)
+            finished_while_frozen = time.monotonic() - frozen_at < 30
+            time.sleep(max(0.0, 30 - (time.monotonic() - frozen_at)))
+            c.signal("fetch1", signal.SIGCONT)
+            time.sleep(3)  # let it finish what it held
     assert finished_while_frozen, "the crawl waited for the frozen worker"
     assert_exact(crawl, graph, seeds, summary)
     assert crawl.stats.counters()["done"] == summary["counters"]["done"]

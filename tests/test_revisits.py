@@ -4,7 +4,6 @@ WARC file begins with a warcinfo record. Checked with warcio and a replay indexe
 
 from __future__ import annotations
 
-import math
 import os
 import subprocess
 import sys
@@ -13,10 +12,16 @@ from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
-from recrawl_site import change_site, half_with_etags, unresolved, warc_records, warcio_check
+from recrawl_site import (
+    change_site,
+    half_with_etags,
+    run_schedule,
+    unresolved,
+    warc_records,
+    warcio_check,
+)
 from sitegen import running_sites
 
-from crawler_tasks import start_crawl
 from crawler_tasks.state.keys import Keys
 from crawler_tasks.state.schedules import Schedule, Schedules
 from crawler_tasks.surface.figures import crawl_figures
@@ -37,22 +42,6 @@ def test_a_capture_packs_in_32_bytes_and_keeps_its_date_to_the_microsecond():
     assert Capture.unpack(url, moved.pack(url)) == moved  # a redirect's target is kept
 
 
-def run(settings, server, schedule: str):  # type: ignore[no-untyped-def]
-    host = server.base_url.split("//")[1].split(":")[0]
-    crawl = start_crawl(
-        [server.base_url + "/"],
-        settings=settings,
-        schedule=schedule,
-        allow_private_networks=True,
-        allowed_domains=[host],
-        rates={host: math.inf},
-        rate=math.inf,
-        concurrency=4,
-    )
-    crawl.wait(timeout=120)
-    return crawl
-
-
 @pytest.mark.timeout(300)
 def test_second_run_writes_revisits_that_resolve_to_the_first_runs_responses(
     settings, client, celery_worker
@@ -62,9 +51,9 @@ def test_second_run_writes_revisits_that_resolve_to_the_first_runs_responses(
         (server,),
     ):
         server.etags = half_with_etags
-        first = run(settings, server, "site")
+        first = run_schedule(settings, server.base_url, "site")
         changed, added = change_site(graph, server, share=0.1, new=2)
-        second = run(settings, server, "site")
+        second = run_schedule(settings, server.base_url, "site")
     first_dir, second_dir = Path(first.output_dir), Path(second.output_dir)
     for crawl, directory in ((first, first_dir), (second, second_dir)):
         for _, records in warc_records(directory):

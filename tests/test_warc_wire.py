@@ -7,17 +7,15 @@ Through real crawls of a real local site (a worker in this process)."""
 from __future__ import annotations
 
 import gzip
-import math
 import zlib
 from pathlib import Path
 from typing import Any
 
 import pytest
-from recrawl_site import unresolved, warcio_check
+from recrawl_site import run_schedule, unresolved, warcio_check
 from sitegen import SiteServer, running_sites
 from warcio.archiveiterator import ArchiveIterator
 
-from crawler_tasks import start_crawl
 from crawler_tasks.state.options import CrawlOptions
 from crawler_tasks.web.captures import payload_digest
 from crawler_tasks.web.fetcher import Fetcher
@@ -28,23 +26,6 @@ from crawler_tasks.worker.warc import REVISIT_IDENTICAL
 
 LIMIT = 256 * 1024  # the crawls' max_body_bytes
 BOMB = gzip.compress(bytes(16 * 1024 * 1024), 9)  # 16 MiB of zeros in ~16 KB
-
-
-def run(settings: Any, base_url: str, schedule: str) -> Any:
-    host = base_url.split("//")[1].split(":")[0]
-    crawl = start_crawl(
-        [base_url + "/", base_url + "/bomb"],
-        settings=settings,
-        schedule=schedule,
-        allow_private_networks=True,
-        allowed_domains=[host],
-        rates={host: math.inf},
-        rate=math.inf,
-        concurrency=4,
-        max_body_bytes=LIMIT,
-    )
-    crawl.wait(timeout=120)
-    return crawl
 
 
 def responses(directory: Path) -> dict[str, dict[str, Any]]:
@@ -86,8 +67,8 @@ def test_a_gzip_response_is_archived_as_received_and_revisited_by_its_digest(
     ):
         server.extra_routes.update(routes)
         server.gzip = lambda path: path != "/bomb"
-        first = run(settings, server.base_url, "wire")
-        second = run(settings, server.base_url, "wire")
+        first = run_schedule(settings, server.base_url, "wire", "/", "/bomb", max_body_bytes=LIMIT)
+        second = run_schedule(settings, server.base_url, "wire", "/", "/bomb", max_body_bytes=LIMIT)
     first_dir, second_dir = Path(first.output_dir), Path(second.output_dir)
     assert warcio_check(first_dir) == "" and warcio_check(second_dir) == ""
     records = responses(first_dir)
