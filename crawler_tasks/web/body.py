@@ -81,6 +81,11 @@ class Response:
         decoded body (identity, a coding not kept, a body cut at the limit)."""
         return self.body if self.wire is None else self.wire
 
+    @property
+    def coded(self) -> bool:
+        """Whether :attr:`archived` is content-coded (its record keeps Content-Encoding)."""
+        return self.wire is not None
+
 
 def read_body(raw: HTTPResponse, limit: int, deadline: Deadline) -> Body:
     """At most ``limit`` decoded bytes of the body, and whether there was more.

@@ -16,7 +16,8 @@ Limits, all enforced whatever the server does:
   gzip or deflate body is also kept as received, for the WARC (``Response.wire``);
 * every hop's host is resolved (answers kept ``dns_seconds``) and vetted by
   :func:`.netguard.check_host` and the connection pinned to a vetted address (see that module
-  and :mod:`.pinning`); a redirect to a forbidden IP literal (``169.254.169.254``) fails with ``BlockedAddress`` before ``follow`` or the network see it.
+  and :mod:`.pinning`); a redirect to a forbidden IP literal (``169.254.169.254``) fails with
+  ``BlockedAddress`` before ``follow`` or the network see it.
 
 Every :class:`~crawler_tasks.errors.CrawlerError` raised carries ``details["redirects"]`` (the
 hops followed so far) and ``details["final_url"]`` (the URL being fetched when it failed).

@@ -83,7 +83,7 @@ class CrawlRuntime:
             ip=response.ip,
             warc_headers=truncation(response.truncated),
             fence=fence,
-            coded=response.wire is not None,
+            coded=response.coded,
         )
 
 

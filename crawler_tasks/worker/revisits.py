@@ -58,7 +58,7 @@ def write_capture(
 ) -> Written:
     """The records of ``response`` (fetched as ``response.url``) in a schedule's run."""
     previous = captures.get(response.url)
-    payload, coded = response.archived, response.wire is not None
+    payload, coded = response.archived, response.coded
     digest = payload_digest(payload)
     profile = _revisit_profile(response, digest, previous)
     if previous is not None and profile is not None:

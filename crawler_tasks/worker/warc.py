@@ -3,8 +3,8 @@
 keeps, one gzip member per record.
 
 A response record holds the body as it came over the wire when it was content-coded (gzip,
-deflate: web/body.py KEPT_CODINGS; WARC 1.1's payload is the entity with its content coding, after transfer
-decoding; what Heritrix, wget and warcprox write), its Content-Encoding header kept, in a
+deflate: web/body.py KEPT_CODINGS; WARC 1.1's payload is the entity with its content coding,
+after transfer decoding; what Heritrix, wget and warcprox write), its Content-Encoding kept, in a
 stored gzip member (deflating compressed bytes again costs CPU for nothing); warcio's
 ``content_stream()`` decodes it. Other bodies are kept decoded, deflated at the crawl's
 level."""
