@@ -263,16 +263,14 @@ class Started(int, Enum):
 
 
 class Begun(NamedTuple):
-    """start.lua's reply for one URL: its code, and for a fetch that goes on the seconds from
-    ``at`` (time.monotonic() when the reply came) to its host's send slot (gate_lib.lua)."""
+    """start.lua's reply for one URL: its code; for a fetch that goes on, the seconds from
+    ``at`` (time.monotonic() at the reply) to its host's send slot (gate_lib.lua), and whether
+    its host's next URL waits for this lease (release.lua's "aw": returned early, settle.py)."""
 
     code: int
     wait: float = 0.0
     at: float = 0.0
-
-    def send_at(self) -> float:
-        """time.monotonic() before which the request must not be sent."""
-        return self.at + self.wait
+    awaited: bool = False
 
 
 class Committed(int, Enum):

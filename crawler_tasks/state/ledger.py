@@ -36,7 +36,7 @@ class Ledger:
     ) -> dict[str, formats.Begun]:
         """:meth:`start` for several URLs: one start.lua call per partition among them. A
         fetch that goes on also gets its host's next send slot (gate_lib.lua): the seconds
-        to wait before sending it."""
+        to wait before sending it, and whether its host's next URL waits for its lease."""
         by_part: dict[int, list[str]] = {}
         for url in urls:
             by_part.setdefault(self.ck.for_url(url).index, []).append(url)
@@ -51,10 +51,12 @@ class Ledger:
                 keys=keys, args=[stage, worker, *prefixes, *some], client=self.client
             )
             at = time.monotonic()  # when the reply came: the waits count from it
-            codes = got[: len(some)]
-            waits = got[len(some) :] or [b"0"] * len(some)
-            for url, code, wait in zip(some, codes, waits, strict=True):
-                out[url] = formats.Begun(int(code), float(wait), at)
+            n = len(some)
+            codes = got[:n]
+            waits = got[n : 2 * n] or [b"0"] * n
+            awaited = got[2 * n :] or [0] * n
+            for url, code, wait, aw in zip(some, codes, waits, awaited, strict=True):
+                out[url] = formats.Begun(int(code), float(wait), at, aw == 1)
         return out
 
     def send_slot(self, domain: str, url: str = "", worker: str = "") -> float:

@@ -71,7 +71,9 @@ def decide(ctx: Context, store: CrawlStore, url: str, depth: int, begun: Begun |
         skipped = not_due(ctx, store, url, depth)
         if skipped is not None:
             return Decision.record(skipped, LeaseEnd.REFUND)
-        return _request(ctx, store, url, depth)
+        decision = _request(ctx, store, url, depth)
+        decision.awaited = begun.awaited
+        return decision
 
 
 def _request(ctx: Context, store: CrawlStore, url: str, depth: int) -> Decision:

@@ -133,6 +133,8 @@ class Decision:
     answer: Answer = NO_ANSWER
     #: RESPONSE: what the response becomes, after the lease is back (None: a parse task).
     then: Callable[[], Final | None] | None = None
+    #: The host's next URL waits for this lease (start.lua): it goes back before ``then``.
+    awaited: bool = False
     #: Crawl-wide counters the step found (a retried status: the retry's record will not
     #: carry it), and first notes of the crawl's state (``status``, the summary): field ->
     #: text, written by ``settle`` (the step only decides).

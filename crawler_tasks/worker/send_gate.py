@@ -45,7 +45,7 @@ class SendSlot:
         ceilings: Ceilings,
     ) -> None:  # fmt: skip
         self.store, self.url, self.domain, self.worker = store, url, domain, worker
-        self._send_at: float | None = begun.send_at()
+        self._send_at: float | None = begun.at + begun.wait  # not sent before
         self._ceilings = ceilings
         self._late = LATE_SHARED if store.opts.ip_rate > 0 else LATE
         self._passed = math.inf  # when wait() let the request go

@@ -70,7 +70,10 @@ def _responded(ctx: Context, store: CrawlStore, decision: Decision, lease: Lease
     """A response: what it becomes (``decision.then``), then its lease returned with the URL's
     finish in one round trip (done.lua, then finish.lua: issue 32). The lease is held while
     the page is parsed and its links admitted (milliseconds); the next request is paced from
-    when this one was sent all the same (``sent`` counts the wait). If anything fails before
+    when this one was sent all the same (``sent`` counts the wait). A host whose next URL
+    waits for a lease, not a token (release.lua's "aw"), gets this one back first, alone:
+    held through the parse, it would leave fewer requests in flight than ``concurrency``
+    allows (Scrapy frees a download slot once the response is in). If anything fails before
     the finish, the lease is returned alone, as decided (kept while Redis is away, as the
     lease's ``with`` keeps it), and the failure goes on."""
     assert decision.then is not None and decision.lease is not None
@@ -82,10 +85,13 @@ def _responded(ctx: Context, store: CrawlStore, decision: Decision, lease: Lease
     def handoff() -> Call:
         return lease.handoff(end, decision.retry_after, sent(), decision.answer)
 
+    if decision.awaited:  # every slot of the host taken, its token there: this one first
+        lease.release(end, decision.retry_after, sent(), decision.answer)
     try:
         _note(store, decision)
         final = decision.then()
-        result = "fetched" if final is None else finalize(ctx, store, final, handoff)
+        carried = handoff if lease.held else None
+        result = "fetched" if final is None else finalize(ctx, store, final, carried)
     except BaseException as exc:
         # As the lease's ``with`` would, but as decided: Redis being away keeps it (the
         # task's rerun returns it); anything else returns it now.

@@ -30,6 +30,12 @@ def moody(page: Page) -> dict[str, Any]:
     return {"url": page.url}
 
 
+def slow(page: Page) -> dict[str, Any]:
+    """A page whose extraction takes a second (a heavy parse, a slow hook)."""
+    time.sleep(1.0)
+    return {"url": page.url}
+
+
 def steer(page: Page) -> Result:
     """Follows a link no page has, drops every link to /skip/..."""
     drop = [link for link in page.links if "/skip/" in link]

@@ -152,6 +152,9 @@ local function pace(d, delay, slow)
   return base * slow, burst * base * slow, 0
 end
 
+-- Seconds: a token due within this of now counts as there (its host waits for a lease):
+-- about what a page's parse, admission and record hold a lease on a busy process.
+local AWAIT_S = 0.05
 local ip_iv, ip_conc, aprefix = tonumber(ARGV[16]) or 0, tonumber(ARGV[17]) or 0, ARGV[18]
 local grouped = ip_iv > 0 or ip_conc > 0
 local out = {'fetch'}
@@ -225,8 +228,13 @@ local function release_domain(d)
       inuse, pending, released = inuse + 1, pending - 1, released + 1
       out[#out + 1] = d; out[#out + 1] = e
     end
+    -- "aw" 1: the host's next URL waits for a lease, not for its token (every slot taken,
+    -- the token due within AWAIT_S): its fetches give the lease back as soon as their
+    -- response is read, rather than with the page's finish (start.lua tells them).
+    local aw = (pending > 0 and inuse >= conc and tat - slack <= now + AWAIT_S) and '1' or '0'
     redis.call('HSET', dom, 'tat', string.format('%.6f', tat), 'iv', string.format('%.6f', interval),
-               'piv', string.format('%.6f', piv), 'own', own, 'sl', string.format('%.6f', slack))
+               'piv', string.format('%.6f', piv), 'own', own, 'sl', string.format('%.6f', slack),
+               'aw', aw)
     -- "iv": the address's send gate (gate_lib.lua) spaces its sends by the same interval.
     if g then
       redis.call('HSET', aprefix .. ':' .. a, 'tat', string.format('%.6f', g.tat),

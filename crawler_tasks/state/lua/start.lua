@@ -17,7 +17,9 @@
 -- duplicate); for a fetch in flight, 3 if the crawl is cancelled, 4 if its host is dead.
 -- A fetch that goes on also takes its host's next send slot here (gate_lib.lua), in this
 -- same round trip: after the codes come, per URL, the seconds to wait before sending it
--- ("0" for a URL that does not go on).
+-- ("0" for a URL that does not go on), then per URL 1 if its host's next URL waits for a
+-- lease rather than a token (release.lua's "aw": the lease goes back once the response is
+-- read, settle.py), else 0.
 local cancelled = nil
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
@@ -38,19 +40,21 @@ local function start(url)
     if cancelled == nil then cancelled = redis.call('HGET', KEYS[3], 'cancelled') == '1' end
     if cancelled then return 3 end
     local dom = ARGV[3] .. string.sub(v, 1, a - 1)
-    local g = redis.call('HMGET', dom, 'sg', 'iv', 'sl', 'ip', 'ipx', 'dead')
+    local g = redis.call('HMGET', dom, 'sg', 'iv', 'sl', 'ip', 'ipx', 'dead', 'aw')
     if g[6] == '1' then return 4 end
-    return 1, take_send_slot(dom, now, ARGV[4], g)
+    return 1, take_send_slot(dom, now, ARGV[4], g), g[7] == '1'
   end
   return 1
 end
-local out, waits = {}, {}
+local out, waits, awaited = {}, {}, {}
 for i = 5, #ARGV do
-  local code, wait = start(ARGV[i])
+  local code, wait, aw = start(ARGV[i])
   out[#out + 1] = code
   waits[#waits + 1] = string.format('%.6f', wait or 0)
+  awaited[#awaited + 1] = aw and 1 or 0
 end
 if KEYS[3] then
   for _, w in ipairs(waits) do out[#out + 1] = w end
+  for _, a in ipairs(awaited) do out[#out + 1] = a end
 end
 return out
