@@ -1,5 +1,6 @@
 """What this process tells the cluster about itself besides "alive": the fetch messages it
-has received and not finished (its heartbeat writes them, see ``state.workers.Heartbeat``).
+has received and not finished (its heartbeat writes them, see ``state.workers.Heartbeat``);
+and what it tells itself: whether its pool has room (settle.py).
 
 A released URL whose message nobody has begun while every fetch queue is empty looks like a
 message lost with a dead worker (the dispatcher's reclaim); under overload it is usually a
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from celery import current_app
 from celery.worker import state as worker_state
 
 #: The task names whose messages carry released URLs.
@@ -33,6 +35,16 @@ def received_fetches() -> list[str]:
         if getattr(request, "name", None) in FETCH_TASKS:
             out.extend(fetch_urls(request.args))
     return out
+
+
+def pool_has_room() -> bool:
+    """Does this process run fewer tasks than half its pool's slots (the worker's
+    concurrency, tasks._take_direct_queue; False outside a worker)? Then a host's lease, not
+    this process, is what its next URL waits for (settle.py). A broad crawl keeps a fetch
+    pool full (250 of 256 in bench/broad.py); a crawl of one host at concurrency 16, not (5 of
+    256: bench/crawl.py)."""
+    slots = current_app.conf.get("crawler_pool_slots")
+    return bool(slots) and len(worker_state.active_requests) < slots // 2
 
 
 def fetch_urls(args: Any) -> list[str]:

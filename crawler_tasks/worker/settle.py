@@ -23,6 +23,7 @@ from ..state.politeness import Done, Lease
 from ..state.scripts import Call
 from ..state.store import CrawlStore
 from .context import Context
+from .liveness import pool_has_room
 from .outcome import Decision, Final, Next
 from .recorder import finalize, recover
 
@@ -71,9 +72,11 @@ def _responded(ctx: Context, store: CrawlStore, decision: Decision, lease: Lease
     finish in one round trip (done.lua, then finish.lua: issue 32). The lease is held while
     the page is parsed and its links admitted (milliseconds); the next request is paced from
     when this one was sent all the same (``sent`` counts the wait). A host whose next URL
-    waits for a lease, not a token (release.lua's "aw"), gets this one back first, alone:
-    held through the parse, it would leave fewer requests in flight than ``concurrency``
-    allows (Scrapy frees a download slot once the response is in). If anything fails before
+    waits for a lease, not a token (release.lua's "aw"), gets this one back first, alone,
+    where this process has free threads: held through the parse, the lease would leave fewer
+    requests in flight than ``concurrency`` allows (Scrapy frees a download slot once the
+    response is in); with the pool full, the CPU is the limit and the round trip is saved.
+    If anything fails before
     the finish, the lease is returned alone, as decided (kept while Redis is away, as the
     lease's ``with`` keeps it), and the failure goes on."""
     assert decision.then is not None and decision.lease is not None
@@ -85,7 +88,7 @@ def _responded(ctx: Context, store: CrawlStore, decision: Decision, lease: Lease
     def handoff() -> Call:
         return lease.handoff(end, decision.retry_after, sent(), decision.answer)
 
-    if decision.awaited:  # every slot of the host taken, its token there: this one first
+    if decision.awaited and pool_has_room():  # the host waits for this slot, not the CPU
         lease.release(end, decision.retry_after, sent(), decision.answer)
     try:
         _note(store, decision)

@@ -230,7 +230,8 @@ local function release_domain(d)
     end
     -- "aw" 1: the host's next URL waits for a lease, not for its token (every slot taken,
     -- the token due within AWAIT_S): its fetches give the lease back as soon as their
-    -- response is read, rather than with the page's finish (start.lua tells them).
+    -- response is read, rather than with the page's finish, where their process has free
+    -- threads (start.lua tells them; settle.py).
     local aw = (pending > 0 and inuse >= conc and tat - slack <= now + AWAIT_S) and '1' or '0'
     redis.call('HSET', dom, 'tat', string.format('%.6f', tat), 'iv', string.format('%.6f', interval),
                'piv', string.format('%.6f', piv), 'own', own, 'sl', string.format('%.6f', slack),
