@@ -3,6 +3,7 @@ what ``formats`` parses, and every key a crawl writes is described in ``keys.py`
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from crawler_tasks import start_crawl
 from crawler_tasks.state import calls, formats, keys
 from crawler_tasks.state.crawl_state import FIELDS, Note
 from crawler_tasks.state.formats import Inflight, LeaseEnd, Status
+from crawler_tasks.worker.output import page_text
 
 
 @pytest.mark.parametrize(
@@ -415,3 +417,20 @@ def test_release_call_fills_every_argument_release_lua_reads() -> None:
     # The steering words release.lua compares its last argument with.
     compared = set(re.findall(r"ARGV\[14\] == '(\w+)'", source))
     assert compared == {formats.Steering.PAUSED.value, formats.Steering.CANCELLED.value}
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        {"url": "https://h/é", "outlinks": ["https://h/\u2028", 'x"\\'], "n": 1.5, "ok": None},
+        {"url": "u", "title": "\udcff lone surrogate kept as the output writes it"},
+    ],
+)
+def test_a_page_line_is_the_record_of_its_unwritten_entry(record: dict) -> None:
+    """The recorder encodes a page's record once (output.page_text) for its pages line and its
+    unwritten entry: the entry is the one dumps() writes from the record itself."""
+    text = page_text(record)
+    given = formats.Unwritten("r", "/o.jsonl", 2.5, record, text)
+    assert given.dumps() == formats.Unwritten("r", "/o.jsonl", 2.5, record).dumps()
+    assert formats.Unwritten.loads(given.dumps()).record == record
+    assert json.loads(text) == record

@@ -40,7 +40,7 @@ an exception in :mod:`crawler_tasks.errors` or an :class:`Outcome`.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, NamedTuple
 
@@ -363,9 +363,11 @@ class Unwritten:
     path: str  # the pages file of the process that finished the URL
     ts: float
     record: dict[str, Any]
+    #: ``record`` as _COMPACT JSON, when the caller has it already (output.page_text)
+    text: str | None = field(default=None, compare=False, repr=False)
 
     def dumps(self) -> str:
-        return self.head() + json.dumps(self.record, **_COMPACT) + "}"
+        return self.head() + (self.text or json.dumps(self.record, **_COMPACT)) + "}"
 
     def head(self) -> str:
         """What :meth:`dumps` begins with, up to the record: commit.lua compares it instead of

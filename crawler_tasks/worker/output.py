@@ -152,15 +152,16 @@ class CrawlOutput:
         return True
 
     def page_writes(
-        self, record: dict[str, Any], with_items: bool = True
+        self, record: dict[str, Any], with_items: bool = True, text: str | None = None
     ) -> list[tuple[str, bytes]]:
         """What :meth:`final` appends, file by file. Items and edges first: the page line
         is what says the record is on disk (see recorder.py), so a crash between them repeats
         edges, never loses them; items carry the record's rid, so the writer of an orphan
-        sees they are there and leaves them (``with_items=False``)."""
+        sees they are there and leaves them (``with_items=False``). ``text``: page_text of
+        ``record`` if the caller has it (a record without items)."""
         record = dict(record)
         items = record.pop(ITEMS, None) or ()
-        line = json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
+        line = (text or page_text(record)) + "\n"
         edges = "".join(f"{record['url']}\t{t}\n" for t in record.get("outlinks") or ())
         writes = []
         if items and with_items:
@@ -306,6 +307,12 @@ class CrawlOutput:
                     os.close(fd)
             self._files.clear()
             self._ends.clear()
+
+
+def page_text(record: dict[str, Any]) -> str:
+    """A page record's line, without its newline: the same JSON as the record in its
+    unwritten entry (formats.Unwritten), so one encoding serves both."""
+    return json.dumps(record, ensure_ascii=False, separators=(",", ":"))
 
 
 def _utf8(text: str) -> bytes:

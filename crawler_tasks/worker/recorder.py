@@ -52,7 +52,7 @@ from . import faults
 from .context import Context
 from .logs import Throttled
 from .outcome import Final
-from .output import ITEMS, describe, items_path, write_summary
+from .output import ITEMS, describe, items_path, page_text, write_summary
 from .page_appends import PendingPage
 
 log = logging.getLogger(__name__)
@@ -80,7 +80,8 @@ def finalize(
         return "duplicate" if left < 0 else _settled(ctx, store, final, left)
     out = ctx.crawl_runtime(store).output()
     record["rid"] = uuid.uuid4().hex
-    entry = formats.Unwritten(record["rid"], str(out.pages_path), time.time(), record)
+    text = None if ITEMS in record else page_text(record)  # encoded once, for both
+    entry = formats.Unwritten(record["rid"], str(out.pages_path), time.time(), record, text)
     left, mine = _finish_and_append(ctx, store, entry, counters, before and before())
     if left < 0:  # final already; its record may still be waiting for a writer
         return recover(ctx, store, final.url) if store.ledger.unwritten(final.url) else "duplicate"
@@ -109,7 +110,7 @@ def _finish_and_append(
     waiting for its commit (None: not appended, see :func:`write_record`)."""
     url, runtime = entry.record["url"], ctx.crawl_runtime(store)
     out = runtime.output()
-    writes, unavailable = out.page_writes(entry.record), None
+    writes, unavailable = out.page_writes(entry.record, text=entry.text), None
     with out.pages.lock:
         last = out.pages.take()
         try:
