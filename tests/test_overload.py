@@ -20,7 +20,6 @@ import dataclasses
 import os
 import re
 import signal
-import socket
 import time
 import warnings
 from collections import Counter
@@ -41,12 +40,12 @@ from broad_web import (
 from conftest import wait_until
 from driver import Driver
 from sitegen import SiteServer
-from test_faults import assert_exact, cluster, one_host_each, site, start, wait
+from test_faults import assert_exact, cluster, holding, one_host_each, site, start, wait
 from test_lease_exits import crawl_of
 
 from crawler_tasks import start_crawl
 from crawler_tasks.state import workers
-from crawler_tasks.state.formats import Committed, Inflight, Unwritten
+from crawler_tasks.state.formats import Committed, Unwritten
 from crawler_tasks.state.keys import Keys
 from crawler_tasks.surface.embedded import FETCH_QUEUES
 from crawler_tasks.worker.outcome import Final
@@ -231,13 +230,6 @@ def test_overloaded_broad_crawl_a_fetch_process_killed(settings, redis_url, tmp_
 def freeze(c, names: list[str], sig: int) -> None:  # type: ignore[no-untyped-def]
     for name in names:
         c.signal(name, sig)
-
-
-def holding(crawl, pid: int) -> int:  # type: ignore[no-untyped-def]
-    """URLs in flight marked as the worker process ``pid``'s (released to it, or begun)."""
-    tag = f"{socket.gethostname()}-{pid}"
-    values = [v for p in crawl.ck.parts for v in crawl.client.hvals(p.inflight)]
-    return sum(1 for v in values if Inflight.parse(v.decode()).worker == tag)
 
 
 def stop_holding(c, crawl, name: str) -> None:  # type: ignore[no-untyped-def]
