@@ -302,6 +302,11 @@ def celery_worker_parameters() -> dict[str, object]:
     return {"concurrency": 8, "perform_ping_check": False, "shutdown_timeout": 30.0}
 
 
+def redis_reads(client) -> int:  # type: ignore[no-untyped-def]
+    """Commands (round trips) a Redis read so far, this INFO included."""
+    return int(client.info("stats")["total_reads_processed"])
+
+
 def wait_until(predicate, timeout: float = 30.0, interval: float = 0.1):  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import redis
+from conftest import redis_reads
 from kombu import Connection, Exchange, Queue
 
 UNACKED = "unacked"  # kombu's Redis transport's default key names
@@ -93,11 +94,6 @@ def test_a_rejected_fetch_message_goes_back_in_its_queue(
     assert client.llen("crawl.high") == 0 and client.hlen(UNACKED) == 0
 
 
-def _reads(client: redis.Redis) -> int:
-    """Commands (round trips) Redis read so far, this INFO included."""
-    return int(client.info("stats")["total_reads_processed"])
-
-
 def test_a_release_rounds_fetch_messages_go_in_one_round_trip(
     celery_app: Any, client: redis.Redis
 ) -> None:
@@ -107,14 +103,14 @@ def test_a_release_rounds_fetch_messages_go_in_one_round_trip(
     for queue in ("crawl.medium", "crawl.low"):  # a queue is declared at its first message
         publisher.fetch("c0", [("http://a/0", 0)], queue)
         client.delete(queue)
-    before = _reads(client)
+    before = redis_reads(client)
     with publisher.together():
         for i in range(1, 6):
             publisher.fetch("c1", [(f"http://a/{i}", 1), (f"http://b/{i}", 1)], "crawl.medium")
         publisher.fetch("c1", [("http://c/", 2)], "crawl.low")
-        held = _reads(client) - before - 1
+        held = redis_reads(client) - before - 1
     assert held == 0  # nothing sent until the block ends
-    assert _reads(client) - before - 2 == 1  # less the two INFOs: one round trip for the six
+    assert redis_reads(client) - before - 2 == 1  # less the two INFOs: one round trip for the six
     assert client.llen("crawl.medium") == 5 and client.llen("crawl.low") == 1
     # A block that fails still sends what it held: those URLs were released.
     with pytest.raises(RuntimeError), publisher.together():

@@ -11,6 +11,7 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
+from conftest import redis_reads
 from driver import Driver
 
 from crawler_tasks import Crawl, start_crawl
@@ -68,21 +69,16 @@ def test_a_fetch_rate_limit_sends_one_url_per_message(settings):  # type: ignore
     assert dataclasses.replace(settings, fetch_batch=4).urls_per_message == 4
 
 
-def _reads(client: Any) -> int:
-    """Commands (round trips) Redis read so far, this INFO included."""
-    return int(client.info("stats")["total_reads_processed"])
-
-
 def test_a_round_reads_its_crawls_steering_with_the_survey(settings, client):  # type: ignore[no-untyped-def]
     with seeded(settings, 12, dispatch_queue_max=2, fetch_batch=1) as (crawl, driver, seeds):
         rounds, ctx = driver.dispatcher.rounds, driver.ctx
         rounds.tick(ctx)  # learns the running crawls (and the cluster's rates: once a second)
         assert len(driver.published) == 2
         client.delete("crawl.high")
-        before = _reads(client)
+        before = redis_reads(client)
         rounds.tick(ctx)
         # The survey (queues, crawls, steering), then release.lua: two round trips.
-        assert _reads(client) - before - 1 == 2
+        assert redis_reads(client) - before - 1 == 2
         assert len(driver.published) == 4
         client.delete("crawl.high")
         crawl.pause()  # read by the next round's survey: nothing released
