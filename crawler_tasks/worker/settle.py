@@ -4,7 +4,8 @@ back in the frontier.
 The fetch step (fetch_step.py) only *decides*: it returns a :class:`Decision` (what becomes
 of the URL, and how the host's lease ends), and :func:`settle` carries it out in one order
 for every branch: lease first (the host's next request waits for it), then the URL; a
-response's lease goes with its URL's finish, in one round trip (``_responded``). A new
+response's lease goes with its URL's finish, in one round trip, unless the host waits for
+that very slot on a process with free threads: then at once (``_responded``). A new
 branch is a new Decision, never a new pair of calls to remember, and the lease is a
 :class:`~crawler_tasks.state.politeness.Lease`: returned once, whatever happens (an
 exception that leaves its ``with`` block returns it as an error). As arq decides a job's
