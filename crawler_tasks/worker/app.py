@@ -1,12 +1,12 @@
 """The Celery application (found by ``celery -A crawler_tasks``).
 
-Configured for a crawler on the Redis broker: JSON only, late acks (a parse or render task whose
-worker dies is redelivered; a fetch message is held in its process only and a dead process's
-URLs are taken back by the crawl's reclaim, broker.py; every task is idempotent), one prefetched message per process, queues drained
-strictly in the order given to ``-Q``, no result backend (nothing waits on task results), and
-task events on for Flower. Workers outlive Redis restarts, outages and ``maxmemory``: they
-reconnect for ever, running tasks wait for Redis (tasks.py) and acks survive a full Redis
-(broker.py).
+Configured for a crawler on the Redis broker: JSON only, late acks (a parse or render task
+whose worker dies is redelivered; a fetch message is held in its process only and a dead
+process's URLs are taken back by the crawl's reclaim, broker.py; every task is idempotent),
+one prefetched message per process, queues drained strictly in the order given to ``-Q``,
+no result backend (nothing waits on task results), and task events on for Flower. Workers
+outlive Redis restarts, outages and ``maxmemory``: they reconnect for ever, running tasks
+wait for Redis (tasks.py) and acks survive a full Redis (broker.py).
 """
 
 from __future__ import annotations

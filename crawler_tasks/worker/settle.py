@@ -77,9 +77,8 @@ def _responded(ctx: Context, store: CrawlStore, decision: Decision, lease: Lease
     where this process has free threads: held through the parse, the lease would leave fewer
     requests in flight than ``concurrency`` allows (Scrapy frees a download slot once the
     response is in); with the pool full, the CPU is the limit and the round trip is saved.
-    If anything fails before
-    the finish, the lease is returned alone, as decided (kept while Redis is away, as the
-    lease's ``with`` keeps it), and the failure goes on."""
+    If anything fails before the finish, the lease is returned alone, as decided (kept while
+    Redis is away, as the lease's ``with`` keeps it), and the failure goes on."""
     assert decision.then is not None and decision.lease is not None
     end, decided = decision.lease, time.monotonic()
 
@@ -89,8 +88,11 @@ def _responded(ctx: Context, store: CrawlStore, decision: Decision, lease: Lease
     def handoff() -> Call:
         return lease.handoff(end, decision.retry_after, sent(), decision.answer)
 
-    if decision.awaited and pool_has_room():  # the host waits for this slot, not the CPU
+    def release() -> None:
         lease.release(end, decision.retry_after, sent(), decision.answer)
+
+    if decision.awaited and pool_has_room():  # the host waits for this slot, not the CPU
+        release()
     try:
         _note(store, decision)
         final = decision.then()
@@ -101,12 +103,12 @@ def _responded(ctx: Context, store: CrawlStore, decision: Decision, lease: Lease
         # task's rerun returns it); anything else returns it now.
         if lease.held and not isinstance(exc, lease.keep_on):
             try:
-                lease.release(end, decision.retry_after, sent(), decision.answer)
+                release()
             except Exception:  # the failure that got here is the one to report
                 log.warning("the lease of %.300s could not be returned", lease.url, exc_info=True)
         raise
     if lease.held:  # parsed elsewhere, or not finished here
-        lease.release(end, decision.retry_after, sent(), decision.answer)
+        release()
     return result
 
 

@@ -311,9 +311,9 @@ def _close_context(**_: Any) -> None:
 
 
 @celeryd_after_setup.connect
-def _take_direct_queue(sender: Any = None, instance: Any = None, **_: Any) -> None:
-    """A fetch process also takes its own direct queue, first (host affinity: routing.py
-    says which processes do). Every worker notes its pool's size (liveness.pool_has_room)."""
+def _after_setup(sender: Any = None, instance: Any = None, **_: Any) -> None:
+    """Every worker notes its pool's size (liveness.pool_has_room); a fetch process also
+    takes its own direct queue, first (host affinity: routing.py says which processes do)."""
     instance.app.conf.crawler_pool_slots = getattr(instance, "concurrency", None)
     queues = instance.app.amqp.queues
     taken = list(queues.consume_from)
