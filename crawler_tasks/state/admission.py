@@ -30,6 +30,7 @@ from .formats import Counter
 from .frontier import Frontier
 from .keys import CrawlKeys
 from .options import CrawlOptions
+from .scripts import Carried
 
 
 class Admission:
@@ -49,10 +50,15 @@ class Admission:
         self.scope: Scope = opts.scope
 
     def links(
-        self, links: list[str], depth: int, disallowed: Callable[[str], bool] | None = None
+        self,
+        links: list[str],
+        depth: int,
+        disallowed: Callable[[str], bool] | None = None,
+        later: Carried | None = None,
     ) -> dict[str, int]:
         """Admit a page's outlinks at ``depth``; returns skip counters by name.
-        ``disallowed(url)`` is True for a URL robots.txt is known to refuse."""
+        ``disallowed(url)`` is True for a URL robots.txt is known to refuse. ``later``: the
+        admit.lua calls that can wait go there (Frontier.admit), for the caller to send."""
         skipped: dict[str, int] = {}
         if self.opts.max_depth is not None and depth > self.opts.max_depth:
             if links:
@@ -70,7 +76,7 @@ class Admission:
             if over:
                 skipped[formats.skipped("max_pages_per_host")] = over
         elif keep or refused:  # one admit.lua call per partition for both
-            self.frontier.admit(keep, known=known, refused=refused)
+            self.frontier.admit(keep, known=known, refused=refused, later=later)
             known = 0
         if known:
             self._count_duplicates(known)

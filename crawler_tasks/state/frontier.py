@@ -23,7 +23,7 @@ from .crawl_rates import CrawlRates
 from .keys import CrawlKeys
 from .options import CrawlOptions
 from .pacing import address_limits
-from .scripts import Scripts
+from .scripts import Call, Carried, Scripts
 
 #: URLs per admit.lua call: keeps each script run short (Redis is single-threaded).
 ADMIT_CHUNK = 1000
@@ -91,12 +91,15 @@ class Frontier:
         force: bool = False,
         known: int = 0,
         refused: Iterable[tuple[str, int]] = (),
+        later: Carried | None = None,
     ) -> Admitted:
         """Admit ``(normalised url, depth)`` pairs that passed the scope check; those in
         ``refused`` (robots.txt disallows them) are only marked seen and counted, in the same
         admit.lua call as the links of their partition. ``known``: duplicates the caller
         recognised itself, counted in the first call (no round trip of their own); uncounted
-        if there is no link at all."""
+        if there is no link at all. ``later``: the admit.lua calls go there, to be sent with
+        another round trip (state/scripts.py Carried), where no room is to be reserved first;
+        the Admitted returned then counts only those sent now."""
         total = Admitted()
         batches: dict[int, list[tuple[str, str, str]]] = {}
         # Streamed, not copied: seeds and replays arrive as generators of any length.
@@ -108,16 +111,21 @@ class Frontier:
             # admit.lua reads an empty domain as "disallowed" (see its header).
             batch.append(("" if disallowed else domain, formats.entry(depth, url), url))
             if len(batch) >= ADMIT_CHUNK:
-                total += self._admit(part, batch, force, known)
+                total += self._admit(part, batch, force, known, later)
                 batches[part], known = [], 0
         for part, batch in batches.items():
             if batch:
-                total += self._admit(part, batch, force, known)
+                total += self._admit(part, batch, force, known, later)
                 known = 0
         return total
 
     def _admit(
-        self, part: int, batch: list[tuple[str, str, str]], force: bool, extra: int = 0
+        self,
+        part: int,
+        batch: list[tuple[str, str, str]],
+        force: bool,
+        extra: int = 0,
+        later: Carried | None = None,
     ) -> list[int]:
         pk = self.ck.parts[part]
         # URLs this process already saw in the filter are duplicates without asking Redis.
@@ -143,12 +151,21 @@ class Frontier:
         )
         keys = [pk.flow, pk.stats, pk.ready]
         keys += [pk.bloom(s) for s in shards]  # only the shards these URLs touch
-        args = call.args([(domain, value) for domain, value, _ in batch])
-        result: list[int] = self.scripts.admit(keys=keys, args=args, client=self.admit_client)
-        if cap > int(result[0]):  # give back the room duplicates did not take
-            self.admit_client.hincrby(self.ck.state, "reserved", int(result[0]) - cap)
-        if known is not None and hashes and int(result[2]) == 0:
-            known.remember(hashes)  # each one admitted or a duplicate: its bits are set
+        admit = Call(self.scripts.admit, keys, call.args([(d, v) for d, v, _ in batch]))
+
+        def after(result: list[int]) -> None:
+            if cap > int(result[0]):  # give back the room duplicates did not take
+                self.admit_client.hincrby(self.ck.state, "reserved", int(result[0]) - cap)
+            if known is not None and hashes and int(result[2]) == 0:
+                known.remember(hashes)  # each one admitted or a duplicate: its bits are set
+
+        # Carried only without room reserved (reserve.lua): a carrier that fails after
+        # sending leaves no room to give back.
+        if later is not None and cap < 0:
+            later.add(admit, after)
+            return [0, 0, 0, 0]  # counted by admit.lua when it is sent
+        result: list[int] = admit.run(self.admit_client)
+        after(result)
         return result
 
     def _limits(self, wanted: int, force: bool) -> tuple[int, int]:

@@ -6,13 +6,19 @@ of the cluster; the comments in each ``.lua`` file say what it guarantees.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache
 from importlib import resources
 from typing import Any, NamedTuple
 
 import redis
 from redis.commands.core import Script
-from redis.exceptions import NoScriptError, RedisClusterException, ResponseError
+from redis.exceptions import (
+    NoScriptError,
+    OutOfMemoryError,
+    RedisClusterException,
+    ResponseError,
+)
 
 # Scripts that use the Bloom helpers get ``bloom_lib.lua`` prepended (EVAL cannot import).
 _WITH_BLOOM = {"admit", "bloom_add"}
@@ -105,3 +111,41 @@ def _one(call: Call, client: redis.Redis) -> Any:
         return call.run(client)
     except ResponseError as exc:
         return exc
+
+
+class Carried:
+    """Script calls that need not go alone: another round trip (``take``, then ``replies``)
+    may carry them, as the WARC reservation carries a page's admissions (warc_appends.py,
+    issue 32). :meth:`settle` sends those no one carried, through ``client`` (a patient one:
+    worker/room.py), and hands each reply to its ``after``. A carried call refused for memory
+    is sent again alone on ``client``, which waits for room as it would have; any other error
+    raises. Nothing may depend on a carried call before :meth:`settle` returns."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+        self.calls: list[Call] = []
+        self.afters: list[Callable[[Any], Any]] = []
+        self.sent: list[Any] | None = None
+
+    def add(self, call: Call, after: Callable[[Any], Any]) -> None:
+        self.calls.append(call)
+        self.afters.append(after)
+
+    def take(self) -> list[Call]:
+        """The calls for a carrier to send (none once settled); it must then give their
+        replies to :meth:`replies` or raise (they are sent here at :meth:`settle`)."""
+        return self.calls if self.sent is None else []
+
+    def replies(self, replies: list[Any]) -> None:
+        """The carrier's replies (run_each's: an error in a reply's place)."""
+        self.sent = replies
+
+    def settle(self) -> None:
+        replies = self.sent if self.sent is not None else [None] * len(self.calls)
+        self.sent = []
+        for call, after, reply in zip(self.calls, self.afters, replies, strict=True):
+            if reply is None or isinstance(reply, OutOfMemoryError):
+                reply = call.run(self.client)  # each alone, as without a carrier
+            elif isinstance(reply, Exception):
+                raise reply
+            after(reply)

@@ -24,7 +24,7 @@ from ..errors import AdmissionPaused
 from ..state import archive
 from ..state.archive import Archive, Reserved
 from ..state.formats import ArchiveSlot
-from ..state.scripts import Call
+from ..state.scripts import Call, Carried
 from ..state.store import CrawlStore
 
 #: Rounds of reserve / judge before writing anyway (each round another writer came between).
@@ -40,6 +40,8 @@ class ArchiveFence:
     def __init__(self, store: CrawlStore, url: str, kind: str, patience: float) -> None:
         self.archive = Archive(_Patient(store.client, patience), store.ck, store.ledger.scripts)
         self.url, self.kind = url, kind
+        #: Calls the reservation's round trip carries along (a page's admissions: respond.py).
+        self.carried: Carried | None = None
 
     def reserve(self, path: Path, at: int, rid: str, got: Reserved | None = None) -> str | None:
         """Before appending the records ``rid`` at ``at`` bytes of ``path``: None to append

@@ -17,6 +17,7 @@ from typing import Any
 from ..state import formats
 from ..state.formats import Counter, Outcome, Started
 from ..state.neardup import NearDuplicates
+from ..state.scripts import Carried
 from ..state.store import CrawlStore
 from ..web.page import ParsedHTML, extract
 from ..web.robots import Robots
@@ -65,8 +66,16 @@ def parse_url(ctx: Context, crawl_id: str, url: str, depth: int) -> str:
 
 
 def parsed(
-    ctx: Context, store: CrawlStore, url: str, depth: int, meta: dict[str, Any], body: bytes
+    ctx: Context,
+    store: CrawlStore,
+    url: str,
+    depth: int,
+    meta: dict[str, Any],
+    body: bytes,
+    later: Carried | None = None,
 ) -> Final:
+    """The page's final state, its links admitted (``later``: those admit.lua calls that can
+    wait are left there, for the caller to send before the URL's finish: respond.py)."""
     opts = store.opts
     page = extract(
         body,
@@ -97,7 +106,7 @@ def parsed(
         },
         counters={**meta["counters"], Counter.PARSED.value: 1},
     )
-    _follow(ctx, store, final, meta, page)
+    _follow(ctx, store, final, meta, page, later)
     for reason, n in page.links_dropped.items():
         if n:
             final.counters[formats.links_dropped(reason)] = n
@@ -108,7 +117,12 @@ def parsed(
 
 
 def _follow(
-    ctx: Context, store: CrawlStore, final: Final, meta: dict[str, Any], page: ParsedHTML
+    ctx: Context,
+    store: CrawlStore,
+    final: Final,
+    meta: dict[str, Any],
+    page: ParsedHTML,
+    later: Carried | None = None,
 ) -> None:
     """What the page leads to: its canonical URL instead of its links (``canonical``), or
     its links (as the hook changed them, none for a skipped near-duplicate), admitted."""
@@ -134,7 +148,8 @@ def _follow(
             if opts.skip_near_duplicates:
                 links = []
     final.outlinks = links
-    final.counters.update(store.admission.links(links, depth + 1, _disallowed(ctx, store)))
+    admitted = store.admission.links(links, depth + 1, _disallowed(ctx, store), later)
+    final.counters.update(admitted)
 
 
 def _disallowed(ctx: Context, store: CrawlStore) -> Callable[[str], bool] | None:

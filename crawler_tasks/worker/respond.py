@@ -14,6 +14,7 @@ from typing import Any
 from ..state import formats
 from ..state.archive import RESPONSE
 from ..state.formats import Counter, Outcome, RenderAsk
+from ..state.scripts import Carried
 from ..state.store import CrawlStore
 from ..web.fetcher import Response
 from ..web.page import is_html
@@ -34,11 +35,15 @@ def respond(
     # A recrawl's unchanged page is a revisit record, counted in final.counters (issue 35).
     # One response (or revisit) record per URL and crawl, whatever its attempts (fenced).
     fence = ArchiveFence(store, url, RESPONSE, ctx.room.patience)
-    warc_id = ctx.crawl_runtime(store).write_warc(response, store.recrawl, final.counters, fence)
+    runtime = ctx.crawl_runtime(store)
     if 200 <= status < 300 and is_html(response.content_type, response.body[:1024]):
         meta = response_meta(response, final.extra, final.counters, bool(store.opts.extract))
         opts = store.opts
         ask = store.render_plan.wants(opts.render, opts.render_hosts, url, response.body)
+        if not ask and len(response.body) <= ctx.settings.inline_parse_bytes:
+            # Parsed here: no parse task, no body through Redis (see Settings).
+            return _parsed_here(ctx, store, url, depth, response, meta, fence)
+        warc_id = runtime.write_warc(response, store.recrawl, final.counters, fence)
         if ask:
             # Rendered by a crawl.render worker (render_step.py), from this body.
             tentative = ask is RenderAsk.TENTATIVE  # looked at again when its render starts
@@ -47,12 +52,10 @@ def respond(
             store.bodies.put(url, json.dumps(doc), response.body)
             ctx.publisher.hand_off(store, url, depth, Stage.RENDER)
             return None
-        if len(response.body) <= ctx.settings.inline_parse_bytes:
-            # Parsed here: no parse task, no body through Redis (see Settings).
-            return parsed(ctx, store, url, depth, meta, response.body)
         store.bodies.put(url, json.dumps(meta), response.body)
         ctx.publisher.hand_off(store, url, depth, Stage.PARSE)
         return None
+    runtime.write_warc(response, store.recrawl, final.counters, fence)
     if status == 304 and store.recrawl is not None:
         ctx.room.wait()
         final.outlinks = store.recrawl.previous_links(url)
@@ -69,6 +72,26 @@ def respond(
     elif status >= 400:
         final.error = Outcome.CLIENT_ERROR.value
     return final
+
+
+def _parsed_here(
+    ctx: Context,
+    store: CrawlStore,
+    url: str,
+    depth: int,
+    response: Response,
+    meta: dict[str, Any],
+    fence: ArchiveFence,
+) -> Final:
+    """The page parsed in this task, then its WARC records: its links' admit.lua calls ride
+    in the round trip of the WARC reservation (warc_appends.py), one round trip a page fewer
+    (issue 32); both are done before the URL's finish, as before."""
+    later = Carried(store.admission.client)
+    page = parsed(ctx, store, url, depth, meta, response.body, later)
+    fence.carried = later
+    ctx.crawl_runtime(store).write_warc(response, store.recrawl, page.counters, fence)
+    later.settle()  # those no round trip carried, and the replies' follow-up
+    return page
 
 
 def _base_final(url: str, depth: int, response: Response) -> Final:

@@ -99,21 +99,29 @@ class WarcAppends:
     def _reserve(
         self, name: str, data: bytes, rid: str, fence: ArchiveFence
     ) -> tuple[str | None, int, bytes]:
-        """fence.reserve, with the last append's commit in its round trip; the records' new
-        place and bytes if that append lost its place (and was undone)."""
+        """fence.reserve, with the last append's commit and the fence's carried calls in its
+        round trip; the records' new place and bytes if that append lost its place (and was
+        undone)."""
         before, self.unsettled = self.unsettled, None
         at = self.size(name)
         path = self.dir / name
-        if before is None:
+        carried = fence.carried.take() if fence.carried is not None else []
+        if before is None and not carried:
             return fence.reserve(path, at, rid), at, self.first(at, data)
-        calls = [before.fence.commit_call(before.rid), fence.reserve_call(path, at, rid)]
+        calls = [before.fence.commit_call(before.rid)] if before is not None else []
+        calls += [fence.reserve_call(path, at, rid), *carried]
         try:
             replies = run_each(fence.client, calls)
         except Exception:
             self.unsettled = before  # asked again, by the next writer or its own (idempotent)
             raise
-        first = None if isinstance(replies[1], Exception) else reserved(replies[1])
-        if self._settle(before, replies[0]):  # undone: this append goes where that one began
+        if carried:
+            assert fence.carried is not None
+            fence.carried.replies(replies[len(calls) - len(carried) :])
+        mine = replies[len(calls) - len(carried) - 1]
+        first = None if isinstance(mine, Exception) else reserved(mine)
+        if before is not None and self._settle(before, replies[0]):
+            # Undone: this append goes where that one began.
             if first is not None and first.write:
                 fence.commit(rid, keep=False)  # the reservation named the wrong place
             first = None  # asked again
