@@ -45,7 +45,14 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
 local event, seconds = ARGV[3], tonumber(ARGV[4]) or 0
 local f = redis.call('HMGET', KEYS[3], 'slow', 'tat', 'iv', 'own', 'delay', 'fails', 'down_since',
-                    'ip', 'at', 'piv', 'ipx')
+                    'ip', 'at', 'piv', 'ipx', 'sg')
+-- The domain's fields this request changes, written in one HSET at the end (each command a
+-- script runs is a cost of its own in Redis: issue 32).
+local set = {}
+local function put(field, value)
+  set[#set + 1] = field
+  set[#set + 1] = value
+end
 -- The domain's address group as release.lua saw it (nil: none, unresolved or exempt).
 local group_ip = f[8]
 if group_ip == '?' or f[11] == '1' then group_ip = nil end
@@ -124,14 +131,12 @@ if redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then
   -- The send gate (gate_lib.lua) follows the real send as well: a request that left late
   -- (its thread starved past its slot) pushes the host's next slot back, so the next send,
   -- on time, does not come closer to it than the interval.
-  local sg = tonumber(redis.call('HGET', KEYS[3], 'sg')) or 0
-  if from + iv > sg then
-    redis.call('HSET', KEYS[3], 'sg', string.format('%.6f', from + iv))
-  end
+  if from + iv > (tonumber(f[12]) or 0) then put('sg', string.format('%.6f', from + iv)) end
 end
 if (ARGV[8] or '') ~= '' then
-  redis.call('HSET', KEYS[3], 'ip', ARGV[8], 'ipx', ARGV[9],
-             'ip_until', string.format('%.6f', now + (tonumber(ARGV[14]) or 300)))
+  put('ip', ARGV[8])
+  put('ipx', ARGV[9])
+  put('ip_until', string.format('%.6f', now + (tonumber(ARGV[14]) or 300)))
 end
 local latency, target = tonumber(ARGV[10]) or -1, tonumber(ARGV[12]) or 0
 if target > 0 and latency >= 0 then
@@ -139,9 +144,9 @@ if target > 0 and latency >= 0 then
   local old = tonumber(f[9]) or low
   local new = math.max(low, math.min(tonumber(ARGV[13]) or 60, (old + latency / target) / 2))
   if ARGV[11] == '1' or new > old then
-    redis.call('HSET', KEYS[3], 'at', string.format('%.6f', new))
+    put('at', string.format('%.6f', new))
   end
-  redis.call('HSET', KEYS[3], 'lat', string.format('%.6f', latency))
+  put('lat', string.format('%.6f', latency))
 end
 local cap = tonumber(ARGV[5])
 if event == 'ok' then
@@ -152,12 +157,14 @@ elseif event ~= 'down' then  -- error: a timeout or 5xx; "down" is the circuit's
   slow = math.min(cap, slow * 1.5)
 end
 if slow < 1.01 then slow = 1 end
-redis.call('HSET', KEYS[3], 'slow', tostring(slow), 'tat', string.format('%.6f', tat))
+put('slow', tostring(slow))
+put('tat', string.format('%.6f', tat))
 local down_for, dead = -1, 0
 if event == 'down' then
   local fails = (tonumber(f[6]) or 0) + 1
   local since = tonumber(f[7]) or now
-  redis.call('HSET', KEYS[3], 'fails', fails, 'down_since', string.format('%.6f', since))
+  put('fails', fails)
+  put('down_since', string.format('%.6f', since))
   if fails >= 3 then
     down_for = now - since
     if down_for >= (tonumber(ARGV[6]) or 120) then
@@ -171,8 +178,7 @@ if event == 'down' then
 elseif event == 'ok' and f[6] then
   redis.call('HDEL', KEYS[3], 'fails', 'down_since', 'dead')
 end
-if seconds > 0 then
-  redis.call('HSET', KEYS[3], 'not_before', string.format('%.6f', now + seconds))
-end
+if seconds > 0 then put('not_before', string.format('%.6f', now + seconds)) end
+redis.call('HSET', KEYS[3], unpack(set))
 wake()
 return tostring(slow) .. '|' .. string.format('%.3f', down_for) .. '|' .. dead
