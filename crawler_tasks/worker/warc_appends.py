@@ -8,7 +8,9 @@ file's end. Asked one after the other, that was two round trips a page, the file
 across both. Here an append's commit is left to the next writer of the file, which sends it
 with its own reservation in one round trip (``run_each``), before its own append: the order in
 the file and in Redis is the one of a writer that committed its own, and a lost place is
-still truncated at the file's end. A writer whose file stays quiet commits its own after
+still truncated at the file's end. The reservation's round trip also carries the calls its
+fence was given (``ArchiveFence.carried``: a page's admissions, respond.py), which need no
+round trip of their own. A writer whose file stays quiet commits its own after
 :data:`HANDOFF_WAIT`; one that leaves the file (close, an append without a fence) settles the
 last one first."""
 
