@@ -37,7 +37,11 @@ from redis.exceptions import ClusterError, TryAgainError
 from ..settings import Settings
 from ..state import store
 from ..state.schedules import Schedules
-from . import broker, pipeline
+from . import (
+    broker,
+    malloc,  # noqa: F401 (its worker_init handler caps the malloc arenas)
+    pipeline,
+)
 from .app import RENDER_QUEUE, app
 from .broker import BrokerView
 from .context import Context, ProcessContext
