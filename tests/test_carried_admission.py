@@ -8,10 +8,13 @@ from __future__ import annotations
 import pytest
 from conftest import redis_reads
 from redis.exceptions import OutOfMemoryError, ResponseError
+from sitegen import running_sites
 
 from crawler_tasks import start_crawl
 from crawler_tasks.state.archive import RESPONSE
 from crawler_tasks.state.scripts import Carried
+from crawler_tasks.worker import pipeline
+from crawler_tasks.worker.app import app
 from crawler_tasks.worker.archive_fence import ArchiveFence
 from crawler_tasks.worker.output import CrawlOutput
 from crawler_tasks.worker.room import Room
@@ -86,3 +89,32 @@ def test_a_carried_admission_refused_for_memory_is_sent_again_alone(settings):  
     with pytest.raises(ResponseError, match="something else"):
         failed.settle()
     assert _admitted(store) == 2
+
+
+def _one_page_reads(settings, driver, address: str) -> int:  # type: ignore[no-untyped-def]
+    """Round trips of one page's fetch task (its links new to the crawl), alone on Redis."""
+    with running_sites([address], 6, 3) as (_graph, servers):
+        crawl = start_crawl(
+            [servers[0].base_url + "/"], settings=settings, allow_private_networks=True
+        )
+        ((_d, depth, url),) = crawl.store.frontier.release_all(10, 180).entries
+        before = redis_reads(crawl.store.client)
+        assert pipeline.fetch_url(driver.ctx, crawl.id, url, depth) == "done"
+        reads = redis_reads(crawl.store.client) - before - 1
+        assert crawl.stats.counters()["admitted"] > 1  # its links were admitted
+    return reads
+
+
+def test_a_busy_process_carries_the_admissions_one_with_free_threads_does_not(settings, driver):  # type: ignore[no-untyped-def]
+    """Where the fetch pool is full (the CPU is the limit: liveness.pool_has_room) a page is
+    parsed first and its admissions ride in its WARC reservation's round trip; where threads
+    are free, its WARC records go first, as soon as the response is in, and its admissions
+    alone: one round trip more, to no thread's wait."""
+    _one_page_reads(settings, driver, "127.0.0.95")  # scripts loaded
+    busy = _one_page_reads(settings, driver, "127.0.0.96")  # no pool here: no free threads
+    app.conf.crawler_pool_slots = 256  # a worker's pool with free threads
+    try:
+        free = _one_page_reads(settings, driver, "127.0.0.97")
+    finally:
+        app.conf.crawler_pool_slots = None
+    assert free == busy + 1, (busy, free)

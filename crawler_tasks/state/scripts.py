@@ -141,6 +141,7 @@ class Carried:
         self.sent = replies
 
     def settle(self) -> None:
+        """Each call's reply to its ``after``, the calls no carrier sent sent now."""
         replies = self.sent if self.sent is not None else [None] * len(self.calls)
         self.sent = []
         for call, after, reply in zip(self.calls, self.afters, replies, strict=True):
