@@ -5,6 +5,8 @@ carried call that Redis refused (memory) or that no round trip carried is sent a
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from conftest import redis_reads
 from redis.exceptions import OutOfMemoryError, ResponseError
@@ -91,30 +93,67 @@ def test_a_carried_admission_refused_for_memory_is_sent_again_alone(settings):  
     assert _admitted(store) == 2
 
 
-def _one_page_reads(settings, driver, address: str) -> int:  # type: ignore[no-untyped-def]
-    """Round trips of one page's fetch task (its links new to the crawl), alone on Redis."""
+def _after_reservation(settings, driver, address: str, waiting: bool = True) -> str:  # type: ignore[no-untyped-def]
+    """One page's fetch task (its links new to the crawl), watched with MONITOR: the script
+    its fetch process sent next after its WARC reservation, on the same connection.
+    ``waiting``: a second URL of its host waits for the page's slot (concurrency 1):
+    release.lua marks the host "aw", so the fetch is ``awaited``."""
     with running_sites([address], 6, 3) as (_graph, servers):
-        crawl = start_crawl(
-            [servers[0].base_url + "/"], settings=settings, allow_private_networks=True
-        )
+        base = servers[0].base_url
+        seeds = [base + "/", base + "/later"][: 2 if waiting else 1]
+        crawl = start_crawl(seeds, settings=settings, allow_private_networks=True)
         ((_d, depth, url),) = crawl.store.frontier.release_all(10, 180).entries
-        before = redis_reads(crawl.store.client)
-        assert pipeline.fetch_url(driver.ctx, crawl.id, url, depth) == "done"
-        reads = redis_reads(crawl.store.client) - before - 1
-        assert crawl.stats.counters()["admitted"] > 1  # its links were admitted
-    return reads
+        assert url == base + "/"
+        scripts = crawl.store.ledger.scripts
+        names = {scripts.admit.sha: "admit", scripts.archive_commit.sha: "archive_commit"}
+        names.update({scripts.finish.sha: "finish", scripts.done.sha: "done"})
+        for script in vars(scripts).values():  # loaded: no NOSCRIPT reruns in the watch
+            crawl.store.client.script_load(script.script)
+        sent = _watched(
+            crawl.store.client, lambda: pipeline.fetch_url(driver.ctx, crawl.id, url, depth)
+        )
+        assert crawl.stats.counters()["admitted"] > len(seeds)  # its links were admitted
+    reserve = scripts.archive_reserve.sha
+    ((i, port),) = [(i, p) for i, (p, cmd) in enumerate(sent) if f"EVALSHA {reserve}" in cmd]
+    after = next(cmd for p, cmd in sent[i + 1 :] if p == port and cmd.startswith("EVALSHA"))
+    return names.get(after.split()[1], after[:60])
 
 
-def test_a_busy_process_carries_the_admissions_one_with_free_threads_does_not(settings, driver):  # type: ignore[no-untyped-def]
-    """Where the fetch pool is full (the CPU is the limit: liveness.pool_has_room) a page is
-    parsed first and its admissions ride in its WARC reservation's round trip; where threads
-    are free, its WARC records go first, as soon as the response is in, and its admissions
-    alone: one round trip more, to no thread's wait."""
-    _one_page_reads(settings, driver, "127.0.0.95")  # scripts loaded
-    busy = _one_page_reads(settings, driver, "127.0.0.96")  # no pool here: no free threads
+def _watched(client, action) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
+    """(client port, command) of each command sent by a client while ``action`` runs (not
+    those a script runs)."""
+    got: list[tuple[str, str]] = []
+    ready = threading.Event()
+
+    def watch() -> None:
+        with client.monitor() as m:
+            ready.set()
+            while True:
+                c = m.next_command()
+                if "stop-watching" in c["command"]:
+                    return
+                if c["client_type"] != "lua":
+                    got.append((c["client_port"], c["command"]))
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    assert ready.wait(10)
+    action()
+    client.echo("stop-watching")
+    watcher.join(10)
+    return got
+
+
+def test_records_first_where_the_host_waits_and_threads_are_free(settings, driver):  # type: ignore[no-untyped-def]
+    """Where the host's next URL waits for this slot and the process has free threads
+    (liveness.pool_has_room), a page's WARC records go first, as soon as the response is
+    in, and its admissions alone after them. A full pool (the CPU is the limit; in-process
+    there is no pool), or a host whose next URL waits for nothing, carries them in the WARC
+    reservation's round trip."""
+    assert _after_reservation(settings, driver, "127.0.0.96") == "admit"
     app.conf.crawler_pool_slots = 256  # a worker's pool with free threads
     try:
-        free = _one_page_reads(settings, driver, "127.0.0.97")
+        assert _after_reservation(settings, driver, "127.0.0.97") != "admit"
+        assert _after_reservation(settings, driver, "127.0.0.98", waiting=False) == "admit"
     finally:
         app.conf.crawler_pool_slots = None
-    assert free == busy + 1, (busy, free)

@@ -115,7 +115,7 @@ def _answered(
         decision.counters[formats.status_code(status)] = 1
         decision.next, decision.error = Next.RETRY, ServerError(status, retry_after)
     else:
-        decision.then = lambda: respond(ctx, store, url, depth, response)
+        decision.then = lambda: respond(ctx, store, url, depth, response, decision.awaited)
     return decision
 
 

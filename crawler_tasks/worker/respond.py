@@ -27,10 +27,16 @@ from .parse_step import parsed
 
 
 def respond(
-    ctx: Context, store: CrawlStore, url: str, depth: int, response: Response
+    ctx: Context,
+    store: CrawlStore,
+    url: str,
+    depth: int,
+    response: Response,
+    awaited: bool = False,
 ) -> Final | None:
     """What a response that is not retried becomes, its lease returned: its final state, or
-    None when its body went to a parse task."""
+    None when its body went to a parse task. ``awaited``: its host's next URL waits for this
+    slot (Decision.awaited, settle.py)."""
     status = response.status
     final = _base_final(url, depth, response)
     # A recrawl's unchanged page is a revisit record, counted in final.counters (issue 35).
@@ -41,12 +47,13 @@ def respond(
         meta = response_meta(response, final.extra, final.counters, bool(store.opts.extract))
         opts = store.opts
         ask = store.render_plan.wants(opts.render, opts.render_hosts, url, response.body)
+        # Parsed here: no parse task, no body through Redis (see Settings).
         here = not ask and len(response.body) <= ctx.settings.inline_parse_bytes
-        if here and not pool_has_room():
-            # Parsed here: no parse task, no body through Redis (see Settings).
+        waits = awaited and pool_has_room()  # its host waits for this page, not the CPU
+        if here and not waits:
             return _parsed_here(ctx, store, url, depth, response, meta, fence)
         warc_id = runtime.write_warc(response, store.recrawl, final.counters, fence)
-        if here:  # with free threads: its records first, as soon as the response is in
+        if here:  # its records first, as soon as the response is in
             return parsed(ctx, store, url, depth, meta, response.body)
         if ask:
             # Rendered by a crawl.render worker (render_step.py), from this body.
@@ -89,11 +96,12 @@ def _parsed_here(
 ) -> Final:
     """The page parsed in this task, then its WARC records: its links' admit.lua calls ride
     in the round trip of the WARC reservation (warc_appends.py), one round trip a page fewer
-    (issue 32); both are done before the URL's finish. The order of a full fetch pool (the
-    CPU is the limit: a broad crawl). With free threads (a few hosts) :func:`respond` spends
-    the round trip and writes the records first, as soon as the response is in: parsed
-    first, a link-dense site ran ~6 % slower (1.22x the loop against 1.31x, 11 alternated
-    pairs, bench/README.md round 9)."""
+    (issue 32); both are done before the URL's finish. Where the host's next URL waits for
+    this very slot and the process has free threads (the early lease return's case,
+    settle.py: a few hosts at their concurrency), :func:`respond` spends that round trip and
+    writes the records first, as soon as the response is in: parsed first, a link-dense site
+    ran ~6 % slower (1.22x the loop against 1.31x, 11 alternated pairs, bench/README.md
+    round 9). A full pool (the CPU is the limit) or a host held by its rate saves it."""
     later = Carried(store.admission.client)
     page = parsed(ctx, store, url, depth, meta, response.body, later)
     fence.carried = later
