@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+from celery import current_app
 from conftest import redis_reads
 from redis.exceptions import OutOfMemoryError, ResponseError
 from sitegen import running_sites
@@ -16,7 +17,6 @@ from crawler_tasks import start_crawl
 from crawler_tasks.state.archive import RESPONSE
 from crawler_tasks.state.scripts import Carried
 from crawler_tasks.worker import pipeline
-from crawler_tasks.worker.app import app
 from crawler_tasks.worker.archive_fence import ArchiveFence
 from crawler_tasks.worker.output import CrawlOutput
 from crawler_tasks.worker.room import Room
@@ -151,9 +151,12 @@ def test_records_first_where_the_host_waits_and_threads_are_free(settings, drive
     there is no pool), or a host whose next URL waits for nothing, carries them in the WARC
     reservation's round trip."""
     assert _after_reservation(settings, driver, "127.0.0.96") == "admit"
-    app.conf.crawler_pool_slots = 256  # a worker's pool with free threads
+    # A worker's pool with free threads, on the app pool_has_room reads (another test's
+    # Celery fixture may have made its own app the current one).
+    conf = current_app.conf
+    conf.crawler_pool_slots = 256
     try:
         assert _after_reservation(settings, driver, "127.0.0.97") != "admit"
         assert _after_reservation(settings, driver, "127.0.0.98", waiting=False) == "admit"
     finally:
-        app.conf.crawler_pool_slots = None
+        conf.crawler_pool_slots = None
