@@ -21,6 +21,16 @@ if str(ROOT / "tests") not in sys.path:
     sys.path.insert(0, str(ROOT / "tests"))
 
 
+#: broad.py's arguments by default where a wrapper runs it (cpu_by_library.py, redis_cpu.py):
+#: the HTTPS bench with the web's page sizes, 200 hosts x 41 pages.
+BROAD_HTTPS = ["--https", "--real-sizes", "--hosts", "200", "--pages", "41"]
+
+
+def broad_args(p: argparse.ArgumentParser) -> None:
+    """The wrapper's arguments after ``--``: broad.py's (:data:`BROAD_HTTPS` by default)."""
+    p.add_argument("bench_args", nargs="*", default=BROAD_HTTPS, help="broad.py's arguments")
+
+
 def parser(doc: str | None) -> argparse.ArgumentParser:
     first = (doc or "").strip().splitlines()[0] if doc else None
     p = argparse.ArgumentParser(description=first)

@@ -24,6 +24,7 @@ from collections import Counter
 from pathlib import Path
 
 import psutil
+from _util import broad_args
 
 HERE = Path(__file__).resolve().parent
 
@@ -120,12 +121,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--seconds", type=float, default=20.0, help="sampled per crawler")
     p.add_argument("--settle", type=float, default=12.0, help="seconds into a run before")
-    p.add_argument(
-        "bench_args",
-        nargs="*",
-        default=["--https", "--real-sizes", "--hosts", "200", "--pages", "41"],
-        help="broad.py's arguments (after --)",
-    )
+    broad_args(p)
     args = p.parse_args()
     bench = [sys.executable, str(HERE / "broad.py"), "--modes", "fast", *args.bench_args]
     with tempfile.TemporaryDirectory(prefix="bench-perf-") as tmp:

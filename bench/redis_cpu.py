@@ -27,6 +27,7 @@ from collections import Counter
 from pathlib import Path
 
 import psutil
+from _util import broad_args
 
 HERE = Path(__file__).resolve().parent
 
@@ -103,12 +104,7 @@ def main() -> int:
     p.add_argument("--seconds", type=float, default=8.0, help="seconds sampled")
     p.add_argument("--settle", type=float, default=6.0, help="seconds after Redis starts")
     p.add_argument("--redis-server", default="", help="a redis-server built with symbols")
-    p.add_argument(
-        "bench_args",
-        nargs="*",
-        default=["--https", "--real-sizes", "--hosts", "200", "--pages", "41"],
-        help="broad.py's arguments (after --)",
-    )
+    broad_args(p)
     args = p.parse_args()
     binary = args.redis_server or bundled()
     with tempfile.TemporaryDirectory(prefix="bench-redis-cpu-") as tmp:
