@@ -57,6 +57,9 @@ def main() -> None:
     )
 
     out = Path("data").resolve()
+    # The store task opens the database from the first item on, which may come before the
+    # crawl has written any file of its own there.
+    out.mkdir(parents=True, exist_ok=True)
     db = out / "products.db"
     db.unlink(missing_ok=True)
     env = {**os.environ, "PYTHONPATH": str(HERE), "SHOP_DB": str(db)}
