@@ -71,12 +71,12 @@ def decide(ctx: Context, store: CrawlStore, url: str, depth: int, begun: Begun |
         skipped = not_due(ctx, store, url, depth)
         if skipped is not None:
             return Decision.record(skipped, LeaseEnd.REFUND)
-        decision = _request(ctx, store, url, depth, begun.awaited)
+        decision = _request(ctx, store, url, depth)
         decision.awaited = begun.awaited
         return decision
 
 
-def _request(ctx: Context, store: CrawlStore, url: str, depth: int, awaited: bool) -> Decision:
+def _request(ctx: Context, store: CrawlStore, url: str, depth: int) -> Decision:
     conditional = store.recrawl.conditional_headers(url) if store.recrawl else {}
     try:
         follow = store.admission.claims(url).follow
@@ -90,14 +90,13 @@ def _request(ctx: Context, store: CrawlStore, url: str, depth: int, awaited: boo
         if isinstance(exc, TLSError):
             failed.notes.update(tls_note(url, str(exc)))
         return failed
-    return _answered(ctx, store, url, depth, response, awaited)
+    return _answered(ctx, store, url, depth, response)
 
 
 def _answered(
-    ctx: Context, store: CrawlStore, url: str, depth: int, response: Response, awaited: bool
+    ctx: Context, store: CrawlStore, url: str, depth: int, response: Response
 ) -> Decision:
-    """A response: the lease ends by its status; 5xx, 408 and 429 are retried. ``awaited``:
-    start.lua's word that the host's next URL waits for this slot (Begun.awaited)."""
+    """A response: the lease ends by its status; 5xx, 408 and 429 are retried."""
     status = response.status
     retry_after = parse_retry_after(
         response.headers.get("retry-after"), ctx.settings.max_retry_after
@@ -116,9 +115,9 @@ def _answered(
         decision.counters[formats.status_code(status)] = 1
         decision.next, decision.error = Next.RETRY, ServerError(status, retry_after)
     else:
-        # Not ``decision.awaited``: a lambda holding the decision that holds it is a cycle,
-        # and the response (its body) would wait for the garbage collector to be freed.
-        decision.then = lambda: respond(ctx, store, url, depth, response, awaited)
+        # Not holding the decision (which holds it): a cycle would leave the response, its
+        # body, for the garbage collector.
+        decision.then = lambda early: respond(ctx, store, url, depth, response, early)
     return decision
 
 

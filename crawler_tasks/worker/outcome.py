@@ -131,8 +131,9 @@ class Decision:
     sent: float = -1.0
     #: The response's address and latency, for the host's address group and AutoThrottle.
     answer: Answer = NO_ANSWER
-    #: RESPONSE: what the response becomes, after the lease is back (None: a parse task).
-    then: Callable[[], Final | None] | None = None
+    #: RESPONSE: what the response becomes, after the lease is back (None: a parse task);
+    #: called with True where the lease went back at once (``awaited``: settle.py).
+    then: Callable[[bool], Final | None] | None = None
     #: The host's next URL waits for this lease (start.lua): it goes back before ``then``.
     awaited: bool = False
     #: Crawl-wide counters the step found (a retried status: the retry's record will not

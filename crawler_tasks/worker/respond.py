@@ -21,7 +21,6 @@ from ..web.page import is_html
 from .archive_fence import ArchiveFence
 from .context import Context
 from .handoff import Stage
-from .liveness import pool_has_room
 from .outcome import Final
 from .parse_step import parsed
 
@@ -32,11 +31,11 @@ def respond(
     url: str,
     depth: int,
     response: Response,
-    awaited: bool = False,
+    early: bool = False,
 ) -> Final | None:
     """What a response that is not retried becomes, its lease returned: its final state, or
-    None when its body went to a parse task. ``awaited``: its host's next URL waits for this
-    slot (Decision.awaited, settle.py)."""
+    None when its body went to a parse task. ``early``: its lease went back at once, its host
+    waiting for that slot on a process with free threads (settle.py)."""
     status = response.status
     final = _base_final(url, depth, response)
     # A recrawl's unchanged page is a revisit record, counted in final.counters (issue 35).
@@ -49,8 +48,7 @@ def respond(
         ask = store.render_plan.wants(opts.render, opts.render_hosts, url, response.body)
         # Parsed here: no parse task, no body through Redis (see Settings).
         here = not ask and len(response.body) <= ctx.settings.inline_parse_bytes
-        waits = awaited and pool_has_room()  # its host waits for this page, not the CPU
-        if here and not waits:
+        if here and not early:
             return _parsed_here(ctx, store, url, depth, response, meta, fence)
         warc_id = runtime.write_warc(response, store.recrawl, final.counters, fence)
         if here:  # its records first, as soon as the response is in
@@ -96,12 +94,12 @@ def _parsed_here(
 ) -> Final:
     """The page parsed in this task, then its WARC records: its links' admit.lua calls ride
     in the round trip of the WARC reservation (warc_appends.py), one round trip a page fewer
-    (issue 32); both are done before the URL's finish. Where the host's next URL waits for
-    this very slot and the process has free threads (the early lease return's case,
-    settle.py: a few hosts at their concurrency), :func:`respond` spends that round trip and
-    writes the records first, as soon as the response is in: parsed first, a link-dense site
-    ran ~6 % slower (1.22x the loop against 1.31x, 11 alternated pairs, bench/README.md
-    round 9). A full pool (the CPU is the limit) or a host held by its rate saves it."""
+    (issue 32); both are done before the URL's finish. Where the lease went back at once
+    (settle.py: the host waits for this very slot and the process has free threads, a few
+    hosts at their concurrency), :func:`respond` spends that round trip and writes the
+    records first, as soon as the response is in: parsed first, a link-dense site ran ~6 %
+    slower (1.22x the loop against 1.31x, 11 alternated pairs, bench/README.md round 9). A
+    full pool (the CPU is the limit) or a host held by its rate saves it."""
     later = Carried(store.admission.client)
     page = parsed(ctx, store, url, depth, meta, response.body, later)
     fence.carried = later

@@ -62,7 +62,7 @@ def settle(
             return _unreachable(ctx, store, url, depth, decision.error, reply)
         case Next.RESPONSE:
             assert decision.then is not None
-            final = decision.then()
+            final = decision.then(False)
             return "fetched" if final is None else finalize(ctx, store, final)
     assert decision.final is not None
     return finalize(ctx, store, decision.final)
@@ -91,11 +91,12 @@ def _responded(ctx: Context, store: CrawlStore, decision: Decision, lease: Lease
     def release() -> None:
         lease.release(end, decision.retry_after, sent(), decision.answer)
 
-    if decision.awaited and pool_has_room():  # the host waits for this slot, not the CPU
+    early = decision.awaited and pool_has_room()  # the host waits for this slot, not the CPU
+    if early:
         release()
     try:
         _note(store, decision)
-        final = decision.then()
+        final = decision.then(early)
         carried = handoff if lease.held else None
         result = "fetched" if final is None else finalize(ctx, store, final, carried)
     except BaseException as exc:
