@@ -93,7 +93,7 @@ class Settings:
     dns_cache_seconds: float = limited(60.0, 0, DAY)
     #: Seconds to establish a TCP/TLS connection.
     connect_timeout: float = limited(10.0, 0.01, 3600)
-    #: Seconds between two received bytes.
+    #: Seconds between two received bytes (and to write a request on a kept connection).
     read_timeout: float = limited(20.0, 0.01, 3600)
     #: Crawl default (``timeout``). Seconds for the whole response, every redirect hop,
     #: headers to last byte (stops trickling servers). At most 300 s: the crawl option's

@@ -37,7 +37,7 @@ from crawler_tasks.errors import (
     UnsupportedScheme,
 )
 from crawler_tasks.settings import Settings
-from crawler_tasks.web import deadline, netguard
+from crawler_tasks.web import body, deadline, netguard
 from crawler_tasks.web.deadline import Deadline
 from crawler_tasks.web.fetcher import Fetcher
 from crawler_tasks.web.netguard import check_host, is_allowed_address, is_public_address
@@ -538,6 +538,30 @@ def test_a_coded_body_is_kept_as_received(
     assert len(resp.wire) < len(TEXT) // 2
 
 
+def test_an_ended_coded_body_is_not_flushed(
+    monkeypatch: pytest.MonkeyPatch, fetcher: Fetcher, server: TestServer
+) -> None:
+    """A zlib stream at its end has nothing to flush, and a flush let the GIL go (issue 32);
+    a stream cut short is still flushed, and decoded as far as it goes."""
+    flushes: list[bool] = []
+    real = zlib.decompressobj().__class__.flush
+    from urllib3.response import GzipDecoder
+
+    def flush(self: GzipDecoder) -> bytes:
+        flushes.append(self._obj.eof)
+        return real(self._obj)
+
+    monkeypatch.setattr(GzipDecoder, "flush", flush)
+    resp = fetcher.get(server.url("/coded/gzip"), allow_private=True)
+    assert resp.body == TEXT and resp.wire == _coded("gzip", TEXT)
+    assert flushes == []
+    decoder = GzipDecoder()
+    coded = _coded("gzip", TEXT)
+    cut = body._decode(decoder, coded[: len(coded) // 2], len(TEXT))
+    cut += body._decode(decoder, b"", len(TEXT), last=True)
+    assert flushes == [False] and TEXT.startswith(cut) and len(cut) > len(TEXT) // 4
+
+
 @pytest.mark.parametrize("coding", ["gzip", "deflate"])
 def test_a_coded_body_too_big_to_keep_twice_is_kept_decoded(
     fetcher: Fetcher, server: TestServer, coding: str
@@ -903,6 +927,42 @@ def test_tls_unknown_ca_refused_by_name(
     assert str(failed.value) == (
         "certificate verify failed: unable to get local issuer certificate"
     )
+
+
+def test_a_kept_tls_connection_is_not_given_its_timeout_again(
+    monkeypatch: pytest.MonkeyPatch,
+    make_fetcher: Callable[..., Fetcher],
+    tls_server: TestServer,
+    tls_files: dict[str, Path],
+) -> None:
+    """urllib3 sets a connection's timeout as it writes each request and as it reads each
+    response; on a kept connection it is the timeout it has, and each call was an ioctl that
+    let the GIL go (issue 32): the request is written under the timeout it is read with. A
+    timeout that differs is still set."""
+    fake_dns(monkeypatch, {"pinned.test": [["127.0.0.2"]]})
+    fetcher = make_fetcher(ca_bundle=str(tls_files["ca"]), connect_timeout=8.0)
+    url = tls_server.url("/page", host="pinned.test", scheme="https")
+    assert fetcher.get(url, allow_private=True).status == 200
+    calls: list[float | None] = []
+    real = ssl.SSLSocket.settimeout
+
+    def counted(self: ssl.SSLSocket, value: float | None) -> None:
+        calls.append(value)
+        real(self, value)
+
+    monkeypatch.setattr(ssl.SSLSocket, "settimeout", counted)
+    for _ in range(3):
+        resp = fetcher.get(url, allow_private=True)
+        assert resp.status == 200 and resp.body == PAGE
+    assert calls == []
+    sock = tls_context().wrap_socket(
+        socket.socket(), server_hostname="pinned.test", do_handshake_on_connect=False
+    )
+    with sock:
+        for value in (5.0, 5.0, None, 0.0, 2.5):
+            sock.settimeout(value)
+            assert sock.gettimeout() == value
+    assert calls == [5.0, None, 0.0, 2.5]
 
 
 def test_ca_bundle_adds_to_the_public_cas(tls_files: dict[str, Path]) -> None:

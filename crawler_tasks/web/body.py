@@ -153,11 +153,18 @@ def _read_coded(raw: HTTPResponse, decoder: ContentDecoder, limit: int, deadline
 def _decode(decoder: ContentDecoder, data: bytes, max_length: int, last: bool = False) -> bytes:
     try:
         out = decoder.decompress(data, max_length=max_length)
-        return out + decoder.flush() if last else out
+        return out + decoder.flush() if last and not _ended(decoder) else out
     except HTTPResponse.DECODER_ERROR_CLASSES as exc:  # as urllib3 itself raises it
         raise DecodeError(
             "Received response with content-encoding, but failed to decode it.", exc
         ) from exc
+
+
+def _ended(decoder: ContentDecoder) -> bool:
+    """The decoder's zlib stream is at its end, so its flush() would give nothing: a call that
+    lets the GIL go to another of the process's threads, once a page (issue 32). False when
+    urllib3's decoder does not show its zlib object: flushed as before."""
+    return getattr(getattr(decoder, "_obj", None), "eof", False) is True
 
 
 def discard(resp: requests.Response) -> None:

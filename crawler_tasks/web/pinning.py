@@ -91,6 +91,10 @@ class _PinnedHTTPConnection(HTTPConnection):
     def request(self, *args: Any, **kwargs: Any) -> None:
         if self.sock is not None:  # a kept-alive connection: _new_conn is not called again
             self._context.attach(self.sock)
+            # Written under the timeout it reads with: urllib3 sets the connect timeout to
+            # write and the read timeout back to read, two ioctls a request that each let the
+            # GIL go (a _TLSSocket skips a timeout it has). The fetch's deadline bounds both.
+            self.timeout = self.sock.gettimeout()
         self._look, self._context.sending = self._context.sending, None
         try:
             super().request(*args, **kwargs)
@@ -178,11 +182,23 @@ class _PinnedProxyManager(ProxyManager):
         )
 
 
+class _TLSSocket(ssl.SSLSocket):
+    """A TLS socket whose ``settimeout`` to the timeout it has already does nothing. urllib3
+    sets a connection's timeout twice a request (as it writes the request, as it reads the
+    response), the same each time on a kept connection, and each call is an ioctl that lets
+    the GIL go to another of the process's threads (issue 32)."""
+
+    def settimeout(self, value: float | None) -> None:
+        if value != self.gettimeout():
+            super().settimeout(value)
+
+
 def tls_context(ca_bundle: str | None = None) -> ssl.SSLContext:
     """The one client TLS context of a fetcher: certifi's CAs, plus ``ca_bundle``'s (a PEM
     file of private CAs) when given. Shared by every connection: urllib3 otherwise builds a
     context and loads certifi's ~150 CAs again for each new connection (~5-12 ms of CPU)."""
     context = ssl.create_default_context(cafile=certifi.where())
+    context.sslsocket_class = _TLSSocket
     if ca_bundle:
         context.load_verify_locations(cafile=ca_bundle)
     return context

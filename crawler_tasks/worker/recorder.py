@@ -35,7 +35,6 @@ from __future__ import annotations
 import logging
 import socket
 import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -54,6 +53,7 @@ from .logs import Throttled
 from .outcome import Final
 from .output import ITEMS, describe, items_path, page_text, write_summary
 from .page_appends import PendingPage
+from .warc import uuid4_hex
 
 log = logging.getLogger(__name__)
 _unwritable = Throttled(log, "writing crawl output", every=30.0)
@@ -79,7 +79,7 @@ def finalize(
         left = store.ledger.finish(final.url, None, counters, before and before())
         return "duplicate" if left < 0 else _settled(ctx, store, final, left)
     out = ctx.crawl_runtime(store).output()
-    record["rid"] = uuid.uuid4().hex
+    record["rid"] = uuid4_hex()
     text = None if ITEMS in record else page_text(record)  # encoded once, for both
     entry = formats.Unwritten(record["rid"], str(out.pages_path), time.time(), record, text)
     left, mine = _finish_and_append(ctx, store, entry, counters, before and before())

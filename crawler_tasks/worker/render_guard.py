@@ -108,7 +108,8 @@ class SubrequestGuard:
         while True:
             wait = self.store.politeness.subrequest(domain, opts.rate, opts.burst)
             if wait <= 0:
-                return wait_under_ceiling(self.ctx.ceilings, self.store, domain, self.until)
+                until = self.until
+                return wait_under_ceiling(self.ctx.ceilings, self.store, domain, until) is not None
             if time.monotonic() + wait > self.until:
                 return False
             time.sleep(min(wait, TOKEN_POLL))

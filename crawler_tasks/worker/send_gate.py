@@ -76,8 +76,9 @@ class SendSlot:
                 time.sleep(delay)
             if time.monotonic() - send_at <= self._late:
                 break
-        wait_under_ceiling(self._ceilings, self.store, self.domain)
-        self._passed = time.monotonic()
+        # From before the ceiling's ask that took the slot, not from its answer: a thread
+        # that lost the CPU between the two would otherwise look on time at the recheck.
+        self._passed = wait_under_ceiling(self._ceilings, self.store, self.domain) or 0.0
         return self.recheck
 
     def recheck(self) -> None:
@@ -96,22 +97,25 @@ class SendSlot:
 
 def wait_under_ceiling(
     ceilings: Ceilings, store: CrawlStore, domain: str, until: float = math.inf
-) -> bool:
+) -> float | None:
     """Once the request's own slot has come: when the host has a ceiling that every crawl
     shares (set-ceiling), sleep until its gate lets the request go: asked when due, round
     trips of its own, by such hosts only. If the ceiling held the request past its own slot,
     the host's gate counts on from now, so the crawl's own interval holds after it too. For
-    pages (SendSlot) and a rendered page's subrequests (render_guard.py). False: the gate
-    would not let it go before ``until`` (time.monotonic()); nothing was taken."""
+    pages (SendSlot) and a rendered page's subrequests (render_guard.py). The time.monotonic()
+    just before the ask that took the slot (now, for a host without a ceiling); None: the
+    gate would not let it go before ``until`` (time.monotonic()); nothing was taken."""
+    asked = time.monotonic()
     rate = ceilings.rates().get(domain)
     if rate is None:
-        return True
+        return asked
     held = False
     while (wait := ceilings.send_slot(domain, rate)) > 0:
         if time.monotonic() + wait > until:
-            return False
+            return None
         held = True
         time.sleep(wait)
+        asked = time.monotonic()
     if held:
         store.ledger.push_send_slot(domain)
-    return True
+    return asked

@@ -11,13 +11,17 @@ level."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import importlib.metadata
 import io
 import json
+import sys
 import zlib
+from random import getrandbits
 from typing import Any
 
+from warcio.recordbuilder import RecordBuilder
 from warcio.recordloader import ArcWarcRecord
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
@@ -57,8 +61,64 @@ REVISIT_NOT_MODIFIED = "http://netpreserve.org/warc/1.1/revisit/server-not-modif
 REVISIT_IDENTICAL = "http://netpreserve.org/warc/1.1/revisit/identical-payload-digest"
 
 
+# A version-4 UUID's fixed bits (RFC 9562 5.4): the version (4) in bits 76-79, the variant
+# (0b10) in bits 62-63.
+_UUID_FIXED = (0xF << 76) | (0x3 << 62)
+_UUID_V4 = (0x4 << 76) | (0x2 << 62)
+
+
+def uuid4_hex() -> str:
+    """A random version-4 UUID's 32 hex digits, from the process's Mersenne Twister (seeded
+    from the kernel, and again in a forked child: CPython's ``random`` does it): an id, not a
+    secret. ``uuid.uuid4()`` asks the kernel for 16 bytes, a system call that lets the GIL go
+    to another of the process's threads, three times a page (issue 32)."""
+    return f"{getrandbits(128) & ~_UUID_FIXED | _UUID_V4:032x}"
+
+
+class _Writer(WARCWriter):
+    """warcio's writer without its ``gethostname()`` per instance (a system call that lets the
+    GIL go, four times a page; no record of ours names the host) and with its record ids from
+    :func:`uuid4_hex`."""
+
+    def __init__(self, out: io.BytesIO) -> None:  # not BaseWARCWriter's
+        RecordBuilder.__init__(self, warc_version="1.1")
+        self.out, self.gzip = out, False
+
+    @classmethod
+    def _make_warc_id(cls) -> str:
+        h = uuid4_hex()
+        return f"<urn:uuid:{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}>"
+
+    def ensure_digest(
+        self, record: ArcWarcRecord, block: bool = True, payload: bool = True
+    ) -> None:
+        """warcio's digests, each in one update of the payload in memory: warcio feeds both
+        16 KB at a time, and hashlib lets the GIL go for each piece (~6 a page of 33 KB)."""
+        stream = record.raw_stream
+        if record.length is None or not isinstance(stream, io.BytesIO):
+            return super().ensure_digest(record, block, payload)  # type: ignore[no-any-return]
+        headers = record.rec_headers
+        payload = payload and not headers.get_header("WARC-Payload-Digest")
+        payload = payload and record.rec_type not in self.NO_PAYLOAD_DIGEST_TYPES
+        block = block and not headers.get_header("WARC-Block-Digest")
+        with stream.getbuffer() as whole, whole[stream.tell() :] as data:
+            if payload:
+                headers.add_header("WARC-Payload-Digest", _sha1(data))
+            if block:
+                http = record.http_headers
+                if http is not None and not http.headers_buff:
+                    http.compute_headers_buffer(self.header_filter)
+                headers.add_header("WARC-Block-Digest", _sha1(data, http and http.headers_buff))
+
+
+def _sha1(data: memoryview, head: bytes | None = None) -> str:
+    digest = hashlib.sha1(head or b"")
+    digest.update(data)
+    return "sha1:" + base64.b32encode(digest.digest()).decode("ascii")
+
+
 def writer(out: io.BytesIO | None = None) -> WARCWriter:
-    return WARCWriter(out or io.BytesIO(), gzip=False, warc_version="1.1")
+    return _Writer(out or io.BytesIO())
 
 
 def with_payload(url: str, kind: str, payload: bytes, **kwargs: Any) -> ArcWarcRecord:
@@ -96,8 +156,16 @@ def record_bytes(record: ArcWarcRecord, level: int) -> bytes:
     copy: what a record of already compressed bytes gets, issue 32)."""
     buf = io.BytesIO()
     writer(buf).write_record(record)
+    return gzip_member(buf.getbuffer(), level)
+
+
+def gzip_member(data: bytes | memoryview, level: int) -> bytes:
+    """``data`` as one gzip member. In one call where Python has it (3.11): zlib lets the GIL
+    go in each call, and each is a hand-off to another of the process's threads."""
+    if sys.version_info >= (3, 11):
+        return zlib.compress(data, level, wbits=zlib.MAX_WBITS + 16)
     gz = zlib.compressobj(level, zlib.DEFLATED, zlib.MAX_WBITS + 16)
-    return gz.compress(buf.getbuffer()) + gz.flush()
+    return gz.compress(data) + gz.flush()
 
 
 def request_target(url: str) -> str:
