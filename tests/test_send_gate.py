@@ -1,9 +1,10 @@
-"""A shared ceiling's slot, looked at again just before the write (worker/send_gate.py), counts
-from before the ask that took it: a fetch thread that loses the CPU between Redis giving the
-slot and the answer reaching it must not look on time, or it sends right after the next
-request, which another crawl sent on its own slot. Found by the suite under load: two requests
-of a 4-req/s ceiling 24 ms apart at the server. Real Redis and the real gate scripts; the lost
-CPU is a sleep after the gate's answer."""
+"""How late a request is for its send slot (worker/send_gate.py) counts from before the ask
+that gave the slot: a fetch thread that loses the CPU between Redis giving the slot and the
+answer reaching it must not look on time, or it sends right after the next request of a gate
+that several share, sent on its own slot. Found by the suite under load: two requests of a
+4-req/s ceiling 24 ms apart at the server. A ceiling's gate: real Redis and the real gate
+script, the lost CPU a sleep after its answer. An address's gate (start.lua's slot): the same
+rule on the times of the answer."""
 
 from __future__ import annotations
 
@@ -62,3 +63,25 @@ def test_a_ceiling_slot_that_reached_its_thread_late_is_asked_again(client: redi
     look()  # the look before the write
     sent["starved"] = time.monotonic()
     assert sent["starved"] - sent["other"] >= 1 / RATE - 0.1, sent
+
+
+def test_a_start_reply_that_reached_its_thread_late_is_asked_again() -> None:
+    """start.lua gave the slot at once (wait 0), and the answer reached the thread 0.3 s after
+    it asked: on an address's gate (ip_rate) that is late, so a fresh slot is asked first."""
+    asked: list[str] = []
+
+    def send_slot(domain: str, url: str = "", worker: str = "") -> float:
+        asked.append(domain)
+        return 0.0
+
+    store: Any = SimpleNamespace(
+        opts=SimpleNamespace(ip_rate=3.0), ledger=SimpleNamespace(send_slot=send_slot)
+    )
+    now = time.monotonic()
+    on_time = Begun(1, 0.0, now, False, now - 0.01)
+    late = Begun(1, 0.0, now, False, now - 0.3)
+    no_ceiling: Any = SimpleNamespace(rates=dict)
+    SendSlot(store, "http://h.test/", "h.test", "w", on_time, no_ceiling).wait()
+    assert asked == []
+    SendSlot(store, "http://h.test/", "h.test", "w", late, no_ceiling).wait()
+    assert asked == ["h.test"]

@@ -157,8 +157,7 @@ class Counter(Word):
     SITEMAPS = "sitemaps", S, Shown.NO, "sitemap files fetched and used"
     # A schedule's runs: pages a previous run had seen, fetched again (a 304, or a 2xx found
     # changed or unchanged), and those found changed; pages an adaptive schedule left for
-    # later; the WARC revisit records written instead of a response, and the payload bytes
-    # they did not store again.
+    # later; revisit records written instead of a response, and the bytes they did not store.
     REVISITS = "revisits", RC, Shown.LATE, "pages a previous run had seen, fetched again"
     REVISITS_CHANGED = "revisits_changed", RC, Shown.LATE, "revisited pages found changed"
     NOT_DUE = "not_due", RC, Shown.LATE, "pages not fetched as not due (adaptive schedules)"
@@ -263,14 +262,15 @@ class Started(int, Enum):
 
 
 class Begun(NamedTuple):
-    """start.lua's reply for one URL: its code; for a fetch that goes on, the seconds from
-    ``at`` (time.monotonic() at the reply) to its host's send slot (gate_lib.lua), and whether
-    its host's next URL waits for this lease (release.lua's "aw": returned early, settle.py)."""
+    """start.lua's reply for a URL: its code; for a fetch that goes on, seconds from ``at``
+    (time.monotonic() at the reply; ``asked``: before the call) to its host's send slot
+    (gate_lib.lua), and whether its host's next URL waits for this lease (release.lua's aw)."""
 
     code: int
     wait: float = 0.0
     at: float = 0.0
     awaited: bool = False
+    asked: float = 0.0
 
 
 class Committed(int, Enum):

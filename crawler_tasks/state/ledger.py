@@ -47,6 +47,7 @@ class Ledger:
             if stage == "s":  # and: 3 the crawl is cancelled, 4 the URL's host is dead
                 keys.append(pk.flow)
             prefixes = [pk.domain_prefix, pk.address_prefix] if stage == "s" else ["", ""]
+            asked = time.monotonic()  # how late a send is counts from here (send_gate.py)
             got = self.scripts.start(
                 keys=keys, args=[stage, worker, *prefixes, *some], client=self.client
             )
@@ -56,7 +57,7 @@ class Ledger:
             waits = got[n : 2 * n] or [b"0"] * n
             awaited = got[2 * n :] or [0] * n
             for url, code, wait, aw in zip(some, codes, waits, awaited, strict=True):
-                out[url] = formats.Begun(int(code), float(wait), at, aw == 1)
+                out[url] = formats.Begun(int(code), float(wait), at, aw == 1, asked)
         return out
 
     def send_slot(self, domain: str, url: str = "", worker: str = "") -> float:

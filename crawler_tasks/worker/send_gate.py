@@ -46,6 +46,10 @@ class SendSlot:
     ) -> None:  # fmt: skip
         self.store, self.url, self.domain, self.worker = store, url, domain, worker
         self._send_at: float | None = begun.at + begun.wait  # not sent before
+        # How late it is counts from the slot as seen before the ask: a thread that lost the
+        # CPU while the answer reached it would otherwise look on time (a shared gate's next
+        # request, sent on time, would then come right after it).
+        self._due = (begun.asked or begun.at) + begun.wait
         self._ceilings = ceilings
         self._late = LATE_SHARED if store.opts.ip_rate > 0 else LATE
         self._passed = math.inf  # when wait() let the request go
@@ -53,12 +57,13 @@ class SendSlot:
     def still_ours(self) -> bool:
         """Before anything is sent: False when the task was held up so long that its URL
         was taken back (another process owns it now; this task must not send)."""
-        if self._send_at is None or time.monotonic() - self._send_at <= self._late:
+        if self._send_at is None or time.monotonic() - self._due <= self._late:
             return True
+        asked = time.monotonic()
         wait = self.store.ledger.send_slot(self.domain, self.url, self.worker)
         if wait < 0:
             return False
-        self._send_at = time.monotonic() + wait
+        self._send_at, self._due = time.monotonic() + wait, asked + wait
         return True
 
     def wait(self) -> Callable[[], None]:
@@ -67,14 +72,16 @@ class SendSlot:
         stale while the thread waited for the CPU, before its sleep or in it (a starved
         process oversleeps; at most :data:`REASKS` times, then it goes: the gates advanced
         each time, which errs polite). Returns :meth:`recheck`, the look before the write."""
-        send_at, self._send_at = self._send_at, None
+        send_at, due, self._send_at = self._send_at, self._due, None
         for _ in range(REASKS):
-            if send_at is None or time.monotonic() - send_at > self._late:
-                send_at = time.monotonic() + max(0.0, self.store.ledger.send_slot(self.domain))
+            if send_at is None or time.monotonic() - due > self._late:
+                asked = time.monotonic()
+                wait = max(0.0, self.store.ledger.send_slot(self.domain))
+                send_at, due = time.monotonic() + wait, asked + wait
             delay = send_at - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
-            if time.monotonic() - send_at <= self._late:
+            if time.monotonic() - due <= self._late:
                 break
         # From before the ceiling's ask that took the slot, not from its answer: a thread
         # that lost the CPU between the two would otherwise look on time at the recheck.
