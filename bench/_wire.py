@@ -112,9 +112,13 @@ def request_of(packet: bytes) -> tuple[str, int, int, str] | None:
 
 class Wire:
     """Capture requests to ``port`` on ``lo`` from construction to :meth:`close`, in a thread.
-    :attr:`arrivals`: (kernel time, destination address, request line), one per request."""
+    :attr:`arrivals`: (kernel time, destination address, request line), one per request.
+    ``address``: only the requests to it. The filter sees ports only, and a test running beside
+    this one (another pytest-xdist process) can have a server on the same port number at
+    another loopback address."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, address: str | None = None) -> None:
+        self.address = address
         self.sock = _open(port)
         self.arrivals: list[tuple[float, str, str]] = []
         self.drops = 0
@@ -140,6 +144,8 @@ class Wire:
         if got is None:
             return
         dst, sport, seq, line = got
+        if self.address is not None and dst != self.address:
+            return
         if (dst, sport, seq) in self._seen:  # a retransmission
             return
         self._seen.add((dst, sport, seq))

@@ -85,7 +85,7 @@ def test_hosts_on_one_address_share_its_rate(settings, workers):  # type: ignore
     the address group."""
     _wait_for_workers(settings, 2)
     with _site(SHARED, 3) as site:
-        wire = None if unavailable() else Wire(site.port)
+        wire = None if unavailable() else Wire(site.port, site.address)
         seeds = [f"http://{n}:{site.port}/" for n in NAMES]
         crawl = start_crawl(
             seeds, settings=settings, allow_private_networks=True, rate=2.0, ip_rate=3.0

@@ -123,7 +123,7 @@ def test_crawl_delay_retry_after_owner_override_and_visible_backoff(settings, wo
         **QUIET_SITE,
     ) as (graph, servers):
         delayed, free, throttled = servers
-        wire = None if unavailable() else Wire(delayed.port)
+        wire = None if unavailable() else Wire(delayed.port, delayed.address)
         throttled.extra_routes["/rate-limited"] = _rate_limited_once
         seeds = [s.base_url + "/" for s in servers] + [throttled.base_url + "/rate-limited"]
         crawl = crawl_sites(
@@ -447,7 +447,7 @@ def test_a_ceiling_is_shared_by_every_crawl_of_a_host(settings, workers, redis_u
     assert result.exit_code == 0 and "for all crawls together" in result.output, result.output
     time.sleep(REREAD + 0.5)  # a new ceiling applies within REREAD s in every process
     with running_sites(["127.0.0.44"], 12, 3) as (graph, servers), cpu_hogs(1):
-        wire = None if unavailable() else Wire(servers[0].port)
+        wire = None if unavailable() else Wire(servers[0].port, servers[0].address)
         seeds = [servers[0].base_url + "/"]
         crawls = [
             start_crawl(seeds, settings=settings, allow_private_networks=True, obey_robots=False,

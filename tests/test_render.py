@@ -230,7 +230,7 @@ def test_subrequests_wait_for_the_hosts_shared_ceiling(settings, redis_url):  # 
     driver = _driver(settings)
     try:
         with SiteServer(address=host, extra_routes=jssite.routes(4, js=True)) as site:
-            wire = None if unavailable() else Wire(site.port)
+            wire = None if unavailable() else Wire(site.port, site.address)
             crawl = _crawl(settings, [site], render="always", rate=20.0, concurrency=2)
             summary = driver.run(crawl, timeout=FINISH)
             arrivals = [t for t, _dst, _line in wire.close()] if wire else None
