@@ -23,9 +23,13 @@ _HEAD = struct.Struct(">20sQI")
 _SHA1 = "sha1:"
 
 
-def payload_digest(body: bytes) -> str:
-    """The WARC-Payload-Digest of ``body`` as warcio writes it (``sha1:`` + base32)."""
-    return _SHA1 + base32(hashlib.sha1(body).digest())
+def payload_digest(body: bytes | memoryview, head: bytes = b"") -> str:
+    """The WARC-Payload-Digest of ``body`` as warcio writes it (``sha1:`` + base32); with
+    ``head`` (a record's HTTP headers) before it, its WARC-Block-Digest. One hashlib update
+    of the body: each lets the GIL go (issue 32)."""
+    digest = hashlib.sha1(head)
+    digest.update(body)
+    return _SHA1 + base32(digest.digest())
 
 
 def base32(raw: bytes) -> str:

@@ -108,8 +108,8 @@ class SubrequestGuard:
         while True:
             wait = self.store.politeness.subrequest(domain, opts.rate, opts.burst)
             if wait <= 0:
-                until = self.until
-                return wait_under_ceiling(self.ctx.ceilings, self.store, domain, until) is not None
+                passed = wait_under_ceiling(self.ctx.ceilings, self.store, domain, self.until)
+                return passed is not None
             if time.monotonic() + wait > self.until:
                 return False
             time.sleep(min(wait, TOKEN_POLL))

@@ -85,7 +85,9 @@ class SendSlot:
                 break
         # From before the ceiling's ask that took the slot, not from its answer: a thread
         # that lost the CPU between the two would otherwise look on time at the recheck.
-        self._passed = wait_under_ceiling(self._ceilings, self.store, self.domain) or 0.0
+        passed = wait_under_ceiling(self._ceilings, self.store, self.domain)
+        assert passed is not None  # no ``until``: it waits as long as the gate says
+        self._passed = passed
         return self.recheck
 
     def recheck(self) -> None:

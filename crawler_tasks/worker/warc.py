@@ -11,7 +11,6 @@ level."""
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import importlib.metadata
 import io
@@ -25,6 +24,8 @@ from warcio.recordbuilder import RecordBuilder
 from warcio.recordloader import ArcWarcRecord
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
+
+from ..web.captures import payload_digest
 
 # Headers that describe the bytes on the wire, not the payload kept in the WARC record: the
 # transfer coding is always removed (urllib3 dechunks), the content coding when the payload
@@ -103,18 +104,13 @@ class _Writer(WARCWriter):
         block = block and not headers.get_header("WARC-Block-Digest")
         with stream.getbuffer() as whole, whole[stream.tell() :] as data:
             if payload:
-                headers.add_header("WARC-Payload-Digest", _sha1(data))
+                headers.add_header("WARC-Payload-Digest", payload_digest(data))
             if block:
                 http = record.http_headers
                 if http is not None and not http.headers_buff:
                     http.compute_headers_buffer(self.header_filter)
-                headers.add_header("WARC-Block-Digest", _sha1(data, http and http.headers_buff))
-
-
-def _sha1(data: memoryview, head: bytes | None = None) -> str:
-    digest = hashlib.sha1(head or b"")
-    digest.update(data)
-    return "sha1:" + base64.b32encode(digest.digest()).decode("ascii")
+                head = http.headers_buff if http is not None else b""
+                headers.add_header("WARC-Block-Digest", payload_digest(data, head))
 
 
 def writer(out: io.BytesIO | None = None) -> WARCWriter:
