@@ -34,6 +34,8 @@ RUNS = {
     "profile.py": "--hosts 5 --pages 3 --out profile -- --layouts threads:8x1:1 --timeout 60",
     "cpu_by_library.py": "--seconds 1 --settle 0 -- --hosts 5 --pages 3 "
     "--layouts threads:8x1:1 --skip-scrapy --timeout 60",
+    "engine_model.py": "--hosts 5 --pages 3 --rounds 1 --models ours,threads,hybrid,asyncio "
+    "--with-ours --timeout 60",
     "redis_cpu.py": "--seconds 1 --settle 0 -- --hosts 5 --pages 3 --layouts threads:8x1:1 "
     "--timeout 60",
 }

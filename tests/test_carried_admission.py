@@ -10,7 +10,7 @@ import threading
 
 import pytest
 from celery import current_app
-from conftest import redis_reads
+from conftest import RoundTrips
 from redis.exceptions import OutOfMemoryError, ResponseError
 from sitegen import running_sites
 
@@ -52,19 +52,19 @@ def test_a_pages_admissions_ride_in_its_warc_reservation(settings, tmp_path):  #
     out.warc(f"{SITE}/d", *WARC, fence=ArchiveFence(store, f"{SITE}/d", RESPONSE, patience))
     # (Its scripts are loaded now.) Without a carrier: the reservation, then the commit
     # (asked alone after HANDOFF_WAIT: no other writer); admissions would go alone after.
-    before = redis_reads(store.client)
-    out.warc(f"{SITE}/c", *WARC, fence=ArchiveFence(store, f"{SITE}/c", RESPONSE, patience))
-    assert redis_reads(store.client) - before - 1 == 2
+    with RoundTrips() as trips:
+        out.warc(f"{SITE}/c", *WARC, fence=ArchiveFence(store, f"{SITE}/c", RESPONSE, patience))
+    assert trips.count == 2
     fence = ArchiveFence(store, f"{SITE}/", RESPONSE, patience)
     fence.carried = later
-    before = redis_reads(store.client)
-    out.warc(f"{SITE}/", *WARC, fence=fence)
+    with RoundTrips() as trips:
+        out.warc(f"{SITE}/", *WARC, fence=fence)
     # The reservation with both links' admission, then the commit: still two round trips.
-    assert redis_reads(store.client) - before - 1 == 2
+    assert trips.count == 2
     assert _admitted(store) == 3
-    before = redis_reads(store.client)
-    later.settle()  # the replies' follow-up only: nothing sent
-    assert redis_reads(store.client) - before - 1 == 0
+    with RoundTrips() as trips:
+        later.settle()  # the replies' follow-up only: nothing sent
+    assert trips.count == 0
     assert _admitted(store) == 3
     assert int(store.stats.counters()["queued"]) == 3  # in the frontier, with the seed
 

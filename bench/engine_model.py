@@ -1,0 +1,134 @@
+"""What the thread-per-request model costs a page: the same crawl by two fetch engines (issue 32).
+
+    .venv/bin/python bench/engine_model.py                    # HTTPS, real sizes, 200 x 41
+    .venv/bin/python bench/engine_model.py --rounds 3 --with-ours --with-scrapy
+
+The web of ``broad.py --https --real-sizes`` (``_broad_server.py``). Each model crawls it with
+two processes (the hosts split between them, as our two fetch processes share them), the
+same work a page in both (``_engine_model.py``: HTTPS with kept connections, the gzip body,
+our parser and links, three Redis script calls of ten commands, each its own round trip), and
+one engine each: 256 threads with requests, as a fetch process of ours, or one asyncio loop
+with aiohttp and redis.asyncio. The difference in CPU a page is what the event-loop fetch
+engine of issue 32's step 3 could take off ours at most, before the costs of its own
+plumbing. ``--with-ours`` and ``--with-scrapy`` put our crawler (``broad.py``'s fast mode) and
+Scrapy in the same run. Rounds alternate the order of the models.
+
+Judged from the server's log as in ``broad.py``: pages, missing, duplicates, pages/s; CPU from
+each process's own ``getrusage`` (all its threads).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import _util
+from broad import Web, add_latency, cpu_hogs, read_latency, run_ours, run_scrapy
+
+from crawler_tasks.surface.embedded import private_redis
+
+HERE = Path(__file__).resolve().parent
+PROCESSES = 2
+
+
+def run_model(args: Any, web: Web, model: str, redis_url: str, tmp: str) -> dict[str, Any]:
+    seeds = web.seeds()
+    cmds, outs = [], []
+    for i in range(PROCESSES):
+        part = Path(tmp) / f"seeds-{model}-{i}.txt"
+        part.write_text("\n".join(seeds[i::PROCESSES]) + "\n")
+        out = Path(tmp) / f"out-{model}-{i}.json"
+        out.unlink(missing_ok=True)
+        outs.append(out)
+        cmds.append(
+            [sys.executable, str(HERE / "_engine_model.py"), model, str(part), str(web.ca)]
+            + [redis_url, str(args.concurrency), str(args.fast_conn), str(out)]
+        )
+    start, t0 = web.mark(), time.monotonic()
+    env = {**os.environ, "MODEL_ROUND_TRIPS": str(args.round_trips)}
+    with cpu_hogs(args.hogs):
+        procs = [subprocess.Popen(c, env=env) for c in cmds]
+        for p in procs:
+            p.wait(args.timeout)
+    wall = time.monotonic() - t0
+    figures = web.judge(start, float("inf"))
+    reports = [json.loads(o.read_text()) for o in outs]
+    cpu = sum(r["cpu_s"] for r in reports)
+    n = max(figures.get("pages", 0), 1)
+    return {
+        "crawler": f"model {model} {args.concurrency}x{PROCESSES}",
+        **figures,
+        "errors": sum(r["errors"] for r in reports),
+        "wall_s": wall,
+        "cpu_ms_per_page": cpu / n * 1000,
+    }
+
+
+COLUMNS = ["round", "crawler", "pages_per_s", "pages", "missing", "duplicates", "errors"]
+COLUMNS += ["cpu_ms_per_page", "x_threads_cpu", "new_conns_per_page"]
+
+
+def main() -> int:
+    p = _util.parser(__doc__)
+    p.add_argument("--hosts", type=int, default=200)
+    p.add_argument("--pages", type=int, default=41, help="HTML pages per host")
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--concurrency", type=int, default=256, help="threads or coroutines")
+    p.add_argument("--models", default="threads,asyncio", help="threads, hybrid, asyncio")
+    p.add_argument("--round-trips", type=int, default=3, help="Redis calls a page (models)")
+    p.add_argument("--fast-conn", type=int, default=4, help="connections per host")
+    p.add_argument("--timeout", type=float, default=600.0)
+    p.add_argument("--hogs", type=int, default=0, help="CPU busy loops beside each crawler")
+    p.add_argument("--with-ours", action="store_true", help="our crawler too (fast mode)")
+    p.add_argument("--with-scrapy", action="store_true", help="Scrapy too")
+    p.add_argument("--scrapy-concurrency", type=int, default=256)
+    add_latency(p)
+    args = p.parse_args()
+    args.latency = read_latency(p, args.latency)
+    # What run_ours and run_scrapy read besides.
+    args.https, args.real_sizes, args.keep, args.events = True, True, None, False
+    args.worker_env, args.script_times = {}, False
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="bench-engine-") as tmp, private_redis() as url:
+        web = Web(args, tmp)
+        try:
+            for r in range(args.rounds):
+                models = args.models.split(",")
+                models = models if r % 2 == 0 else models[::-1]
+                batch = []
+                for model in models:
+                    _util.log(args, f"round {r + 1}: {model}")
+                    batch.append({"round": r + 1, **run_model(args, web, model, url, tmp)})
+                if args.with_ours:
+                    _util.log(args, f"round {r + 1}: ours")
+                    batch.append({"round": r + 1, **run_ours(args, web, "fast", "threads:256x2:2")})
+                if args.with_scrapy:
+                    _util.log(args, f"round {r + 1}: scrapy")
+                    batch.append({"round": r + 1, **run_scrapy(args, web, "fast")})
+                base = next(b for b in batch if "threads" in b["crawler"])["cpu_ms_per_page"]
+                for b in batch:
+                    b["x_threads_cpu"] = b["cpu_ms_per_page"] / base
+                rows += batch
+        finally:
+            web.close()
+    _util.emit(
+        args,
+        {"rows": rows},
+        [_util.table("CPU a page by fetch engine (HTTPS, real sizes)", rows, COLUMNS)],
+    )
+    # A model that did not crawl the whole web measured something else: a failed run.
+    short = [r["crawler"] for r in rows if r.get("errors") or r.get("missing")]
+    if short:
+        print(f"incomplete crawls: {', '.join(short)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
