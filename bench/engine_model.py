@@ -1,20 +1,26 @@
-"""What the thread-per-request model costs a page: the same crawl by two fetch engines (issue 32).
+"""What a fetch engine costs a page, apart from the rest of a crawler (issue 32, step 3).
 
     .venv/bin/python bench/engine_model.py                    # HTTPS, real sizes, 200 x 41
-    .venv/bin/python bench/engine_model.py --rounds 3 --with-ours --with-scrapy
+    .venv/bin/python bench/engine_model.py --rounds 2 --with-ours --with-scrapy
+    .venv/bin/python bench/engine_model.py --concurrency 64 --hogs 2   # overloaded
 
 The web of ``broad.py --https --real-sizes`` (``_broad_server.py``). Each model crawls it with
 two processes (the hosts split between them, as our two fetch processes share them), the
-same work a page in both (``_engine_model.py``: HTTPS with kept connections, the gzip body,
+same work a page in all (``_engine_model.py``: HTTPS with kept connections, the gzip body,
 our parser and links, three Redis script calls of ten commands, each its own round trip), and
-one engine each: 256 threads with requests, as a fetch process of ours, or one asyncio loop
-with aiohttp and redis.asyncio. The difference in CPU a page is what the event-loop fetch
-engine of issue 32's step 3 could take off ours at most, before the costs of its own
-plumbing. ``--with-ours`` and ``--with-scrapy`` put our crawler (``broad.py``'s fast mode) and
-Scrapy in the same run. Rounds alternate the order of the models.
+its own engine (``--models``): ``threads`` (``--concurrency`` threads, requests), ``ours``
+(the threads with our fetcher and state client), ``hybrid`` (the threads hand their HTTP
+exchange to one asyncio loop, aiohttp) and ``asyncio`` (one loop, aiohttp and
+redis.asyncio). A model keeps every thread busy (its queue never runs dry), so it shows what
+an engine costs at that many requests in flight a process; our crawler runs fewer (its
+dispatcher releases what the pools can start), and ``_loop_fetch.py`` measures the move in
+the crawler itself (bench/README.md, round 11). ``--with-ours`` and ``--with-scrapy`` put our
+crawler (``broad.py``'s fast mode) and Scrapy in the same run; ``--hogs N`` runs N CPU busy
+loops beside each model and our crawler. Rounds alternate the order of the models.
 
 Judged from the server's log as in ``broad.py``: pages, missing, duplicates, pages/s; CPU from
-each process's own ``getrusage`` (all its threads).
+each process's own ``getrusage`` (all its threads). Exits 1 when a model did not crawl the
+whole web (a missing page or an error).
 """
 
 from __future__ import annotations
