@@ -207,8 +207,8 @@ class Settings:
     #: Crawl default. Seconds one page may take to render (load, settle, every subrequest and its token wait)
     #: before it is cut off: a retry of the URL, then a recorded ``render_failed``.
     render_deadline: float = limited(20.0, 0.1, 300)
-    #: Seconds a page is given at most, after ``load``, to go quiet (scripts that fetch or
-    #: wait in ``setTimeout``); within ``render_deadline``.
+    #: Seconds after ``load`` a page has to go quiet (scripts that fetch, short timers); its
+    #: subrequests' waits for tokens extend it (render_settle.py); within ``render_deadline``.
     render_settle: float = limited(3.0, 0, 3600)
     #: Seconds without a request open, a response or a short timer's callback after which a
     #: loaded page counts as quiet (worker/browser.py). Playwright's ``networkidle`` waits a

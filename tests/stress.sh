@@ -24,6 +24,10 @@ TESTS=(
   tests/test_operations.py::test_pause_resume_and_cancel
   tests/test_operations.py::test_events_arrive_in_order_with_crawl_finished_last
   tests/test_recrawl.py::test_beat_runs_a_schedule_and_the_second_run_gets_304s
+  # Each failed once in the suite (issue 32, stops 44-45).
+  tests/test_politeness.py::test_a_ceiling_is_shared_by_every_crawl_of_a_host
+  tests/test_pacing.py::test_hosts_on_one_address_share_its_rate
+  tests/test_dashboard_browser.py::test_pages_in_a_browser_over_a_running_crawl
 )
 
 # Spins until this script is gone, even if it is killed without running its traps.

@@ -217,6 +217,23 @@ def test_subrequests_keep_the_host_under_its_rate(settings):  # type: ignore[no-
     assert report["duration"] >= (report["count"] - 3) / 2  # paced: 2/s after the burst
 
 
+def test_an_xhr_held_for_its_hosts_token_longer_than_the_settle_is_waited_for(settings):  # type: ignore[no-untyped-def]
+    """At 0.5 requests/s a page's XHR waits ~2 s for its token, twice ``render_settle``: the
+    wait is the crawl's politeness, not a slow page, so the render waits for the answer and
+    the links it inserts (page 3 is linked only from page 1's XHR). Counted against the
+    settle, the XHR was cut off and page 3 never found."""
+    driver = _driver(settings)  # render_settle 1 s
+    try:
+        with SiteServer(address="127.0.0.100", extra_routes=jssite.routes(4, js=True)) as site:
+            crawl = _crawl(settings, [site], render="always", rate=0.5, burst=1, concurrency=1)
+            summary = driver.run(crawl, timeout=FINISH)
+    finally:
+        driver.close()
+    assert set(_pages(crawl)) == jssite.all_urls(site.base_url, 4)
+    assert summary["counters"]["subrequests"] == 2  # page 1's script and its XHR
+    assert not any(r.get("error") for r in _pages(crawl).values())
+
+
 def test_subrequests_wait_for_the_hosts_shared_ceiling(settings, redis_url):  # type: ignore[no-untyped-def]
     """The crawl's own rate for the host is 20/s, the ceiling every crawl of it shares
     (`crawler set-ceiling HOST 2`) is 2/s: pages, scripts and XHRs together keep to the

@@ -33,6 +33,7 @@ from typing import Any
 
 from ..errors import RenderFailed, RenderRefused
 from ..settings import Settings
+from .render_settle import Traffic, settled, timers_js
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +67,9 @@ class RenderJob:
     #: Pages of one group (a crawl) share browser contexts; other groups never see them.
     group: str = ""
     refused: list[str] = field(default_factory=list)
+    #: Seconds the page's subrequests have waited so far for their hosts' tokens and slots
+    #: (render_guard.py): not the page's own time, so not counted against ``settle``.
+    held: Callable[[], float] = lambda: 0.0
 
 
 @dataclass
@@ -263,73 +267,14 @@ class BrowserPool:
                 await asyncio.wait_for(holder.context.close(), 5)
 
 
-#: In every page before its scripts: ``window.__crawlerQuiet(ms)`` resolves once no short
-#: ``setTimeout`` is pending and none has run for ``ms`` (looked at in the page: no round trip
-#: to the browser per look, which cost CPU in three processes). The page's own
-#: scripts may see the wrapper; they can only make the render wait less (then it is taken as
-#: it is) or more (up to ``render_settle``).
-TIMERS_JS = """(() => {
-  const pending = new Set(), set = window.setTimeout, clear = window.clearTimeout;
-  let last = performance.now();
-  window.setTimeout = function (fn, ms, ...args) {
-    if (typeof fn !== 'function' || (+ms || 0) > LIMIT) return set(fn, ms, ...args);
-    const id = set(function () {
-      pending.delete(id); last = performance.now(); return fn.apply(this, args);
-    }, ms);
-    pending.add(id);
-    return id;
-  };
-  window.clearTimeout = function (id) { pending.delete(id); return clear(id); };
-  Object.defineProperty(window, '__crawlerQuiet', {
-    value: (quiet) => new Promise((done) => {
-      const look = () => (!pending.size && performance.now() - last >= quiet ? done() : set(look, 20));
-      look();
-    })
-  });
-})();"""
-#: Seconds between two looks at a loaded page's quiet.
-POLL = 0.05
-
-
-class _Traffic:
-    """A page's requests open now, and when one last began or ended (monotonic)."""
-
-    def __init__(self, page: Any) -> None:
-        self.open, self.last = 0, asyncio.get_running_loop().time()
-        page.on("request", lambda _: self._moved(1))
-        page.on("requestfinished", lambda _: self._moved(-1))
-        page.on("requestfailed", lambda _: self._moved(-1))
-
-    def _moved(self, by: int) -> None:
-        self.open, self.last = max(0, self.open + by), asyncio.get_running_loop().time()
-
-
 async def _load(page: Any, job: RenderJob) -> Rendered:
-    traffic = _Traffic(page)
+    traffic = Traffic(page)
     await page.goto(job.url, wait_until="load")
     with contextlib.suppress(Exception):  # a page that never goes quiet is taken as it is
-        await asyncio.wait_for(_quiet(page, traffic, job), job.settle)
+        await settled(page, traffic, job.settle, job.quiet, job.held)
     if job.refused:
         raise RenderRefused(f"the page opened {', '.join(sorted(set(job.refused)))}")
     return Rendered(await page.content(), page.url)
-
-
-async def _quiet(page: Any, traffic: _Traffic, job: RenderJob) -> None:
-    """Until the loaded page has had no request open, no response and no short timer run
-    for ``job.quiet`` s: links inserted at load, after an XHR or a short ``setTimeout``
-    are in the DOM, without Playwright's fixed 500 ms of ``networkidle``."""
-    loop = asyncio.get_running_loop()
-    while True:
-        while traffic.open or loop.time() - traffic.last < job.quiet:
-            await asyncio.sleep(POLL)
-        quiet = "q => window.__crawlerQuiet && window.__crawlerQuiet(q)"
-        await page.evaluate(quiet, job.quiet * 1000)  # a timer's fetch is seen by then
-        if traffic.open == 0 and loop.time() - traffic.last >= job.quiet:
-            return
-
-
-def timers_js(timer_wait: float) -> str:
-    return TIMERS_JS.replace("LIMIT", str(int(timer_wait * 1000)))
 
 
 def _refuse_escapes(page: Any, job: RenderJob) -> None:

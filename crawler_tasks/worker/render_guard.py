@@ -46,6 +46,9 @@ class SubrequestGuard:
         self.config = store.render_config  # the crawl's limits, not this process's
         self.slots = self.made = self.blocked = self.refused = self.bytes = 0
         self._lock = threading.Lock()
+        # Time with at least one subrequest waiting for its token or slot (held()): closed
+        # stretches, and since when the open one began (waiting: how many wait now).
+        self._held, self._since, self._waiting = 0.0, 0.0, 0
 
     def __call__(self, url: str, method: str, resource_type: str) -> Answer:
         if not self._admissible(url, method, resource_type):
@@ -63,6 +66,20 @@ class SubrequestGuard:
             self._count("refused")
             return None
         return self._fetch(url)
+
+    def held(self) -> float:
+        """Seconds so far during which a subrequest of the page waited for its host's token
+        or send-gate slot: politeness holding the page (render_settle.py does not count it
+        against the settle)."""
+        with self._lock:
+            return self._held + (time.monotonic() - self._since if self._waiting else 0.0)
+
+    def _hold(self, by: int) -> None:
+        with self._lock:
+            now = time.monotonic()
+            if self._waiting:
+                self._held += now - self._since
+            self._since, self._waiting = now, self._waiting + by
 
     def counters(self) -> dict[str, int]:
         return {
@@ -105,14 +122,18 @@ class SubrequestGuard:
     def _token(self, url: str) -> bool:
         """Wait for a token of ``url``'s host (False: not before the render deadline)."""
         opts, domain = self.store.opts, self.store.domain_of(url)
-        while True:
-            wait = self.store.politeness.subrequest(domain, opts.rate, opts.burst)
-            if wait <= 0:
-                passed = wait_under_ceiling(self.ctx.ceilings, self.store, domain, self.until)
-                return passed is not None
-            if time.monotonic() + wait > self.until:
-                return False
-            time.sleep(min(wait, TOKEN_POLL))
+        self._hold(1)
+        try:
+            while True:
+                wait = self.store.politeness.subrequest(domain, opts.rate, opts.burst)
+                if wait <= 0:
+                    passed = wait_under_ceiling(self.ctx.ceilings, self.store, domain, self.until)
+                    return passed is not None
+                if time.monotonic() + wait > self.until:
+                    return False
+                time.sleep(min(wait, TOKEN_POLL))
+        finally:
+            self._hold(-1)
 
     def _fetch(self, url: str) -> Answer:
         crawl = self.ctx.crawl_runtime(self.store)

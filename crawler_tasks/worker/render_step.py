@@ -117,6 +117,7 @@ def _rendered(
         quiet=s.render_quiet,
         timer_wait=s.render_timer_wait,
         group=store.id,
+        held=guard.held,
     )
     page = ctx.browser.render(job)
     html = page.html.encode("utf-8")
