@@ -62,7 +62,7 @@ def same_host_links(body: bytes, url: str, headers: dict[str, str]) -> list[str]
     return [u for u in page.links if urlsplit(u).netloc == host]
 
 
-def requests_get(ca: str, per_host: int) -> Engine:
+def requests_get(ca: str, per_host: int, conc: int) -> Engine:
     """A fetch in the calling thread: one shared requests.Session, kept connections."""
     import requests
     from requests.adapters import HTTPAdapter
@@ -78,7 +78,7 @@ def requests_get(ca: str, per_host: int) -> Engine:
     return get, session.close
 
 
-def our_get(ca: str, per_host: int) -> Engine:
+def our_get(ca: str, per_host: int, conc: int) -> Engine:
     """A fetch in the calling thread through our own fetcher (web/fetcher.py: pinned
     addresses, kept TLS connections, the body read in bounded steps, a deadline)."""
     from crawler_tasks.web.fetcher import Fetcher
@@ -155,7 +155,7 @@ class Frontier:
             self.work.put(None)
 
 
-ENGINES = {"threads": requests_get, "ours": our_get}
+ENGINES = {"threads": requests_get, "ours": our_get, "hybrid": loop_get}
 
 
 def run_threads(
@@ -163,9 +163,7 @@ def run_threads(
 ) -> dict:
     from crawler_tasks.state.connection import connect
 
-    get, close = (
-        loop_get(ca, per_host, conc) if engine == "hybrid" else ENGINES[engine](ca, per_host)
-    )
+    get, close = ENGINES[engine](ca, per_host, conc)
     client = connect(redis_url, pool_size=64)  # our state client, as a fetch process's
     script = client.register_script(SCRIPT)
     gates: dict[str, threading.BoundedSemaphore] = {}
