@@ -25,6 +25,8 @@ whole web (a missing page or an error).
 
 from __future__ import annotations
 
+import argparse
+import importlib.util
 import json
 import os
 import subprocess
@@ -41,6 +43,11 @@ from crawler_tasks.surface.embedded import private_redis
 
 HERE = Path(__file__).resolve().parent
 PROCESSES = 2
+MODELS = ("threads", "ours", "hybrid", "asyncio")
+
+
+class ModelFailed(Exception):
+    """A model's process did not finish its crawl: no figures to report."""
 
 
 def run_model(args: Any, web: Web, model: str, redis_url: str, tmp: str) -> dict[str, Any]:
@@ -61,9 +68,16 @@ def run_model(args: Any, web: Web, model: str, redis_url: str, tmp: str) -> dict
     with cpu_hogs(args.hogs):
         procs = [subprocess.Popen(c, env=env) for c in cmds]
         for p in procs:
-            p.wait(args.timeout)
+            try:
+                p.wait(max(1.0, t0 + args.timeout - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
     wall = time.monotonic() - t0
     figures = web.judge(start, float("inf"))
+    failed = [p.returncode for p in procs if p.returncode]
+    if failed:
+        raise ModelFailed(f"model {model}: a process exited {failed[0]} (its stderr above)")
     reports = [json.loads(o.read_text()) for o in outs]
     cpu = sum(r["cpu_s"] for r in reports)
     n = max(figures.get("pages", 0), 1)
@@ -78,6 +92,26 @@ def run_model(args: Any, web: Web, model: str, redis_url: str, tmp: str) -> dict
 
 COLUMNS = ["round", "crawler", "pages_per_s", "pages", "missing", "duplicates", "errors"]
 COLUMNS += ["cpu_ms_per_page", "x_threads_cpu", "new_conns_per_page"]
+
+
+def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Every argument checked before a server, a Redis or a process starts."""
+    unknown = [m for m in args.models.split(",") if m not in MODELS]
+    if unknown or not args.models:
+        p.error(f"--models: {unknown or args.models!r} not among {', '.join(MODELS)}")
+    for name in ("hosts", "pages", "rounds", "concurrency", "fast_conn"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')}: at least 1, got {getattr(args, name)}")
+    for name in ("round_trips", "hogs"):
+        if getattr(args, name) < 0:
+            p.error(f"--{name.replace('_', '-')}: at least 0, got {getattr(args, name)}")
+    if not args.timeout > 0:
+        p.error(f"--timeout: seconds above 0, got {args.timeout}")
+    loops = {"hybrid", "asyncio"} & set(args.models.split(","))
+    if loops and importlib.util.find_spec("aiohttp") is None:
+        p.error(f"{', '.join(sorted(loops))} need aiohttp: .venv/bin/pip install -e '.[bench]'")
+    if args.with_scrapy and importlib.util.find_spec("scrapy") is None:
+        p.error("Scrapy is not installed: .venv/bin/pip install -e '.[bench]', or no --with-scrapy")
 
 
 def main() -> int:
@@ -97,6 +131,7 @@ def main() -> int:
     add_latency(p)
     args = p.parse_args()
     args.latency = read_latency(p, args.latency)
+    check_args(p, args)
     # What run_ours and run_scrapy read besides.
     args.https, args.real_sizes, args.keep, args.events = True, True, None, False
     args.worker_env, args.script_times = {}, False
@@ -117,10 +152,13 @@ def main() -> int:
                 if args.with_scrapy:
                     _util.log(args, f"round {r + 1}: scrapy")
                     batch.append({"round": r + 1, **run_scrapy(args, web, "fast")})
-                base = next(b for b in batch if "threads" in b["crawler"])["cpu_ms_per_page"]
-                for b in batch:
-                    b["x_threads_cpu"] = b["cpu_ms_per_page"] / base
+                base = [b for b in batch if b["crawler"].startswith("model threads ")]
+                for b in batch if base else []:
+                    b["x_threads_cpu"] = b["cpu_ms_per_page"] / base[0]["cpu_ms_per_page"]
                 rows += batch
+        except ModelFailed as exc:
+            print(exc, file=sys.stderr)
+            return 1
         finally:
             web.close()
     _util.emit(

@@ -68,3 +68,21 @@ def test_bench_script_runs(run: str, tmp_path: Path):
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     assert "Traceback" not in result.stderr, result.stderr[-4000:]
     assert result.stdout.strip(), "printed no figures"
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    ["--models bogus", "--models threads,", "--concurrency 0", "--hogs -1", "--timeout 0"],
+)
+def test_engine_model_refuses_bad_arguments_before_it_starts(arguments: str, tmp_path: Path):
+    result = subprocess.run(
+        [sys.executable, str(BENCH / "engine_model.py"), *arguments.split()],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith("engine_model.py: error: --")
+    assert "Traceback" not in result.stderr and not result.stdout
+    assert list(tmp_path.iterdir()) == []  # nothing written, no server or Redis started
