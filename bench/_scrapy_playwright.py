@@ -5,7 +5,7 @@ benchmark itself).
 
 Every page rendered by Playwright in the system Chromium (as ours), each ``goto`` waiting for
 ``networkidle`` (links inserted by XHR or after a ``setTimeout`` are there then; its default,
-``load``, misses them; ours waits for the page to go quiet instead, worker/browser.py),
+``load``, misses them; ours waits for the page to go quiet instead, worker/render/browser.py),
 images/fonts/media aborted, same-host links followed, robots.txt
 obeyed, CONCURRENCY requests per domain, no delay. One JSON line per page (url, links).
 """

@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from crawler_tasks.settings import load  # noqa: E402
 from crawler_tasks.surface.embedded import private_redis  # noqa: E402
-from crawler_tasks.worker.app import make_app  # noqa: E402
+from crawler_tasks.worker.process.app import make_app  # noqa: E402
 
 
 def page(i: int, size: int) -> bytes:

@@ -31,7 +31,7 @@ from crawler_tasks import start_crawl
 from crawler_tasks.settings import load
 from crawler_tasks.surface.embedded import local_workers, private_redis
 from crawler_tasks.web.urls import normalize
-from crawler_tasks.worker.outage import REDIS_UNAVAILABLE
+from crawler_tasks.worker.process.outage import REDIS_UNAVAILABLE
 
 
 def patiently(call: Any, patience: float = 120.0) -> Any:

@@ -44,7 +44,7 @@ from crawler_tasks import start_crawl
 from crawler_tasks.settings import load
 from crawler_tasks.surface.embedded import local_workers, private_redis
 from crawler_tasks.web.urls import normalize
-from crawler_tasks.worker.app import QUEUES, make_app
+from crawler_tasks.worker.process.app import QUEUES, make_app
 
 WORDS = [
     "summer",

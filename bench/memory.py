@@ -53,7 +53,7 @@ from crawler_tasks.state.bloom import KnownURLs
 from crawler_tasks.state.neardup import NearDuplicates
 from crawler_tasks.state.store import CrawlStore
 from crawler_tasks.surface.embedded import private_redis
-from crawler_tasks.worker.context import KNOWN_MAX
+from crawler_tasks.worker.runtime.context import KNOWN_MAX
 
 WORDS = (  # noqa: SIM905 - one line of words reads better than 24 lines
     "summer linen shirt classic blue garden chair oak table lamp vintage leather boots wool "

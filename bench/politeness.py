@@ -45,7 +45,7 @@ from sitegen import Request, max_concurrency, rate_report, running_sites
 from crawler_tasks import start_crawl
 from crawler_tasks.settings import Settings, load
 from crawler_tasks.surface.embedded import local_workers, private_redis
-from crawler_tasks.worker.app import make_app
+from crawler_tasks.worker.process.app import make_app
 
 #: Fraction of the crawl's span dropped at each end when measuring the steady pace.
 EDGE = 0.15

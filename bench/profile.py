@@ -81,7 +81,11 @@ def table(stacks: list[tuple[list[str], int]], top: int = 15) -> str:
     lines = [f"{total} samples of the thread holding the GIL", "", "| where | share |", "|---|---|"]
     lines += [f"| {name} | {100 * n / total:.1f} % |" for name, n in shares.most_common()]
     lines += ["", "| own frame (inclusive) | share |", "|---|---|"]
-    skip = ("worker/tasks.py", "worker/pipeline.py", "worker/app.py")  # every page's callers
+    skip = (
+        "worker/tasks.py",
+        "worker/visit/pipeline.py",
+        "worker/process/app.py",
+    )  # every page's callers
     rows = [(k, n) for k, n in own.most_common() if not k.startswith(skip)][:top]
     lines += [f"| `{name}` | {100 * n / total:.1f} % |" for name, n in rows]
     return "\n".join(lines)

@@ -27,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 import _broad_server as web  # noqa: E402
 
-from crawler_tasks.worker.output import CrawlOutput  # noqa: E402
+from crawler_tasks.worker.output.files import CrawlOutput  # noqa: E402
 
 REQUEST = [("User-Agent", "crawler-tasks/bench"), ("Accept-Encoding", "gzip, deflate, br")]
 

@@ -17,7 +17,7 @@ def __getattr__(name: str) -> Any:
     (``crawl_finished``...) likewise: made on first use (state/events.py)."""
     if name == "app":
         from .worker import tasks as _tasks  # noqa: F401  (registers crawl.fetch, crawl.parse)
-        from .worker.app import app
+        from .worker.process.app import app
 
         return app
     if name in _events.SIGNALS:

@@ -87,7 +87,7 @@ class RedisFull(ConfigError):
 class OutputUnavailable(CrawlerError):
     """Writing the crawl's files failed for a reason of the disk, not of the URL (ENOSPC,
     EDQUOT, EROFS, EACCES, EIO...). The writer has put each file back as it was before the
-    failed record (worker/output.py); the record waits in Redis until it can be written."""
+    failed record (worker/output/files.py); the record waits in Redis until it can be written."""
 
     reason = "output_unavailable"
 

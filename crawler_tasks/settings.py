@@ -201,7 +201,7 @@ class Settings:
     #: thread's CPU. 0 = every page goes to ``parse``.
     inline_parse_bytes: int = limited(262144, 0, 1 << 30)
 
-    # --- rendering (crawl.render workers, worker/browser.py) ------------------------------------
+    # --- rendering (crawl.render workers, worker/render/browser.py) ------------------------------------
     #: The Chromium binary Playwright drives; empty: /usr/bin/chromium (the Debian package).
     chromium_path: str = ""
     #: Crawl default. Seconds one page may take to render (load, settle, every subrequest and its token wait)
@@ -211,7 +211,7 @@ class Settings:
     #: subrequests' waits for tokens extend it (render_settle.py); within ``render_deadline``.
     render_settle: float = limited(3.0, 0, 3600)
     #: Seconds without a request open, a response or a short timer's callback after which a
-    #: loaded page counts as quiet (worker/browser.py). Playwright's ``networkidle`` waits a
+    #: loaded page counts as quiet (worker/render/browser.py). Playwright's ``networkidle`` waits a
     #: fixed 500 ms after the last request, timers unseen: 2/3 of a render's wall time on a
     #: JS site (bench/render.py).
     render_quiet: float = limited(0.1, 0.001, 60)
@@ -275,7 +275,7 @@ class Settings:
     #: loopback. A secret: from the environment only, never shown (nor in the repr).
     dashboard_auth: str = dataclasses.field(default="", repr=False)
     #: glibc malloc arenas of a worker process (0: glibc's own, 8 a core): 2 cut a fetch
-    #: process's peak RSS by ~45 MB at no measured CPU cost (worker/malloc.py).
+    #: process's peak RSS by ~45 MB at no measured CPU cost (worker/process/malloc.py).
     malloc_arenas: int = limited(2, 0, 1024)
 
     @property

@@ -34,7 +34,7 @@ from crawler_tasks.surface.embedded import (
     private_redis,
     stop_process,
 )
-from crawler_tasks.worker.app import broker_transport
+from crawler_tasks.worker.process.app import broker_transport
 
 # celery_app / celery_worker (an embedded worker in a thread of the test process); the
 # fixtures below point them at the project's app and the test's Redis.

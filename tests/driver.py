@@ -14,10 +14,10 @@ from typing import Any
 
 from crawler_tasks.settings import Settings
 from crawler_tasks.surface.crawl import Crawl
-from crawler_tasks.worker import pipeline
-from crawler_tasks.worker.context import Context
-from crawler_tasks.worker.dispatcher import Dispatcher
-from crawler_tasks.worker.handoff import Publisher
+from crawler_tasks.worker.dispatch.dispatcher import Dispatcher
+from crawler_tasks.worker.runtime.context import Context
+from crawler_tasks.worker.runtime.handoff import Publisher
+from crawler_tasks.worker.visit import pipeline
 
 
 class Driver:

@@ -27,7 +27,7 @@ from crawler_tasks.state import workers
 from crawler_tasks.state.formats import Inflight
 from crawler_tasks.state.keys import Keys
 from crawler_tasks.surface.embedded import FETCH_QUEUES
-from crawler_tasks.worker.app import direct_queue
+from crawler_tasks.worker.process.app import direct_queue
 
 HOSTS = ["127.0.0.93", "127.0.0.94", "127.0.0.95", "127.0.0.96"]
 
@@ -130,7 +130,7 @@ def test_process_holding_hosts_killed(settings, redis_url, tmp_path):  # type: i
 def test_process_holding_hosts_stopped(settings, redis_url, tmp_path):  # type: ignore[no-untyped-def]
     """SIGTERM (a warm shutdown) the fetch process holding hosts, not restarted, mid-crawl:
     it is sent no new hosts, finishes what it began, hands back what is still in its own
-    queue and leaves the holders before it exits (worker/departure.py). Nothing is taken back
+    queue and leaves the holders before it exits (worker/dispatch/departure.py). Nothing is taken back
     and no retry spent, unlike a killed process's URLs; every page once."""
     with _mid_crawl(settings, redis_url, tmp_path) as (graph, c, seeds, crawl, leaving):
         client = redis.Redis.from_url(redis_url)

@@ -21,10 +21,10 @@ from crawler_tasks import start_crawl
 from crawler_tasks.state.archive import RESPONSE, Archive
 from crawler_tasks.state.archive import dumps as archive_dumps
 from crawler_tasks.state.formats import ArchiveSlot
-from crawler_tasks.worker import warc_appends
-from crawler_tasks.worker.archive_fence import ArchiveFence
-from crawler_tasks.worker.output import CrawlOutput
-from crawler_tasks.worker.room import Room
+from crawler_tasks.worker.output import warc_appends
+from crawler_tasks.worker.output.archive_fence import ArchiveFence
+from crawler_tasks.worker.output.files import CrawlOutput
+from crawler_tasks.worker.runtime.room import Room
 
 
 def responses(directory: Path) -> Counter[str]:

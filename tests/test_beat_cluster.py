@@ -24,7 +24,7 @@ from crawler_tasks.state.keys import Keys
 from crawler_tasks.state.schedules import Schedule, Schedules
 from crawler_tasks.surface.embedded import local_workers, stop_process
 from crawler_tasks.web.urls import normalize
-from crawler_tasks.worker.app import make_app
+from crawler_tasks.worker.process.app import make_app
 
 
 @pytest.mark.timeout(300)

@@ -1,4 +1,4 @@
-"""kombu's record of delivered messages on our Redis transport (worker/broker.py QoS): a fetch
+"""kombu's record of delivered messages on our Redis transport (worker/process/broker.py QoS): a fetch
 message is held in the process only (no unacked hash entry, no round trip at delivery or
 ack), and is still put back in its queue when the process gives it back alive; any other
 message keeps kombu's record in Redis. Real redis-server, real kombu channel."""
@@ -19,7 +19,7 @@ UNACKED_INDEX = "unacked_index"
 
 @pytest.fixture
 def conn(redis_url: str) -> Iterator[Connection]:
-    with Connection(redis_url, transport="crawler_tasks.worker.broker:Transport") as c:
+    with Connection(redis_url, transport="crawler_tasks.worker.process.broker:Transport") as c:
         yield c
 
 

@@ -18,10 +18,10 @@ from crawler_tasks import start_crawl
 from crawler_tasks.state.archive import RESPONSE
 from crawler_tasks.state.scripts import Carried
 from crawler_tasks.web.fetcher import Response
-from crawler_tasks.worker import pipeline
-from crawler_tasks.worker.archive_fence import ArchiveFence
-from crawler_tasks.worker.output import CrawlOutput
-from crawler_tasks.worker.room import Room
+from crawler_tasks.worker.output.archive_fence import ArchiveFence
+from crawler_tasks.worker.output.files import CrawlOutput
+from crawler_tasks.worker.runtime.room import Room
+from crawler_tasks.worker.visit import pipeline
 
 SITE = "http://127.0.0.1:9"
 WARC = (200, "OK", [("Content-Type", "text/html")], b"<html>x</html>", [])

@@ -1,7 +1,7 @@
 """Nothing of a dead fetch process is left in Redis (issue 33): after it is SIGKILLed and
 declared dead, its direct queue, that queue's kombu bindings, its ``fetchers`` entry and its
 ``held:<worker>`` set are gone; after a warm shutdown, all that is gone by the time it has
-exited (worker/departure.py). Real workers, real Redis (the broker too)."""
+exited (worker/dispatch/departure.py). Real workers, real Redis (the broker too)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from conftest import stop_together, wait_until
 from test_faults import cluster
 
 from crawler_tasks.state.keys import Keys
-from crawler_tasks.worker.broker import DIRECT_PREFIX
+from crawler_tasks.worker.process.broker import DIRECT_PREFIX
 
 KILLS = 10
 

@@ -1,4 +1,4 @@
-"""A fetch process leaving the holders of hosts in a warm shutdown (worker/departure.py): while
+"""A fetch process leaving the holders of hosts in a warm shutdown (worker/dispatch/departure.py): while
 it drains it is routed nothing new and its queue is kept; then it hands back what is still in
 its queue, without a retry or a take-back. The real dispatcher's router and a real Celery
 publish to a real Redis broker; the leaving process is this test's (the process-level test is
@@ -9,10 +9,10 @@ from __future__ import annotations
 from crawler_tasks import start_crawl
 from crawler_tasks.state import workers
 from crawler_tasks.state.formats import Inflight
-from crawler_tasks.worker.app import direct_queue, make_app
-from crawler_tasks.worker.broker import BrokerView
-from crawler_tasks.worker.departure import Departure
-from crawler_tasks.worker.routing import HostRouter
+from crawler_tasks.worker.dispatch.departure import Departure
+from crawler_tasks.worker.dispatch.routing import HostRouter
+from crawler_tasks.worker.process.app import direct_queue, make_app
+from crawler_tasks.worker.process.broker import BrokerView
 
 GONE = "host-gone"
 

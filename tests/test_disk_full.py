@@ -104,7 +104,7 @@ def test_a_disk_full_for_a_minute_costs_at_most_one_extra_request_per_url(
     settings, redis_url, tmp_path, worker_logs
 ):  # type: ignore[no-untyped-def]
     """While the output stays full the crawl learns whether there is room with a probe file
-    of its own (worker/room.py), never by fetching a page again: over 60 s of a full disk no
+    of its own (worker/runtime/room.py), never by fetching a page again: over 60 s of a full disk no
     URL is requested more than twice (the fetch whose write failed, and its fetch once there
     is room), and the crawl ends exact once room is made."""
     with (

@@ -16,7 +16,7 @@ from driver import Driver
 
 from crawler_tasks import Crawl, start_crawl
 from crawler_tasks.settings import Settings
-from crawler_tasks.worker import rounds as rounds_module
+from crawler_tasks.worker.dispatch import rounds as rounds_module
 
 
 @contextlib.contextmanager

@@ -4,7 +4,7 @@ and asserts what a user relies on: the crawl finishes; its pages are exactly the
 each URL once in pages-*.jsonl; the counters agree; summary.json is there; and it took no
 longer than a stated bound.
 
-Deterministic kills use the named fault points of crawler_tasks.worker.faults
+Deterministic kills use the named fault points of crawler_tasks.worker.process.faults
 (``CRAWLER_FAULT_POINT``): a process kills itself at an exact step of the finish path.
 """
 

@@ -8,7 +8,7 @@ A take-back names the process its URL was marked as held by ("r:<host>-<pid>"); 
 says which start's process that was. The one seen in CI named the fetch process of the start
 before: a stopped fetch process stayed in ``fetchers`` with a fresh heartbeat, so the next
 start's first dispatcher published the seed to its queue, and took it back once that beat
-was old (worker/departure.py). Each stop is therefore checked to leave no holder behind,
+was old (worker/dispatch/departure.py). Each stop is therefore checked to leave no holder behind,
 which does not depend on that race being won."""
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from crawler_tasks import start_crawl
 from crawler_tasks.state import calls, formats, keys
 from crawler_tasks.state.crawl_state import FIELDS, Note
 from crawler_tasks.state.formats import Inflight, LeaseEnd, Status
-from crawler_tasks.worker.output import page_text
+from crawler_tasks.worker.output.files import page_text
 
 
 @pytest.mark.parametrize(

@@ -184,7 +184,7 @@ def test_an_on_item_task_no_worker_knows_is_refused_and_a_queue_nobody_serves_is
 
 def _queues(redis_url: str) -> set[str]:
     from crawler_tasks.settings import load
-    from crawler_tasks.worker.app import make_app
+    from crawler_tasks.worker.process.app import make_app
 
     replies = make_app(load(env={}, broker_url=redis_url)).control.inspect(timeout=1.0)
     return {q["name"] for qs in (replies.active_queues() or {}).values() for q in qs}

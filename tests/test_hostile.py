@@ -41,9 +41,9 @@ from crawler_tasks.surface.embedded import (
     private_redis,
 )
 from crawler_tasks.web.fetcher import Fetcher
-from crawler_tasks.worker import pipeline
-from crawler_tasks.worker.context import Context
-from crawler_tasks.worker.handoff import Publisher
+from crawler_tasks.worker.runtime.context import Context
+from crawler_tasks.worker.runtime.handoff import Publisher
+from crawler_tasks.worker.visit import pipeline
 
 MIB = 1 << 20
 LIMIT = 6 * MIB  # max_body_bytes: /links-100k (5.1 MiB) fits, /endless and the bomb do not

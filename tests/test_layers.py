@@ -85,14 +85,14 @@ def test_imports_point_down(path: Path) -> None:
 def test_the_check_catches_an_upward_import(tmp_path: Path) -> None:
     """The rule above is not vacuous: an import from a higher layer is found."""
     bad = PACKAGE / "web" / "urls.py"
-    text = bad.read_text("utf-8") + "\nfrom ..worker import pipeline\n"
+    text = bad.read_text("utf-8") + "\nfrom ..worker.visit import pipeline\n"
     probe = PACKAGE / "web" / "_probe_upward.py"
     probe.write_text(text, "utf-8")
     try:
         found = [t for t in imports(probe) if layer_of(t) == "worker"]
     finally:
         probe.unlink()
-    assert "crawler_tasks.worker.pipeline" in found
+    assert "crawler_tasks.worker.visit.pipeline" in found
 
 
 def import_graph(paths: list[Path]) -> dict[str, set[str]]:
@@ -163,6 +163,72 @@ def test_the_dashboard_process_imports_no_worker_module() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == []
+
+
+#: The rooms of ``worker/``, lowest first (crawler_tasks/worker/__init__.py): a room imports its
+#: own modules and the rooms below it. ``worker``'s own modules (tasks, __main__, the hooks
+#: face) sit above every room.
+WORKER_ROOMS = ["process", "output", "render", "runtime", "visit", "dispatch"]
+
+
+def room_of(module: str) -> str | None:
+    """``crawler_tasks.worker.visit.settle`` -> ``visit``; None outside worker/; ``top`` for
+    worker's own modules."""
+    parts = module.split(".")
+    if parts[:2] != ["crawler_tasks", "worker"] or len(parts) < 3:
+        return None
+    return parts[2] if parts[2] in WORKER_ROOMS else "top"
+
+
+WORKER_MODULES = [p for p in MODULES if room_of(module_name(p)) is not None]
+
+
+def test_every_worker_module_sits_in_a_room() -> None:
+    """worker/ holds its rooms and, beside them, only the tasks, the entry point and the
+    hooks face: a new module goes into a room."""
+    tops = {module_name(p) for p in WORKER_MODULES if room_of(module_name(p)) == "top"}
+    assert tops == {
+        "crawler_tasks.worker.tasks",
+        "crawler_tasks.worker.__main__",
+        "crawler_tasks.worker.hooks",
+    }
+
+
+def upward_rooms(path: Path) -> list[str]:
+    mine = room_of(module_name(path))
+    if mine in (None, "top"):
+        return []
+    rank = WORKER_ROOMS.index(mine)
+    found = []
+    for target in imports(path):
+        room = room_of(target)
+        if room == "top" or (room in WORKER_ROOMS and WORKER_ROOMS.index(room) > rank):
+            found.append(target)
+    return found
+
+
+@pytest.mark.parametrize("path", WORKER_MODULES, ids=lambda p: module_name(p))
+def test_worker_rooms_import_down(path: Path) -> None:
+    upward = upward_rooms(path)
+    assert not upward, f"{module_name(path)} imports a room above its own: {upward}"
+
+
+def test_the_room_check_catches_an_upward_import() -> None:
+    probe = PACKAGE / "worker" / "process" / "_probe_room.py"
+    probe.write_text("from ..visit import settle\nfrom .. import tasks\n", "utf-8")
+    try:
+        found = upward_rooms(probe)
+    finally:
+        probe.unlink()
+    assert "crawler_tasks.worker.visit.settle" in found
+    assert "crawler_tasks.worker.tasks" in found
+
+
+def test_no_room_holds_more_than_twelve_modules() -> None:
+    """A room past a dozen modules has rooms of its own inside: split it."""
+    for room in WORKER_ROOMS:
+        modules = [p for p in (PACKAGE / "worker" / room).glob("*.py") if p.name != "__init__.py"]
+        assert len(modules) <= 12, f"worker/{room}/ holds {len(modules)} modules"
 
 
 #: House rule: a module longer than this is split along a seam (issue 21).

@@ -1,5 +1,5 @@
 """A worker process caps glibc's malloc arenas (``CRAWLER_MALLOC_ARENAS``, default 2;
-worker/malloc.py): each arena a thread is handed shows in /proc/PID/maps as a reserved
+worker/process/malloc.py): each arena a thread is handed shows in /proc/PID/maps as a reserved
 region (``---p``, a MiB or more, no file), and a capped process has at most one such
 region besides the main heap, where an uncapped one gets an arena for each of its busy
 threads (up to 8 a core)."""
@@ -13,14 +13,14 @@ from pathlib import Path
 from sitegen import running_sites
 from test_faults import cluster, start, wait
 
-from crawler_tasks.worker.malloc import limit_arenas
+from crawler_tasks.worker.process.malloc import limit_arenas
 
 #: 24 threads allocating at once (a barrier keeps them all alive): glibc hands each a new
 #: arena, up to its cap.
 THREADS = """
 import sys, threading
 sys.path.insert(0, sys.argv[2])
-from crawler_tasks.worker.malloc import limit_arenas
+from crawler_tasks.worker.process.malloc import limit_arenas
 print(limit_arenas(int(sys.argv[1])))
 keep, barrier = [], threading.Barrier(24)
 def work():

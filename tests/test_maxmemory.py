@@ -37,8 +37,8 @@ from crawler_tasks.surface.crawl import Crawl
 from crawler_tasks.surface.display import line
 from crawler_tasks.surface.embedded import local_workers, private_redis
 from crawler_tasks.web.urls import normalize
-from crawler_tasks.worker.app import QUEUES
-from crawler_tasks.worker.room import Room
+from crawler_tasks.worker.process.app import QUEUES
+from crawler_tasks.worker.runtime.room import Room
 
 HOSTS = ["127.0.0.91", "127.0.0.92", "127.0.0.93"]
 PAGES, LINKS = 1200, 10
@@ -234,7 +234,7 @@ def test_a_page_without_room_goes_back_to_the_frontier(redis_url, client, tmp_pa
 
 
 def driver_fetch(driver: Driver, crawl_id: str, url: str, depth: int) -> str:
-    from crawler_tasks.worker import pipeline
+    from crawler_tasks.worker.visit import pipeline
 
     return pipeline.fetch_url(driver.ctx, crawl_id, url, depth)
 

@@ -14,8 +14,8 @@ from disks import tmpfs
 from warcio.archiveiterator import ArchiveIterator
 
 from crawler_tasks.errors import OutputUnavailable
-from crawler_tasks.worker.output import CrawlOutput
-from crawler_tasks.worker.output_read import read_pages
+from crawler_tasks.worker.output.files import CrawlOutput
+from crawler_tasks.worker.output.read import read_pages
 
 
 def record(i: int) -> dict:  # type: ignore[type-arg]

@@ -48,8 +48,8 @@ from crawler_tasks.state import workers
 from crawler_tasks.state.formats import Committed, Unwritten
 from crawler_tasks.state.keys import Keys
 from crawler_tasks.surface.embedded import FETCH_QUEUES
-from crawler_tasks.worker.outcome import Final
-from crawler_tasks.worker.recorder import write_orphan
+from crawler_tasks.worker.visit.outcome import Final
+from crawler_tasks.worker.visit.recorder import write_orphan
 
 MOVED = Committed.MOVED
 

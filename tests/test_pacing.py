@@ -28,7 +28,7 @@ from crawler_tasks.state.options import CrawlOptions
 from crawler_tasks.state.pacing import address_limits
 from crawler_tasks.surface.cli import main as cli
 from crawler_tasks.surface.commands import domain_line
-from crawler_tasks.worker.app import make_app
+from crawler_tasks.worker.process.app import make_app
 
 SHARED = "127.0.0.9"
 NAMES = [f"site{i}.shared.test" for i in range(12)]

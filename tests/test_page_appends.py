@@ -1,4 +1,4 @@
-"""A page record's commit rides with the next page's finish (worker/page_appends.py): one
+"""A page record's commit rides with the next page's finish (worker/output/page_appends.py): one
 round trip a page instead of two, and the copy asked about is still the last in the file
 when its answer comes, so a copy taken over meanwhile is truncated at the file's end."""
 
@@ -8,10 +8,10 @@ import time
 
 from crawler_tasks import start_crawl
 from crawler_tasks.state.formats import Unwritten
-from crawler_tasks.worker.outcome import Final
-from crawler_tasks.worker.output_read import read_pages
-from crawler_tasks.worker.page_appends import HANDOFF_WAIT
-from crawler_tasks.worker.recorder import _finish_and_append
+from crawler_tasks.worker.output.page_appends import HANDOFF_WAIT
+from crawler_tasks.worker.output.read import read_pages
+from crawler_tasks.worker.visit.outcome import Final
+from crawler_tasks.worker.visit.recorder import _finish_and_append
 
 
 def _released(settings, driver, n):  # type: ignore[no-untyped-def]

@@ -21,8 +21,8 @@ from crawler_tasks.state.store import CrawlStore
 from crawler_tasks.surface.crawl import list_crawls
 from crawler_tasks.surface.summary import summary_text
 from crawler_tasks.web.urls import normalize
-from crawler_tasks.worker.outcome import Final
-from crawler_tasks.worker.recorder import write_orphan
+from crawler_tasks.worker.visit.outcome import Final
+from crawler_tasks.worker.visit.recorder import write_orphan
 
 
 def start(settings, servers, **options):  # type: ignore[no-untyped-def]

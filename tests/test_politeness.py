@@ -43,7 +43,7 @@ from crawler_tasks.state.politeness import MAX_SLOWDOWN, cluster_rates, set_rate
 from crawler_tasks.surface.cli import main as cli
 from crawler_tasks.surface.embedded import local_workers
 from crawler_tasks.web.sitemaps import inflate, parse
-from crawler_tasks.worker.app import make_app
+from crawler_tasks.worker.process.app import make_app
 
 QUIET_SITE = {"broken_ratio": 0, "non_html_ratio": 0, "cross_host_ratio": 0}
 

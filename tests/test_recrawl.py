@@ -21,7 +21,7 @@ from crawler_tasks.settings import load
 from crawler_tasks.state.keys import Keys
 from crawler_tasks.state.schedules import Schedule, Schedules, load_file
 from crawler_tasks.surface.embedded import stop_process
-from crawler_tasks.worker.app import make_app
+from crawler_tasks.worker.process.app import make_app
 from crawler_tasks.worker.tasks import schedules_file
 
 

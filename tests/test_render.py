@@ -1,4 +1,4 @@
-"""The rendering tier (render option, crawl.render, worker/render_step.py) with a real
+"""The rendering tier (render option, crawl.render, worker/visit/render_step.py) with a real
 headless Chromium (the Debian package) on local sites whose links exist only after JavaScript
 runs (tests/jssite.py). In-process (tests/driver.py): the real dispatcher, fetch, render and
 parse steps against the test's Redis; the browser is this process's (one per test)."""
@@ -372,7 +372,7 @@ def test_auto_sample_renders_first_later_pages_wait_for_its_verdict(settings):  
 
 def test_a_render_told_twice_counts_once_and_forget_removes_its_trace(settings, client):  # type: ignore[no-untyped-def]
     """A render told and then lost before its page was recorded (its worker killed, its task
-    redelivered: worker/render_step.py) is rendered and told again. render_plan.lua counts a
+    redelivered: worker/visit/render_step.py) is rendered and told again. render_plan.lua counts a
     URL's verdict once: before, the host showed more renders than pages ("6/5 rendered") and
     the one page weighed twice in its sample, making the host "raw" on one page's evidence."""
     from crawler_tasks.surface.display import render_note

@@ -79,7 +79,7 @@ def test_a_render_worker_without_its_browser_refuses_to_start(redis_url, path, s
     import os
 
     from crawler_tasks.surface.embedded import worker_command
-    from crawler_tasks.worker.app import RENDER_QUEUE
+    from crawler_tasks.worker.process.app import RENDER_QUEUE
 
     env = {**os.environ, "CRAWLER_BROKER_URL": redis_url, "CRAWLER_CHROMIUM_PATH": path}
     done = subprocess.run(
@@ -95,7 +95,7 @@ def test_a_browser_that_cannot_start_names_its_cause() -> None:
     """Not a bare internal_error: render_failed, with Playwright's first line as the cause."""
     from crawler_tasks.errors import RenderFailed
     from crawler_tasks.settings import load
-    from crawler_tasks.worker.browser import BrowserPool, RenderJob
+    from crawler_tasks.worker.render.browser import BrowserPool, RenderJob
 
     pool = BrowserPool(load(env={}, chromium_path="/nonexistent/chromium-browser"))
     job = RenderJob("http://127.0.0.1:9/", 200, {}, b"<html></html>", lambda *a: None, 10, 1)  # type: ignore[arg-type, return-value]

@@ -27,8 +27,8 @@ from crawler_tasks.state.schedules import Schedule, Schedules
 from crawler_tasks.surface.figures import crawl_figures
 from crawler_tasks.surface.metrics import CrawlCollector
 from crawler_tasks.web.captures import Capture, payload_digest, warc_date
-from crawler_tasks.worker.app import make_app
-from crawler_tasks.worker.warc import REVISIT_IDENTICAL, REVISIT_NOT_MODIFIED
+from crawler_tasks.worker.output.warc import REVISIT_IDENTICAL, REVISIT_NOT_MODIFIED
+from crawler_tasks.worker.process.app import make_app
 
 
 def test_a_capture_packs_in_32_bytes_and_keeps_its_date_to_the_microsecond():

@@ -1,4 +1,4 @@
-"""How late a request is for its send slot (worker/send_gate.py) counts from before the ask
+"""How late a request is for its send slot (worker/runtime/send_gate.py) counts from before the ask
 that gave the slot: a fetch thread that loses the CPU between Redis giving the slot and the
 answer reaching it must not look on time, or it sends right after the next request of a gate
 that several share, sent on its own slot. Found by the suite under load: two requests of a
@@ -19,7 +19,7 @@ from crawler_tasks.state.ceilings import Ceilings, set_ceiling
 from crawler_tasks.state.formats import Begun
 from crawler_tasks.state.keys import Keys
 from crawler_tasks.state.scripts import Scripts
-from crawler_tasks.worker.send_gate import SendSlot
+from crawler_tasks.worker.runtime.send_gate import SendSlot
 
 HOST = "ceiling.test"
 RATE = 4.0  # requests/s for all crawls together

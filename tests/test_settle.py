@@ -1,4 +1,4 @@
-"""One place settles a URL (worker/settle.py): whatever branch a fetch takes, its host's lease
+"""One place settles a URL (worker/visit/settle.py): whatever branch a fetch takes, its host's lease
 comes back exactly once, so the host's next URL is released without waiting for the lease's
 expiry. In-process against the real Redis and the real pipeline; the fetcher is replaced by
 a failure nobody wrote a branch for."""
@@ -15,10 +15,10 @@ from crawler_tasks.errors import PermanentError, RetryableError, Unreachable
 from crawler_tasks.state.formats import LeaseEnd
 from crawler_tasks.state.politeness import Lease
 from crawler_tasks.web.fetcher import Response
-from crawler_tasks.worker import fetch_step, pipeline
-from crawler_tasks.worker.context import Context
-from crawler_tasks.worker.handoff import Publisher
-from crawler_tasks.worker.outcome import Decision, Next
+from crawler_tasks.worker.runtime.context import Context
+from crawler_tasks.worker.runtime.handoff import Publisher
+from crawler_tasks.worker.visit import fetch_step, pipeline
+from crawler_tasks.worker.visit.outcome import Decision, Next
 
 HOST = "127.0.0.48"
 #: Longer than any test: a lease that comes back came back because it was returned.
@@ -146,7 +146,7 @@ def test_lease_is_returned_once(settings, context):  # type: ignore[no-untyped-d
 def test_a_crawl_runtime_is_built_with_its_store(settings, context):  # type: ignore[no-untyped-def]
     """One frontier per store, admission's writes through the client that waits for room;
     the crawl's runtime beside it, whose request profile keys the robots.txt cache."""
-    from crawler_tasks.worker.room import PatientClient
+    from crawler_tasks.worker.runtime.room import PatientClient
 
     same = {"settings": settings, "allow_private_networks": True, "user_agent": "a/1"}
     one = start_crawl([f"http://{HOST}:9/"], **same)

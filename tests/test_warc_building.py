@@ -18,8 +18,8 @@ import warcio.warcwriter
 from warcio.archiveiterator import ArchiveIterator
 from warcio.recordbuilder import RecordBuilder
 
-from crawler_tasks.worker import warc
-from crawler_tasks.worker.warc import http_headers, record_bytes, uuid4_hex, with_payload
+from crawler_tasks.worker.output import warc
+from crawler_tasks.worker.output.warc import http_headers, record_bytes, uuid4_hex, with_payload
 
 
 def test_ids_are_version_4_uuids_and_distinct() -> None:

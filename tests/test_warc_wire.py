@@ -20,9 +20,9 @@ from crawler_tasks.state.options import CrawlOptions
 from crawler_tasks.web.captures import payload_digest
 from crawler_tasks.web.fetcher import Fetcher
 from crawler_tasks.web.profile import RequestProfile
-from crawler_tasks.worker.crawl_runtime import CrawlRuntime
-from crawler_tasks.worker.output import CrawlOutput
-from crawler_tasks.worker.warc import REVISIT_IDENTICAL
+from crawler_tasks.worker.output.files import CrawlOutput
+from crawler_tasks.worker.output.warc import REVISIT_IDENTICAL
+from crawler_tasks.worker.runtime.crawl_runtime import CrawlRuntime
 
 LIMIT = 256 * 1024  # the crawls' max_body_bytes
 BOMB = gzip.compress(bytes(16 * 1024 * 1024), 9)  # 16 MiB of zeros in ~16 KB

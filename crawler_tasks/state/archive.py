@@ -4,7 +4,7 @@ one conversion record per URL and crawl, whatever the number of attempts (archiv
 A URL can be fetched twice: taken back from a process that froze or died, or redelivered.
 Each attempt reserves the URL's place before it appends its records and commits after; the
 first attempt whose records reach the archive keeps them, later ones write none, and a writer
-that lost its place while it appended truncates its append (worker/archive_fence.py)."""
+that lost its place while it appended truncates its append (worker/output/archive_fence.py)."""
 
 from __future__ import annotations
 

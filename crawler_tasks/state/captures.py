@@ -1,5 +1,5 @@
 """Each URL's last full WARC capture in a schedule's runs (``P:sched:S:captures``), kept so
-that the next run writes a ``revisit`` record instead of the same payload (worker/revisits.py),
+that the next run writes a ``revisit`` record instead of the same payload (worker/output/revisits.py),
 without reading old WARC files back.
 
 The field is an 8-byte BLAKE2b of the URL, not the URL: the value is 32 bytes (web/captures.py),

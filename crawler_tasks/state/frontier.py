@@ -71,7 +71,7 @@ class Frontier:
     ) -> None:
         self.client = client
         #: Admission's writes go through this one: a worker's waits in place while Redis
-        #: refuses writes for memory (worker/room.py), the release never does.
+        #: refuses writes for memory (worker/runtime/room.py), the release never does.
         self.admit_client = admit_client or client
         self.ck = ck
         self.opts = opts

@@ -30,7 +30,7 @@ any key a crawl writes that this table does not describe, or whose type differs:
     P:workers                hash   worker process id -> last heartbeat (unix seconds)
     P:fetchers               set    fetch worker processes with a direct queue (host affinity)
     P:leaving                set    those of them in a warm shutdown: routed nothing new, their
-                                    queues kept until they hand them back (worker/departure.py)
+                                    queues kept until they hand them back (worker/dispatch/departure.py)
     P:held:<worker>          set    "crawl<TAB>url" of the fetch messages a live process holds
                                     (received, not yet begun), written with its heartbeat
     P:schedules              hash   recrawl schedules

@@ -110,20 +110,20 @@ class CrawlOptions:
     auth: dict[str, str] = field(default_factory=dict)
     proxy: str | None = None
     #: A page whose <link rel=canonical> names another URL: follow that URL (at the page's
-    #: depth) instead of the page's links (worker/parse_step.py ``_canonical``).
+    #: depth) instead of the page's links (worker/visit/parse_step.py ``_canonical``).
     canonical: bool = False
     #: SimHash fingerprints of pages' text; a near-duplicate (<= 3 bits) of an earlier page
     #: gets ``duplicate_of``; with ``skip_near_duplicates`` its links are not followed.
     near_duplicates: bool = False
     skip_near_duplicates: bool = False
-    #: The user's extraction hook, "package.module:function" (see worker/hooks.py), run on
+    #: The user's extraction hook, "package.module:function" (see worker/runtime/hooks.py), run on
     #: every parsed page; ``extract_timeout`` seconds per page before it is cut off.
     extract: str | None = None
     extract_timeout: float = 30.0
     #: The user's Celery task (by name) that receives each page's items, and its queue.
     on_item: str | None = None
     on_item_queue: str = "items"
-    #: JavaScript rendering (worker/render_step.py): "never", "always" or "auto" (per host,
+    #: JavaScript rendering (worker/visit/render_step.py): "never", "always" or "auto" (per host,
     #: decided by sampling: state/render_plan.py); ``render_hosts`` overrides it per host.
     render: str = "never"
     render_hosts: dict[str, str] = field(default_factory=dict)

@@ -5,7 +5,7 @@ together; web/addresses.py says which are exempt). A host's address is the one t
 guard resolves and pins: the fetch reports the address it used and done.lua stores it in the
 host's state hash with an expiry (``ip``, ``ip_until``: ADDRESS_TTL, on Redis's clock), so
 every process agrees; a host whose address is unknown or expired is resolved by the
-dispatcher (worker/addresses.py) before it is released, so even its first request counts
+dispatcher (worker/runtime/addresses.py) before it is released, so even its first request counts
 against its address. release.lua then takes a token of the address's bucket and a lease of
 its leases with the host's, atomically; and the address has a send gate beside the host's
 (gate_lib.lua, in start.lua's round trip), so queueing delays after the release cannot bring

@@ -1,4 +1,4 @@
-"""Which fetched pages are rendered by a browser (the ``render`` option, worker/render_step.py).
+"""Which fetched pages are rendered by a browser (the ``render`` option, worker/visit/render_step.py).
 
 ``never`` (the default) and ``always`` need nothing shared. Under ``auto`` a page without any
 script is parsed as fetched (rendering it could add nothing); for the others it decides per

@@ -117,7 +117,7 @@ class Carried:
     """Script calls that need not go alone: another round trip (``take``, then ``replies``)
     may carry them, as the WARC reservation carries a page's admissions (warc_appends.py,
     issue 32). :meth:`settle` sends those no one carried, through ``client`` (a patient one:
-    worker/room.py), and hands each reply to its ``after``. A carried call refused for memory
+    worker/runtime/room.py), and hands each reply to its ``after``. A carried call refused for memory
     is sent again alone on ``client``, which waits for room as it would have; any other error
     raises. Nothing may depend on a carried call before :meth:`settle` returns."""
 

@@ -1,5 +1,5 @@
 """Which URLs of a crawl are sitemap files, and which origins' robots.txt ``Sitemap:`` lines
-it has taken (``sitemaps=True`` crawls; worker/sitemap_seeds.py does the rest)."""
+it has taken (``sitemaps=True`` crawls; worker/visit/sitemap_seeds.py does the rest)."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from .formats import Status, Steering
 from .keys import CrawlKeys, Keys
 from .scripts import Scripts
 
-#: Seconds between two probes of a crawl's output that could not be written (worker/room.py).
+#: Seconds between two probes of a crawl's output that could not be written (worker/runtime/room.py).
 OUTPUT_PAUSE = 10.0
 
 
@@ -59,11 +59,11 @@ class CrawlLifecycle:
         survey); its reply goes to :func:`steering_of`."""
         return self.ck.state, self.STEERING_FIELDS
 
-    # --- output faults (a full or failing disk: worker/output.py) ----------------------------
+    # --- output faults (a full or failing disk: worker/output/files.py) ----------------------------
     def output_failed(self, why: str, pause: float = OUTPUT_PAUSE) -> None:
         """Writing the crawl's files failed (``why``: "disk full at DIR"): releases pause
         until a write of the crawl's own finds room (:meth:`output_ok`): a probe of the output
-        every ``pause`` s (``output_blocked_until``: the next one, worker/room.py), never a
+        every ``pause`` s (``output_blocked_until``: the next one, worker/runtime/room.py), never a
         page fetched to find out; the records wait in Redis meanwhile. Shown by progress()
         as ``output``."""
         now = time.time()

@@ -93,7 +93,7 @@ class CrawlStore:
         admission_client: redis.Redis | None = None,
     ) -> None:
         """``admission_client``: the client admission writes through (a worker's waits for
-        room while Redis is full, worker/room.py); the store's own client by default."""
+        room while Redis is full, worker/runtime/room.py); the store's own client by default."""
         # Without a process's settings, their defaults (declared once, in Settings).
         process = process or Process.of(Settings())
         self.r = r

@@ -152,7 +152,7 @@ def join(client: redis.Redis, keys: Keys, worker: str) -> None:
 def depart(client: redis.Redis, keys: Keys, worker: str) -> None:
     """``worker`` begins a warm shutdown: no dispatcher routes it new hosts' URLs from its next
     refresh on, and none deletes its queue while it beats (it hands its queue back itself, see
-    worker/departure.py); if it dies first, it is dead like any other."""
+    worker/dispatch/departure.py); if it dies first, it is dead like any other."""
     client.sadd(keys.leaving, worker)
 
 

@@ -294,7 +294,7 @@ class Crawl:
         logs: a URL replayed by :meth:`retry_failed` has a record for each final state it
         reached; with ``latest`` (default) only its last one is yielded (by ``fetched_at``,
         then file order). ``crawler export --pages`` writes the same records."""
-        from ..worker.output_read import latest_pages, read_pages  # files: not for the dashboard
+        from ..worker.output.read import latest_pages, read_pages  # files: not for the dashboard
 
         return latest_pages(self.output_dir) if latest else read_pages(self.output_dir)
 
@@ -303,7 +303,7 @@ class Crawl:
         With ``latest`` (default), only the items of each URL's last record (a page replayed
         by :meth:`retry_failed` has the items of each of its records). ``crawler export
         --items`` writes their ``item`` dicts."""
-        from ..worker.output_read import latest_items, read_pages
+        from ..worker.output.read import latest_items, read_pages
 
         if latest:
             return latest_items(self.output_dir)

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 def _inspect(settings: Settings) -> Any:
     """Celery's broadcast inspection of the broker's workers (answers within 1 s)."""
-    from ..worker.app import make_app
+    from ..worker.process.app import make_app
 
     return make_app(settings).control.inspect(timeout=1.0)
 
@@ -292,7 +292,7 @@ def _broker_named(broker: str | None) -> bool:
 def _check_output(explicit: str, local: str) -> None:
     """The output this command knows is written on this host (--output, or the embedded
     workers' CRAWLER_OUTPUT_DIR) must be writable: refused before the crawl exists."""
-    from ..worker.output_read import unwritable
+    from ..worker.output.read import unwritable
 
     for flag, directory in (("--output", explicit), ("CRAWLER_OUTPUT_DIR", local)):
         why = unwritable(directory) if directory else None

@@ -28,7 +28,7 @@ from pathlib import Path
 import redis
 
 from ..settings import Settings
-from ..worker.app import QUEUES, RENDER_QUEUE
+from ..worker.process.app import QUEUES, RENDER_QUEUE
 
 FETCH_QUEUES = ",".join(q for q in QUEUES if q.startswith("crawl."))
 #: Pages one local render process renders at once (threads sharing its one browser).

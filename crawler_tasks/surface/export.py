@@ -23,7 +23,7 @@ from typing import Any
 
 import click
 
-from ..worker.output_read import latest_items, latest_pages
+from ..worker.output.read import latest_items, latest_pages
 from .cli_common import Fail, broker_option, handle, json_option, say
 
 Rows = Iterable[dict[str, Any]]

@@ -19,7 +19,7 @@ def schedule() -> None:
 def _schedules(broker: str | None) -> Any:
     from ..state.keys import Keys
     from ..state.schedules import Schedules
-    from ..worker.app import make_app
+    from ..worker.process.app import make_app
 
     settings, client = connect(broker)
     return Schedules(make_app(settings), client, Keys(settings.key_prefix))

@@ -1,5 +1,5 @@
 """Sitemap files (sitemaps.org): bounded, safe parsing of urlsets, indexes and plain-text
-sitemaps. How a crawl uses them is :mod:`crawler_tasks.worker.sitemap_seeds`."""
+sitemaps. How a crawl uses them is :mod:`crawler_tasks.worker.visit.sitemap_seeds`."""
 
 from __future__ import annotations
 

@@ -37,21 +37,21 @@ from redis.exceptions import ClusterError, TryAgainError
 from ..settings import Settings
 from ..state import store
 from ..state.schedules import Schedules
-from . import (
+from .dispatch.departure import Departure
+from .dispatch.dispatcher import Dispatcher
+from .dispatch.routing import own_queue
+from .output.files import process_tag
+from .process import (
     broker,
     malloc,  # noqa: F401 (its worker_init handler caps the malloc arenas)
-    pipeline,
 )
-from .app import RENDER_QUEUE, app
-from .broker import BrokerView
-from .context import Context, ProcessContext
-from .departure import Departure
-from .dispatcher import Dispatcher
-from .handoff import Publisher
-from .logs import OncePerInterval, Throttled
-from .outage import REDIS_UNAVAILABLE, ride_out
-from .output import process_tag
-from .routing import own_queue
+from .process.app import RENDER_QUEUE, app
+from .process.broker import BrokerView
+from .process.logs import OncePerInterval, Throttled
+from .process.outage import REDIS_UNAVAILABLE, ride_out
+from .runtime.context import Context, ProcessContext
+from .runtime.handoff import Publisher
+from .visit import pipeline
 
 log = logging.getLogger(__name__)
 _INFRA_ERRORS = (redis.ConnectionError, redis.TimeoutError, ClusterError, TryAgainError)
@@ -180,8 +180,8 @@ def _refuse_bad_settings(**_: Any) -> None:
 @worker_init.connect
 def _refuse_without_browser(sender: Any = None, **_: Any) -> None:
     """A worker that takes render tasks (all queues, or crawl.render) and cannot run its
-    browser stops with one line (worker/browser.py)."""
-    from .browser import browser_problem
+    browser stops with one line (worker/render/browser.py)."""
+    from .render.browser import browser_problem
 
     consumed = getattr(getattr(sender, "app", app).amqp.queues, "consume_from", None)
     if consumed and RENDER_QUEUE not in consumed:
@@ -234,7 +234,7 @@ def parse(self: Any, crawl_id: str, url: str, depth: int) -> str:
 
 @app.task(name="crawl.render", **_retry)
 def render(self: Any, crawl_id: str, url: str, depth: int) -> str:
-    """A fetched page rendered by this process's browser (worker/render_step.py)."""
+    """A fetched page rendered by this process's browser (worker/visit/render_step.py)."""
     return patiently(lambda: pipeline.render_url(context(), crawl_id, url, depth))
 
 

@@ -1,5 +1,5 @@
 -- The server address of domain d, resolved by the dispatcher before its first release
--- (worker/addresses.py, when the crawl groups hosts by address: state/pacing.py): stored in
+-- (worker/runtime/addresses.py, when the crawl groups hosts by address: state/pacing.py): stored in
 -- the domain's hash with an expiry on Redis's clock, and the domain woken, in one step, so
 -- that release.lua, which asked for it, releases it at once under its address's limits.
 -- KEYS[1] ready  KEYS[2] domain state hash

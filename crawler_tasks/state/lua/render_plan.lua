@@ -1,7 +1,7 @@
 -- render="auto": whether to render a host's pages, decided per host from evidence that every
 -- worker shares (one hash per crawl, fields "<host>|<name>"), as Crawlee's adaptive crawler
 -- does per page type: render a sample of the host's first pages and compare each with its raw
--- parse (worker/render_step.py says whether rendering added in-scope links or much text);
+-- parse (worker/visit/render_step.py says whether rendering added in-scope links or much text);
 -- render every page of a host where it did, none where it did not, and keep spot-checking.
 --   sampling: each page is rendered; the first render that adds something makes the host
 --             "render"; ARGV[3] renders that add nothing make it "raw".

@@ -1,4 +1,4 @@
--- A browser subrequest of a rendered page (worker/render_guard.py: a script, an XHR, a
+-- A browser subrequest of a rendered page (worker/visit/render_guard.py: a script, an XHR, a
 -- stylesheet) asks for a token of its host's bucket, the same GCRA bucket release.lua charges
 -- for the crawl's own fetches ("tat" in the domain's state hash), so that a host never gets
 -- more than its rate (+ burst) in any window, whether the requests are pages or what pages

@@ -1,0 +1,184 @@
+"""Repair: what dead processes and lost messages left behind, done by every dispatcher.
+
+* :meth:`Repair.reclaim` (every few seconds): URLs held by workers that stopped beating, or
+  whose message was lost, go back to the frontier (or fail after ``max_retries``: the one
+  retry rule, settle.attempt); records a dead process did not write are written
+  (``recorder.sweep_orphans``); a crawl whose last URL's process died before finishing it is
+  finished.
+* :meth:`Repair.reap` (rarely): a fetch whose message never reached a worker is published
+  again.
+* :meth:`Repair.finish_abandoned`: a crawl left finishing by a finisher that died, or that
+  waited for its output's disk.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from ...errors import WorkerLost
+from ...settings import Settings
+from ...state import store as stores
+from ...state import workers
+from ...state.formats import Inflight, LeaseEnd, Steering
+from ...state.option_checks import reap_after
+from ...state.store import CrawlStore
+from ..process.broker import BrokerView
+from ..process.stall import StallGuard
+from ..runtime.context import Context
+from ..runtime.handoff import Stage
+from ..runtime.room import probe_output
+from ..visit.outcome import Decision
+from ..visit.recorder import crawl_finished, sweep_orphans
+from ..visit.settle import settle, takeback
+
+log = logging.getLogger(__name__)
+
+#: Seconds between two looks for URLs of dead workers and unwritten records (an HSCAN of
+#: each running crawl's in-flight hash: a few hundred entries on a broad crawl).
+RECLAIM_EVERY = 2.0
+
+
+class Repair:
+    def __init__(self, settings: Settings, broker: BrokerView) -> None:
+        self.settings = settings
+        self._broker = broker
+        #: A reclaim after this process was held up judges nobody dead at once (stall.py).
+        self._stall = StallGuard(RECLAIM_EVERY, settings.worker_dead_seconds, "repair")
+        #: crawl -> {"crawl<TAB>url": Redis time} of the messages found lost at the last look
+        #: and not yet confirmed (see :meth:`_unconfirmed`).
+        self._suspects: dict[str, dict[str, float]] = {}
+
+    def reap(self, ctx: Context) -> int:
+        """Publish again fetches whose message never reached a worker. Rare (a dispatcher
+        killed between release.lua and the publish); a duplicate is harmless because every
+        task is idempotent, so the threshold only has to exceed any normal queueing delay."""
+        n = 0
+        for crawl_id in stores.running(ctx.r):
+            store = ctx.store(crawl_id)
+            if store is None:
+                continue
+            older_than = reap_after(self.settings.visibility_timeout, store.opts)
+            for url, depth in store.ledger.stale_releases(older_than):
+                log.warning("re-publishing lost fetch of %s (crawl %s)", url, store.id)
+                tier = store.opts.tier(depth, self.settings.medium_max_depth)
+                ctx.publisher.fetch(store.id, [(url, depth)], tier)
+                n += 1
+        return n
+
+    def reclaim(self, ctx: Context) -> int:
+        """Take back URLs held by workers that stopped beating or whose message was lost;
+        write records dead processes left."""
+        s = self.settings
+        if self._stall.quiet():
+            return 0
+        living = workers.alive(ctx.client, ctx.keys, s.worker_dead_seconds)
+        fetchers = sorted(m.decode() for m in ctx.client.smembers(ctx.keys.fetchers))
+        idle = self._broker.idle_stages(fetchers)
+        n, running = 0, stores.running(ctx.r)
+        self._suspects = {c: v for c, v in self._suspects.items() if c in running}
+        for crawl_id in running:
+            store = ctx.store(crawl_id)
+            if store is None:
+                continue
+            stuck = store.ledger.stuck(living, s.lost_message_seconds, idle)
+            lost = self._really_stuck(ctx, store.id, stuck, living)
+            if lost and self._stall.held_up():  # its reads came after a stall: stale
+                return n
+            for url, entry, value in lost:
+                n += self._take_back(ctx, store, url, entry, value)
+            sweep_orphans(ctx, store)
+            probe_output(store, s.output_dir)  # a full disk: found by a write, not a fetch
+            store.series.sample()  # one process per interval cluster-wide (series.py)
+            # A process that died between finishing the last URL and CrawlLifecycle.finishing.
+            finishing = store.lifecycle.steering() is Steering.FINISHING
+            if not finishing and store.lifecycle.finishing():
+                crawl_finished(ctx, store)
+        return n
+
+    def _really_stuck(
+        self, ctx: Context, crawl_id: str, stuck: list[tuple[str, Inflight, str]], living: set[str]
+    ) -> list[tuple[str, Inflight, str]]:
+        """``stuck`` less what a second look clears: a worker that beat since the heartbeats
+        were read (a process whose first beat came after that read), and a message that a
+        living process says it holds (received, waiting for a thread: not lost)."""
+        if not stuck:
+            return []
+        silent = {e.worker for _, e, _ in stuck if e.worker and e.worker not in living}
+        if silent:
+            now_alive = workers.alive(ctx.client, ctx.keys, self.settings.worker_dead_seconds)
+            living = living | (now_alive & silent)
+
+        def key(url: str) -> str:
+            return f"{crawl_id}\t{url}"
+
+        late = [key(url) for url, e, _ in stuck if e.stage == "r" and e.worker in living]
+        held = workers.held_by(ctx.client, ctx.keys, living, late)
+        held |= self._unconfirmed(ctx, crawl_id, [k for k in late if k not in held], living)
+
+        def still(url: str, e: Inflight) -> bool:
+            if e.stage in ("q", "v"):  # its parse or render message is late (no worker named)
+                return True
+            if e.worker not in living:  # silent after a second look
+                return True
+            # Released to a living process, unstarted, its queue empty: lost unless held.
+            return e.stage == "r" and key(url) not in held
+
+        return [(url, e, v) for url, e, v in stuck if still(url, e)]
+
+    def _unconfirmed(
+        self, ctx: Context, crawl_id: str, lost: list[str], living: set[str]
+    ) -> set[str]:
+        """Of the fetch messages found lost (released to a living process, unstarted, every
+        fetch queue empty, in no process's held set), those not lost for sure yet: a message
+        a process took from its queue just before the look is in its held set only from that
+        process's next beat on (every HEARTBEAT_EVERY s, later when it is starved; the
+        overload test saw such URLs taken back from a busy crawl). One is lost once it is
+        still missing after every living process beat again."""
+        if not lost:
+            self._suspects.pop(crawl_id, None)
+            return set()
+        beats, now = workers.beats(ctx.client, ctx.keys), workers.redis_now(ctx.client)
+        all_beat_at = min((beats.get(w, 0.0) for w in living), default=now)
+        seen = self._suspects.get(crawl_id, {})
+        first = {k: seen.get(k, now) for k in lost}
+        self._suspects[crawl_id] = first  # those no longer lost are forgotten
+        return {k for k, t in first.items() if all_beat_at <= t}
+
+    def _take_back(
+        self, ctx: Context, store: CrawlStore, url: str, entry: Inflight, value: str
+    ) -> int:
+        """A URL whose worker or message was lost: final after ``max_retries``, else back to
+        the frontier (a fetch; its lease returned as an error) or its parse or render
+        published again."""
+        fetching = entry.stage in ("r", "s")
+        lease = store.politeness.lease(url, entry.domain) if fetching else None
+        lost = WorkerLost(f"{entry.stage}:{entry.worker}: its worker or message was lost")
+        attempts = takeback(store, url)  # not an attempt: a stalled process may be alive
+        if attempts.last:
+            failed = Decision.record(attempts.failed(url, entry.depth, lost), LeaseEnd.ERROR)
+            settle(ctx, store, url, entry.depth, failed, lease)
+            return 1
+        if not store.ledger.reclaim(url, entry, value):
+            return 0  # moved on meanwhile: the lease is not ours to return
+        log.warning("crawl %s: took %.300s back (%s)", store.id, url, lost)
+        if lease is not None:  # its lease, or the host waits for the lease to expire
+            lease.release(LeaseEnd.ERROR)
+        else:  # its body waits for a render ("v", "w") or a parse
+            stage = Stage.RENDER if entry.stage in ("v", "w") else Stage.PARSE
+            ctx.publisher.hand_off(store, url, entry.depth, stage)
+        return 1
+
+    def finish_abandoned(self, ctx: Context, store: CrawlStore) -> None:
+        """A crawl left finishing longer than a live finisher takes: its finisher died, or
+        its output could not be written (tried again once the output pause is over)."""
+        state = store.lifecycle.read()
+        finished_at = state.finished_at or 0.0
+        if state.output_blocked_until > time.time():
+            return
+        # Its finisher gave up for the disk: again as soon as the pause is over.
+        waited_for_output = state.output_problem is not None
+        if waited_for_output or (
+            finished_at and time.time() - finished_at > self.settings.orphan_record_seconds
+        ):
+            crawl_finished(ctx, store)

@@ -1,0 +1,130 @@
+"""The send gate, worker side: a fetch task sends no request to its host before the slot the
+host's gate gave it (state/lua/gate_lib.lua), whatever happened between the URL's release and
+this moment (a broker queue, a thread pool, a starved CPU, a take-back, a redelivery).
+
+start.lua gives the page its slot in the round trip that marks it begun, so the usual page
+costs no extra call. Two cases ask again (gate.lua, one round trip each, both rare): a second
+request of the same task (the page after its host's robots.txt), and a task held up past its
+slot by more than :data:`LATE` (a starved or frozen process), whose URL may meanwhile have
+been taken back and given to another process: then it is not sent at all. A host with a
+shared ceiling (set-ceiling) has one more gate, common to every crawl (ceiling_gate.lua).
+A shared gate (the address's, a ceiling's) is looked at again just before the request is
+written (:meth:`SendSlot.recheck`): a thread starved after its slot would send too close to
+the next request, which another host or crawl sends on time.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+from ...state.ceilings import Ceilings
+from ...state.formats import Begun
+from ...state.store import CrawlStore
+
+#: Seconds past its slot after which a request asks for a new one instead of going at once:
+#: its process was held up (CPU starvation, a freeze) and the slot is stale. Well above the
+#: scheduling noise of a busy process, well below worker_dead_seconds.
+LATE = 1.0
+#: The same for a host whose requests share its server address's gate (``ip_rate``): other
+#: hosts' requests take the slots after this one, so one sent late comes that much closer to
+#: the next; a slot gone by more than this is given up (the gate advanced, which errs polite)
+#: and a fresh one asked. A host's own gate needs no such care: its next request takes its
+#: slot only after done.lua moved the gate on from this one's real send.
+LATE_SHARED = 0.05
+#: Fresh slots one request asks at most when it keeps waking late.
+REASKS = 3
+
+
+class SendSlot:
+    """The send slots of one fetch task's host, used through ``Fetcher.gated(slot.wait)``."""
+
+    def __init__(
+        self, store: CrawlStore, url: str, domain: str, worker: str, begun: Begun,
+        ceilings: Ceilings,
+    ) -> None:  # fmt: skip
+        self.store, self.url, self.domain, self.worker = store, url, domain, worker
+        self._send_at: float | None = begun.at + begun.wait  # not sent before
+        # How late it is counts from the slot as seen before the ask: a thread that lost the
+        # CPU while the answer reached it would otherwise look on time (a shared gate's next
+        # request, sent on time, would then come right after it).
+        self._due = (begun.asked or begun.at) + begun.wait
+        self._ceilings = ceilings
+        self._late = LATE_SHARED if store.opts.ip_rate > 0 else LATE
+        self._passed = math.inf  # when wait() let the request go
+
+    def still_ours(self) -> bool:
+        """Before anything is sent: False when the task was held up so long that its URL
+        was taken back (another process owns it now; this task must not send)."""
+        if self._send_at is None or time.monotonic() - self._due <= self._late:
+            return True
+        asked = time.monotonic()
+        wait = self.store.ledger.send_slot(self.domain, self.url, self.worker)
+        if wait < 0:
+            return False
+        self._send_at, self._due = time.monotonic() + wait, asked + wait
+        return True
+
+    def wait(self) -> Callable[[], None]:
+        """Sleep until this request's slot: start.lua's for the first request, a new one
+        for each later request (a page after robots.txt), and a new one when this one went
+        stale while the thread waited for the CPU, before its sleep or in it (a starved
+        process oversleeps; at most :data:`REASKS` times, then it goes: the gates advanced
+        each time, which errs polite). Returns :meth:`recheck`, the look before the write."""
+        send_at, due, self._send_at = self._send_at, self._due, None
+        for _ in range(REASKS):
+            if send_at is None or time.monotonic() - due > self._late:
+                asked = time.monotonic()
+                wait = max(0.0, self.store.ledger.send_slot(self.domain))
+                send_at, due = time.monotonic() + wait, asked + wait
+            delay = send_at - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            if time.monotonic() - due <= self._late:
+                break
+        # From before the ceiling's ask that took the slot, not from its answer: a thread
+        # that lost the CPU between the two would otherwise look on time at the recheck.
+        passed = wait_under_ceiling(self._ceilings, self.store, self.domain)
+        assert passed is not None  # no ``until``: it waits as long as the gate says
+        self._passed = passed
+        return self.recheck
+
+    def recheck(self) -> None:
+        """Just before the request is written (after its connection, the pinning, requests'
+        own work): a thread that lost the CPU since its slot would send that much closer to
+        the next request of a shared gate (another host's on the address, another crawl's
+        under the ceiling: 0.23 s of a 0.25-s interval seen under the suite's load). Past
+        :data:`LATE_SHARED`, the slot is given up and the shared gates asked again (none: a
+        host's own gate moves on from the real send, done.lua)."""
+        if time.monotonic() - self._passed <= LATE_SHARED:
+            return
+        if self.store.opts.ip_rate > 0:  # the address's gate (and the host's) again
+            time.sleep(max(0.0, self.store.ledger.send_slot(self.domain)))
+        wait_under_ceiling(self._ceilings, self.store, self.domain)
+
+
+def wait_under_ceiling(
+    ceilings: Ceilings, store: CrawlStore, domain: str, until: float = math.inf
+) -> float | None:
+    """Once the request's own slot has come: when the host has a ceiling that every crawl
+    shares (set-ceiling), sleep until its gate lets the request go: asked when due, round
+    trips of its own, by such hosts only. If the ceiling held the request past its own slot,
+    the host's gate counts on from now, so the crawl's own interval holds after it too. For
+    pages (SendSlot) and a rendered page's subrequests (render_guard.py). The time.monotonic()
+    just before the ask that took the slot (now, for a host without a ceiling); None: the
+    gate would not let it go before ``until`` (time.monotonic()); nothing was taken."""
+    asked = time.monotonic()
+    rate = ceilings.rates().get(domain)
+    if rate is None:
+        return asked
+    held = False
+    while (wait := ceilings.send_slot(domain, rate)) > 0:
+        if time.monotonic() + wait > until:
+            return None
+        held = True
+        time.sleep(wait)
+        asked = time.monotonic()
+    if held:
+        store.ledger.push_send_slot(domain)
+    return asked

@@ -1,0 +1,180 @@
+"""The fetch step of one released URL: what start.lua, robots.txt and the request say of it,
+as a :class:`~crawler_tasks.worker.visit.outcome.Decision` (what becomes of the URL, how the
+host's lease ends, the counters and notes it adds). Nothing here returns the lease, records
+the URL or writes the crawl's counters and notes: ``settle`` does, once. (What a response
+becomes is respond.py's: the Decision's continuation, run by ``settle`` once the lease is
+back.)
+
+Redirect hops are followed by the fetcher; each target is scope-checked and marked seen by
+admission's claims (a target already seen stops the chain: ``redirect_duplicate``; out of
+scope: ``redirect_out_of_scope``). The targets a URL marked are remembered, so a retry or a
+replay of that URL (``retry-failed``) follows them again instead of stopping at its own marks.
+
+A failure to connect at all (:class:`~crawler_tasks.errors.Unreachable`) is what a host outage
+looks like: its lease ends ``down`` and the host's circuit breaker decides (settle.py).
+"""
+
+from __future__ import annotations
+
+import time
+
+from ...errors import (
+    HostDown,
+    PermanentError,
+    RetryableError,
+    ServerError,
+    TLSError,
+    Unreachable,
+)
+from ...state import events, formats
+from ...state.crawl_state import Note
+from ...state.formats import Begun, Counter, LeaseEnd, Outcome, Started
+from ...state.pacing import Answer
+from ...state.politeness import parse_retry_after
+from ...state.store import CrawlStore
+from ...web.fetcher import Response
+from ...web.urls import origin_of
+from ..runtime.context import Context
+from ..runtime.send_gate import SendSlot
+from .adaptive import not_due
+from .outcome import Decision, Final, Next
+from .respond import respond
+from .sitemap_seeds import Sitemaps
+
+THROTTLE_STATUSES = {429, 503}
+
+
+def decide(ctx: Context, store: CrawlStore, url: str, depth: int, begun: Begun | None) -> Decision:
+    """What becomes of ``url``; ``begun``: start.lua's word on it if already asked."""
+    if begun is None:
+        begun = store.ledger.start_many([url], ctx.worker_id)[url]
+    started = Started(begun.code)
+    if started is Started.DUPLICATE:
+        return Decision(Next.DUPLICATE, lease=None)
+    if started is Started.UNRECORDED:  # the process that finished it died before its record
+        return Decision(Next.RECOVER, lease=None)
+    if started is Started.CANCELLED:
+        return Decision.record(Final.cancelled(url, depth))
+    domain = store.domain_of(url)
+    if started is Started.HOST_DEAD:  # declared dead in this crawl: no request
+        down = Final.failed(url, depth, HostDown(f"{domain} is down"))
+        return Decision.record(down, LeaseEnd.REFUND)
+    slot = SendSlot(store, url, domain, ctx.worker_id, begun, ctx.ceilings)
+    if not slot.still_ours():  # held up so long that another process fetches it now
+        return Decision(Next.DUPLICATE, lease=None)
+    events.emit(ctx.client, store.ck, "request_started", store.id, url=url)
+    with ctx.fetcher.gated(slot.wait):
+        robots_verdict = _robots(ctx, store, url, depth, domain)
+        if robots_verdict is not None:
+            return robots_verdict
+        # An adaptive schedule's page (issue 35), after robots.txt: its sitemaps' lastmods.
+        skipped = not_due(ctx, store, url, depth)
+        if skipped is not None:
+            return Decision.record(skipped, LeaseEnd.REFUND)
+        decision = _request(ctx, store, url, depth)
+        decision.awaited = begun.awaited
+        return decision
+
+
+def _request(ctx: Context, store: CrawlStore, url: str, depth: int) -> Decision:
+    conditional = store.recrawl.conditional_headers(url) if store.recrawl else {}
+    try:
+        follow = store.admission.claims(url).follow
+        response = ctx.crawl_runtime(store).fetch(url, follow, conditional)
+    except Unreachable as exc:
+        return Decision(Next.UNREACHABLE, LeaseEnd.DOWN, error=exc)
+    except RetryableError as exc:  # connected, then failed: the URL's own problem
+        return Decision.retry(exc)
+    except PermanentError as exc:
+        failed = Decision.record(Final.failed(url, depth, exc))
+        if isinstance(exc, TLSError):
+            failed.notes.update(tls_note(url, str(exc)))
+        return failed
+    return _answered(ctx, store, url, depth, response)
+
+
+def _answered(
+    ctx: Context, store: CrawlStore, url: str, depth: int, response: Response
+) -> Decision:
+    """A response: the lease ends by its status; 5xx, 408 and 429 are retried."""
+    status = response.status
+    retry_after = parse_retry_after(
+        response.headers.get("retry-after"), ctx.settings.max_retry_after
+    )
+    if status in THROTTLE_STATUSES:
+        decision = Decision(Next.RETRY, LeaseEnd.THROTTLE, retry_after=retry_after)
+    elif status >= 500:
+        decision = Decision(Next.RETRY, LeaseEnd.ERROR)
+    else:  # paced from when the request was sent (politeness.py)
+        sent = time.monotonic() - response.sent_at if response.sent_at is not None else -1.0
+        decision = Decision(Next.RESPONSE, LeaseEnd.OK, sent=sent)
+    latency = -1.0 if response.latency is None else response.latency
+    decision.answer = Answer(response.ip or "", latency, 200 <= status < 300)
+    if status >= 500 or status in (408, 429):
+        # Counted now: the URL's final record (a retry's, or a failure) will not carry it.
+        decision.counters[formats.status_code(status)] = 1
+        decision.next, decision.error = Next.RETRY, ServerError(status, retry_after)
+    else:
+        # Not holding the decision (which holds it): a cycle would leave the response, its
+        # body, for the garbage collector.
+        decision.then = lambda early: respond(ctx, store, url, depth, response, early)
+    return decision
+
+
+def tls_note(url: str, why: str) -> dict[Note, str]:
+    """The crawl's first TLS failure, named in ``status`` and the summary (a private CA the
+    workers were not given is the usual cause: the hint is in the summary)."""
+    return {Note.TLS_ERROR_WHY: f"{origin_of(url)}: {TLSError.reason}: {why}"}
+
+
+def _robots(ctx: Context, store: CrawlStore, url: str, depth: int, domain: str) -> Decision | None:
+    """What robots.txt says of ``url`` (a Decision when it is not to be fetched), and the
+    politeness accounting of this fetch (see ``politeness``): robots.txt, when it had to be
+    requested, is charged to the domain's bucket; its Crawl-delay is applied; a refused URL's
+    lease ends ``refund`` (its token back, the host's slow-down and circuit untouched: no
+    request was sent). With ``sitemaps``, an origin's ``Sitemap:`` URLs are admitted the
+    first time, and a released sitemap file is fetched and used here (see ``sitemap_seeds``)."""
+    opts = store.opts
+    if not (opts.obey_robots or opts.sitemaps):
+        return None
+    polite = store.politeness
+    origin = origin_of(url)
+    robots = ctx.crawl_runtime(store).robots.get(origin, lambda: polite.extra_request(domain))
+    if opts.obey_robots:
+        if not robots.allowed(opts.robots_agent, url):
+            return _refused(url, depth, origin, robots.kind, robots.why)
+        polite.set_crawl_delay(domain, robots.crawl_delay(opts.robots_agent))
+    if opts.sitemaps:
+        maps = Sitemaps(ctx, store)
+        maps.discover(origin, robots)
+        if maps.is_sitemap(url):
+            return Decision.record(Final(url, 0, **maps.fetch(url)))
+    return None
+
+
+def _refused(url: str, depth: int, origin: str, kind: str, why: str) -> Decision:
+    """A URL robots.txt refuses: unreadable for TLS (the page's own handshake would fail the
+    same way), unreachable (a disallow-all policy only comes from a robots.txt that could not
+    be read), or disallowed."""
+    tls = _tls_why(why)
+    if tls is not None:
+        final = Final.failed(url, depth, TLSError(tls))
+        final.extra["detail"] = f"robots.txt: {TLSError.reason}: {tls}"
+        refused = Decision.record(final, LeaseEnd.REFUND)
+        refused.notes.update(tls_note(url, tls))
+        return refused
+    unreachable = kind == "disallow"
+    reason = (Outcome.ROBOTS_UNREACHABLE if unreachable else Outcome.ROBOTS_DISALLOWED).value
+    counter = Counter.ROBOTS_UNREACHABLE if unreachable else Counter.ROBOTS_DISALLOWED
+    final = Final(url, 0, error=reason, counters={counter.value: 1}, recorded=unreachable)
+    refused = Decision.record(final, LeaseEnd.REFUND)
+    if unreachable:  # why it could not be read: a TLS or connection failure, a 5xx
+        final.extra["detail"] = f"robots.txt: {why or 'unreachable'}"
+        refused.notes[Note.ROBOTS_UNREACHABLE_WHY] = f"{origin}: {why}"
+    return refused
+
+
+def _tls_why(robots_why: str) -> str | None:
+    """The TLS failure that made robots.txt unreadable (robots_getter's "tls_error: ...")."""
+    head, sep, why = robots_why.partition(": ")
+    return why if sep and head == TLSError.reason else None

@@ -1,0 +1,226 @@
+"""The parse step of one fetched HTML page: its record fields, its links admitted (or its
+canonical URL instead), its extraction hook's items sent on.
+
+A page parsed here was fetched by this same task (small bodies, respond.py) or by an
+earlier fetch task that left its body in Redis (``store.bodies``) and published this parse.
+While Redis is nearly full (``maxmemory``), a page waits for room before anything of it is
+written (worker/runtime/room.py); after ``admission_wait`` the wait raises AdmissionPaused and the
+URL is handed back to the frontier (pipeline.py), no retry spent.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from ...state import formats
+from ...state.formats import Counter, Outcome, Started
+from ...state.neardup import NearDuplicates
+from ...state.scripts import Carried
+from ...state.store import CrawlStore
+from ...web.page import ParsedHTML, extract
+from ...web.robots import Robots
+from ...web.urls import origin_of
+from ..runtime import hooks
+from ..runtime.context import Context
+from .outcome import Final
+from .recorder import finalize, recover
+
+log = logging.getLogger(__name__)
+
+#: Items per on_item task message.
+ITEM_BATCH = 100
+
+
+Stored = tuple[CrawlStore, dict[str, Any], bytes]
+
+
+def take_stored(ctx: Context, crawl_id: str, url: str, depth: int, stage: str) -> Stored | str:
+    """Begin a deferred stage of ``url`` (parse "p", render "w"): its store and fetched body
+    (stored by the fetch task), or the task's outcome when there is nothing more to do (a
+    duplicate delivery, a record to recover, a body lost with Redis)."""
+    store = ctx.store(crawl_id)
+    started = store.ledger.start(url, ctx.worker_id, stage) if store is not None else 0
+    if store is None or started == Started.DUPLICATE:
+        return "duplicate"
+    if started == Started.UNRECORDED:
+        return recover(ctx, store, url)
+    stored = store.bodies.get(url)
+    if stored is None:
+        lost = Final(url, depth, error=Outcome.BODY_LOST.value, counters={Counter.FAILED.value: 1})
+        return finalize(ctx, store, lost)
+    return store, *stored
+
+
+def parse_url(ctx: Context, crawl_id: str, url: str, depth: int) -> str:
+    """Parse the stored body of ``url``, fetched by an earlier task, and record the page."""
+    got = take_stored(ctx, crawl_id, url, depth, "p")
+    if isinstance(got, str):
+        return got
+    store, meta, body = got
+    final = parsed(ctx, store, url, depth, meta, body)
+    result = finalize(ctx, store, final)
+    store.bodies.drop(url)
+    return result
+
+
+def parsed(
+    ctx: Context,
+    store: CrawlStore,
+    url: str,
+    depth: int,
+    meta: dict[str, Any],
+    body: bytes,
+    later: Carried | None = None,
+) -> Final:
+    """The page's final state, its links admitted (``later``: those admit.lua calls that can
+    wait are left there, for the caller to send before the URL's finish: respond.py)."""
+    opts = store.opts
+    page = extract(
+        body,
+        meta["final_url"],
+        content_type=meta.get("content_type_header"),
+        headers=meta.get("headers") or {},
+        max_links=opts.max_links_per_page,
+        max_url_length=opts.max_url_length,
+        honour_nofollow=opts.honour_nofollow,
+        keep_tree=bool(opts.extract),
+        fingerprint=opts.near_duplicates or opts.skip_near_duplicates,
+    )
+    final = Final(
+        url,
+        depth,
+        status=meta["status"],
+        final_url=meta["final_url"],
+        content_type=meta.get("content_type"),
+        title=page.title,
+        extra={
+            **meta["extra"],
+            "description": page.description,
+            "language": page.language,
+            "canonical": page.canonical,
+            "text_length": page.text_length,
+            "noindex": page.noindex,
+            "rendered": bool(meta.get("rendered")),
+        },
+        counters={**meta["counters"], Counter.PARSED.value: 1},
+    )
+    _follow(ctx, store, final, meta, page, later)
+    for reason, n in page.links_dropped.items():
+        if n:
+            final.counters[formats.links_dropped(reason)] = n
+    if store.recrawl is not None:
+        headers = meta.get("headers") or {}
+        final.note_change(store.recrawl.remember(url, headers, body, page.links))
+    return final
+
+
+def _follow(
+    ctx: Context,
+    store: CrawlStore,
+    final: Final,
+    meta: dict[str, Any],
+    page: ParsedHTML,
+    later: Carried | None = None,
+) -> None:
+    """What the page leads to: its canonical URL instead of its links (``canonical``), or
+    its links (as the hook changed them, none for a skipped near-duplicate), admitted."""
+    opts, url, depth = store.opts, final.url, final.depth
+    ctx.room.wait()  # before anything of the page is written (hook items, fingerprint, links)
+    alias = _canonical(opts.canonical, page.canonical, final.final_url or url)
+    if alias is not None:
+        final.extra["canonical_followed"] = True
+        final.outlinks = [alias]
+        final.counters.update(store.admission.links([alias], depth))
+        return
+    links = page.links
+    if opts.extract:
+        hooked = _hook(ctx, store, url, depth, meta, page)
+        final.add_items(hooked.items, hooked.error)
+        links = hooked.links
+    if page.simhash is not None:
+        # Through admission's client: a fingerprint refused for memory waits in place (room.py).
+        original = NearDuplicates(store.admission.client, store.ck).check(url, page.simhash)
+        final.extra["duplicate_of"] = original
+        if original is not None:
+            final.counters[Counter.NEAR_DUPLICATES.value] = 1
+            if opts.skip_near_duplicates:
+                links = []
+    final.outlinks = links
+    admitted = store.admission.links(links, depth + 1, _disallowed(ctx, store), later)
+    final.counters.update(admitted)
+
+
+def _disallowed(ctx: Context, store: CrawlStore) -> Callable[[str], bool] | None:
+    """Which links robots.txt refuses, as far as this process already knows their origins'
+    rules: they are counted at admission and never become fetch tasks (admission.py). An
+    unreadable robots.txt (disallow-all until it is read again) decides nothing here."""
+    opts = store.opts
+    if not opts.obey_robots:
+        return None
+    cache, agent = ctx.crawl_runtime(store).robots, opts.robots_agent
+    origins: dict[str, Robots | None] = {}
+
+    def refused(url: str) -> bool:
+        origin = origin_of(url)
+        if origin not in origins:
+            origins[origin] = cache.known(origin)
+        robots = origins[origin]
+        return robots is not None and robots.kind == "parsed" and not robots.allowed(agent, url)
+
+    return refused
+
+
+def _canonical(enabled: bool, canonical: str | None, final_url: str) -> str | None:
+    """The canonical URL to follow instead of this page, if it names another URL."""
+    if not enabled or canonical is None or canonical == final_url:
+        return None
+    return canonical
+
+
+def _hook(
+    ctx: Context, store: CrawlStore, url: str, depth: int, meta: dict[str, Any], page: ParsedHTML
+) -> hooks.HookResult:
+    """The crawl's extraction hook on this page, and its items sent to ``on_item``."""
+    opts = store.opts
+    view = hooks.Page(
+        url=url,
+        final_url=meta["final_url"],
+        status=meta["status"],
+        headers={k.lower(): v for k, v in (meta.get("headers") or {}).items()},
+        depth=depth,
+        crawl_id=store.id,
+        text=page.html or "",
+        tree=page.tree,
+        links=tuple(page.links),
+        title=page.title,
+        canonical=page.canonical,
+    )
+    assert opts.extract is not None
+    outcome = ctx.hooks.run(opts.extract, view, opts.extract_timeout)
+    if outcome.error is None and outcome.items and opts.on_item:
+        try:
+            for i in range(0, len(outcome.items), ITEM_BATCH):
+                batch = outcome.items[i : i + ITEM_BATCH]
+                ctx.send_items(opts.on_item, opts.on_item_queue, store.id, url, depth, batch)
+        except Exception as exc:  # the broker refused it: the page keeps its items on disk
+            outcome.error = f"on_item: {type(exc).__name__}: {exc}"[:500]
+    if outcome.unusable and outcome.error is not None:
+        # The crawl fails once, clearly, rather than with one extract error per page.
+        if store.lifecycle.failed_with(f"{outcome.error} (in worker {ctx.worker_id})"):
+            log.error("crawl %s stopped: %s", store.id, outcome.error)
+    elif outcome.error is not None:
+        log.warning("crawl %s: extract_error on %.300s: %s", store.id, url, outcome.error)
+    return outcome
+
+
+def item_task_failed(ctx: Context, crawl_id: str, url: str, depth: int, error: str) -> None:
+    """The user's on_item task raised on ``url``'s items (the page's record is written)."""
+    store = ctx.store(crawl_id)
+    if store is None:  # the crawl expired: nothing to note it in
+        return
+    record = {"url": url, "depth": depth, "error": None, "extract_error": error}
+    store.ledger.dead_letter(url, record)
+    store.stats.add(Counter.EXTRACT_ERRORS.value)
+    log.warning("crawl %s: %s on %.300s", crawl_id, error, url)

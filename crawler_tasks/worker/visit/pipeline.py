@@ -1,0 +1,140 @@
+"""What happens to one URL, as plain functions the Celery tasks call.
+
+    released by the dispatcher ──> fetch_url ──(HTML)──> parse_url ──> recorder.finalize
+                                       ├──(HTML to render)──> render_url ──> recorder.finalize
+                                       └──(anything else)────────────> recorder.finalize
+
+``fetch_url``: the fetch step decides (fetch_step.py), one settle step returns the host's
+lease and finalizes or requeues (settle.py); ``parse_url``: the parse step (parse_step.py).
+
+Every step is idempotent under redelivery: a URL is "in flight" exactly while it has an entry
+in the crawl's inflight hash, and ``finalize`` (finish.lua) removes that entry once. A step
+that finds no entry is a duplicate delivery and does nothing.
+
+Retryable failures do not sleep and do not use Celery countdowns: the URL goes back to the
+frontier with a due time (exponential back-off with jitter), so the retry also waits for the
+domain's rate, lease and Retry-After like any other request. After ``max_retries`` retries the
+URL is final with the last failure's reason and its ``attempts``.
+
+An unexpected exception (a bug) while handling a URL gives it the final state
+``internal_error`` instead of leaving it in flight forever (its lease returned as an error on
+the way out of the fetch step's ``with``); only a Redis outage is raised, for the task's own
+retry (whose rerun returns the lease).
+
+While Redis is nearly full (``maxmemory``), a page waits for room before its links are
+admitted (worker/runtime/room.py); after ``admission_wait`` its URL is handed back to the frontier,
+to be fetched again, without spending a retry.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from ...errors import AdmissionPaused, OutputUnavailable
+from ...state.formats import Begun
+from ..process.outage import REDIS_UNAVAILABLE
+from ..runtime.context import Context
+from . import fetch_step, parse_step, render_step
+from .outcome import Final
+from .parse_step import item_task_failed
+from .recorder import finalize, output_failed
+from .settle import requeue, settle
+
+__all__ = ["begin", "fetch_url", "item_task_failed", "parse_url", "render_url"]
+
+log = logging.getLogger(__name__)
+
+#: Errors left to the Celery task's own retry (tasks.py): the URL's state cannot be written now.
+INFRA_ERRORS = REDIS_UNAVAILABLE  # never a URL's fault: the task waits (tasks.patiently)
+
+
+def fetch_url(
+    ctx: Context, crawl_id: str, url: str, depth: int, begun: dict[str, Begun] | None = None
+) -> str:
+    """Fetch one released URL; returns what happened (for logs and tests). ``begun``: what
+    :func:`begin` said of it, used once (a run again after a Redis outage asks again)."""
+    started = begun.pop(url, None) if begun else None
+
+    def step(ctx: Context, crawl_id: str, url: str, depth: int) -> str:
+        store = ctx.store(crawl_id)
+        if store is None:
+            return "duplicate"
+        domain = store.domain_of(url)
+        with store.politeness.lease(url, domain, keep_on=INFRA_ERRORS) as lease:
+            decision = fetch_step.decide(ctx, store, url, depth, started)
+            return settle(ctx, store, url, depth, decision, lease)
+
+    return _guarded(step, ctx, crawl_id, url, depth, parse=False)
+
+
+def begin(ctx: Context, crawl_id: str, urls: list[str]) -> dict[str, Begun]:
+    """start.lua for the URLs of one message at once (one round trip per partition), for
+    :func:`fetch_url`; {} when that cannot be said here, so each URL asks on its own."""
+    store = ctx.store(crawl_id)
+    if store is None:
+        return {}
+    try:
+        return store.ledger.start_many(urls, ctx.worker_id)
+    except INFRA_ERRORS:
+        raise
+    except Exception:  # a bug: each URL's own start gets its own internal_error path
+        log.exception("crawl %s: starting %d URLs together failed", crawl_id, len(urls))
+        return {}
+
+
+def parse_url(ctx: Context, crawl_id: str, url: str, depth: int) -> str:
+    return _guarded(parse_step.parse_url, ctx, crawl_id, url, depth, parse=True)
+
+
+def render_url(ctx: Context, crawl_id: str, url: str, depth: int) -> str:
+    """A fetched page rendered by a browser, then parsed (render_step.py)."""
+    return _guarded(render_step.render_url, ctx, crawl_id, url, depth, parse=True)
+
+
+def _guarded(
+    step: Callable[[Context, str, str, int], str],
+    ctx: Context,
+    crawl_id: str,
+    url: str,
+    depth: int,
+    *,
+    parse: bool,
+) -> str:
+    """Run one step of a URL. A bug gives the URL its final state (internal_error) instead of
+    leaving it in flight; Redis being away is the task's to wait out (tasks.patiently)."""
+    try:
+        return step(ctx, crawl_id, url, depth)
+    except INFRA_ERRORS:
+        raise
+    except AdmissionPaused:
+        return _hand_back(ctx, crawl_id, url, depth, parse=parse)
+    except OutputUnavailable as exc:  # the disk's fault, not the URL's: fetched again later
+        store = ctx.store(crawl_id)
+        if store is not None:
+            output_failed(ctx, store, exc)
+        return _hand_back(ctx, crawl_id, url, depth, parse=parse)
+    except Exception as exc:
+        return _internal_error(ctx, crawl_id, url, depth, exc)
+
+
+def _hand_back(ctx: Context, crawl_id: str, url: str, depth: int, *, parse: bool) -> str:
+    """Redis had no room for the page's links for ``admission_wait`` s, or the output disk
+    none for its WARC record: nothing of the page was written, its lease is returned (the
+    fetch step's ``with``), so its URL goes back to the frontier as it was, its retries
+    untouched (the dispatcher releases nothing until there is room)."""
+    store = ctx.store(crawl_id)
+    if store is None:
+        return "duplicate"
+    if parse:
+        store.bodies.drop(url)  # fetched again: its stored body only takes the room
+    return requeue(store, url, depth, 0.0)
+
+
+def _internal_error(ctx: Context, crawl_id: str, url: str, depth: int, exc: Exception) -> str:
+    """Give ``url`` a final state after a bug; the log has the traceback."""
+    log.exception("crawl %s: internal error on %.300s", crawl_id, url)
+    store = ctx.store(crawl_id)
+    if store is None:
+        raise exc
+    return finalize(ctx, store, Final.internal(url, depth, exc))

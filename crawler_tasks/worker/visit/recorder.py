@@ -1,0 +1,339 @@
+"""The last step of every URL: record its final state exactly once, and finish the crawl
+when it was the last one.
+
+    finalize:  finish.lua (counted once; the record kept in Redis as "unwritten")
+               -> record on disk (edges, then the page line with its record id)
+               -> commit.lua: unwritten entry deleted (or the copy undone, see below), sent
+                  with the next page's finish.lua (page_appends.py)
+               -> event -> the crawl's finisher if it was the last
+
+A process that dies between finish.lua and the delete leaves the record in Redis. Whoever
+meets it next writes it, unless the page line with its record id is already in the dead
+writer's file (same host): the redelivered task (start.lua says so), the dispatcher's sweep,
+or the finisher, which writes every orphan before ``summary.json``; of several that meet it
+at once, the one that claims it in Redis (claim.lua). A writer that was frozen meanwhile
+(SIGSTOP, a paused VM) may wake up anywhere, even in the middle of its append: so every copy
+is asked about after its append, with nothing appended to the file before the answer, whether
+it counts (commit.lua: the claim fenced it), and truncated back if it was taken over. Only a process that
+dies (not freezes) between its append and that question, on another host than the one that
+writes the record again (which cannot read its file), can leave a URL with two lines.
+
+:func:`crawl_finished` (the finisher) is a sequence of idempotent steps under a lock:
+orphans, recrawl ``gone`` count, ``summary.json``, key expiry, the ``crawl_finished`` event,
+the owner's ``on_finished`` task, and only then the final status. A process that dies in it
+leaves the crawl "finishing"; the dispatcher (or the redelivered task) runs it again.
+
+A disk that is full or fails (:class:`~crawler_tasks.errors.OutputUnavailable`) is an
+environment fault, not a URL's: the record stays in Redis as unwritten (the dispatchers' sweep
+writes it once there is room), the crawl's releases pause and ``status`` says why; the
+finisher waits for room too, and gives up the files it cannot write only when the crawl is
+cancelled.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ...errors import OutputUnavailable
+from ...state import events, formats
+from ...state.admission import RedirectClaims
+from ...state.crawl_state import Note
+from ...state.formats import Counter, Status
+from ...state.scripts import Call
+from ...state.store import CrawlStore
+from ...state.workers import alive
+from ..output.files import ITEMS, describe, items_path, page_text, write_summary
+from ..output.page_appends import PendingPage
+from ..output.warc import uuid4_hex
+from ..process import faults
+from ..process.logs import Throttled
+from ..runtime.context import Context
+from .outcome import Final
+
+log = logging.getLogger(__name__)
+_unwritable = Throttled(log, "writing crawl output", every=30.0)
+
+DEAD_LETTER_FIELDS = (
+    "url", "depth", "error", "status", "detail", "attempts", "fetched_at", "extract_error"
+)  # fmt: skip
+
+
+def finalize(
+    ctx: Context, store: CrawlStore, final: Final, before: Callable[[], Call] | None = None
+) -> str:
+    """Record a URL's final state once; the call that empties the crawl finishes it.
+    ``before``: a script call to send with finish.lua, first (the lease's, settle.py)."""
+    counters = dict(final.counters)
+    counters[Counter.DONE.value] = 1
+    record = final.record()
+    failed = Counter.FAILED.value in counters
+    if failed or record.get("extract_error"):
+        # Before finish: a dead letter for a URL that then turns out final already is harmless.
+        store.ledger.dead_letter(final.url, {k: record.get(k) for k in DEAD_LETTER_FIELDS})
+    if not final.recorded:
+        left = store.ledger.finish(final.url, None, counters, before and before())
+        return "duplicate" if left < 0 else _settled(ctx, store, final, left)
+    out = ctx.crawl_runtime(store).output()
+    record["rid"] = uuid4_hex()
+    text = None if ITEMS in record else page_text(record)  # encoded once, for both
+    entry = formats.Unwritten(record["rid"], str(out.pages_path), time.time(), record, text)
+    left, mine = _finish_and_append(ctx, store, entry, counters, before and before())
+    if left < 0:  # final already; its record may still be waiting for a writer
+        return recover(ctx, store, final.url) if store.ledger.unwritten(final.url) else "duplicate"
+    if final.extra.get("redirects") and not failed:
+        RedirectClaims.release(store.client, store.ck, final.url)
+
+    # A process frozen since finish.lua (SIGSTOP, a VM pause) may find its record written by
+    # another (the sweep, the finisher): its copy is undone (commit.lua), not kept twice.
+    if mine is not None and out.pages.wait(mine):
+        faults.point("after_record")  # else: written elsewhere, or waiting in Redis for room
+    kind = "request_failed" if final.error else "request_completed"
+    payload = {k: record[k] for k in ("url", "status", "error", "depth")}
+    events.emit(store.client, store.ck, kind, store.id, record=payload)
+    return _settled(ctx, store, final, left)
+
+
+def _finish_and_append(
+    ctx: Context,
+    store: CrawlStore,
+    entry: formats.Unwritten,
+    counters: dict[str, int],
+    after: Call | None,
+) -> tuple[int, PendingPage | None]:
+    """finish.lua carrying the last page append's commit (page_appends.py), then ``entry``'s
+    append, the pages files held from one to the other: finish's answer, and the append
+    waiting for its commit (None: not appended, see :func:`write_record`)."""
+    url, runtime = entry.record["url"], ctx.crawl_runtime(store)
+    out = runtime.output()
+    writes, unavailable = out.page_writes(entry.record, text=entry.text), None
+    with out.pages.lock:
+        last = out.pages.take()
+        try:
+            carry = last.call if last is not None else None
+            reply, left = store.ledger.finish_carrying(carry, url, entry, counters, after)
+        except Exception:
+            out.pages.unsettled = last  # asked again, by the next writer or its own
+            raise
+        if last is not None:
+            out.pages.settle(last, reply)
+        if isinstance(left, Exception):
+            raise left
+        if left < 0:
+            return left, None
+        faults.point("after_finish")
+        try:
+            mine = out.final_carried(
+                writes, store.ledger.commit_call(url, entry), store.ledger.client
+            )
+        except OutputUnavailable as exc:
+            mine, unavailable = None, exc
+    if unavailable is not None:
+        output_failed(ctx, store, unavailable)
+    elif runtime.output_failing:
+        _output_ok(ctx, store)
+    return left, mine
+
+
+def _committer(store: CrawlStore, url: str, entry: formats.Unwritten) -> Callable[[], bool]:
+    """Asked by the output right after it appended ``entry``'s record: keep it? (commit.lua
+    marks it written when it is still this writer's.)"""
+    return lambda: store.ledger.commit(url, entry) is not formats.Committed.MOVED
+
+
+def _settled(ctx: Context, store: CrawlStore, final: Final, left: int) -> str:
+    """After finish.lua left ``left`` URLs outstanding in the URL's partition."""
+    if left == 0 and store.lifecycle.finishing():  # its partition emptied: is it drained?
+        crawl_finished(ctx, store)
+    return final.error or "done"
+
+
+def write_record(
+    ctx: Context,
+    store: CrawlStore,
+    record: dict[str, Any],
+    *,
+    with_items: bool = True,
+    commit: Callable[[], bool] | None = None,
+) -> bool:
+    """``record`` on disk; False if it was not written: the output cannot be written now (the
+    crawl told, see :func:`output_failed`; the record waits in Redis as unwritten), or
+    ``commit`` says another process took it over meanwhile (the append is undone)."""
+    runtime = ctx.crawl_runtime(store)
+    try:
+        if not runtime.output().final(record, with_items=with_items, commit=commit):
+            return False
+    except OutputUnavailable as exc:
+        output_failed(ctx, store, exc)
+        return False
+    if runtime.output_failing:
+        _output_ok(ctx, store)
+    return True
+
+
+def _output_ok(ctx: Context, store: CrawlStore) -> None:
+    """Room again: the crawl may release URLs again."""
+    ctx.crawl_runtime(store).output_failing = False
+    store.lifecycle.output_ok()
+
+
+def output_failed(ctx: Context, store: CrawlStore, exc: OutputUnavailable) -> None:
+    """Writing failed for a reason of the disk: pause the crawl's releases and say why."""
+    ctx.crawl_runtime(store).output_failing = True
+    store.lifecycle.output_failed(str(exc))
+    _unwritable.failed(exc, expected=True)
+
+
+def write_orphan(
+    ctx: Context, store: CrawlStore, url: str, entry: formats.Unwritten, strict: bool = False
+) -> bool:
+    """Put an unwritten record on disk unless its writer got it there; True if written now.
+    Its redelivered task, the dispatcher's sweep and the finisher can meet one orphan at once:
+    the one that claims it (claim.lua) writes it. The entry then names this process's file and
+    time, with the items only if they are still to write, for whoever meets it next."""
+    if _on_disk(entry):
+        store.ledger.written(url)
+        return False
+    # Items go first: if they made it and the page line did not, they are not repeated.
+    items = bool(entry.record.get(ITEMS))
+    with_items = items and not _on_disk(entry, items_path(Path(entry.path)))
+    out = ctx.crawl_runtime(store).output()
+    record = {k: v for k, v in entry.record.items() if with_items or k != ITEMS}
+    mine = formats.Unwritten(entry.rid, str(out.pages_path), time.time(), record)
+    if not store.ledger.claim(url, entry, mine):
+        return False  # written, or claimed by another process, since it was read
+    if not write_record(
+        ctx, store, record, with_items=with_items, commit=_committer(store, url, mine)
+    ):
+        if (
+            strict and ctx.crawl_runtime(store).output_failing
+        ):  # the finisher cannot go on without it
+            raise _unavailable(ctx, store)
+        return False
+    log.warning("crawl %s: wrote the record of %.300s left by a dead process", store.id, url)
+    return True
+
+
+def recover(ctx: Context, store: CrawlStore, url: str) -> str:
+    """A task met ``url`` final with its record unwritten (start.lua returned 2)."""
+    entry = store.ledger.unwritten(url)
+    if entry is not None:
+        write_orphan(ctx, store, url, entry)
+    if store.lifecycle.finishing():  # its finisher may have died too
+        crawl_finished(ctx, store)
+    return "recovered"
+
+
+def _on_disk(entry: formats.Unwritten, path: Path | None = None) -> bool:
+    """Is the page line of ``entry`` (or its first item line) in its writer's file? Read only
+    when the file is on this host (its name carries the writer's host); elsewhere it cannot
+    be known here."""
+    path = path or Path(entry.path)
+    if f"-{socket.gethostname()}-" not in path.name or not path.exists():
+        return False
+    needle = f'"rid":"{entry.rid}"'.encode()
+    with path.open("rb") as f:
+        return any(needle in line for line in f)
+
+
+def sweep_orphans(ctx: Context, store: CrawlStore) -> int:
+    """Write the records whose writer died (older than ``orphan_record_seconds``)."""
+    old, _young = store.ledger.orphans(ctx.settings.orphan_record_seconds)
+    return sum(write_orphan(ctx, store, url, entry) for url, entry in old)
+
+
+def crawl_finished(ctx: Context, store: CrawlStore) -> bool:
+    """The end of a crawl, once; False if another process is running it (or it is done), or
+    if its output cannot be written now (it stays finishing, status says why, and a
+    dispatcher tries again once the pause is over)."""
+    opts, status = store.opts, store.lifecycle
+    if not _finisher_lock(ctx, store):
+        return False
+    state = status.read()
+    if state.status is not Status.FINISHING:
+        status.unlock_finisher()
+        return False
+    final = state.final_status or Status.FINISHED
+    try:
+        summary = _files_of_the_end(ctx, store, final)
+    except OutputUnavailable as exc:
+        if not status.read().cancelled:
+            output_failed(ctx, store, exc)
+            status.unlock_finisher()
+            log.warning("crawl %s: finishing waits for its output: %s", opts.crawl_id, exc)
+            return False
+        # Cancelled while its output cannot be written: what is not on disk is given up.
+        final = Status.CANCELLED
+        status.note(Note.OUTPUT_GIVEN_UP, str(exc))
+        summary = store.stats.summary()
+        summary["status"] = final.value
+    status.expire(ctx.settings.finished_ttl)
+    events.emit(store.client, store.ck, "crawl_finished", opts.crawl_id, summary=summary)
+    if opts.on_finished and not state.on_finished_sent:
+        ctx.on_finished(opts.on_finished, opts.crawl_id, summary)
+        status.note(Note.ON_FINISHED_SENT)
+    # The series' last point: the crawl's end, whatever the interval (state/series.py).
+    store.series.sample(now=summary.get("finished_at") or None, force=True)
+    status.finished(final)
+    log.info("crawl %s %s in %.1fs", opts.crawl_id, final, summary["duration_s"])
+    return True
+
+
+def _files_of_the_end(ctx: Context, store: CrawlStore, final: Status) -> dict[str, Any]:
+    """Every record on disk, then ``summary.json``; OutputUnavailable if the disk refuses."""
+    opts, status = store.opts, store.lifecycle
+    _write_all_orphans(ctx, store)
+    if store.recrawl is not None and status.first(Note.GONE_COUNTED):
+        store.stats.put(formats.change("gone"), store.recrawl.gone())
+    summary = store.stats.summary()
+    summary["status"] = final.value
+    directory = f"{opts.output or ctx.settings.output_dir}/{opts.crawl_id}"
+    try:
+        path = write_summary(directory, summary)
+    except OSError as exc:
+        raise OutputUnavailable(directory, describe(exc)) from exc
+    faults.point("after_summary")
+    # The host too: the command asking where the files are may run elsewhere (surface/export.py).
+    status.note(Note.SUMMARY_PATH, path)
+    status.note(Note.SUMMARY_HOST, socket.gethostname())
+    return summary
+
+
+def _unavailable(ctx: Context, store: CrawlStore) -> OutputUnavailable:
+    """The crawl's output problem as noted (``output_failed``), as an exception."""
+    directory = str(ctx.crawl_runtime(store).output().dir)
+    problem = store.lifecycle.output_problem() or "cannot be written"
+    return OutputUnavailable(directory, problem.removesuffix(f" at {directory}"))
+
+
+def _finisher_lock(ctx: Context, store: CrawlStore) -> bool:
+    """One finisher at a time; the lock of a finisher that stopped beating is taken over."""
+    lock_s = int(ctx.settings.orphan_record_seconds * 2 + 60)
+    if store.lifecycle.lock_finisher(ctx.worker_id, lock_s):
+        return True
+    holder = store.lifecycle.finisher()
+    if holder is None or holder in alive(store.client, ctx.keys, ctx.settings.worker_dead_seconds):
+        return False
+    log.warning("crawl %s: the finisher %s died; finishing it here", store.id, holder)
+    store.lifecycle.take_finisher(ctx.worker_id, lock_s)
+    return True
+
+
+def _write_all_orphans(ctx: Context, store: CrawlStore) -> None:
+    """Every record on disk before the summary: orphans at once, records of live writers (or
+    of processes that just claimed an orphan) once ``orphan_record_seconds`` old, if they did
+    not write them meanwhile. Returns when none is left."""
+    wait = ctx.settings.orphan_record_seconds
+    while True:
+        old, young = store.ledger.orphans(wait)
+        for url, entry in old:
+            write_orphan(ctx, store, url, entry, strict=True)
+        if not old and not young:
+            return
+        if young and store.lifecycle.output_problem():
+            raise _unavailable(ctx, store)  # their writers failed for the disk: no use waiting
+        time.sleep(0.05)
