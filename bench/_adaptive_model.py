@@ -23,10 +23,10 @@ from typing import Any
 
 import _util
 from adaptive import MIX
-from recrawl_site import DAY, HOUR, T0, build_site
 
 from crawler_tasks.web import change_rate
 from crawler_tasks.web.change_rate import Visits, optimal_interval
+from tests.support.recrawl_site import DAY, HOUR, T0, build_site
 
 NEXT_INTERVAL = change_rate.next_interval
 #: (state, the page's true rate, now) -> visit now?

@@ -14,15 +14,14 @@ import json
 import posixpath
 import sys
 from collections import deque
-from pathlib import Path
 from urllib.parse import urldefrag, urljoin, urlsplit
 
+import _util  # noqa: F401  (puts the checkout on sys.path for tests.support)
 import lxml.html
 import requests
 from protego import Protego
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from sitegen import SKIP_EXTENSIONS  # noqa: E402  (the same skip rule as the expected set)
+from tests.support.sitegen import SKIP_EXTENSIONS  # the same skip rule as the expected set
 
 AGENT = "bench-bfs"
 

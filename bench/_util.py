@@ -1,7 +1,8 @@
 """Helpers shared by the benchmarks: argument parsing, tables, JSON, process sampling.
 
 Not a benchmark itself. The scripts run as ``.venv/bin/python bench/NAME.py``, so this
-directory is on ``sys.path``; ``tests/`` is added for ``sitegen``.
+directory is on ``sys.path``; the checkout is added for the test suite's sites and clusters
+(``tests.support``).
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT / "tests") not in sys.path:
-    sys.path.insert(0, str(ROOT / "tests"))
+# Last: a crawler_tasks on PYTHONPATH (another checkout, measured side by side) still comes
+# first; ``tests`` is found here.
+if str(ROOT) not in sys.path:
+    sys.path.append(str(ROOT))
 
 
 #: broad.py's arguments by default where a wrapper runs it (cpu_by_library.py, redis_cpu.py):

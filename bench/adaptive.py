@@ -29,10 +29,10 @@ from typing import Any
 
 import _util
 import redis
-from recrawl_site import DAY, HOUR, T0, Server, build_site, run_at
 
 from crawler_tasks.settings import load
 from crawler_tasks.surface.embedded import local_workers, private_redis
+from tests.support.recrawl_site import DAY, HOUR, T0, Server, build_site, run_at
 
 ADDRESS = "127.0.0.32"
 #: (changes per second, share of the pages): hourly .. never.

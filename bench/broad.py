@@ -266,13 +266,12 @@ def parse_layout(item: str) -> tuple[str, int, int, int]:
 @contextlib.contextmanager
 def redis_for(state: str) -> Iterator[tuple[str, str, list[redis.Redis]]]:
     """(broker URL, crawl-state URL, a client of every Redis node): ``one`` Redis for both,
-    or a standalone broker and a 3-master ``cluster`` (tests/cluster.py) for the state."""
+    or a standalone broker and a 3-master ``cluster`` (tests/support/cluster.py) for the state."""
     with private_redis() as url:
         if state == "one":
             yield url, url, [redis.Redis.from_url(url)]
             return
-        sys.path.insert(0, str(HERE.parent / "tests"))
-        from cluster import Cluster
+        from tests.support.cluster import Cluster
 
         c = Cluster(masters=3)
         try:

@@ -335,7 +335,7 @@ def main() -> int:
     args.worker_env = dict(kv.split("=", 1) for kv in args.worker_env)
     layouts = [parse_layout(item) for item in args.layouts.split(",") if item]
 
-    from sitegen import reachable, running_sites
+    from tests.support.sitegen import reachable, running_sites
 
     rows: list[dict[str, Any]] = []
     _util.log(args, f"generating a {args.pages:,}-page site")

@@ -39,11 +39,11 @@ from typing import Any
 import _util
 import broad
 import requests
-from conftest import wait_until
 
 from crawler_tasks import start_crawl
 from crawler_tasks.settings import load
 from crawler_tasks.surface.embedded import free_port, private_redis, stop_process
+from tests.support.waiting import wait_until
 
 
 @contextlib.contextmanager

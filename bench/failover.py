@@ -24,14 +24,14 @@ from pathlib import Path
 from typing import Any
 
 import _util
-from cluster import Cluster
-from sitegen import reachable, running_sites
 
 from crawler_tasks import start_crawl
 from crawler_tasks.settings import load
 from crawler_tasks.surface.embedded import local_workers, private_redis
 from crawler_tasks.web.urls import normalize
 from crawler_tasks.worker.process.outage import REDIS_UNAVAILABLE
+from tests.support.cluster import Cluster
+from tests.support.sitegen import reachable, running_sites
 
 
 def patiently(call: Any, patience: float = 120.0) -> Any:

@@ -214,7 +214,7 @@ def broker_lengths(client: redis.Redis, names: list[str]) -> dict[str, int]:
 
 
 def broker_part(args: Any) -> dict[str, Any]:
-    from sitegen import running_sites
+    from tests.support.sitegen import running_sites
 
     n = args.urls
     addresses = [f"127.0.0.{i}" for i in range(2, 2 + args.domains)]

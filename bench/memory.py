@@ -41,7 +41,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import _util
@@ -379,10 +378,9 @@ def render(r: dict[str, Any], b: dict[str, float], fill: float) -> list[str]:
 
 
 def measure_cluster(args: Any) -> dict[str, Any]:
-    """The same admission into a crawl on a 3-master Redis Cluster (tests/cluster.py): bytes
+    """The same admission into a crawl on a 3-master Redis Cluster (tests/support/cluster.py): bytes
     per pending URL over all masters, and how evenly the partitions spread them."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-    from cluster import Cluster
+    from tests.support.cluster import Cluster
 
     cluster = Cluster(masters=3)
     try:

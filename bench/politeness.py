@@ -39,13 +39,13 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import _util  # also puts tests/ on sys.path
-from sitegen import Request, max_concurrency, rate_report, running_sites
+import _util  # also puts the checkout on sys.path (tests.support)
 
 from crawler_tasks import start_crawl
 from crawler_tasks.settings import Settings, load
 from crawler_tasks.surface.embedded import local_workers, private_redis
 from crawler_tasks.worker.process.app import make_app
+from tests.support.sitegen import Request, max_concurrency, rate_report, running_sites
 
 #: Fraction of the crawl's span dropped at each end when measuring the steady pace.
 EDGE = 0.15

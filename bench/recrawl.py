@@ -17,7 +17,12 @@ from typing import Any
 
 import _util
 import redis
-from recrawl_site import (
+
+from crawler_tasks import start_crawl
+from crawler_tasks.settings import load
+from crawler_tasks.state.keys import Keys
+from crawler_tasks.surface.embedded import local_workers, private_redis
+from tests.support.recrawl_site import (
     change_site,
     half_with_etags,
     serve,
@@ -26,12 +31,7 @@ from recrawl_site import (
     warcio_check,
     with_text,
 )
-from sitegen import running_sites
-
-from crawler_tasks import start_crawl
-from crawler_tasks.settings import load
-from crawler_tasks.state.keys import Keys
-from crawler_tasks.surface.embedded import local_workers, private_redis
+from tests.support.sitegen import running_sites
 
 ADDRESS = "127.0.0.31"
 

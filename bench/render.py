@@ -30,14 +30,14 @@ from pathlib import Path
 from typing import Any
 
 import _util
-import jssite
 import psutil
 import redis
-from sitegen import SiteServer
 
 from crawler_tasks import start_crawl
 from crawler_tasks.settings import load
 from crawler_tasks.surface.embedded import local_workers, private_redis
+from tests.support import jssite
+from tests.support.sitegen import SiteServer
 
 
 class TreeSampler:

@@ -1,5 +1,5 @@
 """Real parts only: a private redis-server for the session (flushed between tests), real Celery
-worker processes, real HTTP servers on loopback (see sitegen.py).
+worker processes, real HTTP servers on loopback (see tests/support/sitegen.py).
 
 Worker processes write their logs under the test's ``worker_logs`` directory; a traceback in
 any of them fails the test unless the test allows it with
@@ -7,16 +7,12 @@ any of them fails the test unless the test allows it with
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import re
 import shutil
-import signal
-import subprocess
 import threading
-import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,17 +20,18 @@ import hypothesis
 import pytest
 import redis
 from celery import Celery
-from cluster import Cluster
-from driver import Driver
-from scheduling import SuiteScheduling
 
 from crawler_tasks.settings import Settings, load
 from crawler_tasks.surface.embedded import (
     local_workers,
     private_redis,
-    stop_process,
 )
 from crawler_tasks.worker.process.app import broker_transport
+from tests.support.cluster import Cluster
+from tests.support.driver import Driver
+from tests.support.processes import stop_together
+from tests.support.scheduling import SuiteScheduling
+from tests.support.worker_logs import unexpected_tracebacks
 
 # celery_app / celery_worker (an embedded worker in a thread of the test process); the
 # fixtures below point them at the project's app and the test's Redis.
@@ -50,41 +47,73 @@ hypothesis.settings.load_profile(
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> SuiteScheduling:
-    """``make test`` (``pytest -n N``): see tests/scheduling.py."""
+    """``make test`` (``pytest -n N``): see tests/support/scheduling.py."""
     return SuiteScheduling(config, log)
 
 
-#: The fault scenarios (``make test-faults``; ``make test`` leaves them out): each kills,
-#: freezes, fills or overloads something for 20-120 s. These modules hold nothing else; a
-#: kill scenario in another module is marked ``@pytest.mark.fault`` where it stands.
-FAULT_MODULES = frozenset(
-    {
-        "test_faults.py",
-        "test_redis_faults.py",
-        "test_maxmemory.py",
-        "test_disk_full.py",
-        "test_overload.py",
-        "test_overload_cluster.py",
-        "test_first_beat.py",
-        "test_failover.py",
-        "test_partition.py",
-        "test_archive_faults.py",
-        "test_dead_process_cleanup.py",
-    }
-)
+#: A test's tier is the directory it stands in: tests/<directory>/... is marked <marker>
+#: (``-m fault`` and the like select as before; the Makefile's targets name directories).
+TIER_MARKERS = {
+    "unit": "unit: pure logic: no process, no Redis (`make test-fast`)",
+    "integration": "integration: real redis-server, workers and CLI processes (`make test`)",
+    "faults": "fault: a fault scenario: a kill, a freeze, a full disk, an outage, overload "
+    "(`make test-faults`; `make test` leaves them out)",
+    "bench": "bench: every bench script once at tiny sizes (`make test-bench`)",
+}
+TESTS = Path(__file__).resolve().parent
+
+#: Fixtures a unit test may not use: each needs a redis-server (``redis_url``, ``client``,
+#: ``settings``, ``driver``, ``workers``, ``celery_app`` and the cluster's all build on them).
+_NOT_UNIT = frozenset({"redis_server", "redis_cluster"})
+
+
+def _tier(item: pytest.Item) -> str | None:
+    try:
+        return item.path.resolve().relative_to(TESTS).parts[0]
+    except ValueError:  # a path outside tests/ (pytest given some other directory)
+        return None
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if item.path.name in FAULT_MODULES:
-            item.add_marker(pytest.mark.fault)
+        tier = _tier(item)
+        if tier not in TIER_MARKERS:
+            continue
+        item.add_marker(TIER_MARKERS[tier].split(":", 1)[0])
+        used = _NOT_UNIT & set(getattr(item, "fixturenames", ()))
+        if tier == "unit" and used:
+            raise pytest.UsageError(
+                f"{item.nodeid} uses {', '.join(sorted(used))}: a test that needs Redis "
+                "belongs in tests/integration (tests/unit is no process, no Redis)"
+            )
+
+
+@pytest.fixture(autouse=True)
+def _unit_uses_no_redis(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A unit test that connects to a Redis (a server of its own, say) fails saying so."""
+    if request.node.get_closest_marker("unit") is None:
+        return
+    from redis.connection import AbstractConnection
+
+    def refused(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a unit test connected to Redis: it belongs in tests/integration")
+
+    monkeypatch.setattr(AbstractConnection, "connect", refused)
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    for line in TIER_MARKERS.values():
+        config.addinivalue_line("markers", line)
     config.addinivalue_line(
         "markers",
-        "fault: a fault scenario (a kill, a freeze, a full disk, an outage, overload): "
-        "`make test-faults` runs these, `make test` the others",
+        "slow: (on a module, as ``pytestmark``) its tests take 20-70 s: `pytest -n N` hands "
+        "them out first (tests/support/scheduling.py; tests/faults and tests/bench are slow "
+        "by their place)",
+    )
+    config.addinivalue_line(
+        "markers",
+        "one_process: (on a module, as ``pytestmark``) its tests share one costly module "
+        "fixture: `pytest -n N` runs the module whole on one process (tests/support/scheduling.py)",
     )
     config.addinivalue_line(
         "markers",
@@ -125,11 +154,11 @@ def settings(redis_url: str, tmp_path: Path) -> Settings:
     return load(env={}, broker_url=redis_url, output_dir=str(tmp_path / "out"))
 
 
-# A module using these runs whole on one xdist process (tests/scheduling.py, ONE_PROCESS): one
-# cluster a module, each test's state flushed.
+# A module using these is marked ``one_process`` (tests/support/scheduling.py): one cluster a
+# module, each test's state flushed.
 @pytest.fixture(scope="module")
 def redis_cluster() -> Iterator[Cluster]:
-    """A real 3-master Redis Cluster on loopback (tests/cluster.py)."""
+    """A real 3-master Redis Cluster on loopback (tests/support/cluster.py)."""
     c = Cluster(masters=3)
     yield c
     c.stop()
@@ -152,7 +181,7 @@ def csettings(redis_url: str, cluster_url: str, tmp_path: Path) -> Settings:
 
 @pytest.fixture
 def driver(settings: Settings) -> Iterator[Driver]:
-    """The pipeline in the test's own thread (tests/driver.py), against the real Redis."""
+    """The pipeline in the test's own thread (tests/support/driver.py), against the real Redis."""
     d = Driver(settings)
     yield d
     d.close()
@@ -162,31 +191,6 @@ def driver(settings: Settings) -> Iterator[Driver]:
 def worker_env() -> dict[str, str]:
     """Extra environment for the worker processes a test starts (override per test)."""
     return {}
-
-
-_TRACEBACK = re.compile(r"^Traceback \(most recent call last\):$", re.M)
-
-
-def tracebacks(text: str) -> list[str]:
-    """Each traceback in a log, with the log line before it (Celery names the task there) and
-    up to the exception line (the first unindented line after the frames)."""
-    found = []
-    for match in _TRACEBACK.finditer(text):
-        before = text[: match.start()].rstrip("\n").rpartition("\n")[2]
-        lines = text[match.end() :].lstrip("\n").splitlines()
-        end = next((i for i, line in enumerate(lines) if line and not line[0].isspace()), None)
-        body = lines if end is None else lines[: end + 1]
-        found.append("\n".join([before, match.group(0), *body]))
-    return found
-
-
-def unexpected_tracebacks(log_dir: Path, allowed: list[str]) -> list[str]:
-    out = []
-    for log in sorted(log_dir.glob("*.log")):
-        for tb in tracebacks(log.read_text(errors="replace")):
-            if not any(re.search(pattern, tb) for pattern in allowed):
-                out.append(f"--- {log.name}\n{tb}")
-    return out
 
 
 @pytest.fixture
@@ -201,21 +205,6 @@ def worker_logs(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Path
     found = unexpected_tracebacks(log_dir, allowed)
     if found:
         pytest.fail("traceback in a worker log:\n" + "\n".join(found)[-8000:], pytrace=False)
-
-
-def stop_together(procs: Iterable[subprocess.Popen[bytes]], grace: float = 10.0) -> None:
-    """Celery's warm shutdown of every process at once: SIGTERM to all, then wait for all.
-    One by one (``local_workers`` on exit), a prefork worker's ~3 s shutdown adds to the
-    threads worker's ~1 s after every test. A process still running after ``grace`` gets
-    ``stop_process`` (SIGKILL of its group)."""
-    running = [p for p in procs if p.poll() is None]
-    for proc in running:
-        proc.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    for proc in running:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(max(0.0, deadline - time.monotonic()))
-        stop_process(proc, grace=1.0)
 
 
 @pytest.fixture
@@ -300,48 +289,6 @@ def celery_worker_pool() -> str:
 def celery_worker_parameters() -> dict[str, object]:
     # Celery's ping check waits on a task result: the app keeps none (task_ignore_result).
     return {"concurrency": 8, "perform_ping_check": False, "shutdown_timeout": 30.0}
-
-
-class RoundTrips:
-    """Round trips to Redis that this thread makes in the block (each command or pipeline
-    sent: redis-py's ``send_packed_command``), counted in the client: ``.count``.
-
-    Not Redis's ``total_reads_processed``: that counter is the server's, and the test's
-    Redis is shared by the tests of its process, so a client an earlier test left (a thread,
-    a worker) adds to it; a one-round-trip publish once read as two. A round trip the code
-    makes on another thread is not counted here, so a test of one thread's round trips
-    cannot pass by missing some of them."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self._thread = threading.get_ident()
-
-    def __enter__(self) -> RoundTrips:
-        from redis.connection import AbstractConnection
-
-        self._class, self._send = AbstractConnection, AbstractConnection.send_packed_command
-        send, trips = self._send, self
-
-        def counted(conn, command, check_health=True):  # type: ignore[no-untyped-def]
-            if threading.get_ident() == trips._thread:
-                trips.count += 1
-            return send(conn, command, check_health)
-
-        AbstractConnection.send_packed_command = counted  # type: ignore[method-assign]
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._class.send_packed_command = self._send  # type: ignore[method-assign]
-
-
-def wait_until(predicate, timeout: float = 30.0, interval: float = 0.1):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"condition not met within {timeout}s")
 
 
 @pytest.fixture(autouse=True)

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
+from tests.support.paths import BENCH
+
 RUNS = {
     "bloom.py": "--quick --throughput-urls 2000 --repeat 1 --accuracy-urls 5000",
     "bodies.py": "--pages 50 --size 5000",

@@ -12,9 +12,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import wait_until
-from recrawl_site import warcio_check
-from test_faults import assert_exact, cluster, site, start, wait
 from warcio.archiveiterator import ArchiveIterator
 
 from crawler_tasks import start_crawl
@@ -25,6 +22,9 @@ from crawler_tasks.worker.output import warc_appends
 from crawler_tasks.worker.output.archive_fence import ArchiveFence
 from crawler_tasks.worker.output.files import CrawlOutput
 from crawler_tasks.worker.runtime.room import Room
+from tests.faults.test_faults import assert_exact, cluster, site, start, wait
+from tests.support.recrawl_site import warcio_check
+from tests.support.waiting import wait_until
 
 
 def responses(directory: Path) -> Counter[str]:

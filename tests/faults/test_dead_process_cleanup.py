@@ -9,11 +9,12 @@ import socket
 
 import pytest
 import redis
-from conftest import stop_together, wait_until
-from test_faults import cluster
 
 from crawler_tasks.state.keys import Keys
 from crawler_tasks.worker.process.broker import DIRECT_PREFIX
+from tests.faults.test_faults import cluster
+from tests.support.processes import stop_together
+from tests.support.waiting import wait_until
 
 KILLS = 10
 

@@ -10,15 +10,15 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from conftest import wait_until
-from disks import tmpfs
-from sitegen import reachable, running_sites
-from test_faults import start, wait
 from warcio.archiveiterator import ArchiveIterator
 
 from crawler_tasks.surface.display import line
 from crawler_tasks.surface.embedded import local_workers
 from crawler_tasks.web.urls import normalize
+from tests.faults.test_faults import start, wait
+from tests.support.disks import tmpfs
+from tests.support.sitegen import reachable, running_sites
+from tests.support.waiting import wait_until
 
 
 def fill(disk: Path, leave: int) -> Path:

@@ -20,11 +20,6 @@ from pathlib import Path
 import pytest
 import redis
 import requests
-from cluster import Cluster
-from conftest import wait_until
-from dashboard_server import AUTH, dashboard
-from sitegen import reachable, running_sites
-from test_cluster import assert_exact, master_of, workers_on
 
 from crawler_tasks.settings import load
 from crawler_tasks.state.connection import connect
@@ -32,6 +27,11 @@ from crawler_tasks.state.keys import Keys
 from crawler_tasks.surface.crawl import Crawl, list_crawls
 from crawler_tasks.surface.crawl_command import _has_crawl_workers
 from crawler_tasks.surface.embedded import local_workers, private_redis
+from tests.integration.test_cluster import assert_exact, master_of, workers_on
+from tests.support.cluster import Cluster
+from tests.support.dashboard_server import AUTH, dashboard
+from tests.support.sitegen import reachable, running_sites
+from tests.support.waiting import wait_until
 
 CRAWLER = str(Path(sys.executable).parent / "crawler")
 

@@ -23,9 +23,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from conftest import wait_until
-from faults import rabbitmq_vhost
-from sitegen import SiteServer, reachable, running_sites
 
 from crawler_tasks import start_crawl
 from crawler_tasks.settings import Settings
@@ -37,6 +34,9 @@ from crawler_tasks.surface.commands import domain_line
 from crawler_tasks.surface.display import line
 from crawler_tasks.surface.embedded import FETCH_QUEUES, stop_process, worker_command
 from crawler_tasks.web.urls import domain_key, normalize
+from tests.support.fault_injection import rabbitmq_vhost
+from tests.support.sitegen import SiteServer, reachable, running_sites
+from tests.support.waiting import wait_until
 
 #: Faster failure detection than the defaults (30 s each), so each test stays short; one test
 #: below measures recovery at the defaults.

@@ -20,13 +20,14 @@ import time
 
 import pytest
 import redis
-from conftest import stop_together, wait_until
-from sitegen import running_sites
-from test_faults import PARSE_TASKS, cluster
 
 from crawler_tasks import start_crawl
 from crawler_tasks.state.keys import Keys
 from crawler_tasks.state.workers import beats
+from tests.faults.test_faults import PARSE_TASKS, cluster
+from tests.support.processes import stop_together
+from tests.support.sitegen import running_sites
+from tests.support.waiting import wait_until
 
 #: Fresh starts at most, and the time they may take together (each ~11 s here: ~5 s to
 #: start, ~2 s to crawl, ~4 s to stop).

@@ -27,9 +27,6 @@ from typing import Any
 
 import pytest
 import redis
-from conftest import wait_until
-from driver import Driver
-from sitegen import Graph, SiteServer, reachable, running_sites
 
 from crawler_tasks import start_crawl
 from crawler_tasks.settings import Settings, load
@@ -39,6 +36,9 @@ from crawler_tasks.surface.embedded import local_workers, private_redis
 from crawler_tasks.web.urls import normalize
 from crawler_tasks.worker.process.app import QUEUES
 from crawler_tasks.worker.runtime.room import Room
+from tests.support.driver import Driver
+from tests.support.sitegen import Graph, SiteServer, reachable, running_sites
+from tests.support.waiting import wait_until
 
 HOSTS = ["127.0.0.91", "127.0.0.92", "127.0.0.93"]
 PAGES, LINKS = 1200, 10

@@ -27,7 +27,25 @@ from pathlib import Path
 
 import pytest
 import redis
-from broad_web import (
+
+from crawler_tasks import start_crawl
+from crawler_tasks.state import workers
+from crawler_tasks.state.formats import Committed, Unwritten
+from crawler_tasks.state.keys import Keys
+from crawler_tasks.surface.embedded import FETCH_QUEUES
+from crawler_tasks.worker.visit.outcome import Final
+from crawler_tasks.worker.visit.recorder import write_orphan
+from tests.faults.test_faults import (
+    assert_exact,
+    cluster,
+    holding,
+    one_host_each,
+    site,
+    start,
+    wait,
+)
+from tests.integration.test_lease_exits import crawl_of
+from tests.support.broad_web import (
     WIRE_TOLERANCE,
     broad_web,
     cpu_hogs,
@@ -37,19 +55,9 @@ from broad_web import (
     page_counts,
     per_host_times,
 )
-from conftest import wait_until
-from driver import Driver
-from sitegen import SiteServer
-from test_faults import assert_exact, cluster, holding, one_host_each, site, start, wait
-from test_lease_exits import crawl_of
-
-from crawler_tasks import start_crawl
-from crawler_tasks.state import workers
-from crawler_tasks.state.formats import Committed, Unwritten
-from crawler_tasks.state.keys import Keys
-from crawler_tasks.surface.embedded import FETCH_QUEUES
-from crawler_tasks.worker.visit.outcome import Final
-from crawler_tasks.worker.visit.recorder import write_orphan
+from tests.support.driver import Driver
+from tests.support.sitegen import SiteServer
+from tests.support.waiting import wait_until
 
 MOVED = Committed.MOVED
 

@@ -24,18 +24,21 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import wait_until
-from test_failover import CRAWLER, the_crawl
-from test_faults import assert_exact, cluster, site
-from test_overload import (
+
+from crawler_tasks.settings import load
+from crawler_tasks.surface.crawl_command import _has_crawl_workers
+from tests.faults.test_failover import CRAWLER, the_crawl
+from tests.faults.test_faults import assert_exact, cluster, site
+from tests.faults.test_overload import (
     assert_no_retry_spent,
     freeze,
     frozen_past_the_dead_threshold,
     took_back,
 )
+from tests.support.waiting import wait_until
 
-from crawler_tasks.settings import load
-from crawler_tasks.surface.crawl_command import _has_crawl_workers
+# One costly module fixture: the module runs whole on one xdist process (tests/support/scheduling.py).
+pytestmark = pytest.mark.one_process
 
 #: Seconds between two worker processes' SIGCONT after the pause: the first resumed reads the
 #: others' heartbeats before they could beat again (well under the dead threshold, 4 s).

@@ -14,15 +14,16 @@ from collections import Counter
 from urllib.parse import urlsplit
 
 import pytest
-from conftest import stop_together, wait_until
-from sitegen import reachable, running_sites
-from tcpproxy import Proxy
 
 from crawler_tasks import start_crawl
 from crawler_tasks.state import workers
 from crawler_tasks.state.keys import Keys
 from crawler_tasks.surface.embedded import local_workers
 from crawler_tasks.web.urls import normalize
+from tests.support.processes import stop_together
+from tests.support.sitegen import reachable, running_sites
+from tests.support.tcpproxy import Proxy
+from tests.support.waiting import wait_until
 
 #: Seconds from the partition to the last of the worker's URLs taken back: the target
 #: (~15 s: worker_dead_seconds 10 + a reclaim round), with room for a busy test machine.

@@ -15,9 +15,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import wait_until as wait_for
-from faults import RestartableRedis, first_request_after, records, start_site_crawl
-from sitegen import reachable, running_sites
 
 from crawler_tasks.errors import RedisFull
 from crawler_tasks.settings import Settings, load
@@ -26,6 +23,14 @@ from crawler_tasks.surface.display import line
 from crawler_tasks.surface.embedded import local_workers
 from crawler_tasks.surface.metrics import CrawlCollector
 from crawler_tasks.web.urls import normalize
+from tests.support.fault_injection import (
+    RestartableRedis,
+    first_request_after,
+    records,
+    start_site_crawl,
+)
+from tests.support.sitegen import reachable, running_sites
+from tests.support.waiting import wait_until as wait_for
 
 PAGES = 300
 DISPATCHER_OUTAGE = re.compile(

@@ -6,8 +6,6 @@ times (the run's time is what due-ness is measured against), through the real wo
 from __future__ import annotations
 
 import pytest
-from recrawl_site import HOUR, T0, Server, SimSite, change_site, half_with_etags, run_at
-from sitegen import running_sites
 
 from crawler_tasks.errors import ConfigError
 from crawler_tasks.state.keys import Keys
@@ -15,6 +13,16 @@ from crawler_tasks.state.options import CrawlOptions
 from crawler_tasks.state.validators import Validators
 from crawler_tasks.web.change_rate import lastmod_agrees, lastmod_trusted
 from crawler_tasks.web.sitemaps import w3c_time
+from tests.support.recrawl_site import (
+    HOUR,
+    T0,
+    Server,
+    SimSite,
+    change_site,
+    half_with_etags,
+    run_at,
+)
+from tests.support.sitegen import running_sites
 
 
 def fetched(server) -> set[str]:  # type: ignore[no-untyped-def]

@@ -16,11 +16,6 @@ from pathlib import Path
 
 import pytest
 import redis
-from conftest import stop_together, wait_until
-from driver import Driver
-from sitegen import running_sites
-from test_faults import assert_exact, cluster, start, wait
-from test_overload import assert_no_retry_spent, took_back
 
 from crawler_tasks import start_crawl
 from crawler_tasks.state import workers
@@ -28,6 +23,15 @@ from crawler_tasks.state.formats import Inflight
 from crawler_tasks.state.keys import Keys
 from crawler_tasks.surface.embedded import FETCH_QUEUES
 from crawler_tasks.worker.process.app import direct_queue
+from tests.faults.test_faults import assert_exact, cluster, start, wait
+from tests.faults.test_overload import assert_no_retry_spent, took_back
+from tests.support.driver import Driver
+from tests.support.processes import stop_together
+from tests.support.sitegen import running_sites
+from tests.support.waiting import wait_until
+
+# Tests of 20-70 s: handed out first under `pytest -n N` (tests/support/scheduling.py).
+pytestmark = pytest.mark.slow
 
 HOSTS = ["127.0.0.93", "127.0.0.94", "127.0.0.95", "127.0.0.96"]
 

@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 import requests
 import yaml
-from conftest import wait_until
-from sitegen import running_sites
 
 from crawler_tasks import start_crawl
 from crawler_tasks.surface.embedded import free_port, stop_process
+from tests.support.paths import ROOT
+from tests.support.sitegen import running_sites
+from tests.support.waiting import wait_until
 
-ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "config"
 _METRIC = re.compile(r"\bcrawler_[a-z_]+\b")
 

@@ -12,10 +12,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from conftest import stop_together, wait_until
 from redbeat.schedulers import ensure_conf
-from sitegen import reachable, running_sites
-from test_recrawl import due_now
 
 from crawler_tasks import Crawl
 from crawler_tasks.settings import load
@@ -25,6 +22,10 @@ from crawler_tasks.state.schedules import Schedule, Schedules
 from crawler_tasks.surface.embedded import local_workers, stop_process
 from crawler_tasks.web.urls import normalize
 from crawler_tasks.worker.process.app import make_app
+from tests.integration.test_recrawl import due_now
+from tests.support.processes import stop_together
+from tests.support.sitegen import reachable, running_sites
+from tests.support.waiting import wait_until
 
 
 @pytest.mark.timeout(300)

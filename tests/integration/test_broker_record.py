@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 import redis
-from conftest import RoundTrips
 from kombu import Connection, Exchange, Queue
+
+from tests.support.round_trips import RoundTrips
 
 UNACKED = "unacked"  # kombu's Redis transport's default key names
 UNACKED_INDEX = "unacked_index"

@@ -6,11 +6,11 @@ import math
 import random
 
 import pytest
-from sitegen import serve_hosts
-from test_formats import undescribed
 
 from crawler_tasks import start_crawl
 from crawler_tasks.web.simhash import distance, simhash
+from tests.support.sitegen import serve_hosts
+from tests.unit.test_formats import undescribed
 
 WORDS = [f"w{i}" for i in range(3000)]
 

@@ -10,9 +10,7 @@ import threading
 
 import pytest
 from celery import current_app
-from conftest import RoundTrips
 from redis.exceptions import OutOfMemoryError, ResponseError
-from sitegen import running_sites
 
 from crawler_tasks import start_crawl
 from crawler_tasks.state.archive import RESPONSE
@@ -22,6 +20,8 @@ from crawler_tasks.worker.output.archive_fence import ArchiveFence
 from crawler_tasks.worker.output.files import CrawlOutput
 from crawler_tasks.worker.runtime.room import Room
 from crawler_tasks.worker.visit import pipeline
+from tests.support.round_trips import RoundTrips
+from tests.support.sitegen import running_sites
 
 SITE = "http://127.0.0.1:9"
 WARC = (200, "OK", [("Content-Type", "text/html")], b"<html>x</html>", [])

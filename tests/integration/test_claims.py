@@ -16,8 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import wait_until
-from sitegen import SiteServer
 
 from crawler_tasks import Crawl, start_crawl
 from crawler_tasks.state.bloom import BloomShape
@@ -28,8 +26,9 @@ from crawler_tasks.surface.embedded import (
     stop_process,
     worker_command,
 )
-
-TESTS = Path(__file__).parent
+from tests.support.paths import HOOKS
+from tests.support.sitegen import SiteServer
+from tests.support.waiting import wait_until
 
 
 def page(title: str, *links: str) -> bytes:
@@ -243,7 +242,7 @@ def test_on_finished_task_is_called_with_crawl_id_and_summary(
             FETCH_QUEUES,
             "--include",
             "crawl_hooks",
-            PYTHONPATH=str(TESTS / "hooks"),
+            PYTHONPATH=str(HOOKS),
             TEST_HOOK_FILE=str(hook_file),
         )
         try:

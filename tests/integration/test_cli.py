@@ -8,11 +8,15 @@ import subprocess
 import sys
 
 import pytest
-from sitegen import running_sites
-from tls_site import https_site, make_ca
 
 from crawler_tasks.surface.embedded import free_port
 from crawler_tasks.surface.summary import summary_text
+from tests.support.paths import HOOKS
+from tests.support.sitegen import running_sites
+from tests.support.tls_site import https_site, make_ca
+
+# Tests of 20-70 s: handed out first under `pytest -n N` (tests/support/scheduling.py).
+pytestmark = pytest.mark.slow
 
 
 def run(*args: str, timeout: float = 120, env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
@@ -163,7 +167,7 @@ def shutil_which(name: str) -> str | None:
 def test_the_summary_says_where_the_files_are_the_pace_and_the_first_extract_error(
     redis_url, tmp_path
 ):
-    hooks = os.path.join(os.path.dirname(__file__), "hooks")
+    hooks = str(HOOKS)
     env = {"PYTHONPATH": os.pathsep.join([hooks, os.environ.get("PYTHONPATH", "")])}
     with running_sites(["127.0.0.18"], 3, 2) as (_, servers):
         result = run(
@@ -310,10 +314,9 @@ def test_a_mistyped_port_fails_the_crawl_in_one_short_line(redis_url, tmp_path):
 
 
 def test_a_ca_given_to_the_command_but_not_the_workers_is_named(redis_url, celery_worker, tmp_path):  # type: ignore[no-untyped-def]
-    from conftest import wait_until
-
     from crawler_tasks.settings import load
     from crawler_tasks.surface.crawl_command import _has_crawl_workers
+    from tests.support.waiting import wait_until
 
     wait_until(lambda: _has_crawl_workers(load(env={}, broker_url=redis_url)), timeout=60)
     files = make_ca(tmp_path, "127.0.0.25")

@@ -12,11 +12,8 @@ import sys
 import time
 import tracemalloc
 
-import cli_process
 import pytest
 import redis
-from conftest import wait_until
-from sitegen import running_sites
 
 from crawler_tasks import start_crawl
 from crawler_tasks.errors import ConfigError, InvalidSeed, UnknownCrawl
@@ -26,6 +23,9 @@ from crawler_tasks.surface.crawl import Crawl, list_crawls
 from crawler_tasks.surface.crawl_command import _has_crawl_workers
 from crawler_tasks.surface.embedded import free_port
 from crawler_tasks.surface.seeds import SeedsFile
+from tests.support import cli_process
+from tests.support.sitegen import running_sites
+from tests.support.waiting import wait_until
 
 
 def run(*args: str, timeout: float = 60):  # type: ignore[no-untyped-def]

@@ -11,12 +11,16 @@ from pathlib import Path
 from typing import Any
 
 import click
-from sitegen import SiteServer
-from test_cli_errors import run
+import pytest
 
 from crawler_tasks import start_crawl
 from crawler_tasks.surface.cli import main
 from crawler_tasks.surface.commands import COMMANDS
+from tests.integration.test_cli_errors import run
+from tests.support.sitegen import SiteServer
+
+# Tests of 20-70 s: handed out first under `pytest -n N` (tests/support/scheduling.py).
+pytestmark = pytest.mark.slow
 
 #: Commands that serve until interrupted and print no result: no --json.
 SERVERS = {"metrics", "dashboard"}

@@ -18,12 +18,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cluster import Cluster, Node
-from conftest import stop_together, wait_until
-from faults import rabbitmq_vhost
-from sitegen import PACE_WINDOW, max_concurrency, rate_report, reachable, running_sites
-from test_operations import pause_resume_cancel
-from test_state_sockets import kernel_timeouts
 
 from crawler_tasks import start_crawl
 from crawler_tasks.errors import ConfigError
@@ -31,6 +25,22 @@ from crawler_tasks.settings import Settings, load
 from crawler_tasks.state import connection
 from crawler_tasks.surface.embedded import local_workers
 from crawler_tasks.web.urls import normalize
+from tests.integration.test_operations import pause_resume_cancel
+from tests.integration.test_state_sockets import kernel_timeouts
+from tests.support.cluster import Cluster, Node
+from tests.support.fault_injection import rabbitmq_vhost
+from tests.support.processes import stop_together
+from tests.support.sitegen import (
+    PACE_WINDOW,
+    max_concurrency,
+    rate_report,
+    reachable,
+    running_sites,
+)
+from tests.support.waiting import wait_until
+
+# One costly module fixture: the module runs whole on one xdist process (tests/support/scheduling.py).
+pytestmark = pytest.mark.one_process
 
 QUIET_SITE = {"broken_ratio": 0, "non_html_ratio": 0, "cross_host_ratio": 0}
 # Redelivery of a dead worker's messages after 4 s instead of 10 minutes (the kill tests).

@@ -10,14 +10,17 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from conftest import wait_until
-from sitegen import has_skipped_extension, reachable, running_sites
 from warcio.archiveiterator import ArchiveIterator
 
 from crawler_tasks import start_crawl
 from crawler_tasks.state.option_checks import reap_after
 from crawler_tasks.surface.embedded import local_workers, stop_process
 from crawler_tasks.web.urls import normalize
+from tests.support.sitegen import has_skipped_extension, reachable, running_sites
+from tests.support.waiting import wait_until
+
+# Tests of 20-70 s: handed out first under `pytest -n N` (tests/support/scheduling.py).
+pytestmark = pytest.mark.slow
 
 FAST = {"rate": math.inf, "concurrency": 4}
 

@@ -13,13 +13,13 @@ import sys
 import time
 
 import requests
-from conftest import wait_until
-from dashboard_server import AUTH, dashboard, session
-from sitegen import running_sites
 
 from crawler_tasks import start_crawl
 from crawler_tasks.state.series import Series
 from crawler_tasks.surface.embedded import free_port
+from tests.support.dashboard_server import AUTH, dashboard, session
+from tests.support.sitegen import running_sites
+from tests.support.waiting import wait_until
 
 #: Figures that change by the second on their own (a rate window, Redis's own memory).
 VOLATILE = {"recent_pages_per_s", "eta_s", "redis_memory"}

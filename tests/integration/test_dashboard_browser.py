@@ -15,12 +15,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import wait_until
-from dashboard_server import AUTH, dashboard
-from sitegen import running_sites
-from test_dashboard import _status_json
 
 from crawler_tasks import start_crawl
+from tests.integration.test_dashboard import _status_json
+from tests.support.dashboard_server import AUTH, dashboard
+from tests.support.sitegen import running_sites
+from tests.support.waiting import wait_until
+
+# Tests of 20-70 s: handed out first under `pytest -n N` (tests/support/scheduling.py).
+pytestmark = pytest.mark.slow
 
 playwright = pytest.importorskip("playwright.sync_api")
 CHROMIUM = "/usr/bin/chromium"

@@ -11,12 +11,11 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
-from conftest import RoundTrips
-from driver import Driver
-
 from crawler_tasks import Crawl, start_crawl
 from crawler_tasks.settings import Settings
 from crawler_tasks.worker.dispatch import rounds as rounds_module
+from tests.support.driver import Driver
+from tests.support.round_trips import RoundTrips
 
 
 @contextlib.contextmanager

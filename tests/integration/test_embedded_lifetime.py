@@ -12,8 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import wait_until
-from sitegen import running_sites
+
+from tests.support.sitegen import running_sites
+from tests.support.waiting import wait_until
 
 
 def _marked(mark: str) -> list[int]:

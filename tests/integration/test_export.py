@@ -14,12 +14,14 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from driver import Driver
-from sitegen import _simple_page, serve_hosts
 
 from crawler_tasks import Crawl, start_crawl
+from tests.support.driver import Driver
+from tests.support.paths import HOOKS
+from tests.support.sitegen import _simple_page, serve_hosts
 
-HOOKS = Path(__file__).parent / "hooks"
+# One costly module fixture: the module runs whole on one xdist process (tests/support/scheduling.py).
+pytestmark = pytest.mark.one_process
 
 
 def page(*hrefs: str):  # type: ignore[no-untyped-def]

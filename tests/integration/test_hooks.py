@@ -8,16 +8,14 @@ import json
 import math
 from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from driver import Driver
-from sitegen import _simple_page, serve_hosts
 
 from crawler_tasks import start_crawl
 from crawler_tasks.errors import ConfigError
-
-HOOKS = Path(__file__).parent / "hooks"
+from tests.support.driver import Driver
+from tests.support.paths import HOOKS
+from tests.support.sitegen import _simple_page, serve_hosts
 
 
 @pytest.fixture

@@ -7,18 +7,19 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
-from pathlib import Path
 
 import pytest
-import test_faults as tf
-from conftest import wait_until
-from sitegen import _simple_page, running_sites, serve_hosts
-from test_claims import fetch_worker
 
 from crawler_tasks import start_crawl
 from crawler_tasks.surface.embedded import FETCH_QUEUES, local_workers, stop_process
+from tests.faults import test_faults as tf
+from tests.integration.test_claims import fetch_worker
+from tests.support.paths import HOOKS
+from tests.support.sitegen import _simple_page, running_sites, serve_hosts
+from tests.support.waiting import wait_until
 
-HOOKS = str(Path(__file__).parent / "hooks")
+# Tests of 20-70 s: handed out first under `pytest -n N` (tests/support/scheduling.py).
+pytestmark = pytest.mark.slow
 
 
 def page(*hrefs: str):  # type: ignore[no-untyped-def]
@@ -35,7 +36,7 @@ def crawl_site(settings, server, **options):  # type: ignore[no-untyped-def]
 
 def test_on_item_task_in_its_own_queue_gets_every_item(settings, redis_url, worker_logs, tmp_path):  # type: ignore[no-untyped-def]
     received = tmp_path / "items.jsonl"
-    env = {"PYTHONPATH": HOOKS}
+    env = {"PYTHONPATH": str(HOOKS)}
     with (
         serve_hosts(None, ["127.0.0.150"], extra_routes=SITE) as (server,),
         local_workers(redis_url, parsers=1, fetchers=1, log_dir=str(worker_logs), extra_env=env),
@@ -62,7 +63,7 @@ def test_on_item_task_in_its_own_queue_gets_every_item(settings, redis_url, work
 
 @pytest.mark.allow_worker_errors("cannot store the items")
 def test_an_on_item_task_that_raises_dead_letters_its_page(settings, redis_url, worker_logs):  # type: ignore[no-untyped-def]
-    env = {"PYTHONPATH": HOOKS}
+    env = {"PYTHONPATH": str(HOOKS)}
     with (
         serve_hosts(None, ["127.0.0.151"], extra_routes=SITE) as (server,),
         local_workers(redis_url, parsers=1, fetchers=1, log_dir=str(worker_logs), extra_env=env),
@@ -90,7 +91,7 @@ def test_items_exactly_once_when_the_parse_process_is_killed(settings, redis_url
     """The parse pool's processes SIGKILL themselves the 4th time they reach ``point``: between
     a page's items and its page line, or between finish.lua and both. Every page still has its
     two items once, and the items counter agrees with the file."""
-    env = {"PYTHONPATH": HOOKS, **tf.PARSE_TASKS}  # every page through the parse process
+    env = {"PYTHONPATH": str(HOOKS), **tf.PARSE_TASKS}  # every page through the parse process
     with (
         running_sites(["127.0.0.152"], 40, 4, cross_host_ratio=0) as (graph, servers),
         tf.cluster(redis_url, tmp_path, **env) as c,
@@ -111,7 +112,7 @@ def test_items_exactly_once_when_the_parse_process_is_killed(settings, redis_url
 def test_secrets_stay_out_of_redis_worker_logs_and_output(settings, redis_url, worker_logs):  # type: ignore[no-untyped-def]
     """Basic auth and a cookie from the workers' environment reach the site; Redis (MONITOR),
     the workers' logs (the fetch worker's at DEBUG) and the output files never see them."""
-    from test_request_settings import Monitor, output_text
+    from tests.integration.test_request_settings import Monitor, output_text
 
     auth, cookie = "site-user:worker-secret-pw", "worker-cookie-secret"
     env = {"SITE_AUTH": auth, "SITE_COOKIE": cookie}
@@ -146,7 +147,7 @@ def test_an_on_item_task_no_worker_knows_is_refused_and_a_queue_nobody_serves_is
     import subprocess
     import sys
 
-    env = {"PYTHONPATH": HOOKS}
+    env = {"PYTHONPATH": str(HOOKS)}
 
     def crawl(task: str, queue: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

@@ -25,12 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sitegen import (
-    Handler,
-    SiteServer,
-    hostile_routes,
-    running_sites,
-)
 
 from crawler_tasks import start_crawl
 from crawler_tasks.errors import BadEncoding, BlockedAddress, InvalidSeed, TooLarge
@@ -44,6 +38,13 @@ from crawler_tasks.web.fetcher import Fetcher
 from crawler_tasks.worker.runtime.context import Context
 from crawler_tasks.worker.runtime.handoff import Publisher
 from crawler_tasks.worker.visit import pipeline
+from tests.support.paths import RESOLVER
+from tests.support.sitegen import (
+    Handler,
+    SiteServer,
+    hostile_routes,
+    running_sites,
+)
 
 MIB = 1 << 20
 LIMIT = 6 * MIB  # max_body_bytes: /links-100k (5.1 MiB) fits, /endless and the bomb do not
@@ -348,7 +349,7 @@ LOOPBACK_NAME = "intranet.loopback.test"  # resolves to 127.0.0.1 in the workers
     "worker_env",
     [
         {
-            "PYTHONPATH": str(Path(__file__).parent / "resolver"),
+            "PYTHONPATH": str(RESOLVER),
             "TEST_RESOLVER_HOSTS": f"{LOOPBACK_NAME}=127.0.0.1",
         }
     ],

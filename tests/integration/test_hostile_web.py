@@ -17,9 +17,11 @@ from typing import Any
 
 import pytest
 import redis
-from conftest import stop_together, unexpected_tracebacks
-from sitegen import WRONG_CHARSET_TITLE, Request, SiteServer, hostile_routes
-from test_hostile import (
+
+from crawler_tasks import start_crawl
+from crawler_tasks.settings import load
+from crawler_tasks.surface.embedded import local_workers
+from tests.integration.test_hostile import (
     CRAWL_LIMITS,
     LIMIT,
     LONG_PATH,
@@ -39,10 +41,12 @@ from test_hostile import (
     url_of,
     wait_for_children,
 )
+from tests.support.processes import stop_together
+from tests.support.sitegen import WRONG_CHARSET_TITLE, Request, SiteServer, hostile_routes
+from tests.support.worker_logs import unexpected_tracebacks
 
-from crawler_tasks import start_crawl
-from crawler_tasks.settings import load
-from crawler_tasks.surface.embedded import local_workers
+# One costly module fixture: the module runs whole on one xdist process (tests/support/scheduling.py).
+pytestmark = pytest.mark.one_process
 
 ATTEMPTS = 1 + RETRIES
 WORKER_ENV = {

@@ -8,11 +8,11 @@ import dataclasses
 from collections import Counter
 
 import pytest
-from driver import Driver
-from sitegen import reachable, running_sites
-from test_pipeline import start
 
 from crawler_tasks.web.urls import normalize
+from tests.integration.test_pipeline import start
+from tests.support.driver import Driver
+from tests.support.sitegen import reachable, running_sites
 
 
 @pytest.mark.parametrize("limit", [1 << 20, 1])

@@ -21,13 +21,13 @@ from typing import Any
 
 import pytest
 import redis
-from driver import Driver
-from sitegen import Handler, SiteServer, free_port
 
 from crawler_tasks import start_crawl
 from crawler_tasks.surface.crawl import Crawl
+from tests.support.driver import Driver
+from tests.support.sitegen import Handler, SiteServer, free_port
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 
 HOST = "127.0.0.49"
 END = "lease-exits-end"

@@ -5,14 +5,12 @@ taken and the token there). Real fetch and parse processes, a real HTTP server."
 from __future__ import annotations
 
 import math
-from pathlib import Path
-
-from sitegen import _simple_page, max_concurrency, serve_hosts
 
 from crawler_tasks import start_crawl
 from crawler_tasks.surface.embedded import local_workers
+from tests.support.paths import HOOKS
+from tests.support.sitegen import _simple_page, max_concurrency, serve_hosts
 
-HOOKS = str(Path(__file__).parent / "hooks")
 PAGES = [f"/p{i}" for i in range(6)]
 
 
@@ -27,7 +25,7 @@ def test_a_host_waiting_for_its_slot_gets_it_at_once(settings, redis_url, worker
     in its hook (held through the hook: one a second, 5 s or more from first to last), and
     still never two at once at the server."""
     site = {"/": page(*PAGES), **{p: page() for p in PAGES}}
-    env = {"PYTHONPATH": HOOKS}
+    env = {"PYTHONPATH": str(HOOKS)}
     with (
         serve_hosts(None, ["127.0.0.152"], extra_routes=site) as (server,),
         local_workers(redis_url, fetch_threads=8, fetchers=1, log_dir=str(worker_logs),

@@ -12,12 +12,12 @@ import subprocess
 import sys
 
 from prometheus_client import CollectorRegistry, generate_latest
-from sitegen import running_sites
 
 from crawler_tasks import start_crawl
 from crawler_tasks.state.keys import Keys
 from crawler_tasks.state.options import CrawlOptions
 from crawler_tasks.surface.metrics import CrawlCollector
+from tests.support.sitegen import running_sites
 
 
 def poison(client, settings) -> str:  # type: ignore[no-untyped-def]

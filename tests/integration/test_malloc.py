@@ -10,10 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sitegen import running_sites
-from test_faults import cluster, start, wait
-
 from crawler_tasks.worker.process.malloc import limit_arenas
+from tests.faults.test_faults import cluster, start, wait
+from tests.support.paths import ROOT
+from tests.support.sitegen import running_sites
 
 #: 24 threads allocating at once (a barrier keeps them all alive): glibc hands each a new
 #: arena, up to its cap.
@@ -47,7 +47,7 @@ def arenas(maps: str) -> int:
 
 
 def _threads(cap: int) -> tuple[str, int]:
-    root = str(Path(__file__).resolve().parent.parent)
+    root = str(ROOT)
     out = subprocess.run(
         [sys.executable, "-c", THREADS, str(cap), root], capture_output=True, text=True, check=True
     ).stdout

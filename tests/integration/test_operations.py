@@ -14,13 +14,17 @@ import threading
 import time
 from collections import Counter
 
+import pytest
 import requests
-from conftest import wait_until
-from sitegen import reachable, running_sites
 
 from crawler_tasks import Crawl, start_crawl
 from crawler_tasks.surface.embedded import free_port, local_workers, stop_process
 from crawler_tasks.web.urls import normalize
+from tests.support.sitegen import reachable, running_sites
+from tests.support.waiting import wait_until
+
+# Tests of 20-70 s: handed out first under `pytest -n N` (tests/support/scheduling.py).
+pytestmark = pytest.mark.slow
 
 
 def _start(settings, server, **options):  # type: ignore[no-untyped-def]

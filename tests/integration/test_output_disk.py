@@ -10,12 +10,12 @@ import os
 from pathlib import Path
 
 import pytest
-from disks import tmpfs
 from warcio.archiveiterator import ArchiveIterator
 
 from crawler_tasks.errors import OutputUnavailable
 from crawler_tasks.worker.output.files import CrawlOutput
 from crawler_tasks.worker.output.read import read_pages
+from tests.support.disks import tmpfs
 
 
 def record(i: int) -> dict:  # type: ignore[type-arg]

@@ -11,15 +11,10 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
-from broad_web import Wire, assert_shared_gate_held, unavailable
 from click.testing import CliRunner
-from conftest import wait_until
-from sitegen import Handler, SiteServer, rate_report
-from test_formats import undescribed
 
 from crawler_tasks import start_crawl
 from crawler_tasks.errors import ConfigError
@@ -29,11 +24,19 @@ from crawler_tasks.state.pacing import address_limits
 from crawler_tasks.surface.cli import main as cli
 from crawler_tasks.surface.commands import domain_line
 from crawler_tasks.worker.process.app import make_app
+from tests.support import paths
+from tests.support.broad_web import Wire, assert_shared_gate_held, unavailable
+from tests.support.sitegen import Handler, SiteServer, rate_report
+from tests.support.waiting import wait_until
+from tests.unit.test_formats import undescribed
+
+# Tests of 20-70 s: handed out first under `pytest -n N` (tests/support/scheduling.py).
+pytestmark = pytest.mark.slow
 
 SHARED = "127.0.0.9"
 NAMES = [f"site{i}.shared.test" for i in range(12)]
 RESOLVER = {
-    "PYTHONPATH": str(Path(__file__).parent / "resolver"),
+    "PYTHONPATH": str(paths.RESOLVER),
     "TEST_RESOLVER_HOSTS": ",".join(f"{n}={SHARED}" for n in NAMES),
 }
 

@@ -7,12 +7,11 @@ from __future__ import annotations
 import math
 import threading
 
-from sitegen import reachable, running_sites
-
 from crawler_tasks import start_crawl
 from crawler_tasks.state import formats
 from crawler_tasks.state.formats import LeaseEnd
 from crawler_tasks.state.keys import partition_of
+from tests.support.sitegen import reachable, running_sites
 
 HOSTS = ["127.0.0.81", "127.0.0.82", "127.0.0.83", "127.0.0.84"]
 

@@ -12,8 +12,6 @@ from collections import Counter
 from urllib.parse import urldefrag, urlsplit
 
 import pytest
-from sitegen import SiteServer, has_skipped_extension, reachable, running_sites, serve_hosts
-from test_formats import undescribed
 
 from crawler_tasks import start_crawl
 from crawler_tasks.state.formats import Committed, Unwritten
@@ -23,6 +21,14 @@ from crawler_tasks.surface.summary import summary_text
 from crawler_tasks.web.urls import normalize
 from crawler_tasks.worker.visit.outcome import Final
 from crawler_tasks.worker.visit.recorder import write_orphan
+from tests.support.sitegen import (
+    SiteServer,
+    has_skipped_extension,
+    reachable,
+    running_sites,
+    serve_hosts,
+)
+from tests.unit.test_formats import undescribed
 
 
 def start(settings, servers, **options):  # type: ignore[no-untyped-def]

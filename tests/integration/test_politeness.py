@@ -22,18 +22,7 @@ import time
 from collections import Counter
 
 import pytest
-from broad_web import (
-    STAMP_TOLERANCE,
-    WIRE_TOLERANCE,
-    Wire,
-    assert_shared_gate_held,
-    cpu_hogs,
-    early,
-    unavailable,
-)
 from click.testing import CliRunner
-from conftest import wait_until
-from sitegen import PACE_WINDOW, Request, max_concurrency, rate_report, reachable, running_sites
 
 from crawler_tasks import start_crawl
 from crawler_tasks.state.ceilings import REREAD
@@ -44,6 +33,27 @@ from crawler_tasks.surface.cli import main as cli
 from crawler_tasks.surface.embedded import local_workers
 from crawler_tasks.web.sitemaps import inflate, parse
 from crawler_tasks.worker.process.app import make_app
+from tests.support.broad_web import (
+    STAMP_TOLERANCE,
+    WIRE_TOLERANCE,
+    Wire,
+    assert_shared_gate_held,
+    cpu_hogs,
+    early,
+    unavailable,
+)
+from tests.support.sitegen import (
+    PACE_WINDOW,
+    Request,
+    max_concurrency,
+    rate_report,
+    reachable,
+    running_sites,
+)
+from tests.support.waiting import wait_until
+
+# Tests of 20-70 s: handed out first under `pytest -n N` (tests/support/scheduling.py).
+pytestmark = pytest.mark.slow
 
 QUIET_SITE = {"broken_ratio": 0, "non_html_ratio": 0, "cross_host_ratio": 0}
 

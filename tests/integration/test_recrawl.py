@@ -13,7 +13,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from conftest import wait_until
 from redbeat.schedulers import RedBeatSchedulerEntry, ensure_conf
 
 from crawler_tasks import Crawl
@@ -23,6 +22,8 @@ from crawler_tasks.state.schedules import Schedule, Schedules, load_file
 from crawler_tasks.surface.embedded import stop_process
 from crawler_tasks.worker.process.app import make_app
 from crawler_tasks.worker.tasks import schedules_file
+from tests.support.paths import ROOT
+from tests.support.waiting import wait_until
 
 
 class VersionedSite(BaseHTTPRequestHandler):
@@ -83,11 +84,10 @@ def versioned_site() -> Iterator[str]:
 
 
 def test_schedules_file_default_is_the_working_directorys_then_the_checkouts(tmp_path: Path):
-    root = Path(__file__).resolve().parent.parent
     explicit = load(env={"CRAWLER_SCHEDULES_FILE": "/x/s.toml"})
     assert schedules_file(explicit, cwd=tmp_path) == Path("/x/s.toml")
     # Beat under the Procfile runs in the checkout (or a copy of its files): ./config/ first.
-    assert schedules_file(load(env={}), cwd=tmp_path) == root / "config" / "schedules.toml"
+    assert schedules_file(load(env={}), cwd=tmp_path) == ROOT / "config" / "schedules.toml"
     (tmp_path / "config").mkdir()
     (tmp_path / "config" / "schedules.toml").write_text("")
     assert schedules_file(load(env={}), cwd=tmp_path) == tmp_path / "config" / "schedules.toml"

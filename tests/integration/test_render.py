@@ -9,21 +9,22 @@ import dataclasses
 import time
 from collections import Counter
 
-import jssite
 import pytest
-from broad_web import Wire, assert_shared_gate_held, unavailable
 from click.testing import CliRunner
-from driver import Driver
-from sitegen import PACE_WINDOW, SiteServer, rate_report
-from test_formats import undescribed
 
 from crawler_tasks import start_crawl
 from crawler_tasks.state.ceilings import REREAD
 from crawler_tasks.state.formats import RenderAsk, RenderRecheck, RenderVerdict
 from crawler_tasks.surface.cli import main as cli
 from crawler_tasks.web.urls import normalize
+from tests.support import jssite
+from tests.support.broad_web import Wire, assert_shared_gate_held, unavailable
+from tests.support.driver import Driver
+from tests.support.paths import HOOKS
+from tests.support.sitegen import PACE_WINDOW, SiteServer, rate_report
+from tests.unit.test_formats import undescribed
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 
 N = 12  # pages per site: 4 of each way of building links
 #: Seconds a rendered crawl has to finish: a guard against a hang, not a speed (bench/render.py
@@ -262,9 +263,7 @@ def test_subrequests_wait_for_the_hosts_shared_ceiling(settings, redis_url):  # 
 def test_the_hook_and_near_duplicates_see_the_rendered_dom(settings, monkeypatch):  # type: ignore[no-untyped-def]
     """The extraction hook gets the rendered DOM (its links, its tree), as do near-duplicate
     fingerprints: page i of a JS site has no link in its HTML, two once rendered."""
-    from pathlib import Path
-
-    monkeypatch.syspath_prepend(str(Path(__file__).parent / "hooks"))
+    monkeypatch.syspath_prepend(str(HOOKS))
     driver = _driver(settings)
     try:
         with SiteServer(address="127.0.0.90", extra_routes=jssite.routes(4, js=True)) as site:

@@ -9,16 +9,16 @@ import socket
 import subprocess
 from collections import Counter
 
-import jssite
 import pytest
-from conftest import wait_until
-from sitegen import PACE_WINDOW, SiteServer, rate_report
-from test_faults import cluster
 
 from crawler_tasks import start_crawl
 from crawler_tasks.web.urls import normalize
+from tests.faults.test_faults import cluster
+from tests.support import jssite
+from tests.support.sitegen import PACE_WINDOW, SiteServer, rate_report
+from tests.support.waiting import wait_until
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
 N = 30
 RATE = 8.0
 

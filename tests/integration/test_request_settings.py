@@ -18,12 +18,12 @@ from urllib.parse import urlsplit
 
 import pytest
 import redis
-from driver import Driver
-from sitegen import _simple_page, serve_hosts
 
 from crawler_tasks import start_crawl
 from crawler_tasks.errors import BlockedAddress, ConfigError
 from crawler_tasks.web.fetcher import Fetcher
+from tests.support.driver import Driver
+from tests.support.sitegen import _simple_page, serve_hosts
 
 AUTH = "site-user:pa55-site-secret"
 COOKIE = "cookie-secret-value"

@@ -12,15 +12,6 @@ from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
-from recrawl_site import (
-    change_site,
-    half_with_etags,
-    run_schedule,
-    unresolved,
-    warc_records,
-    warcio_check,
-)
-from sitegen import running_sites
 
 from crawler_tasks.state.keys import Keys
 from crawler_tasks.state.schedules import Schedule, Schedules
@@ -29,6 +20,15 @@ from crawler_tasks.surface.metrics import CrawlCollector
 from crawler_tasks.web.captures import Capture, payload_digest, warc_date
 from crawler_tasks.worker.output.warc import REVISIT_IDENTICAL, REVISIT_NOT_MODIFIED
 from crawler_tasks.worker.process.app import make_app
+from tests.support.recrawl_site import (
+    change_site,
+    half_with_etags,
+    run_schedule,
+    unresolved,
+    warc_records,
+    warcio_check,
+)
+from tests.support.sitegen import running_sites
 
 
 def test_a_capture_packs_in_32_bytes_and_keeps_its_date_to_the_microsecond():

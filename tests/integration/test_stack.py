@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 import requests
-from conftest import wait_until
-from sitegen import running_sites
 
 from crawler_tasks.surface.embedded import free_port
+from tests.support.paths import ROOT
+from tests.support.sitegen import running_sites
+from tests.support.waiting import wait_until
 
-ROOT = Path(__file__).resolve().parent.parent
 SCHEDULE = """
 [[schedule]]
 name = "procfile-beat"

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 import redis
-from faults import RestartableRedis
 
 from crawler_tasks.state import connection, sockets
+from tests.support.fault_injection import RestartableRedis
 
 TIMEOUT = 0.5
 

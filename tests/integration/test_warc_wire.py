@@ -12,8 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from recrawl_site import run_schedule, unresolved, warcio_check
-from sitegen import SiteServer, running_sites
 from warcio.archiveiterator import ArchiveIterator
 
 from crawler_tasks.state.options import CrawlOptions
@@ -23,6 +21,8 @@ from crawler_tasks.web.profile import RequestProfile
 from crawler_tasks.worker.output.files import CrawlOutput
 from crawler_tasks.worker.output.warc import REVISIT_IDENTICAL
 from crawler_tasks.worker.runtime.crawl_runtime import CrawlRuntime
+from tests.support.recrawl_site import run_schedule, unresolved, warcio_check
+from tests.support.sitegen import SiteServer, running_sites
 
 LIMIT = 256 * 1024  # the crawls' max_body_bytes
 BOMB = gzip.compress(bytes(16 * 1024 * 1024), 9)  # 16 MiB of zeros in ~16 KB

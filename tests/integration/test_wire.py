@@ -11,8 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
-from broad_web import Wire, broad_web, max_in_window, per_host_times, unavailable
-from conftest import wait_until
+
+from tests.support.broad_web import Wire, broad_web, max_in_window, per_host_times, unavailable
+from tests.support.waiting import wait_until
 
 
 def send(address: str, port: int, path: str) -> socket.socket:

@@ -21,8 +21,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from crawler_tasks.surface.embedded import free_port
+from tests.support.paths import BENCH
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
 sys.path.insert(0, str(BENCH))
 from _broad_server import address  # noqa: E402 - bench/ is not a package
 from _wire import Wire, early, lag, unavailable  # noqa: E402

@@ -9,9 +9,9 @@ import sys
 from collections.abc import Iterator
 
 import requests
-from conftest import wait_until
 
 from crawler_tasks.surface.embedded import free_port, stop_process
+from tests.support.waiting import wait_until
 
 #: user:password the tests' dashboards require.
 AUTH = ("operator", "s3cret-pass")

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from sitegen import Handler
+from tests.support.sitegen import Handler
 
 INSERT = (
     "function put(hs){for(const h of hs){const a=document.createElement('a');"

@@ -19,8 +19,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from sitegen import Graph, Page, SiteServer, render_html
 from warcio.archiveiterator import ArchiveIterator
+
+from tests.support.sitegen import Graph, Page, SiteServer, render_html
 
 
 def half_with_etags(path: str) -> bool:

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.paths import ROOT
+
 TOP_LEVEL = {"services", "volumes", "networks", "configs", "secrets", "name"}
 RESTART = {"no", "always", "on-failure", "unless-stopped"}
 SERVICE_KEYS = {
@@ -180,9 +181,9 @@ def test_systemd_dashboard_unit_runs_as_written(redis_url, tmp_path):
     import sys
 
     import requests
-    from conftest import wait_until
 
     from crawler_tasks.surface.embedded import free_port, stop_process
+    from tests.support.waiting import wait_until
 
     text = (ROOT / "config" / "systemd" / "crawler-dashboard.service").read_text()
     exec_start = next(x for x in text.splitlines() if x.startswith("ExecStart="))

@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "crawler_tasks"
+from tests.support.paths import ROOT
+
+PACKAGE = ROOT / "crawler_tasks"
 ORDER = ["foundation", "web", "state", "worker", "surface"]
 FOUNDATION = {"errors", "settings"}
 

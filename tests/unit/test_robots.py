@@ -12,7 +12,6 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,12 +31,13 @@ from crawler_tasks.web.robots import (
     product_token,
     sitemaps,
 )
+from tests.support.paths import DATA
 
 UA = "crawler-tasks/0.1 (+https://github.com/crawler-tasks/crawler-tasks)"
 
 # --- Google's robots_test.cc -----------------------------------------------------------------
 
-GOOGLE_CASES_FILE = Path(__file__).parent / "data" / "google-robotstxt-cases.json"
+GOOGLE_CASES_FILE = DATA / "google-robotstxt-cases.json"
 
 #: Google extensions we deliberately don't follow, by case id (name-index within that name).
 GOOGLE_ONLY_UNSUPPORTED = {

@@ -8,7 +8,8 @@ from urllib.parse import urldefrag, urljoin
 
 import pytest
 import requests
-from sitegen import (
+
+from tests.support.sitegen import (
     Graph,
     Page,
     Request,

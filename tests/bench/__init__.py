@@ -1,0 +1,1 @@
+"""Every bench script once at tiny sizes. `make test-bench`."""

@@ -1,0 +1,1 @@
+"""Fault scenarios: kills, freezes, outages, full disks, overload. `make test-faults`."""
