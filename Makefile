@@ -32,45 +32,38 @@ demo: $(STAMP)
 example: $(STAMP)
 	$(BIN)/python examples/products/run.py
 
-## test: install, then run the whole suite (tests start their own redis-server and workers)
+## test: install, then run tests/unit and tests/integration (tests start their own redis-server and workers)
+# A test's tier is its directory under tests/ (tests/conftest.py marks it from there):
+# unit (no process, no Redis), integration, faults, bench.
 # In parallel (pytest-xdist): the tests mostly wait (on workers, outages, politeness windows),
 # so more processes than cores pay off. Each xdist process has its own redis-server, servers
-# and files (tests/conftest.py); tests/scheduling.py decides which process runs what.
+# and files (tests/conftest.py); tests/support/scheduling.py decides which process runs what.
 # 6 for make test: at 4 the two cores sat idle a third of the run while every process waited
 # (~515 CPU-s in 390 s); 6 overlap those waits (issue 30: 272 s on an idle machine, and 556 s
 # with a second make test running in another clone, both green).
 # The fault tier keeps 4 (FAULT_PROCESSES): its timings are measured there.
 TEST_PROCESSES ?= 6
 FAULT_PROCESSES ?= 4
-# The fault scenarios (`-m fault`: tests/conftest.py FAULT_MODULES and the kill scenarios
-# marked in other modules): each kills, freezes, fills or overloads something for 20-120 s,
-# and together they cost as much CPU as the rest of the suite (the suite is CPU-bound on 2
-# cores). `make test-faults` runs them; CI runs both.
 test: $(STAMP)
-	$(BIN)/pytest -q -n $(TEST_PROCESSES) -m "not fault" --ignore=tests/test_bench_smoke.py
+	$(BIN)/pytest -q -n $(TEST_PROCESSES) tests/unit tests/integration
 
-## test-faults: the fault scenarios (kills, outages, freezes, full disks, overload; ~8 min)
+## test-faults: tests/faults: kills, outages, freezes, full disks, overload (~8 min)
+# Each kills, freezes, fills or overloads something for 20-120 s, and together they cost as
+# much CPU as the rest of the suite (the suite is CPU-bound on 2 cores). CI runs both.
 test-faults: $(STAMP)
-	$(BIN)/pytest -q -n $(FAULT_PROCESSES) -m fault --ignore=tests/test_bench_smoke.py
+	$(BIN)/pytest -q -n $(FAULT_PROCESSES) tests/faults
 
 ## test-all: make test, then make test-faults (what CI runs, with make lint and test-bench)
 test-all: test test-faults
 
-## test-bench: every bench script once at tiny sizes (~1 min; CI runs it after make test)
+## test-bench: tests/bench: every bench script once at tiny sizes (~1 min; CI runs it after make test)
 test-bench: $(STAMP)
-	$(BIN)/pytest -q -n 2 -p no:randomly tests/test_bench_smoke.py
+	$(BIN)/pytest -q -n 2 -p no:randomly tests/bench
 
-# The fast tier: pure logic, the pipeline in-process (tests/driver.py), formats and layers;
-# no worker processes. `make test` runs these too.
-FAST_TESTS := tests/test_urls.py tests/test_parse.py tests/test_robots.py tests/test_seen.py \
-	tests/test_fetch.py tests/test_sitegen.py tests/test_layers.py tests/test_formats.py \
-	tests/test_pipeline.py tests/test_partitions.py tests/test_hooks.py tests/test_request_settings.py \
-	tests/test_options.py
-
-## test-fast: the tests that need no worker process (under a minute)
-# Two processes, one per core: these are CPU-bound (65 s in one process, 39 s in two).
+## test-fast: tests/unit: pure logic, no process, no Redis (under a minute)
+# Two processes, one per core: these are CPU-bound. `make test` runs these too.
 test-fast: $(STAMP)
-	$(BIN)/pytest -q -n 2 $(FAST_TESTS)
+	$(BIN)/pytest -q -n 2 tests/unit
 
 ## test-stress: the timing-sensitive tests LOOPS times in a row (default 20) beside a CPU burner
 LOOPS ?= 20
@@ -84,7 +77,7 @@ lint: $(STAMP)
 	@# The compose file: `docker compose config` where the plugin exists, else the spec's essentials.
 	@if docker compose version >/dev/null 2>&1; then \
 		FLOWER_BASIC_AUTH=lint:lint CRAWLER_DASHBOARD_AUTH=lint:lint docker compose config -q; \
-	else $(BIN)/pytest -q -p no:cacheprovider tests/test_deploy_files.py; fi
+	else $(BIN)/pytest -q -p no:cacheprovider tests/unit/test_deploy_files.py; fi
 
 format: $(STAMP)
 	$(BIN)/ruff format crawler_tasks tests bench

@@ -27,7 +27,8 @@ from crawler_tasks.state.keys import Keys
 from crawler_tasks.surface.crawl import Crawl, list_crawls
 from crawler_tasks.surface.crawl_command import _has_crawl_workers
 from crawler_tasks.surface.embedded import local_workers, private_redis
-from tests.integration.test_cluster import assert_exact, master_of, workers_on
+from tests.faults.test_cluster import master_of
+from tests.integration.test_cluster import assert_exact, workers_on
 from tests.support.cluster import Cluster
 from tests.support.dashboard_server import AUTH, dashboard
 from tests.support.sitegen import reachable, running_sites

@@ -7,12 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from crawler_tasks.errors import ConfigError
 from crawler_tasks.state.keys import Keys
-from crawler_tasks.state.options import CrawlOptions
 from crawler_tasks.state.validators import Validators
-from crawler_tasks.web.change_rate import lastmod_agrees, lastmod_trusted
-from crawler_tasks.web.sitemaps import w3c_time
 from tests.support.recrawl_site import (
     HOUR,
     T0,
@@ -65,13 +61,6 @@ def test_a_run_fetches_only_due_pages_and_new_ones(settings, client, celery_work
     assert fourth.stats.counters().get("not_due", 0) == 0
 
 
-def test_interval_bounds_are_checked() -> None:
-    with pytest.raises(ConfigError, match="min_interval"):
-        CrawlOptions.from_user(None, seeds=("http://a.example/",), min_interval=0)
-    with pytest.raises(ConfigError, match="max_interval"):
-        CrawlOptions.from_user(None, seeds=("http://a.example/",), min_interval=10, max_interval=5)
-
-
 @pytest.mark.timeout(300)
 def test_sitemap_lastmod_decides_once_proven_accurate(settings, client, celery_worker):
     """30 pages; 5 change between runs 1 and 2 (each of 30 visits in run 2 checks its lastmod:
@@ -101,14 +90,3 @@ def test_sitemap_lastmod_decides_once_proven_accurate(settings, client, celery_w
         server.httpd.shutdown()
     assert set(site.held) == {5, 6}
     assert third.stats.counters()["not_due"] == 30 - 2 + 1  # the root too
-
-
-def test_lastmod_rules() -> None:
-    assert lastmod_agrees(lastmod=10.0, previous_visit=5.0, changed=True)
-    assert lastmod_agrees(lastmod=4.0, previous_visit=5.0, changed=False)
-    assert not lastmod_agrees(lastmod=4.0, previous_visit=5.0, changed=True)
-    assert not lastmod_trusted(checks=19, agreed=19)
-    assert lastmod_trusted(checks=20, agreed=19) and not lastmod_trusted(checks=20, agreed=18)
-    assert w3c_time("2024-05-01") == 1714521600.0
-    assert w3c_time("2024-05-01T02:00:00+02:00") == 1714521600.0 == w3c_time("2024-05-01T00:00Z")
-    assert w3c_time("2024-05") is None and w3c_time("yesterday") is None

@@ -8,11 +8,9 @@ import random
 import pytest
 
 from crawler_tasks import start_crawl
-from crawler_tasks.web.simhash import distance, simhash
+from tests.support.key_table import undescribed
 from tests.support.sitegen import serve_hosts
-from tests.unit.test_formats import undescribed
-
-WORDS = [f"w{i}" for i in range(3000)]
+from tests.unit.test_canonical import text
 
 
 def html(text: str, hrefs: tuple[str, ...] = (), canonical: str | None = None):  # type: ignore[no-untyped-def]
@@ -60,10 +58,6 @@ def test_canonical_is_followed_instead_of_the_alias(settings, driver, follow):  
         assert "canonical_followed" not in alias
 
 
-def text(rng: random.Random, n: int = 1000) -> list[str]:
-    return [rng.choice(WORDS) for _ in range(n)]
-
-
 def test_near_duplicates_are_marked_and_their_links_skipped(settings, driver, client):  # type: ignore[no-untyped-def]
     rng = random.Random(7)
     original = text(rng)
@@ -89,13 +83,3 @@ def test_near_duplicates_are_marked_and_their_links_skipped(settings, driver, cl
     assert paths == ["/", "/a", "/b", "/c", "/from-other"]
     assert summary["counters"]["near_duplicates"] == 1
     assert undescribed(client) == []
-
-
-def test_simhash_distance_follows_the_size_of_the_change() -> None:
-    rng = random.Random(3)
-    words = text(rng, 600)
-    small = list(words)
-    small[10] = "x"
-    assert distance(simhash(words) or 0, simhash(small) or 0) <= 3
-    assert distance(simhash(words) or 0, simhash(text(rng, 600)) or 0) > 10
-    assert simhash(["too", "short"]) is None

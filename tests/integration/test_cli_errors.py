@@ -16,13 +16,12 @@ import pytest
 import redis
 
 from crawler_tasks import start_crawl
-from crawler_tasks.errors import ConfigError, InvalidSeed, UnknownCrawl
+from crawler_tasks.errors import ConfigError, UnknownCrawl
 from crawler_tasks.settings import load
 from crawler_tasks.state.keys import Keys
 from crawler_tasks.surface.crawl import Crawl, list_crawls
 from crawler_tasks.surface.crawl_command import _has_crawl_workers
 from crawler_tasks.surface.embedded import free_port
-from crawler_tasks.surface.seeds import SeedsFile
 from tests.support import cli_process
 from tests.support.sitegen import running_sites
 from tests.support.waiting import wait_until
@@ -368,15 +367,6 @@ def test_forget_refuses_a_served_running_crawl_without_force(redis_url, client, 
     assert crawl.forget(force=True) > 0
     assert not crawl.exists()
     assert crawl.id not in [c["crawl_id"] for c in list_crawls(client, Keys("crawler"))]
-
-
-def test_inline_comments_and_directories_in_seeds_files(tmp_path):
-    seeds = tmp_path / "seeds.txt"
-    seeds.write_text("# mine\nhttp://a.example/7.html   # the seventh\nhttp://a.example/#top\n")
-    found = SeedsFile(str(seeds)).check(allow_private=False)
-    assert found == ["http://a.example/7.html", "http://a.example/"]
-    with pytest.raises(InvalidSeed, match="a directory, not a seeds file"):
-        SeedsFile(str(tmp_path))
 
 
 def test_cancel_with_no_worker_says_when_it_will_happen(redis_url, client, settings):

@@ -10,20 +10,14 @@ import math
 from pathlib import Path
 from typing import Any
 
-import click
 import pytest
 
 from crawler_tasks import start_crawl
-from crawler_tasks.surface.cli import main
-from crawler_tasks.surface.commands import COMMANDS
 from tests.integration.test_cli_errors import run
 from tests.support.sitegen import SiteServer
 
 # Tests of 20-70 s: handed out first under `pytest -n N` (tests/support/scheduling.py).
 pytestmark = pytest.mark.slow
-
-#: Commands that serve until interrupted and print no result: no --json.
-SERVERS = {"metrics", "dashboard"}
 
 
 def strict(text: str) -> Any:
@@ -42,32 +36,6 @@ def as_json(*args: str) -> Any:
     result = run(*args, "--json")
     assert result.returncode == 0, result.stderr
     return strict(result.stdout)
-
-
-def _commands(group: click.Group, prefix: str = "") -> dict[str, click.Command]:
-    """Every command a user can run, by its full name ("schedule add"); groups opened."""
-    found: dict[str, click.Command] = {}
-    for name, command in group.commands.items():
-        if isinstance(command, click.Group):
-            found.update(_commands(command, f"{prefix}{name} "))
-        else:
-            found[prefix + name] = command
-    return found
-
-
-def test_every_command_that_prints_a_result_takes_json() -> None:
-    """A new command without --json fails here unless it is a server (SERVERS)."""
-    assert {c.name for c in COMMANDS} <= set(main.commands), "COMMANDS are all registered"
-    commands = _commands(main)
-    assert {"pause", "schedule list", "export", "crawl", "watch"} <= set(commands)
-    missing = [
-        name
-        for name, command in commands.items()
-        if name not in SERVERS
-        and not any(p.name == "as_json" and "--json" in p.opts for p in command.params)
-    ]
-    assert missing == []
-    assert set(commands) >= SERVERS, "an excluded command that no longer exists: drop it"
 
 
 def test_steering_commands_print_one_object_and_mistakes_stay_one_line(redis_url, settings):  # type: ignore[no-untyped-def]

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import signal
 from collections import Counter
 from typing import Any
 
@@ -13,11 +11,8 @@ import pytest
 from warcio.archiveiterator import ArchiveIterator
 
 from crawler_tasks import start_crawl
-from crawler_tasks.state.option_checks import reap_after
-from crawler_tasks.surface.embedded import local_workers, stop_process
 from crawler_tasks.web.urls import normalize
 from tests.support.sitegen import has_skipped_extension, reachable, running_sites
-from tests.support.waiting import wait_until
 
 # Tests of 20-70 s: handed out first under `pytest -n N` (tests/support/scheduling.py).
 pytestmark = pytest.mark.slow
@@ -124,51 +119,3 @@ def test_two_crawls_at_once_do_not_interfere(settings, celery_worker):
     assert set(crawled(c1)) == expected(g1, seeds1)
     assert set(crawled(c2)) == expected(g2, seeds2)
     assert c1.output_dir != c2.output_dir
-
-
-# Redelivery of a dead worker's messages after 4 s instead of 10 minutes (this test only: the
-# others run at the defaults).
-FAST_REDELIVERY = {"CRAWLER_VISIBILITY_TIMEOUT": "4", "CRAWLER_LEASE_SECONDS": "4"}
-
-
-@pytest.mark.fault
-@pytest.mark.parametrize("worker_env", [FAST_REDELIVERY])
-def test_sigkilled_worker_loses_nothing(settings, redis_url, workers, worker_logs):
-    with running_sites(["127.0.0.6"], 150, 5, delay=0.05) as (graph, servers):
-        seeds, crawl = start(settings, servers, rate=20.0, concurrency=2)
-        wait_until(lambda: crawl.progress()["done"] >= 20, timeout=60)
-        fetch_worker = workers[0]
-        os.killpg(fetch_worker.pid, signal.SIGKILL)
-        fetch_worker.wait(10)
-        assert not crawl.finished
-        with local_workers(
-            redis_url,
-            fetch_threads=4,
-            parsers=1,
-            extra_env=FAST_REDELIVERY,
-            log_dir=str(worker_logs),
-        ) as more:
-            crawl.wait(timeout=120)
-            for proc in more:
-                stop_process(proc)
-    got = crawled(crawl)
-    assert set(got) == expected(graph, seeds)
-    assert max(got.values()) == 1
-    assert crawl.progress()["outstanding"] == 0
-
-
-@pytest.mark.fault
-def test_fetch_lost_between_release_and_publish_is_reaped(settings, redis_url, worker_logs):
-    with running_sites(["127.0.0.15"], 20, 3) as (graph, servers):
-        # The reaper waits visibility_timeout (the workers') + the crawl's own timeout.
-        seeds, crawl = start(settings, servers, timeout=1.0)
-        assert reap_after(2, crawl.options) == 3.0
-        # A dispatcher that died right after release.lua: URLs in flight, no message anywhere.
-        released = crawl.store.frontier.release_all(100, 180)
-        assert [url for _, _, url in released.entries] == seeds
-        env = {"CRAWLER_VISIBILITY_TIMEOUT": "2"}
-        with local_workers(
-            redis_url, fetch_threads=4, parsers=1, extra_env=env, log_dir=str(worker_logs)
-        ):
-            crawl.wait(timeout=60)
-    assert set(crawled(crawl)) == expected(graph, seeds)

@@ -6,16 +6,14 @@ from __future__ import annotations
 
 import json
 import math
-from collections import Counter
 
 import pytest
 
 from crawler_tasks import start_crawl
 from crawler_tasks.surface.embedded import FETCH_QUEUES, local_workers, stop_process
-from tests.faults import test_faults as tf
 from tests.integration.test_claims import fetch_worker
 from tests.support.paths import HOOKS
-from tests.support.sitegen import _simple_page, running_sites, serve_hosts
+from tests.support.sitegen import _simple_page, serve_hosts
 from tests.support.waiting import wait_until
 
 # Tests of 20-70 s: handed out first under `pytest -n N` (tests/support/scheduling.py).
@@ -82,31 +80,6 @@ def test_an_on_item_task_that_raises_dead_letters_its_page(settings, redis_url, 
         f"on_item: RuntimeError: cannot store the items of {d['url']}" for d in dead
     }
     assert all(r["error"] is None and r["items"] == 2 for r in crawl.pages())
-
-
-@pytest.mark.fault
-@pytest.mark.parametrize("point", ["after_items", "after_finish"])
-@pytest.mark.allow_worker_errors(".*")
-def test_items_exactly_once_when_the_parse_process_is_killed(settings, redis_url, tmp_path, point):  # type: ignore[no-untyped-def]
-    """The parse pool's processes SIGKILL themselves the 4th time they reach ``point``: between
-    a page's items and its page line, or between finish.lua and both. Every page still has its
-    two items once, and the items counter agrees with the file."""
-    env = {"PYTHONPATH": str(HOOKS), **tf.PARSE_TASKS}  # every page through the parse process
-    with (
-        running_sites(["127.0.0.152"], 40, 4, cross_host_ratio=0) as (graph, servers),
-        tf.cluster(redis_url, tmp_path, **env) as c,
-    ):
-        c.start("fetch", "fetch")
-        c.start("parse", "parse", {"CRAWLER_FAULT_POINT": f"{point}:4"})
-        seeds, crawl = tf.start(settings, servers, extract="extract_hooks:two_items")
-        summary = crawl.wait(timeout=120)
-    html = [r["url"] for r in crawl.pages(latest=False) if r.get("items") is not None]
-    assert len(html) == len(set(html)) > 20
-    per_page = Counter(x["url"] for x in crawl.items(latest=False))
-    assert per_page == dict.fromkeys(html, 2)
-    assert summary["counters"]["items"] == 2 * len(html)
-    kills = sum(log.read_text().count("signal 9") for log in (tmp_path / "logs").glob("*.log"))
-    assert kills > 0, "no parse process was killed: the test proved nothing"
 
 
 def test_secrets_stay_out_of_redis_worker_logs_and_output(settings, redis_url, worker_logs):  # type: ignore[no-untyped-def]

@@ -27,14 +27,13 @@ from typing import Any
 import pytest
 
 from crawler_tasks import start_crawl
-from crawler_tasks.errors import BadEncoding, BlockedAddress, InvalidSeed, TooLarge
+from crawler_tasks.errors import InvalidSeed
 from crawler_tasks.settings import load
 from crawler_tasks.surface.crawl import Crawl
 from crawler_tasks.surface.embedded import (
     local_workers,
     private_redis,
 )
-from crawler_tasks.web.fetcher import Fetcher
 from crawler_tasks.worker.runtime.context import Context
 from crawler_tasks.worker.runtime.handoff import Publisher
 from crawler_tasks.worker.visit import pipeline
@@ -42,7 +41,6 @@ from tests.support.paths import RESOLVER
 from tests.support.sitegen import (
     Handler,
     SiteServer,
-    hostile_routes,
     running_sites,
 )
 
@@ -371,61 +369,6 @@ def test_name_resolving_to_loopback_is_blocked(settings, workers):  # type: igno
     # The same name, allowed: the workers did resolve it to the test server.
     (allowed,) = private.pages()
     assert (allowed["status"], allowed["title"]) == (200, "Private")
-
-
-# --- fetcher details the pipeline relies on ------------------------------------------------------
-
-
-@pytest.fixture
-def fetcher() -> Iterator[Fetcher]:
-    f = Fetcher(
-        user_agent="test",
-        connect_timeout=1,
-        read_timeout=2,
-        total_timeout=3,
-        max_body_bytes=MIB,
-        max_redirects=5,
-    )
-    yield f
-    f.close()
-
-
-def test_redirect_to_blocked_literal_never_reaches_follow(fetcher: Fetcher) -> None:
-    asked: list[str] = []
-
-    def follow(target: str) -> str | None:
-        asked.append(target)
-        return None
-
-    with SiteServer(address="127.0.0.45", extra_routes=hostile_routes()) as site:
-        with pytest.raises(BlockedAddress) as info:
-            fetcher.get(site.base_url + "/redirect-to-metadata", allow_private=True, follow=follow)
-        # Loopback is no metadata: with allow_private it goes to follow (the crawl's scope).
-        resp = fetcher.get(
-            site.base_url + "/redirect-to-loopback",
-            allow_private=True,
-            follow=lambda t: asked.append(t) or "out_of_scope",
-        )
-    assert asked == ["http://127.0.0.1:1/"]
-    assert resp.status == 302 and resp.stop_reason == "out_of_scope"
-    details = info.value.details
-    assert details["redirects"] == [(302, "http://169.254.169.254/latest/meta-data/")]
-    assert details["final_url"] == site.base_url + "/redirect-to-metadata"
-
-
-def test_too_large_and_bad_encoding_are_final(fetcher: Fetcher) -> None:
-    routes = {
-        "/bad-gzip": lambda h: h.send_body(
-            200, b"\x1f\x8bnot gzip at all" * 10, "text/html", {"Content-Encoding": "gzip"}
-        ),
-    }
-    with SiteServer(address="127.0.0.45", extra_routes={**hostile_routes(), **routes}) as site:
-        with pytest.raises(TooLarge) as info:
-            fetcher.get(site.base_url + "/big-declared", allow_private=True)
-        with pytest.raises(BadEncoding):
-            fetcher.get(site.base_url + "/bad-gzip", allow_private=True)
-    assert info.value.details["status"] == 200
-    assert info.value.details["content_type"] == "text/html"
 
 
 # --- secrets --------------------------------------------------------------------------------------

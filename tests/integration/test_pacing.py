@@ -26,9 +26,9 @@ from crawler_tasks.surface.commands import domain_line
 from crawler_tasks.worker.process.app import make_app
 from tests.support import paths
 from tests.support.broad_web import Wire, assert_shared_gate_held, unavailable
+from tests.support.key_table import undescribed
 from tests.support.sitegen import Handler, SiteServer, rate_report
 from tests.support.waiting import wait_until
-from tests.unit.test_formats import undescribed
 
 # Tests of 20-70 s: handed out first under `pytest -n N` (tests/support/scheduling.py).
 pytestmark = pytest.mark.slow

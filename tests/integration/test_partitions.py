@@ -12,8 +12,7 @@ from crawler_tasks.state import formats
 from crawler_tasks.state.formats import LeaseEnd
 from crawler_tasks.state.keys import partition_of
 from tests.support.sitegen import reachable, running_sites
-
-HOSTS = ["127.0.0.81", "127.0.0.82", "127.0.0.83", "127.0.0.84"]
+from tests.unit.test_partitions import HOSTS
 
 
 def start(settings, servers, **options):  # type: ignore[no-untyped-def]
@@ -26,11 +25,6 @@ def start(settings, servers, **options):  # type: ignore[no-untyped-def]
         "partitions": 4,
     }
     return seeds, start_crawl(seeds, settings=settings, **{**opts, **options})
-
-
-def test_the_hosts_spread_over_partitions():
-    parts = {partition_of(f"{h}", 4) for h in HOSTS}
-    assert len(parts) >= 2, parts  # else the tests below would not cross partitions
 
 
 def test_every_partition_has_its_own_counters_and_filter(settings, driver):  # type: ignore[no-untyped-def]

@@ -21,6 +21,7 @@ from crawler_tasks.surface.summary import summary_text
 from crawler_tasks.web.urls import normalize
 from crawler_tasks.worker.visit.outcome import Final
 from crawler_tasks.worker.visit.recorder import write_orphan
+from tests.support.key_table import undescribed
 from tests.support.sitegen import (
     SiteServer,
     has_skipped_extension,
@@ -28,7 +29,6 @@ from tests.support.sitegen import (
     running_sites,
     serve_hosts,
 )
-from tests.unit.test_formats import undescribed
 
 
 def start(settings, servers, **options):  # type: ignore[no-untyped-def]

@@ -31,7 +31,6 @@ from crawler_tasks.state.keys import Keys
 from crawler_tasks.state.politeness import MAX_SLOWDOWN, cluster_rates, set_rate
 from crawler_tasks.surface.cli import main as cli
 from crawler_tasks.surface.embedded import local_workers
-from crawler_tasks.web.sitemaps import inflate, parse
 from crawler_tasks.worker.process.app import make_app
 from tests.support.broad_web import (
     STAMP_TOLERANCE,
@@ -51,6 +50,7 @@ from tests.support.sitegen import (
     running_sites,
 )
 from tests.support.waiting import wait_until
+from tests.unit.test_politeness import sitemap_xml
 
 # Tests of 20-70 s: handed out first under `pytest -n N` (tests/support/scheduling.py).
 pytestmark = pytest.mark.slow
@@ -233,8 +233,8 @@ def test_sitemaps_from_robots_reach_a_page_nothing_links_to(settings, celery_wor
     with running_sites(["127.0.0.30"], 5, 3, **QUIET_SITE) as (_graph, servers):
         site = servers[0]
         base = site.base_url
-        index = _xml("sitemapindex", "sitemap", [f"{base}/sitemaps/pages.xml"])
-        urlset = _xml("urlset", "url", [f"{base}/orphan", f"{base}/", "not a url"])
+        index = sitemap_xml("sitemapindex", "sitemap", [f"{base}/sitemaps/pages.xml"])
+        urlset = sitemap_xml("urlset", "url", [f"{base}/orphan", f"{base}/", "not a url"])
         routes = {
             "/sitemap_index.xml.gz": (gzip.compress(index), "application/x-gzip"),
             "/sitemaps/pages.xml": (urlset, "application/xml"),
@@ -267,12 +267,6 @@ def test_sitemaps_from_robots_reach_a_page_nothing_links_to(settings, celery_wor
     assert f"{base}/orphan" not in {r["url"] for r in without.pages()}
     assert paths["/sitemap_index.xml.gz"] == 1 and paths["/sitemaps/pages.xml"] == 1, paths
     assert paths["/robots.txt"] == 1  # cached in Redis for every crawl and worker
-
-
-def _xml(root: str, item: str, locs: list[str]) -> bytes:
-    entries = "".join(f"<{item}><loc>{loc}</loc></{item}>" for loc in locs)
-    ns = "http://www.sitemaps.org/schemas/sitemap/0.9"
-    return f'<?xml version="1.0" encoding="UTF-8"?><{root} xmlns="{ns}">{entries}</{root}>'.encode()
 
 
 # --- the scripts, without workers ----------------------------------------------------------------
@@ -423,26 +417,6 @@ def test_paced_from_the_send_of_the_request_and_refund_gives_back(settings, clie
     assert float(client.hget(dom, "not_before")) >= before + 3.0 - 1e-6
     assert released(crawl) == []
     assert crawl.domains()[0]["rate"] == pytest.approx(0.5)
-
-
-# --- sitemap parsing -----------------------------------------------------------------------------
-
-
-def test_sitemap_parsing_is_bounded():
-    doc = _xml("urlset", "url", [f"http://a/{i}" for i in range(10)])
-    assert parse(doc).locs[:2] == ["http://a/0", "http://a/1"]
-    assert parse(gzip.compress(doc)).kind == "urlset"
-    capped = parse(doc, max_urls=3)
-    assert len(capped.locs) == 3 and capped.truncated
-    bomb = gzip.compress(b"<urlset>" + b" " * (8 << 20) + b"</urlset>")
-    data, cut = inflate(bomb, limit=1 << 20)
-    assert len(data) == 1 << 20 and cut
-    cut_short = parse(doc[: len(doc) // 2])
-    assert cut_short.kind == "urlset" and 1 <= len(cut_short.locs) < 10
-    entity = b'<!DOCTYPE u [<!ENTITY x SYSTEM "file:///etc/passwd">]><urlset><url><loc>&x;</loc></url></urlset>'
-    assert parse(entity).locs == []
-    assert parse(b"http://a/1\n\nhttp://a/2\n").locs == ["http://a/1", "http://a/2"]
-    assert parse(b"<html><body>nope</body></html>").kind == "html"
 
 
 def test_a_ceiling_is_shared_by_every_crawl_of_a_host(settings, workers, redis_url):  # type: ignore[no-untyped-def]

@@ -16,13 +16,10 @@ import pytest
 from redbeat.schedulers import RedBeatSchedulerEntry, ensure_conf
 
 from crawler_tasks import Crawl
-from crawler_tasks.settings import load
 from crawler_tasks.state.keys import Keys
-from crawler_tasks.state.schedules import Schedule, Schedules, load_file
+from crawler_tasks.state.schedules import Schedule, Schedules
 from crawler_tasks.surface.embedded import stop_process
 from crawler_tasks.worker.process.app import make_app
-from crawler_tasks.worker.tasks import schedules_file
-from tests.support.paths import ROOT
 from tests.support.waiting import wait_until
 
 
@@ -81,29 +78,6 @@ def versioned_site() -> Iterator[str]:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://127.0.0.14:{server.server_address[1]}/"
     server.shutdown()
-
-
-def test_schedules_file_default_is_the_working_directorys_then_the_checkouts(tmp_path: Path):
-    explicit = load(env={"CRAWLER_SCHEDULES_FILE": "/x/s.toml"})
-    assert schedules_file(explicit, cwd=tmp_path) == Path("/x/s.toml")
-    # Beat under the Procfile runs in the checkout (or a copy of its files): ./config/ first.
-    assert schedules_file(load(env={}), cwd=tmp_path) == ROOT / "config" / "schedules.toml"
-    (tmp_path / "config").mkdir()
-    (tmp_path / "config" / "schedules.toml").write_text("")
-    assert schedules_file(load(env={}), cwd=tmp_path) == tmp_path / "config" / "schedules.toml"
-
-
-def test_schedules_file_is_validated(tmp_path: Path):
-    path = tmp_path / "s.toml"
-    path.write_text(
-        '[[schedule]]\nname = "docs"\nseeds = ["https://e.org/"]\ncron = "0 3 * * *"\n'
-        "[schedule.options]\nmax_depth = 2\n"
-    )
-    (item,) = load_file(path)
-    assert item.options == {"max_depth": 2} and item.celery_schedule().hour == {3}
-    path.write_text('[[schedule]]\nname = "x"\nseeds = ["https://e.org/"]\n')
-    with pytest.raises(ValueError, match="exactly one"):
-        load_file(path)
 
 
 def due_now(app, name: str) -> None:  # type: ignore[no-untyped-def]

@@ -20,9 +20,9 @@ from crawler_tasks.web.urls import normalize
 from tests.support import jssite
 from tests.support.broad_web import Wire, assert_shared_gate_held, unavailable
 from tests.support.driver import Driver
+from tests.support.key_table import undescribed
 from tests.support.paths import HOOKS
 from tests.support.sitegen import PACE_WINDOW, SiteServer, rate_report
-from tests.unit.test_formats import undescribed
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 

@@ -20,8 +20,7 @@ import pytest
 import redis
 
 from crawler_tasks import start_crawl
-from crawler_tasks.errors import BlockedAddress, ConfigError
-from crawler_tasks.web.fetcher import Fetcher
+from crawler_tasks.errors import ConfigError
 from tests.support.driver import Driver
 from tests.support.sitegen import _simple_page, serve_hosts
 
@@ -240,17 +239,6 @@ def test_a_missing_secret_fails_the_url_naming_the_variable(settings, driver):  
     (record,) = crawl.pages()
     assert record["error"] == "missing_secret"
     assert "NOT_SET_ANYWHERE" in record["detail"]
-
-
-def test_the_proxy_itself_must_pass_the_address_guard() -> None:
-    fetcher = Fetcher(
-        user_agent="t", connect_timeout=1, read_timeout=1, total_timeout=2,
-        max_body_bytes=1000, max_redirects=1,
-    )  # fmt: skip
-    with pytest.raises(BlockedAddress):
-        fetcher.get("http://93.184.216.34/", proxy="http://u:p@127.0.0.1:3128")
-    with pytest.raises(BlockedAddress):
-        fetcher.get("http://93.184.216.34/", proxy="http://169.254.169.254:80", allow_private=True)
 
 
 @pytest.mark.parametrize(

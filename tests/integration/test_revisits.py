@@ -17,7 +17,6 @@ from crawler_tasks.state.keys import Keys
 from crawler_tasks.state.schedules import Schedule, Schedules
 from crawler_tasks.surface.figures import crawl_figures
 from crawler_tasks.surface.metrics import CrawlCollector
-from crawler_tasks.web.captures import Capture, payload_digest, warc_date
 from crawler_tasks.worker.output.warc import REVISIT_IDENTICAL, REVISIT_NOT_MODIFIED
 from crawler_tasks.worker.process.app import make_app
 from tests.support.recrawl_site import (
@@ -29,17 +28,6 @@ from tests.support.recrawl_site import (
     warcio_check,
 )
 from tests.support.sitegen import running_sites
-
-
-def test_a_capture_packs_in_32_bytes_and_keeps_its_date_to_the_microsecond():
-    url = "http://a.test/page"
-    capture = Capture(payload_digest(b"x"), 1_795_000_000_123_456, url, 1)
-    packed = capture.pack(url)
-    assert len(packed) == 32
-    assert Capture.unpack(url, packed) == capture
-    assert capture.date == "2026-11-18T11:06:40.123456Z" == warc_date(capture.micros)
-    moved = Capture(capture.digest, capture.micros, "http://a.test/moved", 1)
-    assert Capture.unpack(url, moved.pack(url)) == moved  # a redirect's target is kept
 
 
 @pytest.mark.timeout(300)

@@ -4,7 +4,6 @@ what it does not (the benchmark measures 1 M URLs; this is the CI-sized check)."
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import pytest
 
@@ -16,25 +15,6 @@ from crawler_tasks.state.scripts import Scripts
 
 def urls(prefix: str, n: int) -> list[str]:
     return [f"https://{prefix}{i % 97}.example.org/path/{i}?q={i * 7}" for i in range(n)]
-
-
-@pytest.mark.parametrize(
-    ("capacity", "p", "bits_per_url"),
-    [(1000, 0.01, 9.59), (10_000_000, 0.001, 14.38), (100, 0.5, 1.44)],
-)
-def test_shape_is_the_textbook_optimum(capacity, p, bits_per_url):
-    shape = BloomShape.plan(capacity, p)
-    assert shape.bits / capacity == pytest.approx(bits_per_url, rel=0.01)
-    assert shape.k == max(1, round(-math.log(p) / math.log(2)))
-
-
-def test_shards_keep_keys_small():
-    assert BloomShape.plan(10_000_000, 0.001, shard_bits=1 << 26).shards == 3  # the default
-    shape = BloomShape.plan(100_000_000, 0.001, shard_bits=1 << 26)
-    # Past FEW_SHARDS shards of 8 MiB, shards of 64 KiB: a shard first touched costs little.
-    assert SMALL_SHARD_BITS * 0.99 < shape.shard_bits <= SMALL_SHARD_BITS
-    assert shape.shards == math.ceil(shape.bits / shape.shard_bits)
-    assert all(0 <= o < shape.shard_bits for o in shape.positions("https://e.org/")[1:])
 
 
 def test_no_false_negatives_and_designed_false_positive_rate(client):

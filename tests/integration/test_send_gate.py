@@ -63,25 +63,3 @@ def test_a_ceiling_slot_that_reached_its_thread_late_is_asked_again(client: redi
     look()  # the look before the write
     sent["starved"] = time.monotonic()
     assert sent["starved"] - sent["other"] >= 1 / RATE - 0.1, sent
-
-
-def test_a_start_reply_that_reached_its_thread_late_is_asked_again() -> None:
-    """start.lua gave the slot at once (wait 0), and the answer reached the thread 0.3 s after
-    it asked: on an address's gate (ip_rate) that is late, so a fresh slot is asked first."""
-    asked: list[str] = []
-
-    def send_slot(domain: str, url: str = "", worker: str = "") -> float:
-        asked.append(domain)
-        return 0.0
-
-    store: Any = SimpleNamespace(
-        opts=SimpleNamespace(ip_rate=3.0), ledger=SimpleNamespace(send_slot=send_slot)
-    )
-    now = time.monotonic()
-    on_time = Begun(1, 0.0, now, False, now - 0.01)
-    late = Begun(1, 0.0, now, False, now - 0.3)
-    no_ceiling: Any = SimpleNamespace(rates=dict)
-    SendSlot(store, "http://h.test/", "h.test", "w", on_time, no_ceiling).wait()
-    assert asked == []
-    SendSlot(store, "http://h.test/", "h.test", "w", late, no_ceiling).wait()
-    assert asked == ["h.test"]

@@ -6,20 +6,14 @@ resumed, it stamps all three at once, the kernel's stamps keep the spacing they 
 from __future__ import annotations
 
 import signal
-import socket
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.support.broad_web import Wire, broad_web, max_in_window, per_host_times, unavailable
+from tests.support.broad_web import broad_web, max_in_window, per_host_times
 from tests.support.waiting import wait_until
-
-
-def send(address: str, port: int, path: str) -> socket.socket:
-    sock = socket.create_connection((address, port), timeout=10)
-    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: {address}\r\n\r\n".encode())
-    return sock
+from tests.unit.test_wire import send
 
 
 def test_kernel_stamps_are_not_fooled_by_a_stopped_server(tmp_path: Path) -> None:
@@ -50,29 +44,3 @@ def test_kernel_stamps_are_not_fooled_by_a_stopped_server(tmp_path: Path) -> Non
     # The kernel stamped them as they were sent, 0.4 s apart (sleep's overshoot aside).
     gaps = [b - a for a, b in zip(kernel_times, kernel_times[1:], strict=False)]
     assert all(0.39 < g < 0.6 for g in gaps), gaps
-
-
-def test_a_wire_on_one_address_ignores_the_same_port_on_another() -> None:
-    """The capture's filter sees ports only: a test beside this one (another xdist process) can
-    serve the same port number on another loopback address. Found as six requests more at
-    the wire than at the server (tests/test_pacing.py, under the suite's load)."""
-    why = unavailable()
-    if why:
-        pytest.skip(why)  # said, never passed silently
-    servers = []
-    for address in ("127.0.0.61", "127.0.0.62"):
-        s = socket.socket()
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind((address, servers[0].getsockname()[1] if servers else 0))
-        s.listen()
-        servers.append(s)
-    port = servers[0].getsockname()[1]
-    wire, everything = Wire(port, "127.0.0.61"), Wire(port)
-    socks = [send(a, port, f"/{a}") for a in ("127.0.0.61", "127.0.0.62", "127.0.0.61")]
-    wait_until(lambda: len(everything.snapshot()) == 3, timeout=10)
-    mine = wire.close()
-    everything.close()
-    for s in socks + servers:
-        s.close()
-    assert [line for _t, _dst, line in mine] == ["GET /127.0.0.61 HTTP/1.1"] * 2
-    assert {dst for _t, dst, _line in mine} == {"127.0.0.61"}

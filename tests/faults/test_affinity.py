@@ -1,0 +1,80 @@
+"""Host affinity when the process holding a host's kept connections dies: SIGKILLed or stopped,
+its URLs and the messages in its queue are taken back and the crawl is exact. Affinity itself
+with real worker processes: tests/integration/test_affinity.py."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import redis
+
+from crawler_tasks.worker.process.app import direct_queue
+from tests.faults.test_faults import assert_exact, cluster, start, wait
+from tests.faults.test_overload import assert_no_retry_spent, took_back
+from tests.integration.test_affinity import HOSTS, fetchers
+from tests.support.processes import stop_together
+from tests.support.sitegen import running_sites
+from tests.support.waiting import wait_until
+
+
+@contextmanager
+def _mid_crawl(settings, redis_url: str, tmp_path: Path) -> Iterator[tuple]:  # type: ignore[no-untyped-def]
+    """Two fetch processes and a parse process crawling HOSTS, 40 pages done: (graph, the
+    cluster, seeds, crawl, fetch1's process tag)."""
+    with (
+        running_sites(HOSTS, 80, 5, cross_host_ratio=0.02, delay=0.03) as (graph, servers),
+        cluster(redis_url, tmp_path) as c,
+    ):
+        c.start("fetch1", "fetch")
+        c.start("fetch2", "fetch")
+        c.start("parse", "parse")
+        wait_until(lambda: len(fetchers(redis_url)) == 2, timeout=30)
+        seeds, crawl = start(settings, servers)
+        wait_until(lambda: crawl.progress()["done"] > 40, timeout=60)
+        fetch1 = next(w for w in fetchers(redis_url) if w.endswith(f"-{c.procs['fetch1'].pid}"))
+        yield graph, c, seeds, crawl, fetch1
+
+
+@pytest.mark.allow_worker_errors(".*")
+def test_process_holding_hosts_killed(settings, redis_url, tmp_path):  # type: ignore[no-untyped-def]
+    """SIGKILL the fetch process holding hosts, not restarted, while its direct queue may hold
+    messages: after worker_dead_seconds its URLs go back to the frontier, its queue is
+    deleted, the other process takes its hosts; every page once, the counters exact."""
+    with _mid_crawl(settings, redis_url, tmp_path) as (graph, c, seeds, crawl, victim):
+        client = redis.Redis.from_url(redis_url)
+        os.killpg(c.procs["fetch1"].pid, signal.SIGKILL)
+        c.procs["fetch1"].wait(10)
+        killed_at = time.monotonic()
+        summary = wait(crawl, 120)
+        took = time.monotonic() - killed_at
+        wait_until(lambda: victim not in fetchers(redis_url), timeout=10)
+        # Every dispatcher that routed to it deletes its queue on its next look (once a second).
+        wait_until(lambda: not client.exists(direct_queue(victim)), timeout=5)
+    assert_exact(crawl, graph, seeds, summary)
+    assert took < 60, took
+
+
+@pytest.mark.allow_worker_errors(".*")
+def test_process_holding_hosts_stopped(settings, redis_url, tmp_path):  # type: ignore[no-untyped-def]
+    """SIGTERM (a warm shutdown) the fetch process holding hosts, not restarted, mid-crawl:
+    it is sent no new hosts, finishes what it began, hands back what is still in its own
+    queue and leaves the holders before it exits (worker/dispatch/departure.py). Nothing is taken back
+    and no retry spent, unlike a killed process's URLs; every page once."""
+    with _mid_crawl(settings, redis_url, tmp_path) as (graph, c, seeds, crawl, leaving):
+        client = redis.Redis.from_url(redis_url)
+        stop_together([c.procs["fetch1"]])
+        assert leaving not in fetchers(redis_url), "left the holders before it exited"
+        assert not client.exists(direct_queue(leaving))
+        summary = wait(crawl, 120)
+        taken = took_back(tmp_path / "logs")
+    log = (tmp_path / "logs" / "fetch1.log").read_text(errors="replace")
+    print(*[line for line in log.splitlines() if "left the fetch processes" in line])
+    assert_exact(crawl, graph, seeds, summary)
+    assert not taken, taken[:3]
+    assert_no_retry_spent(crawl, summary)
