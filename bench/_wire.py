@@ -1,5 +1,5 @@
 """Kernel arrival stamps of HTTP requests on ``lo``: a politeness judge a starved server
-cannot fool (issue 31; used by bench/broad.py and tests/test_overload.py).
+cannot fool (issue 31; used by bench/broad.py and tests/faults/test_overload.py).
 
 The broad server stamps a request with ``time.time()`` when its event loop has read the
 head; on a loaded machine that loop runs late and in bursts, so two requests sent 1 s apart

@@ -7,7 +7,7 @@
 
 (Scrapy must be installed: ``.venv/bin/pip install scrapy``; without it that row is skipped.)
 
-The site: one host on 127.0.0.2 (tests/sitegen.py), ``--pages`` HTML pages (default 5,000)
+The site: one host on 127.0.0.2 (tests/support/sitegen.py), ``--pages`` HTML pages (default 5,000)
 with ``nav_links=150`` (the same 150-link sidebar on every page) + ``links_per_page=30``,
 so ~180 links per page, plus the generator's 404 targets and non-HTML files. Served from
 this process by sitegen's threaded server, pre-rendered.

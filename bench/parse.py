@@ -9,7 +9,7 @@ with ``max_links=5000`` (links beyond the cap are counted, not resolved), ``--re
 the best and median seconds are printed, and ms per 1,000 anchors. The cap must keep the
 work linear in the page's size: a page of 100,000 anchors took ~0.3 s on an idle 2-core
 machine. Over ``--max-seconds`` (best run; 5 s by default: a quadratic slip, not noise) the
-script exits 1. This bound was an assertion of tests/test_parse.py::test_100k_links_capped,
+script exits 1. This bound was an assertion of tests/unit/test_parse.py::test_100k_links_capped,
 which keeps the cap's results; the time is the benchmark's (a busy machine is not a fault).
 Pure CPU, no Redis.
 

@@ -7,8 +7,8 @@ pace it uses.
     .venv/bin/python bench/politeness.py --only 3x2 --timeline   # + every request's time
 
 Starts a private ``redis-server`` and real worker processes (``crawler_tasks.surface.embedded``), serves
-synthetic sites on 127.0.0.x (``tests/sitegen.py``) and measures from the servers' own request
-logs, robots.txt requests included (they load the server like any other request):
+synthetic sites on 127.0.0.x (``tests/support/sitegen.py``) and measures from the servers' own
+request logs, robots.txt requests included (they load the server like any other request):
 
 * politeness error = the most requests seen in any 1-s sliding window / the most the policy
   allows in 1 s. For a token bucket that is ``rate + burst`` (a full bucket plus what refills

@@ -1,10 +1,10 @@
 """Incremental recrawls (issue 35): two runs of one schedule over a site of ``--pages`` HTML
-pages (tests/sitegen.py, one host, no 404s, ``--page-bytes`` of text each) where ``--change`` of the pages change between the
-runs and ``--new`` pages appear; every other page has an ETag (and answers 304 to it), the rest
-send the same payload again. Prints, per run: WARC bytes, response / revisit records (by
-profile); run 2's WARC bytes as a share of run 1's; whether run 2 has full responses exactly
-for the changed and new pages; ``warcio check`` and revisits not resolved by cdxj-indexer's
-index of run 1 (must be 0); Redis bytes per URL of what a schedule keeps between runs
+pages (tests/support/sitegen.py, one host, no 404s, ``--page-bytes`` of text each) where
+``--change`` of the pages change between the runs and ``--new`` pages appear; every other page has
+an ETag (and answers 304 to it), the rest send the same payload again. Prints, per run: WARC bytes,
+response / revisit records (by profile); run 2's WARC bytes as a share of run 1's; whether run 2 has
+full responses exactly for the changed and new pages; ``warcio check`` and revisits not resolved by
+cdxj-indexer's index of run 1 (must be 0); Redis bytes per URL of what a schedule keeps between runs
 (``MEMORY USAGE`` of the captures and validators hashes over their entries)."""
 
 from __future__ import annotations

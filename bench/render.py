@@ -2,11 +2,11 @@
 
     .venv/bin/python bench/render.py [--pages 150] [--concurrency 4] [--mixed-hosts 10] [--mixed-pages 40]
 
-1. A JavaScript-built site (tests/jssite.py: every page's links inserted by a script, fetched
-   by XHR or added after a ``setTimeout``), one loopback host, crawled with ``render="always"``
-   by a private Redis and local workers (one fetch process, one render process: a threads
-   pool of CONCURRENCY sharing one Chromium), then by scrapy-playwright (same Chromium binary,
-   the same CONCURRENCY per host, no delay, the same blocked resource types). Figures: pages
+1. A JavaScript-built site (tests/support/jssite.py: every page's links inserted by a script,
+   fetched by XHR or added after a ``setTimeout``), one loopback host, crawled with
+   ``render="always"`` by a private Redis and local workers (one fetch process, one render process:
+   a threads pool of CONCURRENCY sharing one Chromium), then by scrapy-playwright (same Chromium
+   binary, the same CONCURRENCY per host, no delay, the same blocked resource types). Figures: pages
    found, wall time, pages/s, CPU seconds and RSS of the render process tree (Chromium's
    processes included; PSS, as RSS counts their shared pages once per process) sampled
    every 0.5 s, its first and last quarter compared ("flat").

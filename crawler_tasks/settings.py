@@ -10,7 +10,7 @@ process from its own environment. *Crawl defaults* (marked "Crawl default") are 
 the process that starts a crawl, into the crawl's ``CrawlOptions``: a running crawl keeps the
 values it started with, whichever host runs its tasks. Their value is declared here only; the
 option that takes it names the field (``rate: float = setting("default_rate")`` in
-state/options.py), and tests/test_options.py checks every such pair.
+state/options.py), and tests/unit/test_options.py checks every such pair.
 
 Secrets (Redis passwords) come only from the environment; they are never written to Redis, to
 task arguments, or to logs (see :func:`redact`).

@@ -16,7 +16,8 @@ whole up to its highest bit set, so a URL that lands in an untouched shard costs
 a script call names only the shards its URLs touch (the shard of the packed triple is an
 index into that call's keys), and a filter of more than ``FEW_SHARDS`` shards (a crawl with a
 big ``max_pages``) is cut into ``SMALL_SHARD_BITS`` shards, 64 KiB each. A 31-page site under
-``max_pages = 10**9`` then costs at most 31 x 64 KiB, not 31 x 8 MiB (tests/test_seen.py).
+``max_pages = 10**9`` then costs at most 31 x 64 KiB, not 31 x 8 MiB
+(tests/integration/test_seen.py).
 
 The filter never forgets (no false negatives); a false positive silently drops a new URL,
 which is why :meth:`BloomFilter.stats` reports the fill ratio and the false-positive rate the

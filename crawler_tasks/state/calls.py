@@ -1,6 +1,6 @@
 """The argument lists of the two hottest scripts, admit.lua and release.lua, built in one
 place each: the scripts' headers name these classes, and a field added here is an argument
-added there (tests/test_formats.py checks release.lua's count). Their reply codes and the
+added there (tests/unit/test_formats.py checks release.lua's count). Their reply codes and the
 values they store stay in formats.py."""
 
 from __future__ import annotations

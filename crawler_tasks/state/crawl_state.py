@@ -85,5 +85,6 @@ class CrawlState:
         )
 
 
-#: Every field the state hash may hold (tests/test_formats.py checks a crawl's against it).
+#: Every field the state hash may hold (tests/integration/test_formats.py checks a crawl's
+#: against it).
 FIELDS = frozenset(f.name for f in dataclasses.fields(CrawlState))

@@ -1,7 +1,7 @@
 """Every format Python and the Lua scripts share, and the names of counters and outcomes.
 
 The Lua side reads and writes these too; each format says which scripts depend on it, so a
-change here is a change there (``tests/test_formats.py`` runs the scripts against these
+change here is a change there (``tests/integration/test_formats.py`` runs the scripts against these
 functions).
 
 * frontier entry (per-domain queue lists; admit.lua, release.lua, requeue.lua)::
@@ -85,7 +85,7 @@ class Counter(Word):
     Each member says its :class:`Group`, where ``progress()`` shows it (:class:`Shown`;
     progress keeps the order of declaration), its help text (Prometheus, the dashboard's
     tooltips) and whether it goes down too (``gauge``). Adding a counter is a line here plus
-    the code that increments it; ``tests/test_formats.py`` fails on a name a Lua script
+    the code that increments it; ``tests/unit/test_formats.py`` fails on a name a Lua script
     increments that is neither a member nor in a family."""
 
     _value_: str
@@ -172,7 +172,7 @@ class Counter(Word):
 
 class Status(Word):
     """A crawl's ``status`` (its state hash). finishing.lua writes FINISHING and the final
-    one; ``tests/test_formats.py`` runs it against these values."""
+    one; ``tests/integration/test_formats.py`` runs it against these values."""
 
     RUNNING = "running"
     PAUSED = "paused"

@@ -18,8 +18,8 @@ touches them beside a crawl's keys.
 
 Layout (``P`` is the prefix setting, default ``crawler``; ``C`` a crawl id; ``D`` a domain;
 ``H`` a URL digest; ``N`` a number; ``S`` a schedule name; ``A`` a server address). Formats of
-values shared with the Lua scripts are in ``formats.py``. ``tests/test_formats.py`` fails on
-any key a crawl writes that this table does not describe, or whose type differs::
+values shared with the Lua scripts are in ``formats.py``. ``tests/integration/test_formats.py``
+fails on any key a crawl writes that this table does not describe, or whose type differs::
 
     P:crawls                 zset   crawl ids by start time (``crawler list``)
     P:running                set    crawl ids the dispatchers release work for

@@ -3,7 +3,7 @@ finished; whether it is drained; the finisher's lock and the end of the crawl.
 
 Every write of a crawl's status goes through :class:`CrawlLifecycle`, with the values of
 :class:`~crawler_tasks.state.formats.Status`, except finishing.lua's (run by
-:meth:`CrawlLifecycle.finishing`, its literals pinned by ``tests/test_formats.py``).
+:meth:`CrawlLifecycle.finishing`, its literals pinned by ``tests/integration/test_formats.py``).
 """
 
 from __future__ import annotations

@@ -321,7 +321,8 @@ def start(
 ) -> CrawlStore:
     """Register a crawl planned by :func:`plan` and admit its seeds: its partitions placed
     (``partitions`` 0: automatic) and its start time stamped now, or ``at`` (a simulated
-    clock: the time a schedule's run counts as, tests/recrawl_site.py, bench/adaptive.py)."""
+    clock: the time a schedule's run counts as, tests/support/recrawl_site.py,
+    bench/adaptive.py)."""
     partitions = opts.partitions or connection.default_partitions(r.client)
     opts = dataclasses.replace(
         opts,

@@ -2,8 +2,8 @@
 --json`` and the dashboard's ``/api/crawls/ID`` call :func:`crawl_figures`, which is
 ``Crawl.progress()`` plus the busiest hosts and the dedupe filter; the dashboard's crawl page
 adds what only it shows (:func:`crawl_page`) around those same figures, and its crawls list
-(:func:`crawls_list`) is ``progress()`` of each crawl. tests/test_dashboard.py asserts the API
-and ``status --json`` agree."""
+(:func:`crawls_list`) is ``progress()`` of each crawl. tests/integration/test_dashboard.py asserts
+the API and ``status --json`` agree."""
 
 from __future__ import annotations
 

@@ -189,7 +189,7 @@ def test_writes_refused_at_maxmemory_wait_in_place(tmp_path, worker_logs):
 
 
 def test_a_page_without_room_goes_back_to_the_frontier(redis_url, client, tmp_path):
-    """In-process (tests/driver.py): Redis fills while a page is being fetched; after
+    """In-process (tests/support/driver.py): Redis fills while a page is being fetched; after
     ``admission_wait`` the page's URL is handed back (no retry spent, nothing counted), and
     once memory is raised it is fetched again and the crawl ends exact."""
     out = str(tmp_path / "out")

@@ -4,7 +4,7 @@
    the politeness bound (300 hosts x 6 pages, 2 req/s per host, burst 1, one connection per
    host, 50-350 ms per response: it reaches 0.3-0.55 of the bound), two fetch processes and
    one or two CPU hogs beside them. Judged by the web server in its own process
-   (tests/broad_web.py: its stamps are not starved by the crawler's GIL): each host's
+   (tests/support/broad_web.py: its stamps are not starved by the crawler's GIL): each host's
    arrivals conform to the send gate's GCRA and hold at most rate + 1 requests in a 1-s
    window (both within a stated stamp tolerance), every page once. With host affinity on and
    off, and with a fetch process killed mid-crawl.
@@ -256,7 +256,8 @@ def frozen_past_the_dead_threshold(settings, redis_url: str, tmp_path: Path, **e
     """SIGSTOP a fetch process until its URLs are taken back (worker_dead_seconds, 4 s here),
     then SIGCONT: the page set is exact, nothing fails ``worker_lost``, and the URLs taken
     from it spent no retry (the crawl's attempts hashes stay empty). ``env``: the worker
-    processes' (the crawl state elsewhere than the broker: tests/test_overload_cluster.py)."""
+    processes' (the crawl state elsewhere than the broker:
+    tests/faults/test_overload_cluster.py)."""
     with cluster(redis_url, tmp_path, **env) as c:
         c.start_layout()
         hosts = one_host_each(c, settings, ("fetch1", "fetch2"))  # fetch1 holds one of them

@@ -1,6 +1,6 @@
 """Issue 31's "no false deaths" on a Redis Cluster: the crawl state on a real 3-master cluster
-(tests/cluster.py), the broker the session's standalone Redis, the worker processes of
-tests/test_faults.py (dead after 4 s). As tests/test_overload.py on a single Redis:
+(tests/support/cluster.py), the broker the session's standalone Redis, the worker processes of
+tests/faults/test_faults.py (dead after 4 s). As tests/faults/test_overload.py on a single Redis:
 
 * a fetch process frozen just past the dead threshold: its URLs are taken back, none spends
   a retry, nothing fails ``worker_lost``, the page set is exact;

@@ -128,7 +128,7 @@ def test_a_refresh_after_its_own_stall_deletes_no_living_process(settings):  # t
     """A dispatcher held up past the dead threshold (a paused VM) reads every other fetch
     process's beat as stale: it judges none dead until they could beat again, so a living
     process keeps its direct queue and the messages in it. (Found by the whole-machine pause
-    of tests/test_overload_cluster.py: the first process resumed deleted the others' queues
+    of tests/faults/test_overload_cluster.py: the first process resumed deleted the others' queues
     and holds, and the URLs in those queues were taken back from living processes.)"""
     driver = Driver(dataclasses.replace(settings, worker_dead_seconds=1.0))
     try:
@@ -155,7 +155,7 @@ def test_a_refresh_after_its_own_stall_deletes_no_living_process(settings):  # t
 
 def test_a_refresh_held_up_in_the_middle_deletes_no_living_process(settings, monkeypatch):  # type: ignore[no-untyped-def]
     """As above, but the stall comes after the refresh began (its stall rule passed) and
-    before it read the beats (the whole-machine pause of tests/test_overload.py, once): the
+    before it read the beats (the whole-machine pause of tests/faults/test_overload.py, once): the
     beats it reads are as stale as after a stall before it, and it judges none dead."""
     driver = Driver(dataclasses.replace(settings, worker_dead_seconds=1.0))
     ctx, router, other = driver.ctx, driver.dispatcher.router, "other-fetch-process"

@@ -1,6 +1,6 @@
 """celery beat (RedBeat) with its keys on the crawl-state Redis Cluster (issue 35): a real
-3-master cluster (tests/cluster.py), the broker a standalone Redis; beat fires a schedule, its
-run is exact, and RedBeat's entries and lock live on the cluster, not on the broker."""
+3-master cluster (tests/support/cluster.py), the broker a standalone Redis; beat fires a schedule,
+its run is exact, and RedBeat's entries and lock live on the cluster, not on the broker."""
 
 from __future__ import annotations
 

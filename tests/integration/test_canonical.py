@@ -1,4 +1,4 @@
-"""Canonical links and near-duplicate pages, driven in-process (tests/driver.py)."""
+"""Canonical links and near-duplicate pages, driven in-process (tests/support/driver.py)."""
 
 from __future__ import annotations
 

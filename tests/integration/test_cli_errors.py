@@ -28,7 +28,8 @@ from tests.support.waiting import wait_until
 
 
 def run(*args: str, timeout: float = 60):  # type: ignore[no-untyped-def]
-    """The command in a process of its own, its imports done ahead (tests/cli_process.py)."""
+    """The command in a process of its own, its imports done ahead
+    (tests/support/cli_process.py)."""
     return cli_process.run(*args, timeout=timeout)
 
 

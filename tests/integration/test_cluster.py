@@ -1,6 +1,6 @@
-"""Crawl state on a real Redis Cluster (3 masters on loopback, tests/cluster.py) with the broker
-apart: a standalone Redis (the session's ``redis_url``) or RabbitMQ. The same end-to-end checks
-as the single-Redis suite: exact page set and counters, politeness windows with two fetch
+"""Crawl state on a real Redis Cluster (3 masters on loopback, tests/support/cluster.py) with the
+broker apart: a standalone Redis (the session's ``redis_url``) or RabbitMQ. The same end-to-end
+checks as the single-Redis suite: exact page set and counters, politeness windows with two fetch
 processes, pause/resume/cancel, a SIGKILLed fetch worker, a master killed and restarted, a
 failover, RabbitMQ as the broker."""
 

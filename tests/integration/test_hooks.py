@@ -1,6 +1,6 @@
-"""Users' extraction hooks and on_item tasks, driven in-process (tests/driver.py): real Redis,
-real HTTP servers, the real dispatcher and pipeline. What needs Celery itself (the on_item task
-in a user's worker, SIGKILL and redelivery) is in test_hooks_workers.py."""
+"""Users' extraction hooks and on_item tasks, driven in-process (tests/support/driver.py): real
+Redis, real HTTP servers, the real dispatcher and pipeline. What needs Celery itself (the on_item
+task in a user's worker, SIGKILL and redelivery) is in test_hooks_workers.py."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Hostile input, secure defaults. The hostile-web crawl itself (host C's pages below plus
-sitegen.hostile_routes()) is tests/test_hostile_web.py: one crawl, one check per trap.
+sitegen.hostile_routes()) is tests/integration/test_hostile_web.py: one crawl, one check per trap.
 
 Also here: the dead-letter round trip (``crawler failed`` / ``crawler retry-failed``), the SSRF
 guard on a name resolving to loopback, and a broker password that must never leak.

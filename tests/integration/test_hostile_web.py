@@ -145,7 +145,7 @@ class Hostile:
         return {path_of(u): r for u, r in self.records.items() if u.startswith(base)}
 
 
-# `make test` runs this module whole on one xdist process (tests/scheduling.py): one crawl.
+# `make test` runs this module whole on one xdist process (tests/support/scheduling.py): one crawl.
 @pytest.fixture(scope="module")
 def hostile(redis_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hostile]:
     client = redis.Redis.from_url(redis_server)

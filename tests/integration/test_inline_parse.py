@@ -1,6 +1,6 @@
 """Pages parsed in the fetch task (``inline_parse_bytes``): the same exact page set and
 counters as with a parse task, no parse task, and no body through Redis; larger pages still
-go to the parse queue. In-process (tests/driver.py)."""
+go to the parse queue. In-process (tests/support/driver.py)."""
 
 from __future__ import annotations
 

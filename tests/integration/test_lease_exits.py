@@ -4,9 +4,9 @@ already gone: "ok" eases the host's slow-down by 20 % and clears its circuit bre
 request that was never sent (a robots-refused URL's lease was refunded, then released "ok").
 
 Every done.lua run is read from Redis itself (MONITOR: each EVALSHA of done.lua's sha with its
-URL and event), while the real dispatcher and pipeline run in process (tests/driver.py) against
-real local servers, the render paths with the real headless Chromium. A lease is a release of
-the URL: every release is published as a fetch (the driver records it).
+URL and event), while the real dispatcher and pipeline run in process (tests/support/driver.py)
+against real local servers, the render paths with the real headless Chromium. A lease is a release
+of the URL: every release is published as a fetch (the driver records it).
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 and the reasons a host goes at its pace, judged from the servers' own request logs.
 
 The names of the shared-address test resolve to one loopback address in the worker processes
-only (tests/resolver/sitecustomize.py): the crawler resolves, vets and pins them as it would a
-name in DNS.
+only (tests/support/resolver/sitecustomize.py): the crawler resolves, vets and pins them as it
+would a name in DNS.
 """
 
 from __future__ import annotations

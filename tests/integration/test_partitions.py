@@ -1,5 +1,5 @@
 """A crawl split into partitions (state/keys.py) on one standalone Redis: what a Redis Cluster
-spreads over its masters. The pipeline in-process (tests/driver.py) and the completion check
+spreads over its masters. The pipeline in-process (tests/support/driver.py) and the completion check
 under concurrent admission; test_cluster.py runs the same with real workers on a cluster."""
 
 from __future__ import annotations

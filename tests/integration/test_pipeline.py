@@ -1,4 +1,4 @@
-"""The pipeline in-process (tests/driver.py): real Redis, real HTTP servers, the real
+"""The pipeline in-process (tests/support/driver.py): real Redis, real HTTP servers, the real
 dispatcher and pipeline in the test's thread; no worker processes. Fast enough to cover the
 crawl's behaviour in detail; test_crawl.py proves the same with real Celery workers."""
 

@@ -1,7 +1,7 @@
 """The rendering tier (render option, crawl.render, worker/visit/render_step.py) with a real
 headless Chromium (the Debian package) on local sites whose links exist only after JavaScript
-runs (tests/jssite.py). In-process (tests/driver.py): the real dispatcher, fetch, render and
-parse steps against the test's Redis; the browser is this process's (one per test)."""
+runs (tests/support/jssite.py). In-process (tests/support/driver.py): the real dispatcher, fetch,
+render and parse steps against the test's Redis; the browser is this process's (one per test)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A crawl's own request settings, driven in-process (tests/driver.py): user agent, headers,
+"""A crawl's own request settings, driven in-process (tests/support/driver.py): user agent, headers,
 cookies and basic auth per host, and a proxy (a small HTTP proxy on loopback, written here)
 are what the servers receive; the secrets (given as env:NAME) appear nowhere else: not in
 Redis (MONITOR), the logs, or the output files."""

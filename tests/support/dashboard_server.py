@@ -1,4 +1,4 @@
-"""``crawler dashboard`` as a real process for the tests (tests/test_dashboard*.py)."""
+"""``crawler dashboard`` as a real process for the tests (tests/integration/test_dashboard*.py)."""
 
 from __future__ import annotations
 

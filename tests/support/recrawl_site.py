@@ -178,7 +178,7 @@ def run_at(settings: Any, client: Any, server: SiteServer, at: float, **options:
     return crawl
 
 
-# A site under a simulated clock (bench/adaptive.py, tests/test_adaptive.py) ------------------
+# A site under a simulated clock (bench/adaptive.py, tests/integration/test_adaptive.py) -------
 
 HOUR = 3600.0
 DAY = 24 * HOUR

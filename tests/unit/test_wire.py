@@ -20,7 +20,7 @@ def send(address: str, port: int, path: str) -> socket.socket:
 def test_a_wire_on_one_address_ignores_the_same_port_on_another() -> None:
     """The capture's filter sees ports only: a test beside this one (another xdist process) can
     serve the same port number on another loopback address. Found as six requests more at
-    the wire than at the server (tests/test_pacing.py, under the suite's load)."""
+    the wire than at the server (tests/integration/test_pacing.py, under the suite's load)."""
     why = unavailable()
     if why:
         pytest.skip(why)  # said, never passed silently

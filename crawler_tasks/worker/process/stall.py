@@ -44,7 +44,7 @@ class StallGuard:
         the same rule at this moment. A process paused in the middle of its look (a whole
         paused VM: after :meth:`quiet`, before its reads) read every other's beat as late
         as after a pause before the look, while the others' first beats since were still to
-        be written (tests/test_overload.py's whole-machine pause saw a URL taken back)."""
+        be written (tests/faults/test_overload.py's whole-machine pause saw a URL taken back)."""
         return self._judged_at(time.monotonic())
 
     def _judged_at(self, now: float) -> bool:
