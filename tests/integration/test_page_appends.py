@@ -12,6 +12,7 @@ from crawler_tasks.worker.output.page_appends import HANDOFF_WAIT
 from crawler_tasks.worker.output.read import read_pages
 from crawler_tasks.worker.visit.outcome import Final
 from crawler_tasks.worker.visit.recorder import _finish_and_append
+from crawler_tasks.worker.visit.trip import Visit
 
 
 def _released(settings, driver, n):  # type: ignore[no-untyped-def]
@@ -29,13 +30,18 @@ def _entry(driver, store, url):  # type: ignore[no-untyped-def]
     return Unwritten(record["rid"], str(out.pages_path), time.time(), record)
 
 
+def _finish(driver, store, entry):  # type: ignore[no-untyped-def]
+    visit = Visit.at(driver.ctx, store, entry.record["url"], 0)
+    return _finish_and_append(visit, entry, {}, None)
+
+
 def test_a_page_commit_rides_with_the_next_finish(settings, driver):  # type: ignore[no-untyped-def]
     crawl, store, (a, b) = _released(settings, driver, 2)
     ea, eb = _entry(driver, store, a), _entry(driver, store, b)
-    left, mine_a = _finish_and_append(driver.ctx, store, ea, {}, None)
+    left, mine_a = _finish(driver, store, ea)
     assert left == 1 and mine_a is not None
     assert not mine_a.done.is_set() and store.ledger.unwritten(a) is not None  # not asked yet
-    left, mine_b = _finish_and_append(driver.ctx, store, eb, {}, None)
+    left, mine_b = _finish(driver, store, eb)
     # b's finish carried a's commit: answered without a's writer asking it.
     assert left == 0 and mine_a.done.is_set() and mine_a.answer() is True
     assert store.ledger.unwritten(a) is None and store.ledger.unwritten(b) is not None
@@ -53,12 +59,12 @@ def test_a_carried_commit_undoes_a_copy_taken_over(settings, driver):  # type: i
     cut at the file's end and b's record goes where a's began."""
     crawl, store, (a, b) = _released(settings, driver, 2)
     ea, eb = _entry(driver, store, a), _entry(driver, store, b)
-    _left, mine_a = _finish_and_append(driver.ctx, store, ea, {}, None)
+    _left, mine_a = _finish(driver, store, ea)
     assert mine_a is not None
     out = driver.ctx.crawl_runtime(store).output()
     claimed = Unwritten(ea.rid, "/elsewhere/pages-other-1.jsonl", time.time(), ea.record)
     assert store.ledger.claim(a, ea, claimed)
-    _left, mine_b = _finish_and_append(driver.ctx, store, eb, {}, None)
+    _left, mine_b = _finish(driver, store, eb)
     assert mine_b is not None
     assert mine_a.done.is_set() and mine_a.answer() is False
     assert out.pages.wait(mine_b) is True

@@ -31,6 +31,7 @@ from ..runtime.room import probe_output
 from ..visit.outcome import Decision
 from ..visit.recorder import crawl_finished, sweep_orphans
 from ..visit.settle import settle, takeback
+from ..visit.trip import Visit
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +158,7 @@ class Repair:
         attempts = takeback(store, url)  # not an attempt: a stalled process may be alive
         if attempts.last:
             failed = Decision.record(attempts.failed(url, entry.depth, lost), LeaseEnd.ERROR)
-            settle(ctx, store, url, entry.depth, failed, lease)
+            settle(Visit.at(ctx, store, url, entry.depth), failed, lease)
             return 1
         if not store.ledger.reclaim(url, entry, value):
             return 0  # moved on meanwhile: the lease is not ours to return

@@ -20,6 +20,7 @@ from ..process.broker import BrokerView
 from ..runtime.context import Context
 from ..visit.outcome import Final
 from ..visit.recorder import finalize
+from ..visit.trip import Visit
 from .repair import Repair
 from .routing import REFRESH_EVERY, HostRouter
 
@@ -97,7 +98,7 @@ class Rounds:
         )
         if release.cancelled:  # drained unfetched: recorded as cancelled here
             for _domain, depth, url in release.entries:
-                finalize(ctx, store, Final.cancelled(url, depth))
+                finalize(Visit.at(ctx, store, url, depth), Final.cancelled(url, depth))
             return len(release.entries)
         entries = release.entries
         if release.resolve:

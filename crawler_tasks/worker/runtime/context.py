@@ -150,10 +150,16 @@ class Context:
 
     def store(self, crawl_id: str) -> CrawlStore | None:
         """The crawl's store, or None for a crawl whose options are gone (expired)."""
+        pair = self.crawl(crawl_id)
+        return None if pair is None else pair[0]
+
+    def crawl(self, crawl_id: str) -> tuple[CrawlStore, CrawlRuntime] | None:
+        """The crawl's store and its runtime, built together (one look-up for a URL's visit:
+        worker/visit/trip.py), or None for a crawl whose options are gone (expired)."""
         with self._lock:
             pair = self._stores.get(crawl_id)
         if pair is not None:
-            return pair[0]
+            return pair
         opts = CrawlStore.read_options(self.r, crawl_id)
         if opts is None:
             return None
@@ -163,10 +169,11 @@ class Context:
                 pair = self._stores[crawl_id] = self._new_crawl(opts)
             while len(self._stores) > STORES:
                 self._stores.popitem(last=False)
-        return pair[0]
+        return pair
 
     def crawl_runtime(self, store: CrawlStore) -> CrawlRuntime:
-        """The runtime built with ``store`` (fetching, robots.txt, output of its crawl)."""
+        """The runtime built with ``store`` (fetching, robots.txt, output of its crawl), for
+        holders of a store without a URL (the finisher, the sweeps; a visit has both)."""
         with self._lock:
             pair = self._stores.get(store.id)
         if pair is not None and pair[0] is store:

@@ -5,16 +5,16 @@ leads to (as a 304 does). Its politeness token is given back (no request was sen
 from __future__ import annotations
 
 from ...state.formats import Counter
-from ...state.store import CrawlStore
-from ..runtime.context import Context
 from .recorder import Final
+from .trip import Visit
 
 
-def not_due(ctx: Context, store: CrawlStore, url: str, depth: int) -> Final | None:
+def not_due(visit: Visit) -> Final | None:
+    store, url, depth = visit.store, visit.url, visit.depth
     links = store.recrawl.not_due(url) if store.recrawl is not None else None
     if links is None:
         return None
-    ctx.room.wait()  # before its links are admitted
+    visit.ctx.room.wait()  # before its links are admitted
     final = Final(url, depth, outlinks=links, extra={"not_due": True})
     final.counters[Counter.NOT_DUE.value] = 1
     final.counters.update(store.admission.links(links, depth + 1))

@@ -31,21 +31,21 @@ from ...state.crawl_state import Note
 from ...state.formats import Begun, Counter, LeaseEnd, Outcome, Started
 from ...state.pacing import Answer
 from ...state.politeness import parse_retry_after
-from ...state.store import CrawlStore
 from ...web.fetcher import Response
 from ...web.urls import origin_of
-from ..runtime.context import Context
 from ..runtime.send_gate import SendSlot
 from .adaptive import not_due
 from .outcome import Decision, Final, Next
 from .respond import respond
 from .sitemap_seeds import Sitemaps
+from .trip import Visit
 
 THROTTLE_STATUSES = {429, 503}
 
 
-def decide(ctx: Context, store: CrawlStore, url: str, depth: int, begun: Begun | None) -> Decision:
-    """What becomes of ``url``; ``begun``: start.lua's word on it if already asked."""
+def decide(visit: Visit, begun: Begun | None) -> Decision:
+    """What becomes of the visit's URL; ``begun``: start.lua's word on it if already asked."""
+    ctx, store, url, depth = visit.ctx, visit.store, visit.url, visit.depth
     if begun is None:
         begun = store.ledger.start_many([url], ctx.worker_id)[url]
     started = Started(begun.code)
@@ -55,7 +55,7 @@ def decide(ctx: Context, store: CrawlStore, url: str, depth: int, begun: Begun |
         return Decision(Next.RECOVER, lease=None)
     if started is Started.CANCELLED:
         return Decision.record(Final.cancelled(url, depth))
-    domain = store.domain_of(url)
+    domain = visit.domain
     if started is Started.HOST_DEAD:  # declared dead in this crawl: no request
         down = Final.failed(url, depth, HostDown(f"{domain} is down"))
         return Decision.record(down, LeaseEnd.REFUND)
@@ -64,23 +64,24 @@ def decide(ctx: Context, store: CrawlStore, url: str, depth: int, begun: Begun |
         return Decision(Next.DUPLICATE, lease=None)
     events.emit(ctx.client, store.ck, "request_started", store.id, url=url)
     with ctx.fetcher.gated(slot.wait):
-        robots_verdict = _robots(ctx, store, url, depth, domain)
+        robots_verdict = _robots(visit)
         if robots_verdict is not None:
             return robots_verdict
         # An adaptive schedule's page (issue 35), after robots.txt: its sitemaps' lastmods.
-        skipped = not_due(ctx, store, url, depth)
+        skipped = not_due(visit)
         if skipped is not None:
             return Decision.record(skipped, LeaseEnd.REFUND)
-        decision = _request(ctx, store, url, depth)
+        decision = _request(visit)
         decision.awaited = begun.awaited
         return decision
 
 
-def _request(ctx: Context, store: CrawlStore, url: str, depth: int) -> Decision:
+def _request(visit: Visit) -> Decision:
+    store, url, depth = visit.store, visit.url, visit.depth
     conditional = store.recrawl.conditional_headers(url) if store.recrawl else {}
     try:
         follow = store.admission.claims(url).follow
-        response = ctx.crawl_runtime(store).fetch(url, follow, conditional)
+        response = visit.runtime.fetch(url, follow, conditional)
     except Unreachable as exc:
         return Decision(Next.UNREACHABLE, LeaseEnd.DOWN, error=exc)
     except RetryableError as exc:  # connected, then failed: the URL's own problem
@@ -90,16 +91,14 @@ def _request(ctx: Context, store: CrawlStore, url: str, depth: int) -> Decision:
         if isinstance(exc, TLSError):
             failed.notes.update(tls_note(url, str(exc)))
         return failed
-    return _answered(ctx, store, url, depth, response)
+    return _answered(visit, response)
 
 
-def _answered(
-    ctx: Context, store: CrawlStore, url: str, depth: int, response: Response
-) -> Decision:
+def _answered(visit: Visit, response: Response) -> Decision:
     """A response: the lease ends by its status; 5xx, 408 and 429 are retried."""
     status = response.status
     retry_after = parse_retry_after(
-        response.headers.get("retry-after"), ctx.settings.max_retry_after
+        response.headers.get("retry-after"), visit.ctx.settings.max_retry_after
     )
     if status in THROTTLE_STATUSES:
         decision = Decision(Next.RETRY, LeaseEnd.THROTTLE, retry_after=retry_after)
@@ -117,7 +116,7 @@ def _answered(
     else:
         # Not holding the decision (which holds it): a cycle would leave the response, its
         # body, for the garbage collector.
-        decision.then = lambda early: respond(ctx, store, url, depth, response, early)
+        decision.then = lambda early: respond(visit, response, early)
     return decision
 
 
@@ -127,25 +126,25 @@ def tls_note(url: str, why: str) -> dict[Note, str]:
     return {Note.TLS_ERROR_WHY: f"{origin_of(url)}: {TLSError.reason}: {why}"}
 
 
-def _robots(ctx: Context, store: CrawlStore, url: str, depth: int, domain: str) -> Decision | None:
+def _robots(visit: Visit) -> Decision | None:
     """What robots.txt says of ``url`` (a Decision when it is not to be fetched), and the
     politeness accounting of this fetch (see ``politeness``): robots.txt, when it had to be
     requested, is charged to the domain's bucket; its Crawl-delay is applied; a refused URL's
     lease ends ``refund`` (its token back, the host's slow-down and circuit untouched: no
     request was sent). With ``sitemaps``, an origin's ``Sitemap:`` URLs are admitted the
     first time, and a released sitemap file is fetched and used here (see ``sitemap_seeds``)."""
-    opts = store.opts
+    opts, url, domain = visit.store.opts, visit.url, visit.domain
     if not (opts.obey_robots or opts.sitemaps):
         return None
-    polite = store.politeness
+    polite = visit.store.politeness
     origin = origin_of(url)
-    robots = ctx.crawl_runtime(store).robots.get(origin, lambda: polite.extra_request(domain))
+    robots = visit.runtime.robots.get(origin, lambda: polite.extra_request(domain))
     if opts.obey_robots:
         if not robots.allowed(opts.robots_agent, url):
-            return _refused(url, depth, origin, robots.kind, robots.why)
+            return _refused(url, visit.depth, origin, robots.kind, robots.why)
         polite.set_crawl_delay(domain, robots.crawl_delay(opts.robots_agent))
     if opts.sitemaps:
-        maps = Sitemaps(ctx, store)
+        maps = Sitemaps(visit)
         maps.discover(origin, robots)
         if maps.is_sitemap(url):
             return Decision.record(Final(url, 0, **maps.fetch(url)))

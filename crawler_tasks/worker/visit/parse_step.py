@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from dataclasses import replace
 
 from ...state import formats
 from ...state.formats import Counter, Outcome, Started
 from ...state.neardup import NearDuplicates
 from ...state.scripts import Carried
-from ...state.store import CrawlStore
 from ...web.page import ParsedHTML, extract
 from ...web.robots import Robots
 from ...web.urls import origin_of
@@ -26,6 +25,7 @@ from ..runtime import hooks
 from ..runtime.context import Context
 from .outcome import Final
 from .recorder import finalize, recover
+from .trip import Visit
 
 log = logging.getLogger(__name__)
 
@@ -33,49 +33,43 @@ log = logging.getLogger(__name__)
 ITEM_BATCH = 100
 
 
-Stored = tuple[CrawlStore, dict[str, Any], bytes]
-
-
-def take_stored(ctx: Context, crawl_id: str, url: str, depth: int, stage: str) -> Stored | str:
-    """Begin a deferred stage of ``url`` (parse "p", render "w"): its store and fetched body
-    (stored by the fetch task), or the task's outcome when there is nothing more to do (a
-    duplicate delivery, a record to recover, a body lost with Redis)."""
-    store = ctx.store(crawl_id)
-    started = store.ledger.start(url, ctx.worker_id, stage) if store is not None else 0
-    if store is None or started == Started.DUPLICATE:
+def take_stored(visit: Visit, stage: str) -> tuple[Visit, bytes] | str:
+    """Begin a deferred stage of the visit's URL (parse "p", render "w"): the visit with its
+    response's meta, and its body (stored by the fetch task), or the task's outcome when
+    there is nothing more to do (a duplicate delivery, a record to recover, a body lost with
+    Redis)."""
+    store, url = visit.store, visit.url
+    started = store.ledger.start(url, visit.ctx.worker_id, stage)
+    if started == Started.DUPLICATE:
         return "duplicate"
     if started == Started.UNRECORDED:
-        return recover(ctx, store, url)
+        return recover(visit)
     stored = store.bodies.get(url)
     if stored is None:
-        lost = Final(url, depth, error=Outcome.BODY_LOST.value, counters={Counter.FAILED.value: 1})
-        return finalize(ctx, store, lost)
-    return store, *stored
+        lost = Final(
+            url, visit.depth, error=Outcome.BODY_LOST.value, counters={Counter.FAILED.value: 1}
+        )
+        return finalize(visit, lost)
+    meta, body = stored
+    return replace(visit, meta=meta), body
 
 
-def parse_url(ctx: Context, crawl_id: str, url: str, depth: int) -> str:
-    """Parse the stored body of ``url``, fetched by an earlier task, and record the page."""
-    got = take_stored(ctx, crawl_id, url, depth, "p")
+def parse_url(visit: Visit) -> str:
+    """Parse the stored body of the visit's URL, fetched by an earlier task; record the page."""
+    got = take_stored(visit, "p")
     if isinstance(got, str):
         return got
-    store, meta, body = got
-    final = parsed(ctx, store, url, depth, meta, body)
-    result = finalize(ctx, store, final)
-    store.bodies.drop(url)
+    page, body = got
+    result = finalize(page, parsed(page, body))
+    visit.store.bodies.drop(visit.url)
     return result
 
 
-def parsed(
-    ctx: Context,
-    store: CrawlStore,
-    url: str,
-    depth: int,
-    meta: dict[str, Any],
-    body: bytes,
-    later: Carried | None = None,
-) -> Final:
-    """The page's final state, its links admitted (``later``: those admit.lua calls that can
-    wait are left there, for the caller to send before the URL's finish: respond.py)."""
+def parsed(visit: Visit, body: bytes, later: Carried | None = None) -> Final:
+    """The page's final state from its body and the visit's ``meta``, its links admitted
+    (``later``: those admit.lua calls that can wait are left there, for the caller to send
+    before the URL's finish: respond.py)."""
+    store, url, depth, meta = visit.store, visit.url, visit.depth, visit.meta
     opts = store.opts
     page = extract(
         body,
@@ -106,7 +100,7 @@ def parsed(
         },
         counters={**meta["counters"], Counter.PARSED.value: 1},
     )
-    _follow(ctx, store, final, meta, page, later)
+    _follow(visit, final, page, later)
     for reason, n in page.links_dropped.items():
         if n:
             final.counters[formats.links_dropped(reason)] = n
@@ -116,18 +110,12 @@ def parsed(
     return final
 
 
-def _follow(
-    ctx: Context,
-    store: CrawlStore,
-    final: Final,
-    meta: dict[str, Any],
-    page: ParsedHTML,
-    later: Carried | None = None,
-) -> None:
+def _follow(visit: Visit, final: Final, page: ParsedHTML, later: Carried | None = None) -> None:
     """What the page leads to: its canonical URL instead of its links (``canonical``), or
     its links (as the hook changed them, none for a skipped near-duplicate), admitted."""
-    opts, url, depth = store.opts, final.url, final.depth
-    ctx.room.wait()  # before anything of the page is written (hook items, fingerprint, links)
+    store, url, depth = visit.store, visit.url, visit.depth
+    opts = store.opts
+    visit.ctx.room.wait()  # before anything of the page is written (hook items, fingerprint, links)
     alias = _canonical(opts.canonical, page.canonical, final.final_url or url)
     if alias is not None:
         final.extra["canonical_followed"] = True
@@ -136,7 +124,7 @@ def _follow(
         return
     links = page.links
     if opts.extract:
-        hooked = _hook(ctx, store, url, depth, meta, page)
+        hooked = _hook(visit, page)
         final.add_items(hooked.items, hooked.error)
         links = hooked.links
     if page.simhash is not None:
@@ -148,18 +136,18 @@ def _follow(
             if opts.skip_near_duplicates:
                 links = []
     final.outlinks = links
-    admitted = store.admission.links(links, depth + 1, _disallowed(ctx, store), later)
+    admitted = store.admission.links(links, depth + 1, _disallowed(visit), later)
     final.counters.update(admitted)
 
 
-def _disallowed(ctx: Context, store: CrawlStore) -> Callable[[str], bool] | None:
+def _disallowed(visit: Visit) -> Callable[[str], bool] | None:
     """Which links robots.txt refuses, as far as this process already knows their origins'
     rules: they are counted at admission and never become fetch tasks (admission.py). An
     unreadable robots.txt (disallow-all until it is read again) decides nothing here."""
-    opts = store.opts
+    opts = visit.store.opts
     if not opts.obey_robots:
         return None
-    cache, agent = ctx.crawl_runtime(store).robots, opts.robots_agent
+    cache, agent = visit.runtime.robots, opts.robots_agent
     origins: dict[str, Robots | None] = {}
 
     def refused(url: str) -> bool:
@@ -179,10 +167,9 @@ def _canonical(enabled: bool, canonical: str | None, final_url: str) -> str | No
     return canonical
 
 
-def _hook(
-    ctx: Context, store: CrawlStore, url: str, depth: int, meta: dict[str, Any], page: ParsedHTML
-) -> hooks.HookResult:
+def _hook(visit: Visit, page: ParsedHTML) -> hooks.HookResult:
     """The crawl's extraction hook on this page, and its items sent to ``on_item``."""
+    ctx, store, url, depth, meta = visit.ctx, visit.store, visit.url, visit.depth, visit.meta
     opts = store.opts
     view = hooks.Page(
         url=url,

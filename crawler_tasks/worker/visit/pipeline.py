@@ -28,6 +28,7 @@ to be fetched again, without spending a retry.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 
@@ -40,6 +41,7 @@ from .outcome import Final
 from .parse_step import item_task_failed
 from .recorder import finalize, output_failed
 from .settle import requeue, settle
+from .trip import Visit
 
 __all__ = ["begin", "fetch_url", "item_task_failed", "parse_url", "render_url"]
 
@@ -48,6 +50,8 @@ log = logging.getLogger(__name__)
 #: Errors left to the Celery task's own retry (tasks.py): the URL's state cannot be written now.
 INFRA_ERRORS = REDIS_UNAVAILABLE  # never a URL's fault: the task waits (tasks.patiently)
 
+Step = Callable[[Visit], str]
+
 
 def fetch_url(
     ctx: Context, crawl_id: str, url: str, depth: int, begun: dict[str, Begun] | None = None
@@ -55,17 +59,14 @@ def fetch_url(
     """Fetch one released URL; returns what happened (for logs and tests). ``begun``: what
     :func:`begin` said of it, used once (a run again after a Redis outage asks again)."""
     started = begun.pop(url, None) if begun else None
+    return _guarded(ctx, crawl_id, url, depth, functools.partial(_fetch, begun=started))
 
-    def step(ctx: Context, crawl_id: str, url: str, depth: int) -> str:
-        store = ctx.store(crawl_id)
-        if store is None:
-            return "duplicate"
-        domain = store.domain_of(url)
-        with store.politeness.lease(url, domain, keep_on=INFRA_ERRORS) as lease:
-            decision = fetch_step.decide(ctx, store, url, depth, started)
-            return settle(ctx, store, url, depth, decision, lease)
 
-    return _guarded(step, ctx, crawl_id, url, depth, parse=False)
+def _fetch(visit: Visit, begun: Begun | None) -> str:
+    """The fetch step decides under the host's lease; one settle step returns it and carries
+    the decision out (settle.py)."""
+    with visit.store.politeness.lease(visit.url, visit.domain, keep_on=INFRA_ERRORS) as lease:
+        return settle(visit, fetch_step.decide(visit, begun), lease)
 
 
 def begin(ctx: Context, crawl_id: str, urls: list[str]) -> dict[str, Begun]:
@@ -84,57 +85,42 @@ def begin(ctx: Context, crawl_id: str, urls: list[str]) -> dict[str, Begun]:
 
 
 def parse_url(ctx: Context, crawl_id: str, url: str, depth: int) -> str:
-    return _guarded(parse_step.parse_url, ctx, crawl_id, url, depth, parse=True)
+    return _guarded(ctx, crawl_id, url, depth, parse_step.parse_url, parse=True)
 
 
 def render_url(ctx: Context, crawl_id: str, url: str, depth: int) -> str:
     """A fetched page rendered by a browser, then parsed (render_step.py)."""
-    return _guarded(render_step.render_url, ctx, crawl_id, url, depth, parse=True)
+    return _guarded(ctx, crawl_id, url, depth, render_step.render_url, parse=True)
 
 
 def _guarded(
-    step: Callable[[Context, str, str, int], str],
-    ctx: Context,
-    crawl_id: str,
-    url: str,
-    depth: int,
-    *,
-    parse: bool,
+    ctx: Context, crawl_id: str, url: str, depth: int, step: Step, *, parse: bool = False
 ) -> str:
-    """Run one step of a URL. A bug gives the URL its final state (internal_error) instead of
-    leaving it in flight; Redis being away is the task's to wait out (tasks.patiently)."""
+    """Run one step of a URL, on its visit built from the task's arguments. A bug gives the
+    URL its final state (internal_error) instead of leaving it in flight; Redis being away is
+    the task's to wait out (tasks.patiently)."""
+    visit = Visit.of(ctx, crawl_id, url, depth)
+    if visit is None:  # the crawl's options are gone: nothing of it is in flight here
+        return "duplicate"
     try:
-        return step(ctx, crawl_id, url, depth)
+        return step(visit)
     except INFRA_ERRORS:
         raise
     except AdmissionPaused:
-        return _hand_back(ctx, crawl_id, url, depth, parse=parse)
+        return _hand_back(visit, parse=parse)
     except OutputUnavailable as exc:  # the disk's fault, not the URL's: fetched again later
-        store = ctx.store(crawl_id)
-        if store is not None:
-            output_failed(ctx, store, exc)
-        return _hand_back(ctx, crawl_id, url, depth, parse=parse)
-    except Exception as exc:
-        return _internal_error(ctx, crawl_id, url, depth, exc)
+        output_failed(ctx, visit.store, exc)
+        return _hand_back(visit, parse=parse)
+    except Exception as exc:  # a bug: the URL's final state says so, the log has the traceback
+        log.exception("crawl %s: internal error on %.300s", crawl_id, url)
+        return finalize(visit, Final.internal(url, depth, exc))
 
 
-def _hand_back(ctx: Context, crawl_id: str, url: str, depth: int, *, parse: bool) -> str:
+def _hand_back(visit: Visit, *, parse: bool) -> str:
     """Redis had no room for the page's links for ``admission_wait`` s, or the output disk
     none for its WARC record: nothing of the page was written, its lease is returned (the
     fetch step's ``with``), so its URL goes back to the frontier as it was, its retries
     untouched (the dispatcher releases nothing until there is room)."""
-    store = ctx.store(crawl_id)
-    if store is None:
-        return "duplicate"
     if parse:
-        store.bodies.drop(url)  # fetched again: its stored body only takes the room
-    return requeue(store, url, depth, 0.0)
-
-
-def _internal_error(ctx: Context, crawl_id: str, url: str, depth: int, exc: Exception) -> str:
-    """Give ``url`` a final state after a bug; the log has the traceback."""
-    log.exception("crawl %s: internal error on %.300s", crawl_id, url)
-    store = ctx.store(crawl_id)
-    if store is None:
-        raise exc
-    return finalize(ctx, store, Final.internal(url, depth, exc))
+        visit.store.bodies.drop(visit.url)  # fetched again: its stored body only takes the room
+    return requeue(visit, 0.0)

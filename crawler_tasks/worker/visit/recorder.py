@@ -54,6 +54,7 @@ from ..process import faults
 from ..process.logs import Throttled
 from ..runtime.context import Context
 from .outcome import Final
+from .trip import Visit
 
 log = logging.getLogger(__name__)
 _unwritable = Throttled(log, "writing crawl output", every=30.0)
@@ -63,11 +64,11 @@ DEAD_LETTER_FIELDS = (
 )  # fmt: skip
 
 
-def finalize(
-    ctx: Context, store: CrawlStore, final: Final, before: Callable[[], Call] | None = None
-) -> str:
-    """Record a URL's final state once; the call that empties the crawl finishes it.
+def finalize(visit: Visit, final: Final, before: Callable[[], Call] | None = None) -> str:
+    """Record the visit's URL's final state once; the call that empties the crawl finishes it.
     ``before``: a script call to send with finish.lua, first (the lease's, settle.py)."""
+    ctx, store = visit.ctx, visit.store
+    assert final.url == visit.url, (final.url, visit.url)
     counters = dict(final.counters)
     counters[Counter.DONE.value] = 1
     record = final.record()
@@ -78,13 +79,13 @@ def finalize(
     if not final.recorded:
         left = store.ledger.finish(final.url, None, counters, before and before())
         return "duplicate" if left < 0 else _settled(ctx, store, final, left)
-    out = ctx.crawl_runtime(store).output()
+    out = visit.runtime.output()
     record["rid"] = uuid4_hex()
     text = None if ITEMS in record else page_text(record)  # encoded once, for both
     entry = formats.Unwritten(record["rid"], str(out.pages_path), time.time(), record, text)
-    left, mine = _finish_and_append(ctx, store, entry, counters, before and before())
+    left, mine = _finish_and_append(visit, entry, counters, before and before())
     if left < 0:  # final already; its record may still be waiting for a writer
-        return recover(ctx, store, final.url) if store.ledger.unwritten(final.url) else "duplicate"
+        return recover(visit) if store.ledger.unwritten(final.url) else "duplicate"
     if final.extra.get("redirects") and not failed:
         RedirectClaims.release(store.client, store.ck, final.url)
 
@@ -99,16 +100,12 @@ def finalize(
 
 
 def _finish_and_append(
-    ctx: Context,
-    store: CrawlStore,
-    entry: formats.Unwritten,
-    counters: dict[str, int],
-    after: Call | None,
+    visit: Visit, entry: formats.Unwritten, counters: dict[str, int], after: Call | None
 ) -> tuple[int, PendingPage | None]:
     """finish.lua carrying the last page append's commit (page_appends.py), then ``entry``'s
     append, the pages files held from one to the other: finish's answer, and the append
     waiting for its commit (None: not appended, see :func:`write_record`)."""
-    url, runtime = entry.record["url"], ctx.crawl_runtime(store)
+    ctx, store, runtime, url = visit.ctx, visit.store, visit.runtime, visit.url
     out = runtime.output()
     writes, unavailable = out.page_writes(entry.record, text=entry.text), None
     with out.pages.lock:
@@ -201,7 +198,8 @@ def write_orphan(
     # Items go first: if they made it and the page line did not, they are not repeated.
     items = bool(entry.record.get(ITEMS))
     with_items = items and not _on_disk(entry, items_path(Path(entry.path)))
-    out = ctx.crawl_runtime(store).output()
+    runtime = ctx.crawl_runtime(store)
+    out = runtime.output()
     record = {k: v for k, v in entry.record.items() if with_items or k != ITEMS}
     mine = formats.Unwritten(entry.rid, str(out.pages_path), time.time(), record)
     if not store.ledger.claim(url, entry, mine):
@@ -209,20 +207,19 @@ def write_orphan(
     if not write_record(
         ctx, store, record, with_items=with_items, commit=_committer(store, url, mine)
     ):
-        if (
-            strict and ctx.crawl_runtime(store).output_failing
-        ):  # the finisher cannot go on without it
+        if strict and runtime.output_failing:  # the finisher cannot go on without it
             raise _unavailable(ctx, store)
         return False
     log.warning("crawl %s: wrote the record of %.300s left by a dead process", store.id, url)
     return True
 
 
-def recover(ctx: Context, store: CrawlStore, url: str) -> str:
-    """A task met ``url`` final with its record unwritten (start.lua returned 2)."""
-    entry = store.ledger.unwritten(url)
+def recover(visit: Visit) -> str:
+    """A task met its URL final with its record unwritten (start.lua returned 2)."""
+    ctx, store = visit.ctx, visit.store
+    entry = store.ledger.unwritten(visit.url)
     if entry is not None:
-        write_orphan(ctx, store, url, entry)
+        write_orphan(ctx, store, visit.url, entry)
     if store.lifecycle.finishing():  # its finisher may have died too
         crawl_finished(ctx, store)
     return "recovered"

@@ -26,12 +26,11 @@ from urllib.parse import urlsplit
 
 from ...errors import BlockedAddress, CrawlerError
 from ...state.formats import Counter
-from ...state.store import CrawlStore
 from ...web import netguard
 from ...web.urls import origin_of
 from ..render.browser import Answer
-from ..runtime.context import Context
 from ..runtime.send_gate import wait_under_ceiling
+from .trip import Visit
 
 #: Response headers not passed to the browser: the fetcher has decoded and measured the body.
 _HOP_HEADERS = frozenset({"content-encoding", "content-length", "transfer-encoding", "set-cookie"})
@@ -40,10 +39,10 @@ TOKEN_POLL = 0.25
 
 
 class SubrequestGuard:
-    def __init__(self, ctx: Context, store: CrawlStore, page_url: str, until: float) -> None:
-        self.ctx, self.store, self.until = ctx, store, until
-        self.origin = origin_of(page_url)
-        self.config = store.render_config  # the crawl's limits, not this process's
+    def __init__(self, page: Visit, until: float) -> None:
+        self.ctx, self.store, self.runtime, self.until = page.ctx, page.store, page.runtime, until
+        self.origin = origin_of(page.url)
+        self.config = page.store.render_config  # the crawl's limits, not this process's
         self.slots = self.made = self.blocked = self.refused = self.bytes = 0
         self._lock = threading.Lock()
         # Time with at least one subrequest waiting for its token or slot (held()): closed
@@ -105,9 +104,7 @@ class SubrequestGuard:
         if opts.obey_robots and origin_of(url) == self.origin:
             domain, polite = self.store.domain_of(url), self.store.politeness
             # Read again if it expired: that request is charged to the host as a fetch's is.
-            robots = self.ctx.crawl_runtime(self.store).robots.get(
-                self.origin, lambda: polite.extra_request(domain)
-            )
+            robots = self.runtime.robots.get(self.origin, lambda: polite.extra_request(domain))
             return robots.allowed(opts.robots_agent, url)
         return True
 
@@ -136,7 +133,7 @@ class SubrequestGuard:
             self._hold(-1)
 
     def _fetch(self, url: str) -> Answer:
-        crawl = self.ctx.crawl_runtime(self.store)
+        crawl = self.runtime
         args = crawl.profile.fetch_args()
         with self._lock:
             args["max_body_bytes"] = max(1, self.config.max_bytes - self.bytes)

@@ -24,6 +24,7 @@ sample is being rendered (state/render_plan.py).
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 
 from ...errors import CrawlerError, RenderFailed, RenderRefused
@@ -34,13 +35,13 @@ from ...state.store import CrawlStore
 from ...web.page import extract
 from ..output.archive_fence import ArchiveFence
 from ..render.browser import RenderJob
-from ..runtime.context import Context
 from ..runtime.handoff import Stage
 from .outcome import Final
 from .parse_step import parsed, take_stored
 from .recorder import finalize
 from .render_guard import SubrequestGuard
 from .settle import attempt
+from .trip import Visit
 
 #: Seconds a page waiting for its host's sample verdict waits before it is published again.
 SAMPLE_POLL = 0.1
@@ -48,63 +49,55 @@ SAMPLE_POLL = 0.1
 _DOC_HEADERS = ("content-type", "content-language")
 
 
-def render_url(ctx: Context, crawl_id: str, url: str, depth: int) -> str:
-    got = take_stored(ctx, crawl_id, url, depth, "w")
+def render_url(visit: Visit) -> str:
+    got = take_stored(visit, "w")
     if isinstance(got, str):
         return got
-    store, meta, body = got
-    if meta.get("render_tentative"):  # queued while its host was sampling
-        early = _recheck(ctx, store, url, depth, meta, body)
+    page, body = got
+    if page.meta.get("render_tentative"):  # queued while its host was sampling
+        early = _recheck(page, body)
         if early is not None:
             return early
-    guard = SubrequestGuard(ctx, store, url, time.monotonic() + store.render_config.deadline)
+    store = visit.store
+    guard = SubrequestGuard(page, time.monotonic() + store.render_config.deadline)
     try:
-        final = _rendered(ctx, store, url, depth, meta, body, guard)
+        final = _rendered(page, body, guard)
     except RenderRefused as exc:
-        final = _failed(url, depth, meta, exc)
+        final = _failed(page, exc)
     except RenderFailed as exc:
-        attempts = attempt(store, url)
+        attempts = attempt(page)
         if not attempts.last:
-            ctx.publisher.hand_off(store, url, depth, Stage.RENDER)
+            visit.ctx.publisher.hand_off(store, visit.url, visit.depth, Stage.RENDER)
             return "retry"
-        final = _failed(url, depth, meta, exc)
+        final = _failed(page, exc)
         final.extra["attempts"] = attempts.number
     final.counters.update(guard.counters())  # of the render recorded, not of those retried
-    result = finalize(ctx, store, final)
-    store.bodies.drop(url)
+    result = finalize(page, final)
+    store.bodies.drop(visit.url)
     return result
 
 
-def _recheck(
-    ctx: Context, store: CrawlStore, url: str, depth: int, meta: dict[str, Any], body: bytes
-) -> str | None:
+def _recheck(visit: Visit, body: bytes) -> str | None:
     """A page queued while its host was sampling: parsed as fetched if the host has been
     decided "raw" since; published again shortly while the host's sample is being rendered
     (for at most ``render_deadline`` after its fetch: a sample render lost with its worker
     must not hold the host's pages, which are rendered then); None: render it."""
+    store, url = visit.store, visit.url
     answer = store.render_plan.recheck(url)
-    waited = time.time() - meta.get("queued_at", 0.0)
+    waited = time.time() - visit.meta.get("queued_at", 0.0)
     if answer is RenderRecheck.WAIT and waited < store.render_config.deadline:
         time.sleep(SAMPLE_POLL)  # not a busy loop through the broker while the sample renders
-        ctx.publisher.hand_off(store, url, depth, Stage.RENDER)
+        visit.ctx.publisher.hand_off(store, url, visit.depth, Stage.RENDER)
         return "waiting"
     if answer is RenderRecheck.RAW:
-        result = finalize(ctx, store, parsed(ctx, store, url, depth, meta, body))
+        result = finalize(visit, parsed(visit, body))
         store.bodies.drop(url)
         return result
     return None
 
 
-def _rendered(
-    ctx: Context,
-    store: CrawlStore,
-    url: str,
-    depth: int,
-    meta: dict[str, Any],
-    body: bytes,
-    guard: SubrequestGuard,
-) -> Final:
-    s = ctx.settings
+def _rendered(visit: Visit, body: bytes, guard: SubrequestGuard) -> Final:
+    store, meta, s = visit.store, visit.meta, visit.ctx.settings
     headers = {k: v for k, v in (meta.get("headers") or {}).items() if k.lower() in _DOC_HEADERS}
     job = RenderJob(
         url=meta["final_url"],
@@ -119,22 +112,21 @@ def _rendered(
         group=store.id,
         held=guard.held,
     )
-    page = ctx.browser.render(job)
+    page = visit.ctx.browser.render(job)
     html = page.html.encode("utf-8")
     doc = {**meta, "rendered": True, "content_type_header": "text/html; charset=utf-8"}
-    final = parsed(ctx, store, url, depth, doc, html)
+    final = parsed(replace(visit, meta=doc), html)
     final.counters[Counter.RENDERED.value] = 1
     final.extra["subrequests"] = guard.made
     if guard.blocked:
         final.extra["subrequests_blocked"] = guard.blocked
-    fence = ArchiveFence(store, url, CONVERSION, ctx.room.patience)  # one conversion record per URL
-    ctx.crawl_runtime(store).output().conversion(
-        meta["final_url"], page.html, meta.get("warc_id"), fence
-    )
-    if mode_for(store.opts.render, store.opts.render_hosts, url) is RenderMode.AUTO:
+    # One conversion record per URL.
+    fence = ArchiveFence(store, visit.url, CONVERSION, visit.ctx.room.patience)
+    visit.runtime.output().conversion(meta["final_url"], page.html, meta.get("warc_id"), fence)
+    if mode_for(store.opts.render, store.opts.render_hosts, visit.url) is RenderMode.AUTO:
         added = _added(store, meta, body, html)
         final.extra["render_added"] = added
-        final.extra["render_host_mode"] = store.render_plan.tell(url, added).value
+        final.extra["render_host_mode"] = store.render_plan.tell(visit.url, added).value
     return final
 
 
@@ -156,9 +148,10 @@ def _added(store: CrawlStore, meta: dict[str, Any], raw: bytes, html: bytes) -> 
     return rendering_added(raw_links, links, pages[0].text_length, pages[1].text_length)
 
 
-def _failed(url: str, depth: int, meta: dict[str, Any], exc: CrawlerError) -> Final:
+def _failed(visit: Visit, exc: CrawlerError) -> Final:
     """A render that failed for good: a recorded failure that keeps its fetch's counters."""
-    final = Final.failed(url, depth, exc)
+    meta = visit.meta
+    final = Final.failed(visit.url, visit.depth, exc)
     final.status, final.final_url = meta["status"], meta["final_url"]
     final.counters.update(meta["counters"])
     final.extra.update({**meta["extra"], "rendered": False, "detail": str(exc)[:500]})

@@ -9,66 +9,60 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from typing import Any
 
 from ...state import formats
 from ...state.archive import RESPONSE
 from ...state.formats import Counter, Outcome, RenderAsk
 from ...state.scripts import Carried
-from ...state.store import CrawlStore
 from ...web.fetcher import Response
 from ...web.page import is_html
 from ..output.archive_fence import ArchiveFence
-from ..runtime.context import Context
 from ..runtime.handoff import Stage
 from .outcome import Final
 from .parse_step import parsed
+from .trip import Visit
 
 
-def respond(
-    ctx: Context,
-    store: CrawlStore,
-    url: str,
-    depth: int,
-    response: Response,
-    early: bool = False,
-) -> Final | None:
+def respond(visit: Visit, response: Response, early: bool = False) -> Final | None:
     """What a response that is not retried becomes, its lease returned: its final state, or
     None when its body went to a parse task. ``early``: its lease went back at once, its host
     waiting for that slot on a process with free threads (settle.py)."""
+    ctx, store, runtime, url = visit.ctx, visit.store, visit.runtime, visit.url
     status = response.status
-    final = _base_final(url, depth, response)
+    final = _base_final(url, visit.depth, response)
     # A recrawl's unchanged page is a revisit record, counted in final.counters (issue 35).
     # One response (or revisit) record per URL and crawl, whatever its attempts (fenced).
     fence = ArchiveFence(store, url, RESPONSE, ctx.room.patience)
-    runtime = ctx.crawl_runtime(store)
     if 200 <= status < 300 and is_html(response.content_type, response.body[:1024]):
         meta = response_meta(response, final.extra, final.counters, bool(store.opts.extract))
         opts = store.opts
         ask = store.render_plan.wants(opts.render, opts.render_hosts, url, response.body)
         # Parsed here: no parse task, no body through Redis (see Settings).
         here = not ask and len(response.body) <= ctx.settings.inline_parse_bytes
+        page = replace(visit, meta=meta)
         if here and not early:
-            return _parsed_here(ctx, store, url, depth, response, meta, fence)
+            return _parsed_here(page, response, fence)
         warc_id = runtime.write_warc(response, store.recrawl, final.counters, fence)
         if here:  # its records first, as soon as the response is in
-            return parsed(ctx, store, url, depth, meta, response.body)
+            return parsed(page, response.body)
         if ask:
             # Rendered by a crawl.render worker (render_step.py), from this body.
             tentative = ask is RenderAsk.TENTATIVE  # looked at again when its render starts
             doc = {**meta, "warc_id": warc_id, "render_tentative": tentative}
             doc["queued_at"] = time.time()
             store.bodies.put(url, json.dumps(doc), response.body)
-            ctx.publisher.hand_off(store, url, depth, Stage.RENDER)
+            ctx.publisher.hand_off(store, url, visit.depth, Stage.RENDER)
             return None
         store.bodies.put(url, json.dumps(meta), response.body)
-        ctx.publisher.hand_off(store, url, depth, Stage.PARSE)
+        ctx.publisher.hand_off(store, url, visit.depth, Stage.PARSE)
         return None
     runtime.write_warc(response, store.recrawl, final.counters, fence)
     if status == 304 and store.recrawl is not None:
         ctx.room.wait()
         final.outlinks = store.recrawl.previous_links(url)
-        final.counters.update(store.admission.links(final.outlinks, depth + 1))
+        final.counters.update(store.admission.links(final.outlinks, visit.depth + 1))
         final.note_change(Outcome.NOT_MODIFIED.value)
         return final
     if 200 <= status < 300 and store.recrawl is not None:
@@ -83,15 +77,7 @@ def respond(
     return final
 
 
-def _parsed_here(
-    ctx: Context,
-    store: CrawlStore,
-    url: str,
-    depth: int,
-    response: Response,
-    meta: dict[str, Any],
-    fence: ArchiveFence,
-) -> Final:
+def _parsed_here(visit: Visit, response: Response, fence: ArchiveFence) -> Final:
     """The page parsed in this task, then its WARC records: its links' admit.lua calls ride
     in the round trip of the WARC reservation (warc_appends.py), one round trip a page fewer
     (issue 32); both are done before the URL's finish. Where the lease went back at once
@@ -100,10 +86,11 @@ def _parsed_here(
     records first, as soon as the response is in: parsed first, a link-dense site ran ~6 %
     slower (1.22x the loop against 1.31x, 11 alternated pairs, bench/README.md round 9). A
     full pool (the CPU is the limit) or a host held by its rate saves it."""
+    store = visit.store
     later = Carried(store.admission.client)
-    page = parsed(ctx, store, url, depth, meta, response.body, later)
+    page = parsed(visit, response.body, later)
     fence.carried = later
-    ctx.crawl_runtime(store).write_warc(response, store.recrawl, page.counters, fence)
+    visit.runtime.write_warc(response, store.recrawl, page.counters, fence)
     later.settle()  # those no round trip carried, and the replies' follow-up
     return page
 

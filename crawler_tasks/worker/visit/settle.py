@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+from dataclasses import replace
 from typing import NamedTuple
 
 from ...errors import CrawlerError, HostDown
@@ -24,21 +25,19 @@ from ...state.politeness import Done, Lease
 from ...state.scripts import Call
 from ...state.store import CrawlStore
 from ..process.liveness import pool_has_room
-from ..runtime.context import Context
 from .outcome import Decision, Final, Next
 from .recorder import finalize, recover
+from .trip import Visit
 
 log = logging.getLogger(__name__)
 
 
-def settle(
-    ctx: Context, store: CrawlStore, url: str, depth: int, decision: Decision, lease: Lease | None
-) -> str:
+def settle(visit: Visit, decision: Decision, lease: Lease | None) -> str:
     """Return the lease as ``decision`` says, then finalize or requeue the URL; returns what
     happened (for logs and tests)."""
     reply = Done(1.0)
     if decision.next is Next.RESPONSE and lease is not None and decision.lease is not None:
-        return _responded(ctx, store, decision, lease)
+        return _responded(visit, decision, lease)
     if lease is not None:
         if decision.lease is None:
             lease.disown()
@@ -46,29 +45,29 @@ def settle(
             reply = lease.release(
                 decision.lease, decision.retry_after, decision.sent, decision.answer
             )
-    _note(store, decision)
+    _note(visit.store, decision)
     match decision.next:
         case Next.DUPLICATE:
             return "duplicate"
         case Next.RECOVER:
-            return recover(ctx, store, url)
+            return recover(visit)
         case Next.RETRY:
             assert decision.error is not None
-            return retry_or_fail(ctx, store, url, depth, decision.error)
+            return retry_or_fail(visit, decision.error)
         case Next.REQUEUE:
-            return requeue(store, url, depth, 0.0)
+            return requeue(visit, 0.0)
         case Next.UNREACHABLE:
             assert decision.error is not None
-            return _unreachable(ctx, store, url, depth, decision.error, reply)
+            return _unreachable(visit, decision.error, reply)
         case Next.RESPONSE:
             assert decision.then is not None
             final = decision.then(False)
-            return "fetched" if final is None else finalize(ctx, store, final)
+            return "fetched" if final is None else finalize(visit, final)
     assert decision.final is not None
-    return finalize(ctx, store, decision.final)
+    return finalize(visit, decision.final)
 
 
-def _responded(ctx: Context, store: CrawlStore, decision: Decision, lease: Lease) -> str:
+def _responded(visit: Visit, decision: Decision, lease: Lease) -> str:
     """A response: what it becomes (``decision.then``), then its lease returned with the URL's
     finish in one round trip (done.lua, then finish.lua: issue 32). The lease is held while
     the page is parsed and its links admitted (milliseconds); the next request is paced from
@@ -95,10 +94,10 @@ def _responded(ctx: Context, store: CrawlStore, decision: Decision, lease: Lease
     if early:
         release()
     try:
-        _note(store, decision)
+        _note(visit.store, decision)
         final = decision.then(early)
         carried = handoff if lease.held else None
-        result = "fetched" if final is None else finalize(ctx, store, final, carried)
+        result = "fetched" if final is None else finalize(visit, final, carried)
     except BaseException as exc:
         # As the lease's ``with`` would, but as decided: Redis being away keeps it (the
         # task's rerun returns it); anything else returns it now.
@@ -121,18 +120,16 @@ def _note(store: CrawlStore, decision: Decision) -> None:
         store.lifecycle.first_note(name, text)
 
 
-def _unreachable(
-    ctx: Context, store: CrawlStore, url: str, depth: int, exc: CrawlerError, down: Done
-) -> str:
+def _unreachable(visit: Visit, exc: CrawlerError, down: Done) -> str:
     """The host could not be connected to; ``down`` is done.lua's verdict on the host."""
     if down.dead:
-        result = finalize(ctx, store, attempt(store, url).failed(url, depth, exc))
-        _fail_dead_host(ctx, store, store.domain_of(url))
+        result = finalize(visit, attempt(visit).failed(visit.url, visit.depth, exc))
+        _fail_dead_host(visit)
         return result
     if down.down_for >= 0:
         # The whole host is down (circuit open): the URL waits for it, its retries spared.
-        return requeue(store, url, depth, 0.0)
-    return retry_or_fail(ctx, store, url, depth, exc)
+        return requeue(visit, 0.0)
+    return retry_or_fail(visit, exc)
 
 
 class Attempt(NamedTuple):
@@ -148,12 +145,12 @@ class Attempt(NamedTuple):
         return final
 
 
-def attempt(store: CrawlStore, url: str) -> Attempt:
+def attempt(visit: Visit) -> Attempt:
     """The one retry rule of the fetch, render and repair paths: an attempt beyond
     ``max_retries`` makes the URL final, an earlier one tries again (each path its own way:
     a back-off in the frontier, a render published again, a URL taken back)."""
-    number = store.ledger.count_attempt(url)
-    return Attempt(number, number > store.opts.max_retries)
+    number = visit.store.ledger.count_attempt(visit.url)
+    return Attempt(number, number > visit.store.opts.max_retries)
 
 
 #: Take-backs of one URL before it fails as ``worker_lost``: they spend no retry (a process
@@ -169,25 +166,27 @@ def takeback(store: CrawlStore, url: str) -> Attempt:
     return Attempt(number, number > MAX_TAKEBACKS)
 
 
-def retry_or_fail(ctx: Context, store: CrawlStore, url: str, depth: int, exc: CrawlerError) -> str:
-    opts, attempts = store.opts, attempt(store, url)
+def retry_or_fail(visit: Visit, exc: CrawlerError) -> str:
+    opts, attempts = visit.store.opts, attempt(visit)
     if attempts.last:
-        return finalize(ctx, store, attempts.failed(url, depth, exc))
+        return finalize(visit, attempts.failed(visit.url, visit.depth, exc))
     base = opts.retry_backoff * 2 ** (attempts.number - 1)
     delay = random.uniform(0, min(base, opts.retry_backoff_max))  # full jitter
     delay = max(delay, getattr(exc, "retry_after", None) or 0.0)
-    return requeue(store, url, depth, delay)
+    return requeue(visit, delay)
 
 
-def _fail_dead_host(ctx: Context, store: CrawlStore, domain: str) -> None:
+def _fail_dead_host(visit: Visit) -> None:
     """Every pending URL of a host declared dead gets its final state now, unrequested."""
+    store, domain = visit.store, visit.domain
     down = HostDown(f"{domain} down for {store.opts.max_host_outage:g}s or more")
     pending = store.politeness.drain(domain)
     for depth, url in pending:
-        finalize(ctx, store, Final.failed(url, depth, down))
+        finalize(replace(visit, url=url, depth=depth), Final.failed(url, depth, down))
     log.warning("crawl %s: %s is down; %d pending URLs failed", store.id, domain, len(pending))
 
 
-def requeue(store: CrawlStore, url: str, depth: int, delay: float) -> str:
-    requeued = store.ledger.requeue(store.domain_of(url), depth, url, delay)
+def requeue(visit: Visit, delay: float) -> str:
+    """Back to the frontier, due in ``delay`` seconds ("duplicate": it was final already)."""
+    requeued = visit.store.ledger.requeue(visit.domain, visit.depth, visit.url, delay)
     return "retry" if requeued else "duplicate"

@@ -34,9 +34,8 @@ from ...state.formats import Counter, Outcome
 from ...web.sitemaps import normalised, normalised_lastmods, parse
 
 if TYPE_CHECKING:
-    from ...state.store import CrawlStore
     from ...web.robots import Robots
-    from ..runtime.context import Context
+    from .trip import Visit
 
 #: Sitemap: lines of one robots.txt used.
 MAX_PER_ROBOTS = 20
@@ -47,15 +46,15 @@ MAX_FILES = 1000
 class Sitemaps:
     """The sitemap work of one crawl, in a worker process."""
 
-    def __init__(self, ctx: Context, store: CrawlStore) -> None:
-        self.ctx = ctx
-        self.store = store
-        self.opts = store.opts
+    def __init__(self, visit: Visit) -> None:
+        self.visit = visit
+        self.store = visit.store
+        self.opts = visit.store.opts
 
     def discover(self, origin: str, robots: Robots) -> int:
         """Admit ``origin``'s robots.txt ``Sitemap:`` URLs, the first time this crawl sees it.
         Returns how many sitemap files were admitted now."""
-        if not self.ctx.first_sitemap_look(self.opts.crawl_id, origin):
+        if not self.visit.ctx.first_sitemap_look(self.opts.crawl_id, origin):
             return 0
         if self.store.sitemaps.first_origin(origin):
             return self._add_files(robots.sitemaps[:MAX_PER_ROBOTS])
@@ -81,10 +80,10 @@ class Sitemaps:
 
     def fetch(self, url: str) -> dict[str, Any]:
         """Fetch and use one sitemap file; returns the fields of its ``recorder.Final``."""
-        ctx = self.ctx
+        runtime = self.visit.runtime
         scope = self.store.admission.scope
         try:
-            response = ctx.crawl_runtime(self.store).fetch(
+            response = runtime.fetch(
                 url, lambda target: "out_of_scope" if scope.check(target) else None, {}
             )
         except CrawlerError as exc:
@@ -106,7 +105,7 @@ class Sitemaps:
                 Counter.BYTES.value: len(body),
             },
         }
-        ctx.crawl_runtime(self.store).write_warc(response)
+        runtime.write_warc(response)
         if not 200 <= status < 300:
             return _failed(result, Outcome.SITEMAP_STATUS)
             return result
