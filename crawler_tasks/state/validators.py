@@ -142,17 +142,22 @@ class Recrawl:
         self.captures = validators.captures
         self.lastmods = validators.lastmods
 
-    def not_due(self, url: str) -> list[str] | None:
-        """An adaptive schedule's page seen before and not due at this run's time: its
-        previous links (it is not fetched; it counts as seen by this run); None otherwise."""
+    def not_due(self, url: str) -> Seen | None:
+        """An adaptive schedule's page seen before and not due at this run's time: what the
+        schedule remembers of it (its previous links: it is not fetched); None otherwise.
+        Only read: :meth:`skipped` marks it seen by this run."""
         if self.bounds is None:
             return None
         seen = self.validators.get(url)
         if seen is None or self._due(url, Visits(*seen.visits), self.bounds):  # type: ignore[arg-type]
             return None
+        return seen
+
+    def skipped(self, url: str, seen: Seen) -> None:
+        """A page not due (``seen``: :meth:`not_due`'s) counts as seen by this run: not
+        ``gone`` at its end."""
         seen.run = self.run
         self.validators.put(url, seen)
-        return seen.links
 
     def conditional_headers(self, url: str) -> dict[str, str]:
         seen = self.validators.get(url)

@@ -17,7 +17,7 @@ from crawler_tasks.state.politeness import Lease
 from crawler_tasks.web.fetcher import Response
 from crawler_tasks.worker.runtime.context import Context
 from crawler_tasks.worker.runtime.handoff import Publisher
-from crawler_tasks.worker.visit import fetch_step, pipeline
+from crawler_tasks.worker.visit import fetch_step, pipeline, settle
 from crawler_tasks.worker.visit.outcome import Decision, Next
 
 HOST = "127.0.0.48"
@@ -118,7 +118,7 @@ def test_a_bug_after_the_lease_came_back_does_not_return_it_again(settings, cont
     crawl, url, depth = two_urls(settings)
     ok = Response(url, url, 200, {}, "text/plain", b"x", False, [], 0.0, HOST, [], "HTTP/1.1")
     monkeypatch.setattr(context.fetcher, "get", lambda *a, **k: ok)
-    monkeypatch.setattr(fetch_step, "respond", raising(NovelBug("late")))
+    monkeypatch.setattr(settle, "respond", raising(NovelBug("late")))
     assert pipeline.fetch_url(context, crawl.id, url, depth) == "internal_error"
     assert_lease_back(crawl, 1.0)
 

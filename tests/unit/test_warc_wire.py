@@ -67,7 +67,7 @@ def test_each_coding_kept_is_read_back_decoded_by_warcio(tmp_path: Path, coding:
     out = CrawlOutput(tmp_path, "t")
     opts = CrawlOptions(crawl_id="c", seeds=("http://127.0.0.24/",), warc_non_html=False)
     profile = RequestProfile(allow_private=True, user_agent="t")
-    runtime = CrawlRuntime(opts, profile, fetcher, None, lambda: out)  # type: ignore[arg-type]
+    runtime = CrawlRuntime(opts, profile, fetcher, None, lambda: out, lambda **_: None)  # type: ignore[arg-type]
     with SiteServer(address="127.0.0.24", extra_routes=routes) as site:
         response = fetcher.get(site.base_url + "/p", allow_private=True)
     fetcher.close()

@@ -8,6 +8,7 @@ and passed to the pipeline functions; nothing here is global.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -19,7 +20,7 @@ from typing import Any, TypeVar
 import redis
 
 from ...settings import Settings
-from ...state import connection
+from ...state import connection, events
 from ...state.bloom import KnownURLs
 from ...state.ceilings import Ceilings
 from ...state.options import CrawlOptions
@@ -178,7 +179,7 @@ class Context:
             pair = self._stores.get(store.id)
         if pair is not None and pair[0] is store:
             return pair[1]
-        return self._runtime(store.opts)  # a store this cache no longer holds
+        return self._runtime(store)  # a store this cache no longer holds
 
     def _new_crawl(self, opts: CrawlOptions) -> tuple[CrawlStore, CrawlRuntime]:
         # started_at tells a crawl from an earlier one with the same id; without it the
@@ -188,9 +189,10 @@ class Context:
         # dispatcher's release and everything else keep failing at once, as they should.
         admits = self.room.client_for(self.client)
         store = CrawlStore(self.r, opts, self._process, known, admission_client=admits)
-        return store, self._runtime(opts)
+        return store, self._runtime(store)
 
-    def _runtime(self, opts: CrawlOptions) -> CrawlRuntime:
+    def _runtime(self, store: CrawlStore) -> CrawlRuntime:
+        opts = store.opts
         profile = RequestProfile.build(opts, self.settings.user_agent)
         root = opts.output or self.settings.output_dir
         info = warcinfo_fields(opts.crawl_id, opts.to_json())
@@ -200,6 +202,7 @@ class Context:
             self.fetcher,
             self.robots(profile),
             lambda: self.outputs.get(opts.crawl_id, root, info),
+            functools.partial(events.emit, store.client, store.ck, "request_started", store.id),
         )
 
     def first_sitemap_look(self, crawl_id: str, origin: str) -> bool:

@@ -1,5 +1,6 @@
 """What one crawl needs of this worker process beside its store: its request profile, the
-fetcher as the crawl asks for it, its robots.txt cache, its output files and WARC writing.
+fetcher as the crawl asks for it (each request announced: ``request_started``), its robots.txt
+cache, its output files and WARC writing.
 Built next to the crawl's :class:`~crawler_tasks.state.store.CrawlStore` and cached with it
 (worker/runtime/context.py), so nothing that runs a crawl passes its options around again."""
 
@@ -33,6 +34,7 @@ class CrawlRuntime:
         fetcher: Fetcher,
         robots: RobotsCache,
         output: Callable[[], CrawlOutput],
+        announce: Callable[..., None],
     ) -> None:
         self.opts = opts
         #: How the crawl requests (also the key of its robots.txt cache).
@@ -40,13 +42,18 @@ class CrawlRuntime:
         self.fetcher = fetcher
         self.robots = robots
         self._output = output
+        #: ``request_started`` for a URL (``announce(url=...)``): the event and signal.
+        self._announce = announce
         #: A write of this crawl's output failed in this process and none succeeded since
         #: (recorder.write_record clears the crawl's output problem on the next success).
         self.output_failing = False
 
     def fetch(self, url: str, follow: Callable[[str], str | None], extra: dict) -> Response:
         """GET ``url`` as the crawl asks: its user agent, request settings, limits and
-        address policy; ``extra``: more headers (a recrawl's validators)."""
+        address policy; ``extra``: more headers (a recrawl's validators). Announced first
+        (``request_started``): the event says when the request began, so it goes with the
+        request, not with what is written of it once the lease is back."""
+        self._announce(url=url)
         return self.fetcher.get(url, follow=follow, **self.profile.fetch_args(extra))
 
     def output(self) -> CrawlOutput:

@@ -1,9 +1,16 @@
 """The fetch step of one released URL: what start.lua, robots.txt and the request say of it,
 as a :class:`~crawler_tasks.worker.visit.outcome.Decision` (what becomes of the URL, how the
-host's lease ends, the counters and notes it adds). Nothing here returns the lease, records
-the URL or writes the crawl's counters and notes: ``settle`` does, once. (What a response
-becomes is respond.py's: the Decision's continuation, run by ``settle`` once the lease is
-back.)
+host's lease ends, and what is to be written of what the step found). Nothing here returns
+the lease, records the URL or writes what it found: ``settle`` does, once, whatever the
+branch: a page's response (respond.py), a sitemap file (sitemap_seeds.used), a page not due
+(adaptive.skipped), an origin's sitemaps (sitemap_seeds.discover), the counters and notes.
+
+What the step sends while its host's lease is held is the request (robots.txt's, then the
+page's or sitemap's) and what belongs to it: the page's ``request_started`` (announced by the
+crawl's runtime as it sends), and robots.txt's politeness: its own request charged to the
+host (done.lua "extra") and its Crawl-delay, applied at once, as today: release.lua and
+done.lua pace the host by it, and written after the lease a release of the host's next URL
+(``concurrency`` > 1) could come before it at the crawl's own rate.
 
 Redirect hops are followed by the fetcher; each target is scope-checked and marked seen by
 admission's claims (a target already seen stops the chain: ``redirect_duplicate``; out of
@@ -26,18 +33,18 @@ from ...errors import (
     TLSError,
     Unreachable,
 )
-from ...state import events, formats
+from ...state import formats
 from ...state.crawl_state import Note
 from ...state.formats import Begun, Counter, LeaseEnd, Outcome, Started
 from ...state.pacing import Answer
 from ...state.politeness import parse_retry_after
 from ...web.fetcher import Response
+from ...web.robots import Robots
 from ...web.urls import origin_of
 from ..runtime.send_gate import SendSlot
+from . import sitemap_seeds
 from .adaptive import not_due
 from .outcome import Decision, Final, Next
-from .respond import respond
-from .sitemap_seeds import Sitemaps
 from .trip import Visit
 
 THROTTLE_STATUSES = {429, 503}
@@ -62,18 +69,32 @@ def decide(visit: Visit, begun: Begun | None) -> Decision:
     slot = SendSlot(store, url, domain, ctx.worker_id, begun, ctx.ceilings)
     if not slot.still_ours():  # held up so long that another process fetches it now
         return Decision(Next.DUPLICATE, lease=None)
-    events.emit(ctx.client, store.ck, "request_started", store.id, url=url)
     with ctx.fetcher.gated(slot.wait):
-        robots_verdict = _robots(visit)
-        if robots_verdict is not None:
-            return robots_verdict
-        # An adaptive schedule's page (issue 35), after robots.txt: its sitemaps' lastmods.
-        skipped = not_due(visit)
-        if skipped is not None:
-            return Decision.record(skipped, LeaseEnd.REFUND)
-        decision = _request(visit)
-        decision.awaited = begun.awaited
-        return decision
+        robots = _robots(visit)
+        if isinstance(robots, Decision):
+            return robots
+        # An origin's sitemaps, the first time this process reads its robots.txt: admitted
+        # after the lease, whatever becomes of this URL (sitemap_seeds.py).
+        origin, listed = origin_of(url), None
+        if robots is not None and store.opts.sitemaps:
+            listed = sitemap_seeds.found(visit, origin, robots)
+        decision = _allowed(visit, begun, listed)
+    if listed is not None:
+        decision.sitemaps = (origin, listed)
+    return decision
+
+
+def _allowed(visit: Visit, begun: Begun, listed: list[str] | None) -> Decision:
+    """A URL robots.txt allows: a sitemap file (``listed``: its origin's, if read just now),
+    an adaptive schedule's page not due (issue 35, asked after robots.txt), or a page."""
+    if visit.store.opts.sitemaps and sitemap_seeds.is_sitemap(visit, listed):
+        return sitemap_seeds.fetch(visit)
+    skipped = not_due(visit)
+    if skipped is not None:
+        return skipped
+    decision = _request(visit)
+    decision.awaited = begun.awaited
+    return decision
 
 
 def _request(visit: Visit) -> Decision:
@@ -114,9 +135,7 @@ def _answered(visit: Visit, response: Response) -> Decision:
         decision.counters[formats.status_code(status)] = 1
         decision.next, decision.error = Next.RETRY, ServerError(status, retry_after)
     else:
-        # Not holding the decision (which holds it): a cycle would leave the response, its
-        # body, for the garbage collector.
-        decision.then = lambda early: respond(visit, response, early)
+        decision.response = response  # what it becomes: settle (respond.py)
     return decision
 
 
@@ -126,35 +145,30 @@ def tls_note(url: str, why: str) -> dict[Note, str]:
     return {Note.TLS_ERROR_WHY: f"{origin_of(url)}: {TLSError.reason}: {why}"}
 
 
-def _robots(visit: Visit) -> Decision | None:
-    """What robots.txt says of ``url`` (a Decision when it is not to be fetched), and the
-    politeness accounting of this fetch (see ``politeness``): robots.txt, when it had to be
-    requested, is charged to the domain's bucket; its Crawl-delay is applied; a refused URL's
-    lease ends ``refund`` (its token back, the host's slow-down and circuit untouched: no
-    request was sent). With ``sitemaps``, an origin's ``Sitemap:`` URLs are admitted the
-    first time, and a released sitemap file is fetched and used here (see ``sitemap_seeds``)."""
+def _robots(visit: Visit) -> Decision | Robots | None:
+    """What robots.txt says of the URL, for a crawl that obeys it or reads its sitemaps (None
+    for the others): a Decision when it is not to be fetched, else the origin's rules; and
+    the politeness accounting of this fetch (see ``politeness``): robots.txt, when it had to
+    be requested, is charged to the domain's bucket; its Crawl-delay is applied before the
+    page's request (see the module's doc)."""
     opts, url, domain = visit.store.opts, visit.url, visit.domain
     if not (opts.obey_robots or opts.sitemaps):
         return None
     polite = visit.store.politeness
-    origin = origin_of(url)
-    robots = visit.runtime.robots.get(origin, lambda: polite.extra_request(domain))
+    robots = visit.runtime.robots.get(origin_of(url), lambda: polite.extra_request(domain))
     if opts.obey_robots:
         if not robots.allowed(opts.robots_agent, url):
-            return _refused(url, visit.depth, origin, robots.kind, robots.why)
+            return _refused(visit, robots)
         polite.set_crawl_delay(domain, robots.crawl_delay(opts.robots_agent))
-    if opts.sitemaps:
-        maps = Sitemaps(visit)
-        maps.discover(origin, robots)
-        if maps.is_sitemap(url):
-            return Decision.record(Final(url, 0, **maps.fetch(url)))
-    return None
+    return robots
 
 
-def _refused(url: str, depth: int, origin: str, kind: str, why: str) -> Decision:
+def _refused(visit: Visit, robots: Robots) -> Decision:
     """A URL robots.txt refuses: unreadable for TLS (the page's own handshake would fail the
     same way), unreachable (a disallow-all policy only comes from a robots.txt that could not
-    be read), or disallowed."""
+    be read), or disallowed. Its lease ends ``refund`` (its token back, the host's slow-down
+    and circuit untouched: no request was sent)."""
+    url, depth, origin, why = visit.url, visit.depth, origin_of(visit.url), robots.why
     tls = _tls_why(why)
     if tls is not None:
         final = Final.failed(url, depth, TLSError(tls))
@@ -162,7 +176,7 @@ def _refused(url: str, depth: int, origin: str, kind: str, why: str) -> Decision
         refused = Decision.record(final, LeaseEnd.REFUND)
         refused.notes.update(tls_note(url, tls))
         return refused
-    unreachable = kind == "disallow"
+    unreachable = robots.kind == "disallow"
     reason = (Outcome.ROBOTS_UNREACHABLE if unreachable else Outcome.ROBOTS_DISALLOWED).value
     counter = Counter.ROBOTS_UNREACHABLE if unreachable else Counter.ROBOTS_DISALLOWED
     final = Final(url, 0, error=reason, counters={counter.value: 1}, recorded=unreachable)

@@ -2,14 +2,14 @@
 
 :class:`Final` is a URL's final state (its output record and the counters it adds); a
 :class:`Decision` is what the fetch step (or the repair of a lost URL) decided: what becomes
-of the URL and how its host's lease ends. The deciding step only builds these; ``settle``
-returns the lease once and writes, ``recorder.finalize`` records once.
+of the URL, how its host's lease ends, and what is to be written of what it found (a
+response, a sitemap file, a page not due, an origin's sitemaps). The deciding step only
+builds these; ``settle`` returns the lease once and writes, ``recorder.finalize`` records once.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -19,7 +19,8 @@ from ...state import formats
 from ...state.crawl_state import Note
 from ...state.formats import Counter, LeaseEnd
 from ...state.pacing import NO_ANSWER, Answer
-from ...state.validators import change_counters
+from ...state.validators import Seen, change_counters
+from ...web.fetcher import Response
 from ..output.files import ITEMS
 
 
@@ -112,14 +113,17 @@ class Next(Enum):
     RETRY = "retry"  # back to the frontier after a back-off, or final after max_retries
     REQUEUE = "requeue"  # back to the frontier now, no retry spent
     UNREACHABLE = "unreachable"  # no connection: the host's circuit breaker decides (done.lua)
-    RESPONSE = "response"  # a response: ``then`` records it or hands it to the parse step
+    RESPONSE = "response"  # a page's ``response``: recorded, parsed or handed on (respond.py)
+    SITEMAP = "sitemap"  # a sitemap file's ``response``: its URLs admitted (sitemap_seeds.py)
+    NOT_DUE = "not_due"  # ``final``, a page not due: its last links admitted (adaptive.py)
 
 
 @dataclass
 class Decision:
     """What the fetch step (or the repair of a lost URL) decided for one URL, for ``settle``
     to carry out: how its lease ends (a refund included: done.lua runs once per lease), then
-    what becomes of the URL."""
+    what becomes of the URL, and what is written of what the step found. Values only: what
+    they become is written by ``settle`` (and the steps it calls), once, whatever the branch."""
 
     next: Next
     #: How the lease ends (None: the URL is not this task's, its lease is not ours either).
@@ -131,11 +135,19 @@ class Decision:
     sent: float = -1.0
     #: The response's address and latency, for the host's address group and AutoThrottle.
     answer: Answer = NO_ANSWER
-    #: RESPONSE: what the response becomes, after the lease is back (None: a parse task);
-    #: called with True where the lease went back at once (``awaited``: settle.py).
-    then: Callable[[bool], Final | None] | None = None
-    #: The host's next URL waits for this lease (start.lua): it goes back before ``then``.
+    #: RESPONSE, SITEMAP: the response, what it becomes is written by ``settle``. (A value,
+    #: not a closure: nothing it holds refers back to the decision, whose cycle would leave
+    #: the response and its body for the garbage collector: test_carried_admission.)
+    response: Response | None = None
+    #: The host's next URL waits for this lease (start.lua): it goes back before the
+    #: response's records (settle.py).
     awaited: bool = False
+    #: NOT_DUE: what the schedule remembers of the page, marked seen by this run by ``settle``.
+    seen: Seen | None = None
+    #: An origin's robots.txt ``Sitemap:`` URLs, the first time this process read them for
+    #: the crawl (the ``sitemaps`` option): (origin, URLs), admitted by ``settle`` whatever
+    #: becomes of this URL (sitemap_seeds.discover).
+    sitemaps: tuple[str, list[str]] | None = None
     #: Crawl-wide counters the step found (a retried status: the retry's record will not
     #: carry it), and first notes of the crawl's state (``status``, the summary): field ->
     #: text, written by ``settle`` (the step only decides).

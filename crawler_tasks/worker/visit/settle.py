@@ -2,8 +2,10 @@
 back in the frontier.
 
 The fetch step (fetch_step.py) only *decides*: it returns a :class:`Decision` (what becomes
-of the URL, and how the host's lease ends), and :func:`settle` carries it out in one order
-for every branch: lease first (the host's next request waits for it), then the URL; a
+of the URL, how the host's lease ends, and what it found), and :func:`settle` carries it out
+in one order for every branch: lease first (the host's next request waits for it), then what
+the step found is written (counters, notes, an origin's sitemaps; a page's response, a
+sitemap file, a page not due: respond.py, sitemap_seeds.py, adaptive.py), then the URL; a
 response's lease goes with its URL's finish, in one round trip, unless the host waits for
 that very slot on a process with free threads: then at once (``_responded``). A new
 branch is a new Decision, never a new pair of calls to remember, and the lease is a
@@ -25,8 +27,11 @@ from ...state.politeness import Done, Lease
 from ...state.scripts import Call
 from ...state.store import CrawlStore
 from ..process.liveness import pool_has_room
+from .adaptive import skipped
 from .outcome import Decision, Final, Next
 from .recorder import finalize, recover
+from .respond import respond
+from .sitemap_seeds import discover, used
 from .trip import Visit
 
 log = logging.getLogger(__name__)
@@ -45,7 +50,7 @@ def settle(visit: Visit, decision: Decision, lease: Lease | None) -> str:
             reply = lease.release(
                 decision.lease, decision.retry_after, decision.sent, decision.answer
             )
-    _note(visit.store, decision)
+    _found(visit, decision)
     match decision.next:
         case Next.DUPLICATE:
             return "duplicate"
@@ -59,16 +64,29 @@ def settle(visit: Visit, decision: Decision, lease: Lease | None) -> str:
         case Next.UNREACHABLE:
             assert decision.error is not None
             return _unreachable(visit, decision.error, reply)
+    final = _final(visit, decision)
+    return "fetched" if final is None else finalize(visit, final)
+
+
+def _final(visit: Visit, decision: Decision) -> Final | None:
+    """The URL's final state: as decided, or what the response, the sitemap file or the page
+    not due that the step found becomes once written (None: a parse or render task's)."""
+    match decision.next:
         case Next.RESPONSE:
-            assert decision.then is not None
-            final = decision.then(False)
-            return "fetched" if final is None else finalize(visit, final)
+            assert decision.response is not None
+            return respond(visit, decision.response)
+        case Next.SITEMAP:
+            assert decision.response is not None
+            return used(visit, decision.response)
+        case Next.NOT_DUE:
+            assert decision.final is not None and decision.seen is not None
+            return skipped(visit, decision.final, decision.seen)
     assert decision.final is not None
-    return finalize(visit, decision.final)
+    return decision.final
 
 
 def _responded(visit: Visit, decision: Decision, lease: Lease) -> str:
-    """A response: what it becomes (``decision.then``), then its lease returned with the URL's
+    """A response: what it becomes (respond.py), then its lease returned with the URL's
     finish in one round trip (done.lua, then finish.lua: issue 32). The lease is held while
     the page is parsed and its links admitted (milliseconds); the next request is paced from
     when this one was sent all the same (``sent`` counts the wait). A host whose next URL
@@ -78,8 +96,8 @@ def _responded(visit: Visit, decision: Decision, lease: Lease) -> str:
     response is in); with the pool full, the CPU is the limit and the round trip is saved.
     If anything fails before the finish, the lease is returned alone, as decided (kept while
     Redis is away, as the lease's ``with`` keeps it), and the failure goes on."""
-    assert decision.then is not None and decision.lease is not None
-    end, decided = decision.lease, time.monotonic()
+    response, end, decided = decision.response, decision.lease, time.monotonic()
+    assert response is not None and end is not None
 
     def sent() -> float:
         return decision.sent + time.monotonic() - decided if decision.sent >= 0 else -1.0
@@ -94,8 +112,8 @@ def _responded(visit: Visit, decision: Decision, lease: Lease) -> str:
     if early:
         release()
     try:
-        _note(visit.store, decision)
-        final = decision.then(early)
+        _found(visit, decision)
+        final = respond(visit, response, early)
         carried = handoff if lease.held else None
         result = "fetched" if final is None else finalize(visit, final, carried)
     except BaseException as exc:
@@ -112,12 +130,16 @@ def _responded(visit: Visit, decision: Decision, lease: Lease) -> str:
     return result
 
 
-def _note(store: CrawlStore, decision: Decision) -> None:
-    """The crawl-wide counters and first notes the deciding step found."""
+def _found(visit: Visit, decision: Decision) -> None:
+    """What the deciding step found for the whole crawl: counters, first notes, and an
+    origin's sitemap files (admitted whatever becomes of this URL)."""
+    store = visit.store
     for name, n in decision.counters.items():
         store.stats.add(name, n)
     for name, text in decision.notes.items():
         store.lifecycle.first_note(name, text)
+    if decision.sitemaps is not None:
+        discover(visit, *decision.sitemaps)
 
 
 def _unreachable(visit: Visit, exc: CrawlerError, down: Done) -> str:
