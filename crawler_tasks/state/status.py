@@ -3,7 +3,9 @@ finished; whether it is drained; the finisher's lock and the end of the crawl.
 
 Every write of a crawl's status goes through :class:`CrawlLifecycle`, with the values of
 :class:`~crawler_tasks.state.formats.Status`, except finishing.lua's (run by
-:meth:`CrawlLifecycle.finishing`, its literals pinned by ``tests/integration/test_formats.py``).
+:meth:`CrawlLifecycle.finishing`, its literals pinned by ``tests/integration/test_formats.py``) and the
+final one, written by the crawl's finisher (:meth:`Finisher.finished
+<crawler_tasks.state.finisher.Finisher.finished>`).
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ OUTPUT_PAUSE = 10.0
 
 class CrawlLifecycle:
     """A crawl's life through its state hash: its status (formats.Status), the steering of
-    its owner, completion and the finisher's lock. (Named so, not "CrawlStatus": the word
+    its owner, its output's faults, completion and the notes workers leave (its end is the
+    finisher's: state/finisher.py). (Named so, not "CrawlStatus": the word
     status means the Status value alone; a store's instance is ``store.lifecycle``.)"""
 
     def __init__(
@@ -185,23 +188,7 @@ class CrawlLifecycle:
             return False
         return bool(self.scripts.finishing(keys=[self.ck.state], client=self.client))
 
-    # --- the end of the crawl (recorder.crawl_finished) ------------------------------------------
-    def lock_finisher(self, worker: str, seconds: int) -> bool:
-        """Take the finisher's lock if nobody holds it."""
-        return bool(self.client.set(self.ck.finisher, worker, nx=True, ex=seconds))
-
-    def finisher(self) -> str | None:
-        """The worker process holding the finisher's lock."""
-        raw = self.client.get(self.ck.finisher)
-        return None if raw is None else raw.decode()
-
-    def take_finisher(self, worker: str, seconds: int) -> None:
-        """Take over the lock of a finisher that died."""
-        self.client.set(self.ck.finisher, worker, ex=seconds)
-
-    def unlock_finisher(self) -> None:
-        self.client.delete(self.ck.finisher)
-
+    # --- notes (facts of the crawl, for status and the summary) ----------------------------
     def note(self, note: Note, value: object = 1) -> None:
         """Record a fact of the crawl (summary_path, on_finished_sent...)."""
         self.client.hset(self.ck.state, note.value, str(value))
@@ -213,23 +200,6 @@ class CrawlLifecycle:
     def first(self, note: Note) -> bool:
         """True the first time ``note`` is set (HSETNX): something done once per crawl."""
         return bool(self.client.hsetnx(self.ck.state, note.value, "1"))
-
-    def expire(self, seconds: int) -> None:
-        """Every key of the crawl expires in ``seconds`` (a finished crawl)."""
-        for pattern in self.ck.patterns:
-            for key in self.client.scan_iter(match=pattern, count=1000):
-                self.client.expire(key, seconds)
-
-    def finished(self, final: Status) -> None:
-        """The crawl's final status, once its summary and records are written."""
-        # The crawl's keys share a slot, the listing of running crawls does not (Redis
-        # Cluster): status first, so a finisher dying in between leaves a finished crawl that
-        # is still listed (harmless: nothing to release), never a running one that is not.
-        pipe = self.client.pipeline()
-        pipe.hset(self.ck.state, "status", final.value)
-        pipe.delete(self.ck.finisher)
-        pipe.execute()
-        self.client.srem(self.keys.running, self.crawl_id)
 
 
 _NOT_STEERABLE = (Status.FINISHED.value, Status.CANCELLED.value, Status.FINISHING.value)

@@ -6,7 +6,8 @@ ledgers and filters of their own::
 
     store.opts         CrawlOptions (immutable after start)
     store.ledger       per-URL completion accounting, retries, dead letters (ledger.py)
-    store.lifecycle       status and steering: pause, cancel, finishing, finished (status.py)
+    store.lifecycle    status and steering: pause, cancel, output faults, finishing (status.py)
+    store.finisher     the finisher's lock, the crawl's expiry and final status (finisher.py)
     store.stats        counters, progress() and summary.json figures, rates (stats.py)
     store.frontier     per-domain queues, admit.lua / release.lua (frontier.py)
     store.admission    scope, depth, per-host budgets, redirect claims (admission.py); its
@@ -41,6 +42,7 @@ from . import connection, events, workers
 from .admission import Admission
 from .bloom import BloomFilter, KnownURLs
 from .bodies import BodyStash
+from .finisher import Finisher
 from .formats import Status
 from .frontier import Frontier
 from .keys import CrawlKeys, Keys
@@ -105,6 +107,7 @@ class CrawlStore:
         )
         self.ledger = Ledger(r.client, self.ck, opts.crawl_id, r.scripts)
         self.lifecycle = CrawlLifecycle(r.client, r.keys, self.ck, opts.crawl_id, r.scripts)
+        self.finisher = Finisher(r.client, r.keys, self.ck, opts.crawl_id)
         self.stats = Stats(r.client, self.ck, opts.crawl_id, self.lifecycle)
         admits = admission_client or r.client
         self.bloom = BloomFilter(admits, self.ck, opts.bloom, r.scripts)

@@ -223,7 +223,7 @@ def test_series_one_sample_per_interval_and_expires_with_the_crawl(settings, cli
     for n in range(1500):  # bounded: the oldest go
         series.sample(now=2000.0 + n, force=True)
     assert client.llen(crawl.store.ck.series) == 1440
-    crawl.store.lifecycle.expire(60)
+    crawl.store.finisher.expire(60)
     assert 0 < client.ttl(crawl.store.ck.series) <= 60
 
 

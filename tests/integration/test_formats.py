@@ -172,6 +172,6 @@ def test_finishing_lua_writes_the_status_values(settings, client) -> None:  # ty
         state = status.read()
         assert (state.status, state.final_status) == (Status.FINISHING, final)
         assert not crawl.resume() and status.steering() is formats.Steering.FINISHING
-        status.finished(final)
+        crawl.store.finisher.finished(final)
         assert crawl.status is final and crawl.finished and not crawl.pause()
         assert status.finishing() is False  # final: finishing.lua leaves it

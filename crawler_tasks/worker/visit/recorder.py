@@ -247,12 +247,12 @@ def crawl_finished(ctx: Context, store: CrawlStore) -> bool:
     """The end of a crawl, once; False if another process is running it (or it is done), or
     if its output cannot be written now (it stays finishing, status says why, and a
     dispatcher tries again once the pause is over)."""
-    opts, status = store.opts, store.lifecycle
+    opts, status, finisher = store.opts, store.lifecycle, store.finisher
     if not _finisher_lock(ctx, store):
         return False
     state = status.read()
     if state.status is not Status.FINISHING:
-        status.unlock_finisher()
+        finisher.unlock()
         return False
     final = state.final_status or Status.FINISHED
     try:
@@ -260,7 +260,7 @@ def crawl_finished(ctx: Context, store: CrawlStore) -> bool:
     except OutputUnavailable as exc:
         if not status.read().cancelled:
             output_failed(ctx, store, exc)
-            status.unlock_finisher()
+            finisher.unlock()
             log.warning("crawl %s: finishing waits for its output: %s", opts.crawl_id, exc)
             return False
         # Cancelled while its output cannot be written: what is not on disk is given up.
@@ -268,14 +268,14 @@ def crawl_finished(ctx: Context, store: CrawlStore) -> bool:
         status.note(Note.OUTPUT_GIVEN_UP, str(exc))
         summary = store.stats.summary()
         summary["status"] = final.value
-    status.expire(ctx.settings.finished_ttl)
+    finisher.expire(ctx.settings.finished_ttl)
     events.emit(store.client, store.ck, "crawl_finished", opts.crawl_id, summary=summary)
     if opts.on_finished and not state.on_finished_sent:
         ctx.on_finished(opts.on_finished, opts.crawl_id, summary)
         status.note(Note.ON_FINISHED_SENT)
     # The series' last point: the crawl's end, whatever the interval (state/series.py).
     store.series.sample(now=summary.get("finished_at") or None, force=True)
-    status.finished(final)
+    finisher.finished(final)
     log.info("crawl %s %s in %.1fs", opts.crawl_id, final, summary["duration_s"])
     return True
 
@@ -310,13 +310,13 @@ def _unavailable(ctx: Context, store: CrawlStore) -> OutputUnavailable:
 def _finisher_lock(ctx: Context, store: CrawlStore) -> bool:
     """One finisher at a time; the lock of a finisher that stopped beating is taken over."""
     lock_s = int(ctx.settings.orphan_record_seconds * 2 + 60)
-    if store.lifecycle.lock_finisher(ctx.worker_id, lock_s):
+    if store.finisher.lock(ctx.worker_id, lock_s):
         return True
-    holder = store.lifecycle.finisher()
+    holder = store.finisher.holder()
     if holder is None or holder in alive(store.client, ctx.keys, ctx.settings.worker_dead_seconds):
         return False
     log.warning("crawl %s: the finisher %s died; finishing it here", store.id, holder)
-    store.lifecycle.take_finisher(ctx.worker_id, lock_s)
+    store.finisher.take(ctx.worker_id, lock_s)
     return True
 
 
