@@ -1,41 +1,33 @@
-"""A crawl's numbers: its counters (the stats hashes), the figures ``progress()`` shows and
-``summary.json`` holds, and the rates. Which counters progress() shows, and where, is said by
-:class:`~crawler_tasks.state.formats.Counter` itself."""
+"""A crawl's numbers: its counters (the stats hashes), the live figures and the rates, read
+into the typed figures users see (state/figures.py: :class:`Progress`, :class:`Summary`)."""
 
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import redis
 
-from . import formats
-from .formats import Counter, Group, Shown
+from .figures import RATE_WINDOW, Detail, Live, Outlook, Progress
+from .formats import Counter
 from .keys import CrawlKeys
 from .status import CrawlLifecycle
-
-#: Seconds of finished-URL counts averaged for the recent pages/s figure.
-RATE_WINDOW = 10
-#: Figures of progress() that are not counters (read live from the partitions), with their
-#: help text: declared here once for every view, as the counters are in formats.Counter.
-LIVE = {
-    "retrying": "URLs waiting for a retry",
-    "in_flight": "URLs released to workers and not yet final",
-    "outstanding": "URLs admitted and not yet final",
-}
-#: Counters shown by progress(), before and after the live figures.
-_EARLY = Counter.shown_in(Shown.EARLY)
-_LATE = Counter.shown_in(Shown.LATE)
+from .summary import Summary
 
 
 class Stats:
     def __init__(
-        self, client: redis.Redis, ck: CrawlKeys, crawl_id: str, lifecycle: CrawlLifecycle
+        self,
+        client: redis.Redis,
+        ck: CrawlKeys,
+        crawl_id: str,
+        lifecycle: CrawlLifecycle,
+        max_pages: int = 0,
     ) -> None:
         self.client = client
         self.ck = ck
         self.crawl_id = crawl_id
         self.lifecycle = lifecycle
+        self.max_pages = max_pages  # the crawl's option: bounds its ETA
 
     # --- counters ------------------------------------------------------------------------
     def counters(self) -> dict[str, int]:
@@ -84,83 +76,37 @@ class Stats:
             pipe.hmget(pk.persec, fields)
         return sum(int(v) for values in pipe.execute() for v in values if v) / RATE_WINDOW
 
-    def _sizes(self) -> tuple[int, int]:
-        """URLs waiting for a retry, URLs in flight."""
+    def live(self) -> dict[str, int]:
+        """Every :class:`Live` figure, read from the partitions now."""
         pipe = self.client.pipeline(transaction=False)
         for pk in self.ck.parts:
             pipe.zcard(pk.retry)
             pipe.hlen(pk.inflight)
         raw = pipe.execute()
-        return sum(raw[0::2]), sum(raw[1::2])
+        return {
+            Live.RETRYING.value: sum(raw[0::2]),
+            Live.IN_FLIGHT.value: sum(raw[1::2]),
+            Live.OUTSTANDING.value: self.outstanding(),
+        }
 
-    def progress(self) -> dict[str, Any]:
-        c = self.counters()
+    def progress(self, outlook: Outlook | None = None, detail: Detail | None = None) -> Progress:
+        """The crawl's figures now, with the sections a view read besides (``outlook``:
+        state/outlook.py; ``detail``: the busiest hosts' pace, surface/figures.py)."""
         state = self.lifecycle.read()
-        retrying, in_flight = self._sizes()
         started, ended = state.started_at, state.finished_at
-        elapsed = max((ended or time.time()) - started, 1e-9) if started else 0.0
-        done = c.get(Counter.DONE.value, 0)
-        return {
-            "crawl_id": self.crawl_id,
-            "status": state.status.value,
-            "paused": state.paused,
-            **{name.value: c.get(name.value, 0) for name in _EARLY},
-            "retrying": retrying,
-            "in_flight": in_flight,
-            "outstanding": self.outstanding(),
-            **{name.value: c.get(name.value, 0) for name in _LATE},
-            "elapsed_s": round(elapsed, 3),
-            "pages_per_s": round(done / elapsed, 2) if elapsed else 0.0,
-            "recent_pages_per_s": self.recent_rate(),
-            "output": self.lifecycle.output_problem(state),
-            "error": state.error,
-            formats.TLS_NOTE: state.tls_error_why,
-        }
+        return Progress(
+            crawl_id=self.crawl_id,
+            state=state,
+            counts=self.counters(),
+            live=self.live(),
+            elapsed=max((ended or time.time()) - started, 1e-9) if started else 0.0,
+            recent_rate=self.recent_rate(),
+            max_pages=self.max_pages,
+            output=self.lifecycle.output_problem(state),
+            outlook=outlook,
+            detail=detail,
+        )
 
-    @staticmethod
-    def families(counters: dict[str, int]) -> dict[str, dict[str, int]]:
-        """The counter families as ``summary.json`` names them: ``status_codes``,
-        ``failures``, ``skipped``, ``changes`` (each ``{name: count}``)."""
-        families: dict[str, dict[str, int]] = {name: {} for name in formats.FAMILIES.values()}
-        for k, v in counters.items():
-            family, _, rest = k.partition(":")
-            if rest and family in formats.FAMILIES:
-                families[formats.FAMILIES[family]][rest] = v
-        return families
-
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> Summary:
         """What ``summary.json`` holds: totals, duration, rate and histograms."""
-        c = self.counters()
-        p = self.progress()
-        families = self.families(c)
-        state = self.lifecycle.read()
-        return {
-            "crawl_id": self.crawl_id,
-            "status": p["status"],
-            "started_at": state.started_at,
-            "finished_at": state.finished_at or None,
-            "duration_s": p["elapsed_s"],
-            "pages_per_s": p["pages_per_s"],
-            "error": state.error,
-            "robots_unreachable_why": state.robots_unreachable_why,
-            formats.TLS_NOTE: state.tls_error_why,
-            "counters": {k: v for k, v in c.items() if ":" not in k},
-            **families,
-            "status_codes": dict(sorted(families["status_codes"].items())),
-        }
-
-
-def declared(values: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every counter and live figure as the views show them (``status``, the summary, the
-    dashboard): ``{name, group, help, value}`` in their group's order, then declaration order;
-    ``values``: progress() or the counters (a name missing counts 0)."""
-    rows = [
-        {"name": c.value, "group": c.group.value, "help": c.help, "value": values.get(c.value, 0)}
-        for c in Counter
-    ]
-    live = Group.FRONTIER.value
-    rows += [
-        {"name": n, "group": live, "help": h, "value": values.get(n, 0)} for n, h in LIVE.items()
-    ]
-    order = [g.value for g in Group]
-    return sorted(rows, key=lambda r: order.index(r["group"]))  # stable: declaration order
+        return Summary.of(self.progress())

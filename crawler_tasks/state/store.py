@@ -8,7 +8,7 @@ ledgers and filters of their own::
     store.ledger       per-URL completion accounting, retries, dead letters (ledger.py)
     store.lifecycle    status and steering: pause, cancel, output faults, finishing (status.py)
     store.finisher     the finisher's lock, the crawl's expiry and final status (finisher.py)
-    store.stats        counters, progress() and summary.json figures, rates (stats.py)
+    store.stats        counters, rates, and the figures users read: Progress, Summary (stats.py)
     store.frontier     per-domain queues, admit.lua / release.lua (frontier.py)
     store.admission    scope, depth, per-host budgets, redirect claims (admission.py); its
                        writes (and the frontier's admit.lua) go through the client the store
@@ -42,6 +42,7 @@ from . import connection, events, workers
 from .admission import Admission
 from .bloom import BloomFilter, KnownURLs
 from .bodies import BodyStash
+from .figures import Listed
 from .finisher import Finisher
 from .formats import Status
 from .frontier import Frontier
@@ -108,7 +109,7 @@ class CrawlStore:
         self.ledger = Ledger(r.client, self.ck, opts.crawl_id, r.scripts)
         self.lifecycle = CrawlLifecycle(r.client, r.keys, self.ck, opts.crawl_id, r.scripts)
         self.finisher = Finisher(r.client, r.keys, self.ck, opts.crawl_id)
-        self.stats = Stats(r.client, self.ck, opts.crawl_id, self.lifecycle)
+        self.stats = Stats(r.client, self.ck, opts.crawl_id, self.lifecycle, opts.max_pages)
         admits = admission_client or r.client
         self.bloom = BloomFilter(admits, self.ck, opts.bloom, r.scripts)
         self.frontier = Frontier(r.client, self.ck, opts, r.scripts, known, admits)
@@ -234,10 +235,10 @@ def recent(r: RedisHandle, limit: int, skipped: list[str] | None = None) -> list
     return out
 
 
-def listing(r: RedisHandle, limit: int) -> list[dict[str, Any]]:
+def listing(r: RedisHandle, limit: int) -> list[Listed]:
     """``crawler list``: each of the newest crawls' progress, seeds and start; a crawl that
-    cannot be read is ``{"crawl_id", "unreadable": why}``, never a failed listing."""
-    out: list[dict[str, Any]] = []
+    cannot be read is listed with why (``unreadable``), never a failed listing."""
+    out: list[Listed] = []
     skipped: list[str] = []
     for crawl_id in recent(r, limit, skipped):
         try:
@@ -249,10 +250,10 @@ def listing(r: RedisHandle, limit: int) -> list[dict[str, Any]]:
             raise
         except Exception as exc:  # one bad crawl (a bug) is not all
             why = " ".join(f"{type(exc).__name__}: {exc}".split())[:200]
-            out.append({"crawl_id": crawl_id, "unreadable": f"crawl {crawl_id}: {why}"})
+            out.append(Listed(crawl_id, unreadable=f"crawl {crawl_id}: {why}"))
             continue
-        out.append({**p, "seeds": list(opts.seeds), "started_at": opts.started_at})
-    return out + [{"crawl_id": "", "unreadable": why} for why in skipped]
+        out.append(Listed(crawl_id, p, tuple(opts.seeds), opts.started_at))
+    return out + [Listed("", unreadable=why) for why in skipped]
 
 
 def running(r: RedisHandle) -> list[str]:

@@ -12,8 +12,9 @@ from __future__ import annotations
 import hashlib
 import json
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import NamedTuple
 
 import redis
 
@@ -101,18 +102,29 @@ def change_counters(kind: str) -> dict[str, int]:
     return counters
 
 
-def freshness(counters: dict[str, int]) -> dict[str, Any]:
-    """A run's freshness figures from its counters: revisits, the share of them that found a
-    change (None without revisits), pages not due, revisit records and the bytes they saved."""
+class Freshness(NamedTuple):
+    """A run's freshness figures (``crawler schedule list``): revisits, the share of them that
+    found a change (None without revisits), pages not due, revisit records and the bytes
+    they saved."""
+
+    revisits: int
+    changed_share: float | None
+    not_due: int
+    revisit_records: int
+    revisit_bytes_saved: int
+
+
+def freshness(counters: Mapping[str, int]) -> Freshness:
+    """A run's :class:`Freshness` from its counters."""
     revisits = counters.get(Counter.REVISITS.value, 0)
     changed = counters.get(Counter.REVISITS_CHANGED.value, 0)
-    return {
-        "revisits": revisits,
-        "changed_share": round(changed / revisits, 4) if revisits else None,
-        "not_due": counters.get(Counter.NOT_DUE.value, 0),
-        "revisit_records": counters.get(Counter.REVISIT_RECORDS.value, 0),
-        "revisit_bytes_saved": counters.get(Counter.REVISIT_BYTES_SAVED.value, 0),
-    }
+    return Freshness(
+        revisits=revisits,
+        changed_share=round(changed / revisits, 4) if revisits else None,
+        not_due=counters.get(Counter.NOT_DUE.value, 0),
+        revisit_records=counters.get(Counter.REVISIT_RECORDS.value, 0),
+        revisit_bytes_saved=counters.get(Counter.REVISIT_BYTES_SAVED.value, 0),
+    )
 
 
 def change(previous: Seen | None, body_digest: str) -> str:

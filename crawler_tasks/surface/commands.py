@@ -8,12 +8,14 @@ import contextlib
 import json
 import math
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import click
 
 from ..errors import ConfigError
 from ..settings import INFINITE_OK, LIMITS, number, range_problem, redact
+from ..state.formats import Counter
 from . import cli_common as cli
 from .cli_common import Fail, broker_option, connect, handle, json_option, say
 from .export import export
@@ -31,23 +33,25 @@ def status(crawl_id: str, broker: str | None, as_json: bool) -> None:
     crawl = handle(crawl_id, broker)
     p = cli.patiently(crawl.settings, lambda: crawl_figures(crawl))
     if as_json:
-        click.echo(cli.dumps(p, indent=2))
+        click.echo(cli.dumps(p.to_json(), indent=2))
         return
     from .display import line
 
     click.echo(line(p))
-    if p.get("on_item_waiting"):
+    detail = p.detail
+    assert detail is not None  # crawl_figures reads it
+    if detail.on_item_waiting:
         click.echo(
-            f"  on_item: {p['on_item_waiting']} batches waiting in queue "
+            f"  on_item: {detail.on_item_waiting} batches waiting in queue "
             f"{crawl.options.on_item_queue!r} (is a worker consuming it?)"
         )
-    for d in p["domains"]:
+    for d in detail.domains:
         click.echo(f"  {d['domain']}: {domain_line(d)}")
-    b = p["bloom"]
+    b = detail.bloom
     click.echo(f"  bloom: fill={b['fill_ratio']:.4f} est. false positives={fp_rate(b)}")
 
 
-def domain_line(d: dict[str, Any]) -> str:
+def domain_line(d: Mapping[str, Any]) -> str:
     """One host's state for ``crawler status``: pace, and why it waits when it does."""
     text = (
         f"pending={d['pending']} in_flight={d['in_flight']} rate={d['rate']:.3g}/s "
@@ -68,7 +72,7 @@ def domain_line(d: dict[str, Any]) -> str:
     return text
 
 
-def fp_rate(bloom: dict[str, float]) -> str:
+def fp_rate(bloom: Mapping[str, float]) -> str:
     rate = bloom["estimated_fp_rate"]
     return "< 1e-9" if rate < 1e-9 else f"{rate:.2g}"
 
@@ -80,25 +84,26 @@ def fp_rate(bloom: dict[str, float]) -> str:
 def list_cmd(broker: str | None, limit: int, as_json: bool) -> None:
     """Crawls known to the broker, newest first."""
     from ..state.keys import Keys
-    from .crawl import list_crawls
+    from .crawl import listed
 
     settings, client = connect(broker)
-    crawls = cli.patiently(settings, lambda: list_crawls(client, Keys(settings.key_prefix), limit))
+    crawls = cli.patiently(settings, lambda: listed(client, Keys(settings.key_prefix), limit))
     if as_json:
-        click.echo(cli.dumps(crawls))
+        click.echo(cli.dumps([c.to_json() for c in crawls]))
         return
     if not crawls:
         click.echo("no crawls", err=True)
         return
     click.echo("CRAWL ID\tSTATUS\tAGE\tDONE\tQUEUED\tFAILED\tPAGES/S\tSEEDS")
     for c in crawls:
-        if "unreadable" in c:
-            click.echo(f"skipped: {c['unreadable']}", err=True)
+        p = c.progress
+        if p is None:
+            click.echo(f"skipped: {c.unreadable}", err=True)
             continue
-        seeds = c["seeds"][0] + (f" (+{len(c['seeds']) - 1})" if len(c["seeds"]) > 1 else "")
+        seeds = c.seeds[0] + (f" (+{len(c.seeds) - 1})" if len(c.seeds) > 1 else "")
         click.echo(
-            f"{c['crawl_id']}\t{c['status']}\t{age(time.time() - c['started_at'])}\t{c['done']}"
-            f"\t{c['queued']}\t{c['failed']}\t{c['pages_per_s']:.1f}\t{seeds}"
+            f"{c.crawl_id}\t{p.status}\t{age(c.age_s)}\t{p[Counter.DONE]}"
+            f"\t{p[Counter.QUEUED]}\t{p[Counter.FAILED]}\t{p.pages_per_s:.1f}\t{seeds}"
         )
 
 

@@ -20,19 +20,21 @@ from typing import Any
 
 import redis
 
-from ..errors import ConfigError, RedisFull, UnknownCrawl
-from ..settings import Settings, load
+from ..errors import ConfigError, RedisFull
+from ..settings import Settings
 from ..state import connection
 from ..state import store as stores
 from ..state.ceilings import read as read_ceilings
-from ..state.connection import check_redis_url
-from ..state.formats import Status
-from ..state.health import memory, no_room_for
-from ..state.keys import CrawlKeys, Keys
+from ..state.figures import Detail, Listed, Live, Progress
+from ..state.formats import Counter
+from ..state.health import no_room_for
+from ..state.keys import Keys
 from ..state.options import CrawlOptions
+from ..state.outlook import read_outlook
 from ..state.politeness import effective_rate
-from ..state.stats import RATE_WINDOW, Stats
-from ..state.store import CrawlStore, RedisHandle, check_seeds, new_crawl_id
+from ..state.store import RedisHandle, check_seeds, new_crawl_id
+from ..state.summary import Summary
+from .handle import CrawlHandle, connect_settings
 
 __all__ = [
     "Crawl",
@@ -134,14 +136,6 @@ def launch(
     return Crawl(store.id, settings=settings, client=client, store=store)
 
 
-def connect_settings(broker: str | None) -> Settings:
-    """Settings from the environment, with ``broker`` (checked) as broker and state URL."""
-    if broker is None:
-        return load()
-    check_redis_url(broker)
-    return load(broker_url=broker, redis_url="")
-
-
 def _full_message(client: redis.Redis, opts: CrawlOptions) -> str:
     info, bloom = client.info("memory"), opts.bloom
     mb = 1024 * 1024
@@ -156,158 +150,22 @@ def _full_message(client: redis.Redis, opts: CrawlOptions) -> str:
     )
 
 
-class Crawl:
-    """A handle on one crawl; cheap to create, holds no state but its id and clients."""
-
-    def __init__(
-        self,
-        crawl_id: str,
-        *,
-        broker: str | None = None,
-        settings: Settings | None = None,
-        client: redis.Redis | None = None,
-        store: CrawlStore | None = None,
-    ) -> None:
-        self.id = crawl_id
-        self.settings = settings or connect_settings(broker)
-        self.client = client or connection.connect(self.settings.state_url)
-        self._r = (
-            store.r
-            if store is not None
-            else RedisHandle.connect(self.client, self.settings.key_prefix)
-        )
-        self.keys = self._r.keys
-        self._store = store
-
-    def __repr__(self) -> str:
-        return f"<Crawl {self.id}>"
-
-    @property
-    def store(self) -> CrawlStore:
-        """The crawl's Redis side; UnknownCrawl (a KeyError) if the crawl expired or never started."""
-        if self._store is None:
-            opts = CrawlStore.read_options(self._r, self.id)
-            if opts is None:
-                raise UnknownCrawl(self.id)
-            self._store = CrawlStore(self._r, opts)
-        return self._store
-
-    @property
-    def ck(self) -> CrawlKeys:
-        """The crawl's key names (crawl-wide ones only while the crawl is unknown)."""
-        try:
-            return self.store.ck
-        except UnknownCrawl:
-            return self.keys.crawl(self.id)
-
-    @property
-    def options(self) -> CrawlOptions:
-        return self.store.opts
-
-    @property
-    def stats(self) -> Stats:
-        """The crawl's counters and progress figures."""
-        return self.store.stats
-
-    @property
-    def output_dir(self) -> Path:
-        """Where this crawl's files are: its ``output`` if it set one, else this host's
-        ``CRAWLER_OUTPUT_DIR`` (each worker writes under its own; see the README)."""
-        return Path(self.options.output or self.settings.output_dir).resolve() / self.id
+class Crawl(CrawlHandle):
+    """A handle on one crawl (:class:`~crawler_tasks.surface.handle.CrawlHandle`: its store,
+    status and files) and what a user does with it: watch it (its figures, typed in
+    state/figures.py, and their JSON form), wait for it, steer it."""
 
     # --- watching ----------------------------------------------------------------------------
+    def read_progress(self, detail: Detail | None = None) -> Progress:
+        """The crawl's figures now, typed, with their outlook (the busiest hosts' backlog,
+        those down, Redis's memory, render decisions) and ``detail`` if given (``crawler
+        status``'s: surface/figures.py)."""
+        outlook = read_outlook(self.store, self.settings.admission_memory_fraction)
+        return self.stats.progress(outlook, detail)
+
     def progress(self) -> dict[str, Any]:
-        opts = self.options
-        p = self.stats.progress()
-        over = Status(p["status"]).final
-        # Pages/s of the last RATE_WINDOW s: a young crawl has not lived that long yet.
-        if 0 < p["elapsed_s"] < RATE_WINDOW and not over:
-            p["recent_pages_per_s"] *= RATE_WINDOW / max(p["elapsed_s"], 1.0)
-        # ETA of the work known now (outstanding is exact; links found later add to it).
-        if p["recent_pages_per_s"] > 0 and not p["paused"] and not over:
-            left = max(opts.max_pages - p["done"], 0) if opts.max_pages else p["outstanding"]
-            p["eta_s"] = round(min(left, p["outstanding"]) / p["recent_pages_per_s"], 1)
-        p["backlog"] = self.store.frontier.backlog(5)
-        p["hosts_down"] = self._hosts_down([d for d, _ in p["backlog"]])
-        p["summary_path"] = self.store.lifecycle.read().summary_path
-        # Workers wait (and cannot record why) while Redis is full: ask Redis itself.
-        mem = memory(self.client)
-        p["redis_oom"] = mem is not None and mem.refuses_writes()
-        fraction = self.settings.admission_memory_fraction
-        p["admission_paused"] = mem is not None and mem.over(fraction)
-        p["redis_memory"] = mem.as_dict() if mem is not None else None
-        # render="auto": each host's decision and its evidence (state/render_plan.py).
-        renders = opts.render != "never" or opts.render_hosts
-        p["render_hosts"] = self.store.render_plan.hosts() if renders else {}
-        return p
-
-    def _hosts_down(self, names: list[str]) -> list[dict[str, Any]]:
-        """Of the busiest hosts, those whose circuit is open: since when, next probe when."""
-        keep = ("domain", "down_since", "next_probe_s")
-        return [
-            {k: d[k] for k in keep}
-            for d in self.store.politeness.domains(names)
-            if d["down_since"] is not None
-        ]
-
-    @property
-    def finished(self) -> bool:
-        return self.status.final
-
-    @property
-    def status(self) -> Status:
-        try:
-            return self.store.lifecycle.status()
-        except UnknownCrawl:  # not started yet, or expired
-            return Status.UNKNOWN
-
-    def exists(self) -> bool:
-        return stores.exists(self._r, self.id)
-
-    def wait(self, timeout: float | None = None, poll: float = 0.25) -> dict[str, Any]:
-        """Block until the crawl is finished (its counter reached zero); returns the summary."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while not self.finished:
-            if deadline is not None and time.monotonic() > deadline:
-                p = self.stats.progress()
-                left = {k: p[k] for k in ("status", "done", "queued", "in_flight", "retrying")}
-                raise TimeoutError(f"crawl {self.id} not finished after {timeout}s: {left}")
-            time.sleep(poll)
-        return self.summary()
-
-    def summary(self) -> dict[str, Any]:
-        """The crawl's ``summary.json`` once the finishing worker has written it (the status
-        flips just before), else the same figures computed from Redis now."""
-        path = self.output_dir / "summary.json"
-        finished_at = self.store.lifecycle.read().finished_at or 0.0
-        for _ in range(40 if finished_at else 0):
-            if path.exists():
-                data = dict(json.loads(path.read_text("utf-8")))
-                # After retry_failed() the file of the first finish is still there.
-                if finished_at and (data.get("finished_at") or 0) >= finished_at - 1e-3:
-                    return _without_zeros(data)
-            time.sleep(0.05)
-        return _without_zeros(self.stats.summary())
-
-    def pages(self, latest: bool = True) -> Iterator[dict[str, Any]]:
-        """Records of this crawl's ``pages-*.jsonl`` (on this host). The files are append-only
-        logs: a URL replayed by :meth:`retry_failed` has a record for each final state it
-        reached; with ``latest`` (default) only its last one is yielded (by ``fetched_at``,
-        then file order). ``crawler export --pages`` writes the same records."""
-        from ..worker.output.read import latest_pages, read_pages  # files: not for the dashboard
-
-        return latest_pages(self.output_dir) if latest else read_pages(self.output_dir)
-
-    def items(self, latest: bool = True) -> Iterator[dict[str, Any]]:
-        """Lines of this crawl's ``items-*.jsonl`` (on this host): ``{"url", "item", "rid"}``.
-        With ``latest`` (default), only the items of each URL's last record (a page replayed
-        by :meth:`retry_failed` has the items of each of its records). ``crawler export
-        --items`` writes their ``item`` dicts."""
-        from ..worker.output.read import latest_items, read_pages
-
-        if latest:
-            return latest_items(self.output_dir)
-        return read_pages(self.output_dir, kind="items")
+        """The figures of :meth:`read_progress` as JSON (what ``watch --json`` prints)."""
+        return self.read_progress().to_json()
 
     def bloom(self) -> dict[str, float]:
         return self.store.bloom.stats()
@@ -319,6 +177,36 @@ class Crawl:
         for info in infos:
             info["rate"] = effective_rate(info, self.options.rate)
         return infos
+
+    def wait(self, timeout: float | None = None, poll: float = 0.25) -> dict[str, Any]:
+        """Block until the crawl is finished (its counter reached zero); returns the summary."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.finished:
+            if deadline is not None and time.monotonic() > deadline:
+                p = self.stats.progress()
+                shown = (Counter.DONE, Counter.QUEUED, Live.IN_FLIGHT, Live.RETRYING)
+                left = {"status": p.status.value, **{f.value: p[f] for f in shown}}
+                raise TimeoutError(f"crawl {self.id} not finished after {timeout}s: {left}")
+            time.sleep(poll)
+        return self.summary()
+
+    def read_summary(self) -> Summary:
+        """The crawl's ``summary.json`` once the finishing worker has written it (the status
+        flips just before), else the same figures computed from Redis now."""
+        path = self.output_dir / "summary.json"
+        finished_at = self.store.lifecycle.read().finished_at or 0.0
+        for _ in range(40 if finished_at else 0):
+            if path.exists():
+                written = Summary.from_json(json.loads(path.read_text("utf-8")))
+                # After retry_failed() the file of the first finish is still there.
+                if finished_at and (written.finished_at or 0) >= finished_at - 1e-3:
+                    return written
+            time.sleep(0.05)
+        return self.stats.summary()
+
+    def summary(self) -> dict[str, Any]:
+        """:meth:`read_summary` as JSON: what ``summary.json`` holds."""
+        return self.read_summary().to_json()
 
     def events(self, timeout: float | None = None) -> Iterator[dict[str, Any]]:
         """Live events of this crawl until ``crawl_finished`` (or ``timeout`` s of silence);
@@ -333,10 +221,10 @@ class Crawl:
                 msg = pubsub.get_message(timeout=timeout if timeout is not None else 1.0)
                 if msg is None:
                     if self.finished:  # its crawl_finished went out before we listened: rebuilt
-                        s = self.summary()
-                        ts = s.get("finished_at") or time.time()
+                        s = self.read_summary()
+                        ts = s.finished_at or time.time()
                         yield {"event": "crawl_finished", "crawl_id": self.id, "ts": ts,
-                               "summary": s, "replayed": True}  # fmt: skip
+                               "summary": s.to_json(), "replayed": True}  # fmt: skip
                         return
                     if timeout is not None:
                         return
@@ -384,15 +272,12 @@ class Crawl:
         return admitted.admitted
 
 
-def _without_zeros(summary: dict[str, Any]) -> dict[str, Any]:
-    """retry_failed() takes replayed URLs off their failure counters: drop the zeros left."""
-    for name in ("failures", "skipped", "changes", "status_codes"):
-        if isinstance(summary.get(name), dict):
-            summary[name] = {k: v for k, v in summary[name].items() if v}
-    return summary
-
-
 def list_crawls(client: redis.Redis, keys: Keys, limit: int = 50) -> list[dict[str, Any]]:
     """The newest crawls: id, status, seeds, started_at and their progress counters; one that
     cannot be read is an entry with ``unreadable`` (why) instead (store.listing)."""
+    return [entry.to_json() for entry in listed(client, keys, limit)]
+
+
+def listed(client: redis.Redis, keys: Keys, limit: int = 50) -> list[Listed]:
+    """:func:`list_crawls`, typed (``crawler list``)."""
     return stores.listing(RedisHandle.connect(client, keys.prefix), limit)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -15,13 +15,12 @@ from click.core import ParameterSource
 from ..errors import ConfigError
 from ..settings import Settings, load, number, redact
 from ..state import connection
-from ..state.formats import TLS_NOTE
 from ..state.options import PRIORITIES, CrawlOptions
 from ..web.urls import host_of, normalize
 from . import cli_common as cli
 from .cli_common import INTERRUPTED, Fail, json_option, option_items, parse_options, settings_for
-from .export import output_place
-from .summary import failed, summary_text
+from .crawl_run import run
+from .summary import summary_text
 
 if TYPE_CHECKING:
     from .seeds import SeedsFile
@@ -219,12 +218,12 @@ def crawl(broker: str | None, embedded: bool, no_wait: bool, as_json: bool, **_:
         live = stack.enter_context(cluster(settings, embedded, logs, named, int(renders)))
         _check_on_item(live, opts)
         more = seeds_file.rest() if seeds_file else ()
-        summary, interrupted = _run(live, opts, no_wait, more, as_json)
+        summary, interrupted = run(live, opts, no_wait, more, as_json)
     if summary is not None:
-        click.echo(cli.dumps(summary, indent=2) if as_json else summary_text(summary))
+        click.echo(cli.dumps(summary.to_json(), indent=2) if as_json else summary_text(summary))
     if interrupted:
         return INTERRUPTED
-    return CRAWL_FAILED if summary is not None and failed(summary) else 0
+    return CRAWL_FAILED if summary is not None and summary.failed else 0
 
 
 #: Exit status of a crawl stopped by an error of its setup (a hook no worker can import), or
@@ -315,82 +314,3 @@ def _check_no_wait(settings: Settings, embedded: bool) -> None:
             f"--no-wait: no worker consumes the crawl queues at {where}; start workers "
             "(README, 'Running workers') or drop --no-wait"
         )
-
-
-def _run(
-    settings: Settings,
-    opts: CrawlOptions,
-    no_wait: bool,
-    more_seeds: Iterable[str] = (),
-    as_json: bool = False,
-) -> tuple[dict[str, Any] | None, bool]:
-    from rich.console import Console
-
-    from .crawl import launch
-    from .display import watch
-
-    _warn_if_running(settings, opts)
-    handle = cli.patient(launch(opts, settings=settings, more_seeds=more_seeds))
-    where = output_place(handle)[1]
-    click.echo(f"crawl {handle.id} started; output in {where}", err=True)
-    if no_wait:
-        started = {"crawl_id": handle.id, "status": "running", "output_dir": str(where)}
-        click.echo(cli.dumps(started) if as_json else handle.id)
-        return None, False
-    _say_pace(opts)
-    interrupted = False
-    try:
-        # Progress on stderr: stdout carries only the summary (``--json`` pipes cleanly).
-        watch(handle, console=Console(stderr=True))
-    except KeyboardInterrupt:
-        click.echo(f"\ninterrupted: cancelling crawl {handle.id}", err=True)
-        handle.cancel()
-        handle.wait(timeout=30)
-        interrupted = True
-    summary = handle.summary()
-    summary["output_dir"] = output_place(handle)[1]  # the workers' place, once they wrote
-    if settings.ca_bundle and summary.get(TLS_NOTE):
-        # This command trusts the CA; the workers that failed the handshake do not.
-        summary["tls_hint"] = (
-            f"this command has CRAWLER_CA_BUNDLE={settings.ca_bundle}, the workers that "
-            "fetched do not: start every worker with it too"
-        )
-    dead = handle.failed()
-    first = next((f for f in dead if f.get("extract_error")), None)
-    if first is not None:
-        summary["first_extract_error"] = f"{first['url']}: {first['extract_error']}"
-    first = next((f for f in dead if f.get("error")), None)
-    if first is not None:  # its cause, not only a count by reason (a browser that won't start)
-        why = f": {first['detail']}" if first.get("detail") else ""
-        summary["first_failure"] = f"{first['url']}: {first['error']}{why}"
-    return summary, interrupted
-
-
-def _warn_if_running(settings: Settings, opts: CrawlOptions) -> None:
-    """The same command run twice (a --no-wait repeated) would crawl one site twice at once:
-    allowed (a recrawl may be meant), but said."""
-    from ..state.store import RedisHandle, same_seeds_running
-
-    r = RedisHandle.connect(cli.client_for(settings), settings.key_prefix)
-    for crawl_id in same_seeds_running(r, opts.seeds):
-        click.echo(
-            f"warning: crawl {crawl_id} of the same seeds is still running; this is another "
-            f"(`crawler cancel {crawl_id}` stops that one)",
-            err=True,
-        )
-
-
-def _say_pace(opts: CrawlOptions) -> None:
-    """Once, when the user chose no pace: politeness is what sets it, and how to raise it."""
-    if opts.rates or ParameterSource.COMMANDLINE in _rate_sources():
-        return
-    click.echo(
-        f"pace: {opts.rate:g} request/s per host (politeness; robots.txt Crawl-delay may lower "
-        "it). On a site of your own raise it: --host-rate HOST=10 (or --default-rate)",
-        err=True,
-    )
-
-
-def _rate_sources() -> set[ParameterSource | None]:
-    ctx = click.get_current_context()
-    return {ctx.get_parameter_source(name) for name in ("default_rate", "rates")}

@@ -1,8 +1,8 @@
 """The dashboard's handlers (as Flower's ``views/``): each reads the typed
 :class:`~crawler_tasks.surface.dashboard_state.DashboardState` it is given, never a dict.
 
-    GET  /api/crawls                    every recent crawl's progress() (figures.crawls_list)
-    GET  /api/crawls/ID                 figures.crawl_figures: what `crawler status --json` prints
+    GET  /api/crawls                    every recent crawl's progress (figures.crawls_list)
+    GET  /api/crawls/ID                 figures.crawl_figures as JSON: what `crawler status --json` prints
     GET  /api/crawls/ID/page            the crawl page's data (figures.crawl_page)
     GET  /api/crawls/ID/hosts?sort=pending&desc=1&offset=0&limit=50   the host table
     POST /api/crawls/ID/pause|resume|cancel|retry_failed               the CLI's functions
@@ -140,7 +140,7 @@ class CrawlsApi(Base):
 
 class CrawlApi(Base):
     async def get(self, crawl_id: str) -> None:
-        self.send_json(await self.off_loop(lambda: crawl_figures(self.crawl(crawl_id))))
+        self.send_json(await self.off_loop(lambda: crawl_figures(self.crawl(crawl_id)).to_json()))
 
 
 class CrawlPageApi(Base):

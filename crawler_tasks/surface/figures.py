@@ -1,14 +1,17 @@
-"""A crawl's figures, computed in ONE place for everything that shows them: ``crawler status
---json`` and the dashboard's ``/api/crawls/ID`` call :func:`crawl_figures`, which is
-``Crawl.progress()`` plus the busiest hosts and the dedupe filter; the dashboard's crawl page
-adds what only it shows (:func:`crawl_page`) around those same figures, and its crawls list
-(:func:`crawls_list`) is ``progress()`` of each crawl. tests/integration/test_dashboard.py asserts
-the API and ``status --json`` agree."""
+"""A crawl's figures, read in ONE place for everything that shows them: ``crawler status
+--json`` and the dashboard's ``/api/crawls/ID`` send the JSON form of :func:`crawl_figures`,
+``Crawl.read_progress()`` with its :class:`~crawler_tasks.state.figures.Detail` (the busiest
+hosts, the dedupe filter, an on_item queue); the dashboard's crawl page adds what only it shows
+(:func:`crawl_page`) around those same figures, and its crawls list (:func:`crawls_list`) is
+the progress of each crawl. tests/integration/test_dashboard.py asserts the API and
+``status --json`` agree. Each figure is a typed attribute (state/figures.py), never read here
+by its name."""
 
 from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import redis
@@ -17,7 +20,8 @@ from ..errors import UnknownCrawl
 from ..settings import Settings
 from ..state import events, workers
 from ..state import store as stores
-from ..state.stats import declared
+from ..state.figures import Detail, Families, Listed, Progress
+from ..state.formats import Counter, Status
 from ..state.store import RedisHandle
 from .crawl import Crawl
 
@@ -25,15 +29,17 @@ from .crawl import Crawl
 EXAMPLES_SCANNED = 2000
 
 
-def crawl_figures(crawl: Crawl, domains: int = 10) -> dict[str, Any]:
-    """``progress()``, the ``domains`` busiest hosts (their pace and why) and the
-    dedupe filter's fill: what ``crawler status --json`` prints."""
-    p = crawl.progress()
-    p["domains"] = crawl.domains(domains)
-    p["bloom"] = crawl.bloom()
-    if crawl.options.on_item:
-        p["on_item_waiting"] = waiting(crawl.settings, crawl.options.on_item_queue)
-    return p
+def crawl_figures(crawl: Crawl, domains: int = 10) -> Progress:
+    """``Crawl.read_progress()`` with the ``domains`` busiest hosts (their pace and why), the
+    dedupe filter's fill and an on_item queue's backlog: what ``crawler status`` shows."""
+    queue = crawl.options.on_item_queue if crawl.options.on_item else None
+    detail = Detail(
+        domains=tuple(crawl.domains(domains)),
+        bloom=crawl.bloom(),
+        on_item=queue is not None,
+        on_item_waiting=waiting(crawl.settings, queue) if queue is not None else None,
+    )
+    return crawl.read_progress(detail)
 
 
 def waiting(settings: Settings, queue: str) -> int | None:
@@ -55,31 +61,56 @@ def waiting(settings: Settings, queue: str) -> int | None:
 
 def crawl_page(crawl: Crawl) -> dict[str, Any]:
     """Everything the dashboard's crawl page shows: :func:`crawl_figures` under ``figures``,
-    the status-code and error breakdown, the series, workers seen and the action log."""
+    every counter and live figure with its group and help, the status-code and error
+    breakdown, the controls that apply, the series, workers seen and the action log."""
     store = crawl.store
-    counters = store.stats.counters()
-    families = store.stats.families(counters)
-    figures = crawl_figures(crawl)
+    p = crawl_figures(crawl)
+    families = Families.of(p.counts)
     live = workers_seen(crawl)
     return {
-        "figures": figures,
-        # Every counter and live figure, grouped, with its help (state/stats.declared).
-        "counters": declared({**counters, **figures}),
+        "figures": p.to_json(),
+        # Every counter and live figure, grouped, with its help (state/figures.py).
+        "counters": [row.to_json() for row in p.rows(every=True)],
         "seeds": list(crawl.options.seeds),
         "started_at": crawl.options.started_at,
-        "status_codes": dict(sorted((k, v) for k, v in families["status_codes"].items() if v)),
-        "errors": error_classes(crawl, families["failures"], counters.get("extract_errors", 0)),
-        "series": store.series.rates(live=figures["status"] in ("running", "paused")),
+        "status_codes": dict(families.status_codes),
+        "errors": error_classes(crawl, families.failures, p[Counter.EXTRACT_ERRORS]),
+        "controls": controls(p),
+        "series": store.series.rates(live=p.status in (Status.RUNNING, Status.PAUSED)),
         "workers": [w for w in live if w["alive"]],
         # Processes that stopped beating (their heartbeat stays until it expires).
         "workers_gone": sum(1 for w in live if not w["alive"]),
         # Workers admit no new URL above this fraction of maxmemory (the admission line).
         "admission_memory_fraction": crawl.settings.admission_memory_fraction,
+        "admission": admission(p),
         "actions": events.actions(crawl.client, store.ck),
     }
 
 
-def error_classes(crawl: Crawl, counts: dict[str, int], extract: int) -> list[dict[str, Any]]:
+def admission(p: Progress) -> dict[str, float | None]:
+    """The admission line: its fraction of maxmemory (the setting), in bytes of Redis memory
+    and how much of it is used (None: Redis has no maxmemory with noeviction, so no line)."""
+    outlook = p.outlook
+    assert outlook is not None  # crawl_figures reads it
+    return {
+        "fraction": outlook.admission_fraction,
+        "line_bytes": outlook.admission_line_bytes,
+        "reached": outlook.admission_reached,
+    }
+
+
+def controls(p: Progress) -> dict[str, bool]:
+    """Which of the page's controls apply now (as the CLI's commands would act): none on a
+    finished crawl but a retry of its failed URLs (and the rates, which a retry then uses)."""
+    return {
+        "pause": not p.final and not p.paused,
+        "resume": not p.final and p.paused,
+        "cancel": not p.final,
+        "retry_failed": p[Counter.FAILED] > 0,
+    }
+
+
+def error_classes(crawl: Crawl, counts: Mapping[str, int], extract: int) -> list[dict[str, Any]]:
     """Each failure reason (the ``failed:*`` counters, exact) and extract errors, with one
     example URL and message from the dead letters (the first ``EXAMPLES_SCANNED`` read)."""
     examples: dict[str, dict[str, Any]] = {}
@@ -120,18 +151,16 @@ def workers_seen(crawl: Crawl) -> list[dict[str, Any]]:
 
 
 def crawls_list(client: redis.Redis, settings: Settings, limit: int = 50) -> list[dict[str, Any]]:
-    """The newest crawls for the dashboard's crawls page: each one's ``progress()`` (the
-    same figures as ``crawler status``), seeds and start time."""
+    """The newest crawls for the dashboard's crawls page: each one's progress (the same
+    figures as ``crawler status``), seeds and start time, as JSON."""
     r = RedisHandle.connect(client, settings.key_prefix)
     out = []
     for crawl_id in stores.recent(r, limit):
         crawl = Crawl(crawl_id, settings=settings, client=client)
         try:
-            p = crawl.progress()
+            p = crawl.read_progress()
         except UnknownCrawl:
             continue  # expired
-        p.pop("backlog", None)
-        out.append(
-            {**p, "seeds": list(crawl.options.seeds), "started_at": crawl.options.started_at}
-        )
+        opts = crawl.options
+        out.append(Listed(crawl_id, p, tuple(opts.seeds), opts.started_at).to_json())
     return out

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import redis
@@ -16,9 +16,8 @@ from ..errors import UnknownCrawl
 from ..settings import Settings
 from ..state import store as stores
 from ..state import workers
-from ..state.formats import Counter, Status
+from ..state.figures import FIGURES, Families, Progress
 from ..state.health import Memory, memory
-from ..state.stats import LIVE
 from ..state.store import RedisHandle
 from .crawl import Crawl
 
@@ -27,14 +26,18 @@ log = logging.getLogger(__name__)
 #: Crawls exported: the most recent ones (finished crawls keep their final numbers).
 MAX_CRAWLS = 20
 
-#: Counters exported per crawl, with their help text (declared with each Counter).
-_COUNTERS = {c.value: c.help for c in Counter if not c.gauge}
-#: Gauges exported per crawl: the counters that go down too, and progress() figures.
-_GAUGES = {
-    **{c.value: c.help for c in Counter if c.gauge},
-    **LIVE,
-    "recent_pages_per_s": "URLs finished per second, recent",
-    "paused": "1 while the crawl is paused (no progress expected: alerts leave it alone)",
+#: Counters exported per crawl, with their help text (declared with each figure: formats.Counter).
+_COUNTERS = {f.value: f.help for f in FIGURES if not f.gauge}
+#: Gauges exported per crawl: the counters that go down too and the live figures
+#: (state/figures.Live), declared with each ...
+_GAUGES = {f.value: f.help for f in FIGURES if f.gauge}
+#: ... and the progress figures that are not counts, with how each is read.
+_PACE: dict[str, tuple[str, Callable[[Progress], float]]] = {
+    "recent_pages_per_s": ("URLs finished per second, recent", lambda p: p.recent_pages_per_s),
+    "paused": (
+        "1 while the crawl is paused (no progress expected: alerts leave it alone)",
+        lambda p: float(p.paused),
+    ),
 }
 
 
@@ -47,16 +50,14 @@ class CrawlCollector(Collector):
         self.settings = settings
         self.r = RedisHandle.connect(client, settings.key_prefix)
 
-    def _figures(self, crawl_id: str) -> dict[str, Any]:
+    def _figures(self, crawl_id: str) -> tuple[Progress, list[dict[str, Any]]]:
+        """The crawl's progress and, while it runs, its busiest hosts."""
         crawl = Crawl(crawl_id, settings=self.settings, client=self.client)
-        summary = crawl.stats.summary()
-        summary["progress"] = crawl.stats.progress()
-        final = Status(summary["progress"]["status"]).final
-        summary["domains"] = [] if final else crawl.domains(10)
-        return summary
+        p = crawl.stats.progress()
+        return p, [] if p.final else crawl.domains(10)
 
-    def _shown(self, summary: dict[str, Any]) -> bool:
-        ended = summary.get("finished_at") or 0
+    def _shown(self, p: Progress) -> bool:
+        ended = p.state.finished_at or 0
         return not ended or time.time() - ended <= self.settings.metrics_finished_seconds
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
@@ -68,7 +69,7 @@ class CrawlCollector(Collector):
         }
         gauges = {
             n: GaugeMetricFamily(f"crawler_{n}", text, labels=["crawl"])
-            for n, text in _GAUGES.items()
+            for n, text in {**_GAUGES, **{n: text for n, (text, _) in _PACE.items()}}.items()
         }
         failures = CounterMetricFamily(
             "crawler_failures", "final failures by reason", labels=["crawl", "reason"]
@@ -89,24 +90,23 @@ class CrawlCollector(Collector):
         unreadable = len(skipped)
         for crawl_id in ids:
             try:
-                summary = self._figures(crawl_id)
+                p, domains = self._figures(crawl_id)
             except UnknownCrawl:
                 continue  # expired since the listing was read
             except Exception:  # one bad crawl must not take the endpoint down for all
                 log.warning("crawler metrics: skipped crawl %s", crawl_id, exc_info=True)
                 unreadable += 1
                 continue
-            if not self._shown(summary):
+            if not self._shown(p):
                 continue
-            p, c = summary["progress"], summary["counters"]
-            unwritable.add_metric([crawl_id], 1 if p.get("output") else 0)
-            for n in _COUNTERS:
-                counters[n].add_metric([crawl_id], c.get(n, 0))
-            for n in _GAUGES:  # a progress() figure, or a counter progress() does not show
-                gauges[n].add_metric([crawl_id], float(p.get(n, c.get(n, 0))))
-            for reason, n in summary["failures"].items():
+            unwritable.add_metric([crawl_id], 1 if p.output else 0)
+            for f in FIGURES:
+                (gauges if f.gauge else counters)[f.value].add_metric([crawl_id], p[f])
+            for name, (_, read) in _PACE.items():
+                gauges[name].add_metric([crawl_id], read(p))
+            for reason, n in Families.of(p.counts).failures.items():
                 failures.add_metric([crawl_id, reason], n)
-            for d in summary["domains"]:
+            for d in domains:
                 backlog.add_metric([crawl_id, d["domain"]], d["pending"])
                 rate.add_metric([crawl_id, d["domain"]], d["rate"])
         yield from counters.values()

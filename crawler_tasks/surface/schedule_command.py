@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from ..errors import ConfigError
 from .cli_common import Fail, broker_option, connect, json_option, option_items, parse_options, say
+
+if TYPE_CHECKING:
+    from ..state.validators import Freshness
 
 
 @click.group()
@@ -81,22 +84,24 @@ def period(item: Any) -> str:
 def schedule_list(broker: str | None, as_json: bool) -> None:
     """Schedules and their most recent runs."""
     schedules = _schedules(broker)
-    listed = []
+    listed, lasts = [], []
     for item in schedules.all():
         runs = schedules.runs(item.name, 5)
         last = _freshness(schedules, runs, broker)
-        listed.append({**described(item), "runs": runs, "last_run": last})
+        lasts.append(last)
+        shown = None if last is None else {"crawl_id": last[0], **last[1]._asdict()}
+        listed.append({**described(item), "runs": runs, "last_run": shown})
     if as_json:
         say(True, listed, "")
         return
-    for entry in listed:
+    for entry, last in zip(listed, lasts, strict=True):
         runs = ", ".join(entry["runs"]) or "-"
         click.echo(f"{entry['name']}\t{entry['period']}\t{' '.join(entry['seeds'])}\truns: {runs}")
-        if entry["last_run"]:
-            click.echo(f"  {fresh_line(entry['last_run'])}")
+        if last is not None:
+            click.echo(f"  {fresh_line(*last)}")
 
 
-def _freshness(schedules: Any, runs: list[str], broker: str | None) -> dict[str, Any] | None:
+def _freshness(schedules: Any, runs: list[str], broker: str | None) -> tuple[str, Freshness] | None:
     """The most recent run still known: its id and freshness figures (None if none is)."""
     from ..state.validators import freshness
     from .crawl import Crawl
@@ -106,16 +111,15 @@ def _freshness(schedules: Any, runs: list[str], broker: str | None) -> dict[str,
             counters = Crawl(run, broker=broker, client=schedules.client).stats.counters()
         except KeyError:  # UnknownCrawl: expired
             continue
-        return {"crawl_id": run, **freshness(counters)}
+        return run, freshness(counters)
     return None
 
 
-def fresh_line(f: dict[str, Any]) -> str:
-    share = "-" if f["changed_share"] is None else f"{f['changed_share']:.1%}"
+def fresh_line(run: str, f: Freshness) -> str:
+    share = "-" if f.changed_share is None else f"{f.changed_share:.1%}"
     return (
-        f"last run {f['crawl_id']}: revisits={f['revisits']} changed={share} "
-        f"not_due={f['not_due']} revisit_records={f['revisit_records']} "
-        f"bytes_saved={f['revisit_bytes_saved']}"
+        f"last run {run}: revisits={f.revisits} changed={share} not_due={f.not_due} "
+        f"revisit_records={f.revisit_records} bytes_saved={f.revisit_bytes_saved}"
     )
 
 

@@ -48,9 +48,10 @@ def test_a_disk_that_fills_mid_crawl_loses_nothing_and_resumes(
     ):
         filler = fill(disk, 60_000)  # room for a few dozen pages' records and WARC records
         seeds, crawl = start(settings, servers, output=str(disk / "out"))
-        p = wait_until(lambda: (q := crawl.progress())["output"] and q, timeout=120)
+        seen = wait_until(lambda: (q := crawl.read_progress()).output and q, timeout=120)
+        p = seen.to_json()
         assert p["output"] == f"disk full at {crawl.output_dir}", p["output"]
-        assert f"output: disk full at {crawl.output_dir}" in line(p)
+        assert f"output: disk full at {crawl.output_dir}" in line(seen)
         full_at = p["done"]
         time.sleep(2)  # writing paused: nothing is released, nothing fails
         assert crawl.progress()["failed"] == 0

@@ -305,7 +305,7 @@ def test_site_down_for_30_seconds_loses_nothing(settings, redis_url, tmp_path): 
             s.stop()
         time.sleep(30)
         down = {d["domain"]: d for d in crawl.domains(10)}
-        during = crawl.progress()
+        during = crawl.read_progress()
         back = [SiteServer(graph, address, port).start() for address, port in ports]
         back_at = time.monotonic()
         try:
@@ -315,7 +315,7 @@ def test_site_down_for_30_seconds_loses_nothing(settings, redis_url, tmp_path): 
                 s.stop()
     assert all(d["down_since"] and d["next_probe_s"] is not None for d in down.values()), down
     assert "DOWN since" in domain_line({**next(iter(down.values())), "rate": 1.0})
-    assert {d["domain"] for d in during["hosts_down"]} == set(down)
+    assert {d["domain"] for d in during.to_json()["hosts_down"]} == set(down)
     assert " down " in line(during) and "next probe in" in line(during)
     seen_again = [min(r.time for r in s.requests()) - back_at for s in back]
     print(f"host back -> fetched again: {', '.join(f'{t:.1f}s' for t in seen_again)}")

@@ -113,8 +113,11 @@ def crawl_into_maxmemory(client: redis.Redis, crawl: Crawl, settings: Settings, 
     client.config_resetstat()
     client.config_set("maxmemory", limit)
     try:
-        paused = wait_until(lambda: (p := crawl.progress())["admission_paused"] and p, timeout=30)
-        assert PAUSED in line(paused) and f"of maxmemory {limit / 2**20:.1f} MB)" in line(paused)
+        seen = wait_until(
+            lambda: (p := crawl.read_progress()).outlook.admission_paused and p, timeout=30
+        )
+        assert PAUSED in line(seen) and f"of maxmemory {limit / 2**20:.1f} MB)" in line(seen)
+        paused = seen.to_json()
         wait_until(lambda: log_lines(logs, PAUSED), timeout=20)
         oom = []  # whether Redis itself refused writes, sampled while admission is held
         for _ in range(int(HOLD / 0.25)):

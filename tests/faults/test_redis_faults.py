@@ -161,10 +161,11 @@ def test_crawl_waits_while_redis_is_full_and_resumes(own_redis, fault_settings, 
         client.config_set("maxmemory", 1)  # every write refused from now on
         try:
             time.sleep(3)
-            p = crawl.progress()
+            seen = crawl.read_progress()
+            p = seen.to_json()
             assert p["redis_oom"] is True
             assert p["admission_paused"] is True
-            assert "admission paused: Redis out of memory (used " in line(p)
+            assert "admission paused: Redis out of memory (used " in line(seen)
             metrics = {m.name: m for m in CrawlCollector(client, fault_settings).collect()}
             assert metrics["crawler_redis_refuses_writes"].samples[0].value == 1
             assert metrics["crawler_admission_paused"].samples[0].value == 1

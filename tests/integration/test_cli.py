@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from crawler_tasks.state.summary import Summary
 from crawler_tasks.surface.embedded import free_port
 from crawler_tasks.surface.summary import summary_text
 from tests.support.paths import HOOKS
@@ -274,7 +275,9 @@ def test_a_private_ca_fails_by_name_until_it_is_given(redis_url, tmp_path):
     assert summary["counters"]["failed"] == 1 and not summary["counters"].get("fetched")
     assert not summary["counters"].get("robots_unreachable")
     assert summary["tls_error_why"] == f"https://127.0.0.24:{site.server_port}: {why}"
-    assert f"TLS failed: https://127.0.0.24:{site.server_port}: {why}" in summary_text(summary)
+    assert f"TLS failed: https://127.0.0.24:{site.server_port}: {why}" in summary_text(
+        Summary.from_json(summary)
+    )
     (record,) = [json.loads(line) for f in (out / summary["crawl_id"]).glob("pages*.jsonl")
                  for line in f.read_text().splitlines()]  # fmt: skip
     assert record["error"] == "tls_error" and record["detail"] == f"robots.txt: {why}"

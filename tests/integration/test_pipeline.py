@@ -16,6 +16,7 @@ import pytest
 from crawler_tasks import start_crawl
 from crawler_tasks.state.formats import Committed, Unwritten
 from crawler_tasks.state.store import CrawlStore
+from crawler_tasks.state.summary import Summary
 from crawler_tasks.surface.crawl import list_crawls
 from crawler_tasks.surface.summary import summary_text
 from crawler_tasks.web.urls import normalize
@@ -140,7 +141,7 @@ def test_cancel_drains_the_frontier_as_cancelled(settings, driver):  # type: ign
     assert summary["counters"]["done"] == crawl.progress()["done"] == done
     (listed,) = list_crawls(crawl.client, crawl.store.r.keys)
     assert listed["done"] == done
-    assert f"pages: {done} done" in summary_text(summary)
+    assert f"pages: {done} done" in summary_text(Summary.from_json(summary))
 
 
 def test_every_key_a_crawl_writes_is_in_the_table(settings, driver, client):  # type: ignore[no-untyped-def]
@@ -333,7 +334,7 @@ def test_cancel_while_urls_wait_for_a_retry_finishes(settings, driver):  # type:
             [server.base_url + "/"], settings=settings, allow_private_networks=True,
             obey_robots=False, rate=math.inf, retry_backoff=60.0,
         )  # fmt: skip
-        while crawl.stats.progress()["retrying"] == 0:
+        while crawl.stats.progress().to_json()["retrying"] == 0:
             driver.step()
         assert crawl.cancel()
         summary = driver.run(crawl)

@@ -446,6 +446,6 @@ def test_a_ceiling_is_shared_by_every_crawl_of_a_host(settings, workers, redis_u
     assert report["max_in_window"] <= 4 + 1, report
     assert_shared_gate_held(arrivals, report, 1 / 4)
     for crawl in crawls:
-        assert crawl.stats.progress()["done"] == len(reachable(graph, seeds))
+        assert crawl.stats.progress().to_json()["done"] == len(reachable(graph, seeds))
     shown = CliRunner().invoke(cli, ["set-ceiling", "127.0.0.44", "default", "--broker", redis_url])
     assert "ceiling removed" in shown.output

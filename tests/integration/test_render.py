@@ -387,7 +387,7 @@ def test_a_render_told_twice_counts_once_and_forget_removes_its_trace(settings, 
     assert (host["pages"], host["asked"], host["renders"], host.get("gains", 0)) == (3, 3, 1, 0)
     assert plan.tell(urls[1], False) is RenderVerdict.RAW
     assert plan.tell(urls[1], True) is RenderVerdict.RAW
-    assert "twice.test raw (2/3 rendered, 0 added)" in render_note(crawl.progress())
+    assert "twice.test raw (2/3 rendered, 0 added)" in render_note(crawl.read_progress())
     assert client.exists(crawl.ck.render_told) and undescribed(client) == []
     assert crawl.forget() > 0  # no worker serves it
     assert not client.exists(crawl.ck.render_plan, crawl.ck.render_told)

@@ -86,7 +86,7 @@ def _assert_freshness_figures(settings, client, second, changed, revisits, first
         for r in rs
         if r.type == "response"
     }
-    status = crawl_figures(second)
+    status = crawl_figures(second).to_json()
     revisited = len(revisits) + len(changed)  # every page but the new ones was seen before
     assert status["revisits"] == revisited
     assert status["revisits_changed"] == len(changed)

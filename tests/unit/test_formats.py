@@ -133,49 +133,6 @@ def test_the_lua_counter_check_catches_an_unknown_name() -> None:
     ]
 
 
-def test_progress_and_metrics_lists_come_from_counter() -> None:
-    from crawler_tasks.state.stats import _EARLY, _LATE
-    from crawler_tasks.surface.metrics import _COUNTERS, _GAUGES
-
-    assert [c.value for c in _EARLY] == ["discovered", "admitted", "deduplicated", "queued"]
-    assert [c.value for c in _LATE] == [
-        "done", "fetched", "parsed", "failed", "bytes", "robots_disallowed",
-        "robots_unreachable", "cancelled", "rendered", "items", "extract_errors",
-        "revisits", "revisits_changed", "not_due", "revisit_records", "revisit_bytes_saved",
-    ]  # fmt: skip
-    assert set(_COUNTERS) == {c.value for c in formats.Counter} - {"queued"}
-    assert _GAUGES["queued"] == formats.Counter.QUEUED.help
-
-
-def test_every_view_takes_every_counter_from_its_declaration() -> None:
-    """status text, the summary, the dashboard's counters and Prometheus name every counter
-    (render ones included) with the group and help text declared with it, once."""
-    from rich.console import Console
-
-    from crawler_tasks.state.stats import LIVE, declared
-    from crawler_tasks.surface.display import line, table
-    from crawler_tasks.surface.metrics import _COUNTERS, _GAUGES
-    from crawler_tasks.surface.summary import summary_text
-
-    values = {c.value: n for n, c in enumerate(formats.Counter, start=1)}
-    rows = declared({**values, "retrying": 7})
-    assert {r["name"] for r in rows} == set(values) | set(LIVE)
-    assert all(r["help"] and r["group"] for r in rows)
-    assert {r["name"]: r["help"] for r in rows} == {**_COUNTERS, **{
-        k: v for k, v in _GAUGES.items() if k in values or k in LIVE}}  # fmt: skip
-    groups = [r["group"] for r in rows]
-    assert groups == sorted(groups, key=[g.value for g in formats.Group].index)
-    progress = {"crawl_id": "c", "status": "running", "pages_per_s": 1.0,
-                "recent_pages_per_s": 1.0, **values}  # fmt: skip
-    summary = {"crawl_id": "c", "status": "finished", "duration_s": 1.0, "counters": values}
-    console = Console(width=400, record=True)
-    console.print(table(progress))
-    for text in (line(progress), summary_text(summary), console.export_text()):
-        for name in ("rendered", "robots_unreachable", "subrequests_blocked", "sitemaps"):
-            assert f"{name}" in text, (name, text)
-    assert formats.Counter("done") is formats.Counter.DONE and f"{formats.Counter.DONE}" == "done"
-
-
 def test_release_call_fills_every_argument_release_lua_reads() -> None:
     source = (LUA / "release.lua").read_text("utf-8")
     documented = max(int(n) for n in re.findall(r"ARGV\[(\d+)\]", source))

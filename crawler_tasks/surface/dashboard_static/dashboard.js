@@ -32,8 +32,6 @@ function duration(s) {
   return Math.round(s) + " s";
 }
 
-function ratio(done, admitted) { return admitted ? Math.min(1, done / admitted) : 0; }
-
 function xsrf() {
   const m = document.cookie.match(/(?:^|; )_xsrf=([^;]*)/);
   return m ? decodeURIComponent(m[1]) : "";
@@ -79,14 +77,13 @@ function crawlRow(c) {
   link.href = "/crawls/" + encodeURIComponent(c.crawl_id);
   const first = el("td"); first.appendChild(link); tr.appendChild(first);
   cell(tr, c.status + (c.error ? " (" + c.error + ")" : ""));
-  cell(tr, duration(Date.now() / 1000 - c.started_at), "num");
+  cell(tr, duration(c.age_s), "num");
   cell(tr, fmt(c.done, 0) + " / " + fmt(c.admitted, 0), "num done-admitted");
-  const bar = el("td"); bar.appendChild(miniBar(ratio(c.done, c.admitted))); tr.appendChild(bar);
+  const bar = el("td"); bar.appendChild(miniBar(c.done_share)); tr.appendChild(bar);
   cell(tr, fmt(c.failed, 0), "num");
   cell(tr, fmt(c.recent_pages_per_s), "num");
   cell(tr, fmt(c.pages_per_s), "num");
-  const over = ["finished", "cancelled"].includes(c.status);
-  cell(tr, over ? "done" : (c.eta_s === undefined ? "—" : duration(c.eta_s)), "num");
+  cell(tr, eta(c), "num");
   const seeds = c.seeds[0] + (c.seeds.length > 1 ? " (+" + (c.seeds.length - 1) + ")" : "");
   cell(tr, seeds, "url");
   return tr;
@@ -113,7 +110,11 @@ function kv(table, pairs) {
   }));
 }
 
-function showFigures(f, fraction) {
+// The ETA cell: "done" once the crawl is final, "—" while there is none (paused, no pace).
+function eta(f) { return f.final ? "done" : (f.eta_s === undefined ? "—" : duration(f.eta_s)); }
+
+// Every figure comes computed from the API (state/figures.py): the page only formats them.
+function showFigures(f, admission) {
   document.getElementById("crawl-id").textContent = f.crawl_id;
   const badge = document.getElementById("status");
   badge.textContent = f.status + (f.paused && f.status !== "paused" ? " (paused)" : "");
@@ -121,11 +122,9 @@ function showFigures(f, fraction) {
   for (const node of document.querySelectorAll("[data-figure]")) {
     node.textContent = fmt(f[node.dataset.figure]);
   }
-  const part = ratio(f.done, f.admitted);
-  document.getElementById("bar-fill").style.width = (part * 100).toFixed(2) + "%";
-  document.getElementById("percent").textContent = (part * 100).toFixed(1) + " %";
-  const over = ["finished", "cancelled"].includes(f.status);
-  document.getElementById("eta").textContent = over ? "done" : (f.eta_s === undefined ? "—" : duration(f.eta_s));
+  document.getElementById("bar-fill").style.width = (f.done_share * 100).toFixed(2) + "%";
+  document.getElementById("percent").textContent = (f.done_share * 100).toFixed(1) + " %";
+  document.getElementById("eta").textContent = eta(f);
   const notes = [f.error && "error: " + f.error, f.output && "output: " + f.output,
     f.admission_paused && "admission paused: Redis near maxmemory",
     f.redis_oom && "Redis refuses writes (maxmemory)"].filter(Boolean);
@@ -134,7 +133,7 @@ function showFigures(f, fraction) {
   const mem = f.redis_memory;
   kv(document.getElementById("admission"), [
     ["Redis memory", mem ? fmt(mem.used_bytes / 1048576, 1) + " MB of maxmemory " + fmt(mem.maxmemory_bytes / 1048576, 1) + " MB" : "no maxmemory (noeviction) set"],
-    ["admission line", mem ? fmt(mem.maxmemory_bytes * fraction / 1048576, 1) + " MB (" + fmt(fraction * 100, 0) + " % of maxmemory), " + fmt(100 * mem.used_bytes / (mem.maxmemory_bytes * fraction), 1) + " % reached" : "—"],
+    ["admission line", admission.line_bytes !== null ? fmt(admission.line_bytes / 1048576, 1) + " MB (" + fmt(admission.fraction * 100, 0) + " % of maxmemory), " + fmt(100 * admission.reached, 1) + " % reached" : "—"],
     ["admission", f.admission_paused ? "paused (Redis above the admission line)" : "open"],
     ["Redis refuses writes", f.redis_oom ? "yes" : "no"],
   ]);
@@ -185,7 +184,7 @@ function fillRows(id, rows, make) {
   document.querySelector("#" + id + " tbody").replaceChildren(...rows.map(make));
 }
 
-// Every counter, grouped and explained as declared once (formats.Counter, stats.LIVE).
+// Every counter, grouped and explained as declared once (formats.Counter, figures.Live).
 function showCounters(rows) {
   const groups = new Map();
   for (const r of rows) {
@@ -208,16 +207,8 @@ function showCounters(rows) {
   }));
 }
 
-// Which controls apply now: none on a finished crawl but a retry of its failed URLs (and
-// the rates, which a retry then uses).
-function showControls(f) {
-  const over = ["finished", "cancelled"].includes(f.status);
-  const applies = {
-    pause: !over && !f.paused,
-    resume: !over && f.paused,
-    cancel: !over,
-    retry_failed: f.failed > 0,
-  };
+// Which controls apply now, as the API says (surface/figures.py controls).
+function showControls(applies) {
   for (const b of document.querySelectorAll("button[data-action]")) {
     b.disabled = !applies[b.dataset.action];
   }
@@ -236,9 +227,9 @@ function showRenderHosts(hostsSeen) {
 }
 
 function showPage(d) {
-  showFigures(d.figures, d.admission_memory_fraction);
+  showFigures(d.figures, d.admission);
   showCounters(d.counters);
-  showControls(d.figures);
+  showControls(d.controls);
   showRenderHosts(d.figures.render_hosts);
   chart(d.series);
   fillRows("status-codes", Object.entries(d.status_codes), ([code, n]) => {

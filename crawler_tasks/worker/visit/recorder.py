@@ -36,6 +36,7 @@ import logging
 import socket
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,7 @@ from ...state.crawl_state import Note
 from ...state.formats import Counter, Status
 from ...state.scripts import Call
 from ...state.store import CrawlStore
+from ...state.summary import Summary
 from ...state.workers import alive
 from ..output.files import ITEMS, describe, items_path, page_text, write_summary
 from ..output.page_appends import PendingPage
@@ -266,31 +268,30 @@ def crawl_finished(ctx: Context, store: CrawlStore) -> bool:
         # Cancelled while its output cannot be written: what is not on disk is given up.
         final = Status.CANCELLED
         status.note(Note.OUTPUT_GIVEN_UP, str(exc))
-        summary = store.stats.summary()
-        summary["status"] = final.value
+        summary = replace(store.stats.summary(), status=final)
     finisher.expire(ctx.settings.finished_ttl)
-    events.emit(store.client, store.ck, "crawl_finished", opts.crawl_id, summary=summary)
+    told = summary.to_json()
+    events.emit(store.client, store.ck, "crawl_finished", opts.crawl_id, summary=told)
     if opts.on_finished and not state.on_finished_sent:
-        ctx.on_finished(opts.on_finished, opts.crawl_id, summary)
+        ctx.on_finished(opts.on_finished, opts.crawl_id, told)
         status.note(Note.ON_FINISHED_SENT)
     # The series' last point: the crawl's end, whatever the interval (state/series.py).
-    store.series.sample(now=summary.get("finished_at") or None, force=True)
+    store.series.sample(now=summary.finished_at or None, force=True)
     finisher.finished(final)
-    log.info("crawl %s %s in %.1fs", opts.crawl_id, final, summary["duration_s"])
+    log.info("crawl %s %s in %.1fs", opts.crawl_id, final, summary.duration_s)
     return True
 
 
-def _files_of_the_end(ctx: Context, store: CrawlStore, final: Status) -> dict[str, Any]:
+def _files_of_the_end(ctx: Context, store: CrawlStore, final: Status) -> Summary:
     """Every record on disk, then ``summary.json``; OutputUnavailable if the disk refuses."""
     opts, status = store.opts, store.lifecycle
     _write_all_orphans(ctx, store)
     if store.recrawl is not None and status.first(Note.GONE_COUNTED):
         store.stats.put(formats.change("gone"), store.recrawl.gone())
-    summary = store.stats.summary()
-    summary["status"] = final.value
+    summary = replace(store.stats.summary(), status=final)
     directory = f"{opts.output or ctx.settings.output_dir}/{opts.crawl_id}"
     try:
-        path = write_summary(directory, summary)
+        path = write_summary(directory, summary.to_json())
     except OSError as exc:
         raise OutputUnavailable(directory, describe(exc)) from exc
     faults.point("after_summary")

@@ -1,0 +1,38 @@
+"""The :class:`~crawler_tasks.state.figures.Outlook` of a crawl, read from its store: what a
+person watching it reads beside the counts (``Crawl.progress()``, ``crawler status``, the
+dashboard)."""
+
+from __future__ import annotations
+
+from .figures import HostDown, Outlook
+from .formats import RenderMode
+from .health import memory
+from .store import CrawlStore
+
+#: Busiest hosts in the backlog (and checked for an open circuit).
+BACKLOG_HOSTS = 5
+
+
+def read_outlook(store: CrawlStore, admission_fraction: float) -> Outlook:
+    """``admission_fraction``: the process's ``admission_memory_fraction`` setting."""
+    backlog = tuple(store.frontier.backlog(BACKLOG_HOSTS))
+    opts = store.opts
+    # render="auto": each host's decision and its evidence (state/render_plan.py).
+    renders = opts.render != RenderMode.NEVER or opts.render_hosts
+    return Outlook(
+        backlog=backlog,
+        hosts_down=hosts_down(store, [d for d, _ in backlog]),
+        # Workers wait (and cannot record why) while Redis is full: ask Redis itself.
+        memory=memory(store.client),
+        admission_fraction=admission_fraction,
+        render_hosts=store.render_plan.hosts() if renders else {},
+    )
+
+
+def hosts_down(store: CrawlStore, names: list[str]) -> tuple[HostDown, ...]:
+    """Of the hosts ``names``, those whose circuit is open: since when, next probe when."""
+    return tuple(
+        HostDown(d["domain"], d["down_since"], d["next_probe_s"])
+        for d in store.politeness.domains(names)
+        if d["down_since"] is not None
+    )

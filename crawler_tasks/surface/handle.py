@@ -1,0 +1,126 @@
+"""What a handle on one crawl holds and finds: its Redis side (the store, its key names and
+options), its status, and its output directory with the records there. The verbs a user
+calls on a crawl (watching it, steering it) are :class:`~crawler_tasks.surface.crawl.Crawl`'s,
+built on this."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from ..errors import UnknownCrawl
+from ..settings import Settings, load
+from ..state import connection
+from ..state import store as stores
+from ..state.connection import check_redis_url
+from ..state.formats import Status
+from ..state.keys import CrawlKeys
+from ..state.options import CrawlOptions
+from ..state.stats import Stats
+from ..state.store import CrawlStore, RedisHandle
+
+
+def connect_settings(broker: str | None) -> Settings:
+    """Settings from the environment, with ``broker`` (checked) as broker and state URL."""
+    if broker is None:
+        return load()
+    check_redis_url(broker)
+    return load(broker_url=broker, redis_url="")
+
+
+class CrawlHandle:
+    """A handle on one crawl; cheap to create, holds no state but its id and clients."""
+
+    def __init__(
+        self,
+        crawl_id: str,
+        *,
+        broker: str | None = None,
+        settings: Settings | None = None,
+        client: redis.Redis | None = None,
+        store: CrawlStore | None = None,
+    ) -> None:
+        self.id = crawl_id
+        self.settings = settings or connect_settings(broker)
+        self.client = client or connection.connect(self.settings.state_url)
+        self._r = (
+            store.r
+            if store is not None
+            else RedisHandle.connect(self.client, self.settings.key_prefix)
+        )
+        self.keys = self._r.keys
+        self._store = store
+
+    def __repr__(self) -> str:
+        return f"<Crawl {self.id}>"
+
+    @property
+    def store(self) -> CrawlStore:
+        """The crawl's Redis side; UnknownCrawl (a KeyError) if the crawl expired or never started."""
+        if self._store is None:
+            opts = CrawlStore.read_options(self._r, self.id)
+            if opts is None:
+                raise UnknownCrawl(self.id)
+            self._store = CrawlStore(self._r, opts)
+        return self._store
+
+    @property
+    def ck(self) -> CrawlKeys:
+        """The crawl's key names (crawl-wide ones only while the crawl is unknown)."""
+        try:
+            return self.store.ck
+        except UnknownCrawl:
+            return self.keys.crawl(self.id)
+
+    @property
+    def options(self) -> CrawlOptions:
+        return self.store.opts
+
+    @property
+    def stats(self) -> Stats:
+        """The crawl's counters, rates and figures (typed: state/figures.py)."""
+        return self.store.stats
+
+    @property
+    def finished(self) -> bool:
+        return self.status.final
+
+    @property
+    def status(self) -> Status:
+        try:
+            return self.store.lifecycle.status()
+        except UnknownCrawl:  # not started yet, or expired
+            return Status.UNKNOWN
+
+    def exists(self) -> bool:
+        return stores.exists(self._r, self.id)
+
+    # --- its files ---------------------------------------------------------------------------
+    @property
+    def output_dir(self) -> Path:
+        """Where this crawl's files are: its ``output`` if it set one, else this host's
+        ``CRAWLER_OUTPUT_DIR`` (each worker writes under its own; see the README)."""
+        return Path(self.options.output or self.settings.output_dir).resolve() / self.id
+
+    def pages(self, latest: bool = True) -> Iterator[dict[str, Any]]:
+        """Records of this crawl's ``pages-*.jsonl`` (on this host). The files are append-only
+        logs: a URL replayed by :meth:`retry_failed` has a record for each final state it
+        reached; with ``latest`` (default) only its last one is yielded (by ``fetched_at``,
+        then file order). ``crawler export --pages`` writes the same records."""
+        from ..worker.output.read import latest_pages, read_pages  # files: not for the dashboard
+
+        return latest_pages(self.output_dir) if latest else read_pages(self.output_dir)
+
+    def items(self, latest: bool = True) -> Iterator[dict[str, Any]]:
+        """Lines of this crawl's ``items-*.jsonl`` (on this host): ``{"url", "item", "rid"}``.
+        With ``latest`` (default), only the items of each URL's last record (a page replayed
+        by :meth:`retry_failed` has the items of each of its records). ``crawler export
+        --items`` writes their ``item`` dicts."""
+        from ..worker.output.read import latest_items, read_pages
+
+        if latest:
+            return latest_items(self.output_dir)
+        return read_pages(self.output_dir, kind="items")
