@@ -8,6 +8,7 @@ string recorded in ``pages*.jsonl`` and the dead-letter list::
     ├── ConfigError                  bad settings or crawl options (raised to the caller)
     │   ├── InvalidSeed              a seed URL that cannot be crawled; names the seed
     │   ├── UnknownCrawl             a crawl id Redis does not know (never started, expired)
+    │   ├── ScheduleExists           a schedule added under a name already stored
     │   └── RedisFull                Redis at maxmemory cannot hold a new crawl
     ├── RetryableError               worth trying again later: back into the frontier with
     │   │                            back-off and jitter, at most ``max_retries`` times
@@ -76,6 +77,16 @@ class UnknownCrawl(ConfigError, KeyError):
 
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0])
+
+
+class ScheduleExists(ConfigError):
+    """A schedule added under a name already stored: replacing it must be asked for."""
+
+    reason = "schedule_exists"
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"schedule {name!r} exists (--replace to replace it)")
+        self.name = name
 
 
 class RedisFull(ConfigError):

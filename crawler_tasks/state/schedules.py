@@ -23,7 +23,7 @@ import redis
 from celery import Celery
 from celery.schedules import crontab, schedule
 
-from ..errors import ConfigError
+from ..errors import ConfigError, ScheduleExists
 from ..settings import DAY, range_problem
 from .keys import Keys
 from .store import plan
@@ -69,9 +69,22 @@ class Schedule:
                 raise ConfigError(f"schedule {self.name!r}: {why} (at most one run a minute)")
         if not self.seeds:
             raise ConfigError(f"schedule {self.name!r}: no seeds")
-        self.celery_schedule()  # a cron that does not parse is refused now, not at beat time
+        # A cron that does not parse, or names no date that exists, is refused now, not at
+        # beat time (where RedBeat's save raised celery's RuntimeError after the definition
+        # was stored).
+        self._check_fires(self.celery_schedule())
         if check:
             self._check_options()
+
+    def _check_fires(self, when: schedule) -> None:
+        """A cron naming a date that never comes (``0 0 31 2 *``, ``0 0 30 2 *``) is refused:
+        celery finds no next run within its search and raises RuntimeError."""
+        try:
+            when.remaining_estimate(when.now())
+        except RuntimeError:
+            raise ConfigError(
+                f"schedule {self.name!r}: cron {self.cron!r} never fires (no such date)"
+            ) from None
 
     def _check_options(self) -> None:
         """The same rules as start_crawl, so a run never fails inside a worker on them."""
@@ -124,10 +137,16 @@ class Schedules:
         self.client = client
         self.keys = keys
 
-    def add(self, item: Schedule) -> None:
+    def add(self, item: Schedule, replace: bool = False) -> None:
+        """Store ``item``; a schedule of that name already stored is refused (ConfigError,
+        nothing written) unless ``replace`` (what loading config/schedules.toml does)."""
         from redbeat import RedBeatSchedulerEntry
 
-        self.client.hset(self.keys.schedules, item.name, json.dumps(asdict(item)))
+        definition = json.dumps(asdict(item))
+        if replace:
+            self.client.hset(self.keys.schedules, item.name, definition)
+        elif not self.client.hsetnx(self.keys.schedules, item.name, definition):
+            raise ScheduleExists(item.name)
         entry = RedBeatSchedulerEntry(
             f"crawl:{item.name}", TASK, item.celery_schedule(), args=[item.name], app=self.app
         )
@@ -161,5 +180,5 @@ class Schedules:
         """Add (or update) every schedule of a TOML file; returns how many."""
         items = load_file(path)
         for item in items:
-            self.add(item)
+            self.add(item, replace=True)
         return len(items)

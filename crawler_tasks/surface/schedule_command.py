@@ -34,6 +34,7 @@ def _schedules(broker: str | None) -> Any:
 @click.option("--every-hours", type=float)
 @click.option("--every-seconds", type=float)
 @click.option("--cron", help="'minute hour day month weekday'")
+@click.option("--replace", is_flag=True, help="Replace a schedule of that name.")
 @option_items
 @broker_option
 @json_option("Print the schedule added as one JSON object.")
@@ -43,11 +44,12 @@ def schedule_add(
     every_hours: float | None,
     every_seconds: float | None,
     cron: str | None,
+    replace: bool,
     option_items: tuple[str, ...],
     broker: str | None,
     as_json: bool,
 ) -> None:
-    """Add or replace schedule NAME crawling SEEDS."""
+    """Add schedule NAME crawling SEEDS (--replace: replace the one of that name)."""
     from ..state.schedules import Schedule
 
     opts = parse_options(option_items)
@@ -55,7 +57,10 @@ def schedule_add(
         item = Schedule(name, list(seeds), every_hours, every_seconds, cron, opts)
     except ConfigError as exc:
         raise Fail(str(exc)) from None
-    _schedules(broker).add(item)
+    try:
+        _schedules(broker).add(item, replace=replace)
+    except ConfigError as exc:  # ScheduleExists: nothing written
+        raise Fail(str(exc)) from None
     say(as_json, {**described(item), "added": True}, f"schedule {name} added")
 
 

@@ -103,6 +103,7 @@ CASES = [
     # schedules
     (f"schedule add s {SEED} --cron 'bogus cron' {{live}}", "cron"),
     (f"schedule add s {SEED} --cron '99 * * * *' {{live}}", "99"),
+    (f"schedule add s {SEED} --cron '0 0 31 2 *' {{live}}", "'0 0 31 2 *' never fires"),
     (f"schedule add s {SEED} --every-hours -1 {{live}}", "every_hours"),
     (f"schedule add s {SEED} --every-hours 0 {{live}}", "every_hours must be between"),
     ("schedule add s http://127.0.0.1:9/ --every-hours 1 {live}", "--option allow_private"),
