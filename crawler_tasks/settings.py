@@ -3,7 +3,10 @@
 Each field can be overridden by an environment variable named ``CRAWLER_`` + the field name in
 upper case (``CRAWLER_BROKER_URL``, ``CRAWLER_DEFAULT_RATE``...). Values are read when
 :func:`load` is called, never at import time, so a worker, the CLI and the tests all see the
-environment they were started with, whatever their working directory.
+environment they were started with, whatever their working directory. A field's declaration
+below is its only one: its name, unit (in the comment), default, range (:func:`limited`) and
+variable (derived from the name). How variables are read and checked is environment.py's;
+ranges and the rule that checks them are limits.py's; hiding secrets is redaction.py's.
 
 Two kinds of fields. Process settings (connections, pools, timeouts, paths) are read by each
 process from its own environment. *Crawl defaults* (marked "Crawl default") are read only by
@@ -19,24 +22,28 @@ task arguments, or to logs (see :func:`redact`).
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
-import re
-import ssl
 from dataclasses import dataclass, fields
 from typing import Any
 
-ENV_PREFIX = "CRAWLER_"
-DAY = 86400
+from .environment import ENV_PREFIX, check_settings, read_settings
+from .limits import DAY, INFINITE_OK, limited, limits_of, number, range_problem
+from .redaction import redact, unescaped_userinfo
 
-
-def limited(default: Any, low: float, high: float) -> Any:
-    """A numeric setting's default and its range, (lowest, highest), both allowed: past either,
-    a value is a typo or a unit mistake (milliseconds for seconds, a rate of 1e400), refused
-    by :func:`load` before anything starts; a crawl option that takes its default from a
-    setting is held to the same range (state/options.py). README "Limits" lists them. Floors
-    are low (tests run with 2-s timeouts) but never 0 where 0 would hang or spin."""
-    return dataclasses.field(default=default, metadata={"limits": (low, high)})
+# The names other modules, tests and users import from here, where they used to be defined.
+__all__ = [
+    "DAY",
+    "ENV_PREFIX",
+    "INFINITE_OK",
+    "LIMITS",
+    "Settings",
+    "limited",
+    "load",
+    "number",
+    "range_problem",
+    "redact",
+    "unescaped_userinfo",
+]
 
 
 @dataclass(frozen=True)
@@ -289,112 +296,12 @@ class Settings:
 
 
 #: The range of every numeric setting, from its declaration (:func:`limited`).
-LIMITS: dict[str, tuple[float, float]] = {
-    f.name: f.metadata["limits"] for f in fields(Settings) if "limits" in f.metadata
-}
-#: Settings for which inf is a value (a rate: no limit).
-INFINITE_OK = frozenset({"default_rate"})
-
-
-def range_problem(
-    name: str, value: Any, low: float, high: float, infinite_ok: bool = False
-) -> str | None:
-    """Why ``value`` is not a number of ``name`` in ``[low, high]`` (``inf`` too, if
-    ``infinite_ok``), or None. One rule for settings, crawl options, rates and periods."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return f"{name} must be a number, not {value!r}"
-    if math.isinf(value) and value > 0 and infinite_ok:
-        return None
-    if math.isnan(value) or not low <= value <= high:
-        more = " (or inf: no limit)" if infinite_ok else ""
-        return f"{name} must be between {_plain(low)} and {_plain(high)}{more}, not {value!r}"
-    return None
-
-
-def _plain(bound: float) -> str:
-    return f"{int(bound):,}" if float(bound).is_integer() else f"{bound:g}"
-
-
-def _coerce(raw: str, default: Any) -> Any:
-    if isinstance(default, bool):
-        return raw.strip().lower() in {"1", "true", "yes", "on"}
-    if isinstance(default, int):
-        return int(raw)
-    if isinstance(default, float):
-        return number(raw)
-    return raw
-
-
-def number(text: str) -> float:
-    """``float(text)``, except that only "inf" spells infinity: ``1e400`` overflows to inf in
-    Python, which a rate would take as "no limit"."""
-    value = float(text)
-    if math.isinf(value) and text.strip().lstrip("+-").lower() not in ("inf", "infinity"):
-        raise ValueError(f"{text.strip()!r} is too large a number (inf, if no limit is meant)")
-    return value
+LIMITS: dict[str, tuple[float, float]] = limits_of(Settings)
 
 
 def load(env: dict[str, str] | None = None, **overrides: Any) -> Settings:
     """Build settings from defaults, then ``CRAWLER_*`` variables, then ``overrides``."""
-    env = dict(os.environ if env is None else env)
-    values: dict[str, Any] = {}
-    for f in fields(Settings):
-        raw = env.get(ENV_PREFIX + f.name.upper())
-        if raw is not None and raw != "":
-            default = f.default if f.default is not dataclasses.MISSING else None
-            try:
-                values[f.name] = _coerce(raw, default)
-            except ValueError as exc:
-                raise ValueError(f"{ENV_PREFIX}{f.name.upper()}={raw!r}: {exc}") from None
+    values = read_settings(fields(Settings), os.environ if env is None else env)
     values.update(overrides)
-    for name, value in values.items():
-        low, high = LIMITS.get(name, (-math.inf, math.inf))
-        why = name in LIMITS and range_problem(name, value, low, high, name in INFINITE_OK)
-        if why:
-            raise ValueError(f"{ENV_PREFIX}{name.upper()}={value!r}: {why}")
-    if values.get("ca_bundle"):
-        _check_ca_bundle(values["ca_bundle"])
-    prefix = values.get("key_prefix", Settings.key_prefix)
-    if not re.fullmatch(r"[A-Za-z0-9._-]+", prefix):
-        # Braces would become the Redis Cluster hash tag instead of the crawl id.
-        raise ValueError(f"{ENV_PREFIX}KEY_PREFIX={prefix!r}: use letters, digits, '.', '_', '-'")
+    check_settings(values, LIMITS, values.get("key_prefix", Settings.key_prefix))
     return Settings(**values)
-
-
-def _check_ca_bundle(path: str) -> None:
-    """A CA bundle that cannot be used stops the process that reads it, before it writes
-    anything: a crawl that trusted nothing of it would fail every page of the intranet."""
-    try:
-        ssl.create_default_context(cafile=path)
-    except FileNotFoundError:
-        raise ValueError(f"{ENV_PREFIX}CA_BUNDLE={path!r}: no such file") from None
-    except (OSError, ssl.SSLError) as exc:
-        # SSLError: not PEM, or no certificate in it ("no certificate or crl found").
-        why = getattr(exc, "strerror", None) or getattr(exc, "reason", None) or str(exc)
-        raise ValueError(f"{ENV_PREFIX}CA_BUNDLE={path!r}: not a PEM file of CAs ({why})") from None
-
-
-# The whole userinfo, up to the LAST "@" before the path: a password may hold an unescaped "@"
-# (redis-py and urllib split at the last one), and no part of it may show.
-# A "/" counts too: an unescaped one in a password ends the host part for URL parsers, and what
-# follows must still not show. A query's ``password=`` (redis-py reads it) is hidden as well.
-_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<info>[^?#]*)@")
-_QUERY_PASSWORD = re.compile(r"(?P<key>[?&]password=)[^&#]*", re.I)
-
-
-def redact(url: str) -> str:
-    """``redis://:secret@host`` -> ``redis://:***@host``: safe for logs and terminals. The user
-    name stays (``redis://user:***@host``); everything after its first ":" is hidden."""
-
-    def hide(m: re.Match[str]) -> str:
-        user, colon, _secret = m["info"].partition(":")
-        return f"{m['scheme']}{user}:***@" if colon else f"{m['scheme']}{user}@"
-
-    return _QUERY_PASSWORD.sub(r"\g<key>***", _USERINFO.sub(hide, url))
-
-
-def unescaped_userinfo(url: str) -> bool:
-    """True if the part before the host holds an unescaped "@" or "/" (a password typed as it
-    is): parsers disagree on where such a URL's host starts, so it must be percent-encoded."""
-    m = _USERINFO.match(url)
-    return m is not None and ("@" in m["info"] or "/" in m["info"])

@@ -26,7 +26,7 @@ from redis.crc import key_slot
 from redis.exceptions import ClusterError, SlotNotCoveredError, TryAgainError
 
 from ..errors import ConfigError
-from ..settings import redact, unescaped_userinfo
+from ..redaction import redact, unescaped_userinfo
 from . import sockets
 
 T = TypeVar("T")

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError
-from ..settings import INFINITE_OK, LIMITS, Settings, number, range_problem
+from ..limits import INFINITE_OK, number, range_problem
+from ..settings import LIMITS, Settings
 from ..web.urls import Scope
 from .bloom import BloomShape
 from .option_checks import check_limits, check_types
@@ -255,7 +256,7 @@ class CrawlOptions:
 #: Fields the code sets itself, never a user.
 INTERNAL = ("crawl_id", "seeds", "started_at", "partition_tags")
 #: Ranges of the numeric options without a setting of their own; an option that takes its
-#: default from a setting has the setting's range (settings.py ``limited``). README "Limits".
+#: default from a setting has the setting's range (``limits.limited`` in settings.py). README "Limits".
 OWN_LIMITS: dict[str, tuple[float, float]] = {
     "max_depth": (0, 100_000),
     "max_pages": (0, 10**9),
@@ -305,7 +306,7 @@ def _rates(rates: Any) -> dict[str, float]:
 def _number(what: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise ConfigError(f"{what} must be a number, not {value!r}")
-    try:  # "1e400" is not "inf" (settings.number)
+    try:  # "1e400" is not "inf" (limits.number)
         return number(value) if isinstance(value, str) else float(value)
     except (ValueError, OverflowError):
         raise ConfigError(f"{what} must be a number up to its limit, not {value!r}") from None

@@ -65,7 +65,7 @@ AUTOTHROTTLE_MAX_DELAY = 60.0
 def check_pacing(o: CrawlOptions) -> None:
     """ip_exempt, refused when it names no network or host suffix. (ip_rate, ip_concurrency
     and autothrottle_target have declared ranges, checked before: options.OWN_LIMITS and
-    settings.limited.)"""
+    limits.limited.)"""
     Exempt(o.ip_exempt)
 
 

@@ -24,7 +24,7 @@ from celery import Celery
 from celery.schedules import crontab, schedule
 
 from ..errors import ConfigError, ScheduleExists
-from ..settings import DAY, range_problem
+from ..limits import DAY, range_problem
 from .keys import Keys
 from .store import plan
 

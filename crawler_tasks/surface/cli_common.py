@@ -18,7 +18,8 @@ import redis
 from click.decorators import FC
 
 from ..errors import ConfigError
-from ..settings import Settings, redact
+from ..redaction import redact
+from ..settings import Settings
 from ..state import connection
 from ..state.options import INTERNAL
 

@@ -14,7 +14,9 @@ from typing import Any
 import click
 
 from ..errors import ConfigError
-from ..settings import INFINITE_OK, LIMITS, number, range_problem, redact
+from ..limits import INFINITE_OK, number, range_problem
+from ..redaction import redact
+from ..settings import LIMITS
 from ..state.formats import Counter
 from . import cli_common as cli
 from .cli_common import Fail, broker_option, connect, handle, json_option, say

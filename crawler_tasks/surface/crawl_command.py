@@ -13,7 +13,9 @@ import click
 from click.core import ParameterSource
 
 from ..errors import ConfigError
-from ..settings import Settings, load, number, redact
+from ..limits import number
+from ..redaction import redact
+from ..settings import Settings, load
 from ..state import connection
 from ..state.options import PRIORITIES, CrawlOptions
 from ..web.urls import host_of, normalize

@@ -5,7 +5,8 @@ default broker only, starts a private one (``crawler crawl``)."""
 
 from __future__ import annotations
 
-from ..settings import Settings, redact
+from ..redaction import redact
+from ..settings import Settings
 from ..state import connection
 
 

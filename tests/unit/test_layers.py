@@ -1,6 +1,6 @@
 """The package's layers, as the tree shows them, with imports pointing one way only:
 
-    surface  ->  worker  ->  state  ->  web  ->  foundation (errors, settings)
+    surface  ->  worker  ->  state  ->  web  ->  foundation (errors, settings, limits, environment, redaction)
 
 A module may import its own layer and any layer below it, never one above. Checked on the
 source (every ``import``, also inside functions and under ``TYPE_CHECKING``), so a lazy import
@@ -20,7 +20,7 @@ from tests.support.paths import ROOT
 
 PACKAGE = ROOT / "crawler_tasks"
 ORDER = ["foundation", "web", "state", "worker", "surface"]
-FOUNDATION = {"errors", "settings"}
+FOUNDATION = {"errors", "settings", "limits", "environment", "redaction"}
 
 
 def layer_of(module: str) -> str:
