@@ -1,4 +1,4 @@
-"""Every format Python and the Lua scripts share, and the names of counters and outcomes.
+"""Every format Python and the Lua scripts share, and the names of outcomes and statuses.
 
 The Lua side reads and writes these too; each format says which scripts depend on it, so a
 change here is a change there (``tests/integration/test_formats.py`` runs the scripts against these
@@ -31,10 +31,11 @@ functions).
 
 * archived WARC records (``CrawlKeys.archived``; archive_*.lua): :class:`ArchiveSlot`
 
-Counter names (``CrawlKeys.stats`` hash) are :class:`Counter` members or one of the families
-built by :func:`status`, :func:`failed`, :func:`skipped`, :func:`change` and
-:func:`links_dropped`. Outcome reasons (the ``error`` of a page record) are the ``reason`` of
-an exception in :mod:`crawler_tasks.errors` or an :class:`Outcome`.
+Counter names (``CrawlKeys.stats`` hash) are declared in :mod:`.counters` (re-exported here):
+:class:`Counter` members or one of the families built by :func:`status_code`, :func:`failed`,
+:func:`skipped`, :func:`change` and :func:`links_dropped`. Outcome reasons (the ``error`` of a
+page record) are the ``reason`` of an exception in :mod:`crawler_tasks.errors` or an
+:class:`Outcome`.
 """
 
 from __future__ import annotations
@@ -44,130 +45,18 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, NamedTuple
 
-
-class Word(str, Enum):
-    """A value that is one word of the Lua side's: ``str()`` (and f-strings) give the word."""
-
-    def __str__(self) -> str:
-        return self.value
-
-
-class Shown(Enum):
-    """Where ``progress()`` (and so ``crawler status``) shows a counter."""
-
-    NO = "not shown"
-    EARLY = "before the live figures (retrying, in_flight, outstanding)"
-    LATE = "after the live figures"
-
-
-class Group(Enum):
-    """The part of a crawl a counter belongs to: every view (``status``, the summary, the
-    dashboard, Prometheus's help) groups and orders the counters so, in declaration order."""
-
-    FRONTIER = "frontier"
-    PAGES = "pages"
-    NOT_FETCHED = "not fetched"
-    RENDER = "rendering"
-    EXTRACTION = "extraction"
-    SITEMAPS = "sitemaps"
-    RECRAWL = "recrawl"
-
-
-# Short names for the declaration below.
-F, P, N, R, E, S, RC = (Group.FRONTIER, Group.PAGES, Group.NOT_FETCHED, Group.RENDER,
-                        Group.EXTRACTION, Group.SITEMAPS, Group.RECRAWL)  # fmt: skip
-
-
-class Counter(Word):
-    """Counters of a crawl's stats hash (``summary.json``'s ``counters``): the one
-    declaration every view of them reads (names, groups, help text).
-
-    Each member says its :class:`Group`, where ``progress()`` shows it (:class:`Shown`;
-    progress keeps the order of declaration), its help text (Prometheus, the dashboard's
-    tooltips) and whether it goes down too (``gauge``). Adding a counter is a line here plus
-    the code that increments it; ``tests/unit/test_formats.py`` fails on a name a Lua script
-    increments that is neither a member nor in a family."""
-
-    _value_: str
-    group: Group
-    shown: Shown
-    help: str
-    gauge: bool
-
-    def __new__(
-        cls, value: str, group: Group, shown: Shown, help: str, gauge: bool = False
-    ) -> Counter:
-        member = str.__new__(cls, value)
-        member._value_ = value
-        member.group = group
-        member.shown = shown
-        member.help = help
-        member.gauge = gauge
-        return member
-
-    DISCOVERED = "discovered", F, Shown.EARLY, "links found in fetched pages (duplicates too)"
-    ADMITTED = "admitted", F, Shown.EARLY, "URLs admitted to the frontier"
-    DEDUPLICATED = "deduplicated", F, Shown.EARLY, "links dropped as already seen"
-    QUEUED = "queued", F, Shown.EARLY, "URLs waiting in the frontier", True
-    REPLAYED = "replayed", F, Shown.NO, "failed URLs put back by retry_failed"
-    DONE = "done", P, Shown.LATE, "URLs that reached a final state"
-    FETCHED = "fetched", P, Shown.LATE, "URLs fetched (any HTTP status)"
-    PARSED = "parsed", P, Shown.LATE, "HTML pages parsed"
-    FAILED = "failed", P, Shown.LATE, "URLs that failed for good"
-    BYTES = "bytes", P, Shown.LATE, "bytes of response bodies fetched"
-    ROBOTS_DISALLOWED = (
-        "robots_disallowed",
-        N,
-        Shown.LATE,
-        "URLs not fetched: disallowed by robots.txt",
-    )
-    ROBOTS_UNREACHABLE = (
-        "robots_unreachable",
-        N,
-        Shown.LATE,
-        "URLs not fetched: robots.txt unreachable",
-    )
-    CANCELLED = "cancelled", N, Shown.LATE, "URLs dropped unfetched by a cancel"
-    RENDERED = "rendered", R, Shown.LATE, "pages rendered by a browser (render option)"
-    SUBREQUESTS = "subrequests", R, Shown.NO, "browser subrequests made"
-    SUBREQUESTS_BLOCKED = (
-        "subrequests_blocked",
-        R,
-        Shown.NO,
-        "browser subrequests refused by the SSRF guard",
-    )
-    SUBREQUESTS_REFUSED = (
-        "subrequests_refused", R, Shown.NO,
-        "browser subrequests refused otherwise (robots.txt, caps, blocked types, methods)",
-    )  # fmt: skip
-    ITEMS = "items", E, Shown.LATE, "items returned by the crawl's extraction hook"
-    EXTRACT_ERRORS = (
-        "extract_errors",
-        E,
-        Shown.LATE,
-        "pages whose extraction hook (or on_item send) failed",
-    )
-    NEAR_DUPLICATES = (
-        "near_duplicates",
-        E,
-        Shown.NO,
-        "pages found near-duplicates of another (duplicate_of)",
-    )
-    SITEMAP_FILES = "sitemap_files", S, Shown.NO, "sitemap files admitted (capped)"
-    SITEMAPS = "sitemaps", S, Shown.NO, "sitemap files fetched and used"
-    # A schedule's runs: pages a previous run had seen, fetched again (a 304, or a 2xx found
-    # changed or unchanged), and those found changed; pages an adaptive schedule left for
-    # later; revisit records written instead of a response, and the bytes they did not store.
-    REVISITS = "revisits", RC, Shown.LATE, "pages a previous run had seen, fetched again"
-    REVISITS_CHANGED = "revisits_changed", RC, Shown.LATE, "revisited pages found changed"
-    NOT_DUE = "not_due", RC, Shown.LATE, "pages not fetched as not due (adaptive schedules)"
-    REVISIT_RECORDS = "revisit_records", RC, Shown.LATE, "WARC revisits written, not responses"
-    REVISIT_BYTES_SAVED = "revisit_bytes_saved", RC, Shown.LATE, "payload bytes not stored again"
-
-    @classmethod
-    def shown_in(cls, where: Shown) -> tuple[Counter, ...]:
-        """The counters progress() shows at ``where``, in order."""
-        return tuple(c for c in cls if c.shown is where)
+# The counters' declaration has a module of its own; their names are imported from here too.
+from .counters import FAMILIES as FAMILIES
+from .counters import FAMILY_PREFIXES as FAMILY_PREFIXES
+from .counters import Counter as Counter
+from .counters import Group as Group
+from .counters import Shown as Shown
+from .counters import change as change
+from .counters import failed as failed
+from .counters import links_dropped as links_dropped
+from .counters import skipped as skipped
+from .counters import status_code as status_code
+from .word import Word as Word
 
 
 class Status(Word):
@@ -281,38 +170,9 @@ class Committed(int, Enum):
     FOUND = 2  # gone, and nobody claimed it: a sweep found this copy on disk; keep it
 
 
-def status_code(code: int) -> str:
-    return f"status:{code}"
-
-
-def failed(reason: str) -> str:
-    return f"failed:{reason}"
-
-
-def skipped(reason: str) -> str:
-    return f"skipped:{reason}"
-
-
-def change(kind: str) -> str:
-    return f"change:{kind}"
-
-
-def links_dropped(reason: str) -> str:
-    return f"links_dropped:{reason}"
-
-
-#: The crawl state's field naming its first TLS failure, shown by ``status`` and the summary.
+#: The crawl state's field naming its first TLS failure ("https://host: tls_error: ..."),
+#: shown by ``status`` and the summary.
 TLS_NOTE = "tls_error_why"
-
-#: Counter families: prefix -> summary.json section.
-FAMILIES = {
-    "status": "status_codes",
-    "failed": "failures",
-    "skipped": "skipped",
-    "change": "changes",
-}
-#: Every counter family's prefix, also those summary.json leaves out (links_dropped).
-FAMILY_PREFIXES = frozenset({*FAMILIES, "links_dropped"})
 
 
 # --- frontier entries -----------------------------------------------------------------------
@@ -370,14 +230,17 @@ class Unwritten:
         return self.head() + (self.text or json.dumps(self.record, **_COMPACT)) + "}"
 
     def head(self) -> str:
-        """What :meth:`dumps` begins with, up to the record: commit.lua compares it instead of
-        decoding the whole record (KBs of outlinks); every stored entry is dumps()'s."""
+        """The text :meth:`dumps` begins with, up to its record: what commit.lua compares the
+        stored entry with instead of decoding the whole record (KBs of outlinks). Exact, since
+        every stored entry was written by :meth:`dumps` (finish.lua's and claim.lua's)."""
         value = {"rid": self.rid, "path": self.path, "ts": self.ts}
         return json.dumps(value, **_COMPACT)[:-1] + ',"record":'
 
     def fence(self) -> str:
-        """claim.lua's fence of the earlier writers, which commit.lua compares: the file AND time
-        (a claimer may write to the very file of the writer it fences: its own slow thread)."""
+        """What claim.lua fences the URL's earlier writers with and commit.lua compares: this
+        writer's file AND time, since a claimer may write to the very file of the writer it
+        fences (its own process's slow thread), where the file alone told them apart from
+        nothing."""
         return f"{self.path}|{self.ts!r}"
 
     @classmethod
