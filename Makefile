@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 # every test module's asserts again in each xdist process: ~0.1 CPU-s a process (issue 30).
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: demo example test test-faults test-all test-fast test-stress test-bench lint format bench profile install clean
+.PHONY: docs demo example test test-faults test-all test-fast test-stress test-bench lint format bench profile install clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -71,8 +71,8 @@ test-stress: $(STAMP)
 	PYTHON=$(BIN)/python tests/stress.sh $(LOOPS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check crawler_tasks tests bench
-	$(BIN)/ruff format --check crawler_tasks tests bench
+	$(BIN)/ruff check crawler_tasks tests bench docs/_gen
+	$(BIN)/ruff format --check crawler_tasks tests bench docs/_gen
 	$(BIN)/mypy
 	@# The compose file: `docker compose config` where the plugin exists, else the spec's essentials.
 	@if docker compose version >/dev/null 2>&1; then \
@@ -80,8 +80,8 @@ lint: $(STAMP)
 	else $(BIN)/pytest -q -p no:cacheprovider tests/unit/test_deploy_files.py; fi
 
 format: $(STAMP)
-	$(BIN)/ruff format crawler_tasks tests bench
-	$(BIN)/ruff check --fix crawler_tasks tests bench
+	$(BIN)/ruff format crawler_tasks tests bench docs/_gen
+	$(BIN)/ruff check --fix crawler_tasks tests bench docs/_gen
 
 ## bench: every benchmark, figures printed (Scrapy installed for the comparison)
 bench: $(STAMP)
@@ -99,5 +99,15 @@ profile: $(STAMP)
 	$(BIN)/pip install -q -e '.[bench]'
 	$(BIN)/python bench/profile.py --out $(PROFILE_DIR)
 
+## docs: the docs site (MkDocs-Material) into site/, --strict: a broken link or a missing page fails
+# The reference pages are generated from the code at build time (docs/_gen/). The two
+# variables silence a banner some plugins print about a future MkDocs 2 (not a build warning).
+DOCS_STAMP := $(VENV)/.docs-installed
+$(DOCS_STAMP): pyproject.toml | $(STAMP)
+	PYTHONWARNINGS="ignore:Editable installation" $(BIN)/pip install -q -e '.[docs]'
+	touch $@
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true $(BIN)/mkdocs build --strict --quiet
+
 clean:
-	rm -rf $(VENV) data .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) site data .pytest_cache .mypy_cache .ruff_cache

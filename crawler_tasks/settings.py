@@ -229,8 +229,8 @@ class Settings:
     #: among them, never with another crawl) before a new one: a context per page costs a
     #: renderer process per page (bench/render.py: 2.2 pages/s against 5.7 shared).
     render_pages_per_context: int = limited(50, 1, 1_000_000)
-    #: Pages a browser renders before it is replaced, and its processes' memory (MiB of PSS,
-    #: looked at every 20 pages) past which it is replaced: Chromium's grows with every page.
+    #: Pages a browser renders before it is replaced, and its processes' memory (MiB of PSS, looked
+    #: at every 20 pages: ``render_max_rss_mb``) past which it is replaced: Chromium's grows.
     render_browser_pages: int = limited(200, 1, 1_000_000)
     render_max_rss_mb: int = limited(1024, 16, 1 << 20)
     #: MiB of JavaScript heap per page: a page that allocates past it crashes alone (V8 flag).

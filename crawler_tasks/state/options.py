@@ -49,6 +49,7 @@ class CrawlOptions:
     max_pages: int = 0
     #: URLs admitted per host (politeness domain), seeds included; 0 = unlimited.
     max_pages_per_host: int = setting("max_pages_per_host")
+    #: Scope: ``allowed_domains`` (default: the seeds' hosts), ``include`` / ``exclude`` regexes.
     allowed_domains: tuple[str, ...] = ()
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
@@ -56,6 +57,7 @@ class CrawlOptions:
     priority: str = "high"
     #: "bfs" (default: FIFO per domain) or "dfs" (LIFO per domain).
     order: str = "bfs"
+    #: Loopback and private addresses may be crawled (the SSRF guard refuses them otherwise).
     allow_private_networks: bool = False
     #: Owner overrides, host -> requests/s (math.inf: no limit and no Crawl-delay).
     rates: dict[str, float] = field(default_factory=dict)
@@ -64,9 +66,12 @@ class CrawlOptions:
     concurrency: int = setting("default_concurrency")
     ip_rate: float = setting("ip_rate")
     ip_concurrency: int = setting("ip_concurrency")
+    #: CIDRs and host-name suffixes (a CDN's) whose hosts are paced per host, not per address.
     ip_exempt: tuple[str, ...] = ()
     autothrottle: bool = setting("autothrottle")
     autothrottle_target: float = setting("autothrottle_target")
+    #: ``obey_robots``: robots.txt applies; ``sitemaps``: the seeds' sitemaps are read; ``output``:
+    #: the directory every worker writes to ("" = each worker's own ``CRAWLER_OUTPUT_DIR``).
     obey_robots: bool = True
     sitemaps: bool = False
     output: str = ""
@@ -101,6 +106,7 @@ class CrawlOptions:
     max_redirects: int = setting("max_redirects")
     #: Non-HTML responses go to the WARC file too.
     warc_non_html: bool = setting("warc_non_html")
+    #: The schedule whose run this is (set by it); ``on_finished``: a task's name, sent the summary.
     schedule: str | None = None
     on_finished: str | None = None
     #: Request settings (web/profile.py): headers for every request; cookies
@@ -121,7 +127,8 @@ class CrawlOptions:
     #: every parsed page; ``extract_timeout`` seconds per page before it is cut off.
     extract: str | None = None
     extract_timeout: float = 30.0
-    #: The user's Celery task (by name) that receives each page's items, and its queue.
+    #: The user's Celery task (by name) that receives each page's items, and its queue
+    #: (``on_item_queue``).
     on_item: str | None = None
     on_item_queue: str = "items"
     #: JavaScript rendering (worker/visit/render_step.py): "never", "always" or "auto" (per host,
@@ -137,7 +144,8 @@ class CrawlOptions:
     render_block: str = setting("render_block")
     #: Seconds one request may take, all its redirect hops; the repair waits longer (reap_after).
     timeout: float = setting("total_timeout")
-    #: Adaptive schedules (README: Recrawls): a page fetched when due, in [min, max] seconds.
+    #: Adaptive schedules (docs: Recrawls): a page fetched when due, in [``min_interval``,
+    #: ``max_interval``] seconds.
     adaptive: bool = False
     min_interval: float = 3600.0
     max_interval: float = 30 * 86400.0

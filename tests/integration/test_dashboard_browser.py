@@ -3,8 +3,9 @@ over a real crawl: no console errors, the figures the page shows are `crawler st
 they move while the crawl runs, every control works and shows in the crawl's events, a
 request without auth gets 401 and a forged POST without the XSRF token is refused.
 
-``DASHBOARD_SCREENSHOTS=DIR`` saves both pages at 1400x900 under DIR (docs/ holds the ones
-the README shows)."""
+``DOCS_SCREENSHOTS=1`` saves both pages at 1400x900 as docs/img/dashboard-crawl.png and
+dashboard-crawls.png, the screenshots the docs' Dashboard page shows (so they show the current
+page); ``DASHBOARD_SCREENSHOTS=DIR`` saves them under DIR instead."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import pytest
 from crawler_tasks import start_crawl
 from tests.integration.test_dashboard import _status_json
 from tests.support.dashboard_server import AUTH, dashboard
+from tests.support.paths import ROOT
 from tests.support.sitegen import running_sites
 from tests.support.waiting import wait_until
 
@@ -57,7 +59,9 @@ def _console_errors(page) -> list[str]:  # type: ignore[no-untyped-def]
 
 
 def test_pages_in_a_browser_over_a_running_crawl(settings, celery_worker, browser):
-    shots = os.environ.get("DASHBOARD_SCREENSHOTS")
+    shots = os.environ.get("DASHBOARD_SCREENSHOTS") or (
+        str(ROOT / "docs" / "img") if os.environ.get("DOCS_SCREENSHOTS") == "1" else ""
+    )
     routes = {"/broken": lambda h: h.send_body(500, b"<html>oops</html>")}
     with running_sites(["127.0.0.36", "127.0.0.37"], 70, 4, extra_routes=routes) as (_, servers):
         seeds = [s.base_url + "/" for s in servers] + [servers[1].base_url + "/broken/1"]
