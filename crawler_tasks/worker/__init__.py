@@ -12,6 +12,7 @@ and the rooms below it, never one above (``tests/unit/test_layers.py``):
 * ``visit/``: one URL's steps, from its release to its final record;
 * ``dispatch/``: the dispatcher thread (release rounds, host affinity, repair, departure).
 
-Above them: :mod:`.tasks` (the Celery tasks, thin), ``__main__`` (``python -m
-crawler_tasks.worker``) and :mod:`.hooks` (the extraction hook API users import).
+Above them: :mod:`.tasks` (the Celery tasks, thin), :mod:`.lifecycle` (the process's signal
+handlers and the dispatcher's bootstep), ``__main__`` (``python -m crawler_tasks.worker``) and
+:mod:`.hooks` (the extraction hook API users import).
 """

@@ -168,8 +168,8 @@ def test_the_dashboard_process_imports_no_worker_module() -> None:
 
 
 #: The rooms of ``worker/``, lowest first (crawler_tasks/worker/__init__.py): a room imports its
-#: own modules and the rooms below it. ``worker``'s own modules (tasks, __main__, the hooks
-#: face) sit above every room.
+#: own modules and the rooms below it. ``worker``'s own modules (tasks, the process's
+#: lifecycle around them, __main__, the hooks face) sit above every room.
 WORKER_ROOMS = ["process", "output", "render", "runtime", "visit", "dispatch"]
 
 
@@ -186,11 +186,13 @@ WORKER_MODULES = [p for p in MODULES if room_of(module_name(p)) is not None]
 
 
 def test_every_worker_module_sits_in_a_room() -> None:
-    """worker/ holds its rooms and, beside them, only the tasks, the entry point and the
-    hooks face: a new module goes into a room."""
+    """worker/ holds its rooms and, beside them, only the tasks, the process's lifecycle (it
+    starts the dispatcher, the top room), the entry point and the hooks face: a new module
+    goes into a room."""
     tops = {module_name(p) for p in WORKER_MODULES if room_of(module_name(p)) == "top"}
     assert tops == {
         "crawler_tasks.worker.tasks",
+        "crawler_tasks.worker.lifecycle",
         "crawler_tasks.worker.__main__",
         "crawler_tasks.worker.hooks",
     }

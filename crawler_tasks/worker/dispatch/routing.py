@@ -60,7 +60,7 @@ class HostRouter:
     def __init__(self, broker: BrokerView, dead_after: float, joins: bool = False) -> None:
         self._broker = broker
         self._dead_after = dead_after
-        #: This process takes its hosts' URLs from its own queue (tasks._after_setup):
+        #: This process takes its hosts' URLs from its own queue (lifecycle._after_setup):
         #: it joins the holders from the dispatcher's first round on, in the dispatcher's
         #: thread (a full Redis refuses the join, and the worker's start could not wait).
         self._joins = joins

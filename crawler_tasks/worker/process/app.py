@@ -101,7 +101,7 @@ def make_app(settings: Settings | None = None) -> Celery:
 def _app() -> Celery:
     """The app of ``celery -A crawler_tasks``. A bad ``CRAWLER_*`` value must not fail the
     import: the CLI reports it in one line (exit 2), a worker or beat refuses to start with it
-    (tasks.py)."""
+    (worker/lifecycle.py)."""
     try:
         return make_app()
     except ValueError as exc:

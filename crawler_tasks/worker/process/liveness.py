@@ -39,7 +39,7 @@ def received_fetches() -> list[str]:
 
 def pool_has_room() -> bool:
     """Does this process run fewer tasks than half its pool's slots (the worker's
-    concurrency, tasks._after_setup; False outside a worker)? Then a host's lease, not
+    concurrency, lifecycle._after_setup; False outside a worker)? Then a host's lease, not
     this process, is what its next URL waits for (settle.py). A broad crawl keeps a fetch
     pool full (250 of 256 in bench/broad.py); a crawl of one host at concurrency 16, not (5 of
     256: bench/crawl.py)."""

@@ -39,5 +39,5 @@ def limit_arenas(n: int) -> bool:
 @worker_init.connect
 def _at_start(**_: Any) -> None:
     settings = app.conf.get("crawler_settings")
-    if settings is not None:  # else the worker stops for its bad settings (tasks.py)
+    if settings is not None:  # else the worker stops for its bad settings (lifecycle.py)
         limit_arenas(settings.malloc_arenas)
