@@ -244,9 +244,10 @@ class Progress:
     @property
     def eta_s(self) -> float | None:
         """Seconds to the end of the work known now at the recent pace (outstanding is exact;
-        links found later add to it), None when nothing moves or nothing will."""
+        links found later add to it), None when nothing moves or nothing will. None for a
+        crawl being cancelled: what it drains is given up, not fetched (issue 50)."""
         rate = self.recent_pages_per_s
-        if rate <= 0 or self.paused or self.final:
+        if rate <= 0 or self.paused or self.final or self.state.cancelled:
             return None
         outstanding = self[Live.OUTSTANDING]
         max_pages = self.max_pages

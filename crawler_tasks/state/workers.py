@@ -118,6 +118,17 @@ def alive(client: redis.Redis, keys: Keys, dead_after: float) -> set[str]:
     return {w for w, t in beats.items() if t >= now - dead_after}
 
 
+def forget_dead(client: redis.Redis, keys: Keys, dead_after: float) -> list[str]:
+    """Delete the heartbeats of processes silent for ``dead_after`` seconds (forget.lua): the
+    rest of a dead process (its URLs, queue, ``fetchers`` entry, held set) is cleaned when it
+    is found dead, and its field would otherwise stay in ``keys.workers`` for a day
+    (FORGET_AFTER). A process woken after that writes its field again with its next beat.
+    Returns the ids forgotten."""
+    script = client.register_script(source("forget"))
+    gone = script(keys=[keys.workers], args=[repr(float(dead_after))], client=client)
+    return [w.decode() if isinstance(w, bytes) else str(w) for w in gone or ()]
+
+
 def held_by(client: redis.Redis, keys: Keys, living: Iterable[str], members: list[str]) -> set[str]:
     """Which of ``members`` ("crawl<TAB>url") a living process says it holds (received, not
     begun): their messages are not lost, only waiting in a busy process."""

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 import redis
 
+from crawler_tasks.state.formats import Inflight
 from crawler_tasks.worker.process.app import direct_queue
-from tests.faults.test_faults import assert_exact, cluster, start, wait
+from tests.faults.test_faults import assert_exact, cluster, one_host_each, start, wait
 from tests.faults.test_overload import assert_no_retry_spent, took_back
 from tests.integration.test_affinity import HOSTS, fetchers
 from tests.support.processes import stop_together
@@ -78,3 +79,41 @@ def test_process_holding_hosts_stopped(settings, redis_url, tmp_path):  # type: 
     assert_exact(crawl, graph, seeds, summary)
     assert not taken, taken[:3]
     assert_no_retry_spent(crawl, summary)
+
+
+@pytest.mark.allow_worker_errors(".*")
+def test_process_taken_for_dead_and_woken_holds_hosts_again(settings, redis_url, tmp_path):  # type: ignore[no-untyped-def]
+    """fetch1 frozen (SIGSTOP) until a dispatcher takes it for dead and removes it from the
+    holders (QUICK: 4 s), then woken: it joins the holders again within one round (issue 50:
+    ``HostRouter.join`` ran once, and a woken process got no host of its own for the rest of
+    its life), and a crawl of the host it holds is released to it."""
+    with cluster(redis_url, tmp_path) as c:
+        c.start("fetch1", "fetch")
+        c.start("fetch2", "fetch")
+        wait_until(lambda: len(fetchers(redis_url)) == 2, timeout=60)
+        woken = next(w for w in fetchers(redis_url) if w.endswith(f"-{c.procs['fetch1'].pid}"))
+        c.signal("fetch1", signal.SIGSTOP)
+        try:
+            wait_until(lambda: woken not in fetchers(redis_url), timeout=30, interval=0.2)
+        finally:
+            c.signal("fetch1", signal.SIGCONT)
+        woke_at = time.monotonic()
+        # One round: its refresh (once a second) after its first beat (every 2 s).
+        wait_until(lambda: woken in fetchers(redis_url), timeout=10, interval=0.2)
+        back_in = time.monotonic() - woke_at
+        hosts = one_host_each(c, settings, ("fetch1", "fetch2"))
+        with running_sites(list(hosts), 40, 4) as (_graph, servers):
+            _seeds, crawl = start(settings, servers)
+            seen = set()
+            deadline = time.monotonic() + 60
+            while not crawl.progress()["final"] and time.monotonic() < deadline:
+                seen |= {Inflight.parse(v.decode()).worker for v in inflight(crawl)}
+                time.sleep(0.05)
+            summary = wait(crawl, 60)
+    print(f"woken process back in the holders {back_in:.1f} s after waking")
+    assert woken in seen, f"nothing released to the woken process: {seen}"
+    assert summary["status"] == "finished"
+
+
+def inflight(crawl) -> list[bytes]:  # type: ignore[no-untyped-def]
+    return [v for p in crawl.ck.parts for v in crawl.client.hvals(p.inflight)]

@@ -111,6 +111,9 @@ def test_what_a_view_used_to_derive_is_derived_once() -> None:
     assert progress_of(counts, outstanding=10, paused=True).eta_s is None
     assert progress_of(counts, outstanding=10, recent_rate=0.0).eta_s is None
     over = progress_of(counts, status=Status.CANCELLED, outstanding=10)
+    # Being cancelled (still running while its frontier drains): no ETA (issue 50 item 5).
+    cancelling = CrawlState(status=Status.RUNNING, started_at=1000.0, cancelled=True)
+    assert replace(progress_of(counts, outstanding=10), state=cancelling).eta_s is None
     assert over.final and over.eta_s is None and over.pace == over.pages_per_s
     # A crawl younger than the rate's window: its rate over the seconds it has lived.
     young = progress_of(counts, elapsed=4.0, recent_rate=1.0)

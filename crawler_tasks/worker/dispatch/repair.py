@@ -95,6 +95,10 @@ class Repair:
             finishing = store.lifecycle.steering() is Steering.FINISHING
             if not finishing and store.lifecycle.finishing():
                 crawl_finished(ctx, store)
+        if not self._stall.held_up():  # after a stall of its own, beats read late are no proof
+            gone = workers.forget_dead(ctx.client, ctx.keys, s.worker_dead_seconds)
+            if gone:
+                log.info("forgot the heartbeats of %d dead processes", len(gone))
         return n
 
     def _really_stuck(

@@ -22,12 +22,16 @@ asks :func:`own_queue` whether it is a fetch process with a queue of its own.
 
 from __future__ import annotations
 
+import logging
 import time
 
 from ...state import workers
+from ...state.workers import Affinity
 from ..process.broker import FETCH_QUEUES, BrokerView, direct_queue
 from ..process.stall import StallGuard
 from ..runtime.context import Context
+
+log = logging.getLogger(__name__)
 
 #: Messages a fetch process's direct queue may hold while another's is empty before its hosts'
 #: URLs go to the shared queues instead: a process with a free thread takes a message at once,
@@ -66,6 +70,8 @@ class HostRouter:
         self._joins = joins
         #: Whether it has joined (a leaving process that never joined is nobody's holder).
         self.joined = False
+        #: Its warm shutdown began (:meth:`depart`): it does not join again.
+        self._departing = False
         #: Live fetch processes with a direct queue, and their queues' lengths.
         self._holders: list[str] = []
         self._direct: dict[str, int] = {}
@@ -88,6 +94,24 @@ class HostRouter:
             workers.join(ctx.client, ctx.keys, ctx.worker_id)
             self._joins, self.joined = False, True
 
+    def depart(self) -> None:
+        """Its warm shutdown began (departure.py): it leaves, and must not join again."""
+        self._departing = True
+
+    def _rejoin(self, ctx: Context, members: Affinity) -> None:
+        """Join again if another dispatcher took this process for dead and removed it from
+        the holders (a process frozen past worker_dead_seconds, then woken): its URLs were
+        taken back and its queue deleted, but it is alive and takes its queue again (a
+        publish to a deleted queue creates it). Without this it got no host of its own for
+        the rest of its life (issue 50). Its next beat makes it live to every dispatcher,
+        whose next refresh routes hosts to it again."""
+        if not self.joined or self._departing:
+            return
+        if ctx.worker_id in (*members.live, *members.leaving, *members.dead):
+            return
+        workers.join(ctx.client, ctx.keys, ctx.worker_id)
+        log.warning("joined the fetch processes again (taken for dead while held up)")
+
     def refresh(self, ctx: Context) -> None:
         """Which fetch processes hold hosts now (every ``REFRESH_EVERY`` s). A dead one's
         direct queue is deleted, and also the queues of processes this dispatcher routed to
@@ -97,7 +121,9 @@ class HostRouter:
         still in it. Right after a stall only the processes that beat since hold hosts, and
         no queue is deleted: the others' beats may be late only because of the stall."""
         quiet = self._stall.quiet()
-        live, leaving, dead = workers.affine(ctx.client, ctx.keys, self._dead_after)
+        members = workers.affine(ctx.client, ctx.keys, self._dead_after)
+        self._rejoin(ctx, members)
+        live, leaving, dead = members
         if not (quiet or self._stall.held_up()):  # held up before its read: stale beats
             for worker in sorted(set(dead) | (set(self._holders) - set(live) - set(leaving))):
                 self._broker.delete_direct(ctx.client, worker)

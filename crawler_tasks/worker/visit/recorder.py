@@ -212,8 +212,20 @@ def write_orphan(
         if strict and runtime.output_failing:  # the finisher cannot go on without it
             raise _unavailable(ctx, store)
         return False
-    log.warning("crawl %s: wrote the record of %.300s left by a dead process", store.id, url)
+    _say_written(ctx, store, url, entry)
     return True
+
+
+def _say_written(ctx: Context, store: CrawlStore, url: str, entry: formats.Unwritten) -> None:
+    """Why someone else wrote the record: its writer died, or it is alive and its output
+    refused the record (a full disk); the writer is named by its pages file
+    (``pages-<worker id>.jsonl``)."""
+    writer = Path(entry.path).name.removeprefix("pages-").removesuffix(".jsonl")
+    if writer in alive(store.client, ctx.keys, ctx.settings.worker_dead_seconds):
+        why = f"that {writer} could not write (its output refused it)"
+    else:
+        why = "left by a dead process"
+    log.warning("crawl %s: wrote the record of %.300s %s", store.id, url, why)
 
 
 def recover(visit: Visit) -> str:
