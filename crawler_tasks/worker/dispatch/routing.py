@@ -70,7 +70,7 @@ class HostRouter:
         self._joins = joins
         #: Whether it has joined (a leaving process that never joined is nobody's holder).
         self.joined = False
-        #: Its warm shutdown began (:meth:`depart`): it does not join again.
+        #: Its warm shutdown began (seen in ``leaving``, departure.py): it does not join again.
         self._departing = False
         #: Live fetch processes with a direct queue, and their queues' lengths.
         self._holders: list[str] = []
@@ -94,17 +94,15 @@ class HostRouter:
             workers.join(ctx.client, ctx.keys, ctx.worker_id)
             self._joins, self.joined = False, True
 
-    def depart(self) -> None:
-        """Its warm shutdown began (departure.py): it leaves, and must not join again."""
-        self._departing = True
-
     def _rejoin(self, ctx: Context, members: Affinity) -> None:
         """Join again if another dispatcher took this process for dead and removed it from
         the holders (a process frozen past worker_dead_seconds, then woken): its URLs were
         taken back and its queue deleted, but it is alive and takes its queue again (a
         publish to a deleted queue creates it). Without this it got no host of its own for
         the rest of its life (issue 50). Its next beat makes it live to every dispatcher,
-        whose next refresh routes hosts to it again."""
+        whose next refresh routes hosts to it again. Not once it was seen leaving (a warm
+        shutdown: departure.py removes it itself, after its dispatcher stopped)."""
+        self._departing = self._departing or ctx.worker_id in members.leaving
         if not self.joined or self._departing:
             return
         if ctx.worker_id in (*members.live, *members.leaving, *members.dead):
