@@ -3,8 +3,11 @@ string recorded in ``pages*.jsonl`` and the dead-letter list::
 
     CrawlerError
     ├── OutputUnavailable            the crawl's output directory cannot be written (disk full,
-    │                                read-only, permission, I/O error): an environment fault,
-    │                                never a URL's failure; nothing half-written stays
+    │   │                            read-only, permission, I/O error): an environment fault,
+    │   │                            never a URL's failure; nothing half-written stays
+    │   └── StoreUnavailable         the object store named by ``output`` (s3://) refuses or
+    │       │                        cannot be reached: no bucket, bad credentials, down
+    │       └── ObjectMissing        no object of that name in the store
     ├── ConfigError                  bad settings or crawl options (raised to the caller)
     │   ├── InvalidSeed              a seed URL that cannot be crawled; names the seed
     │   ├── UnknownCrawl             a crawl id Redis does not know (never started, expired)
@@ -106,6 +109,19 @@ class OutputUnavailable(CrawlerError):
         super().__init__(f"{why} at {directory}")
         self.directory = directory
         self.why = why
+
+
+class StoreUnavailable(OutputUnavailable):
+    """The object store an ``output`` of ``s3://BUCKET/PREFIX`` names cannot be used now:
+    ``directory`` is its URL, ``why`` one line that never holds a secret (state/objects/)."""
+
+    reason = "store_unavailable"
+
+
+class ObjectMissing(StoreUnavailable):
+    """No object of that name (a reader asked for one that is not there, or not yet)."""
+
+    reason = "object_missing"
 
 
 class RetryableError(CrawlerError):

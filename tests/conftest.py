@@ -7,6 +7,7 @@ any of them fails the test unless the test allows it with
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import re
@@ -31,6 +32,8 @@ from tests.support.cluster import Cluster
 from tests.support.driver import Driver
 from tests.support.processes import stop_together
 from tests.support.scheduling import SuiteScheduling
+from tests.support.seaweed import Seaweed
+from tests.support.seaweed import seaweed as start_seaweed
 from tests.support.worker_logs import unexpected_tracebacks
 
 # celery_app / celery_worker (an embedded worker in a thread of the test process); the
@@ -64,7 +67,7 @@ TESTS = Path(__file__).resolve().parent
 
 #: Fixtures a unit test may not use: each needs a redis-server (``redis_url``, ``client``,
 #: ``settings``, ``driver``, ``workers``, ``celery_app`` and the cluster's all build on them).
-_NOT_UNIT = frozenset({"redis_server", "redis_cluster"})
+_NOT_UNIT = frozenset({"redis_server", "redis_cluster", "seaweed"})
 
 
 def _tier(item: pytest.Item) -> str | None:
@@ -128,6 +131,30 @@ def redis_server() -> Iterator[str]:
         pytest.fail("redis-server is not on PATH (.ci/run installs it)")
     with private_redis() as url:
         yield url
+
+
+@pytest.fixture(scope="session")
+def seaweed() -> Iterator[Seaweed]:
+    """A real S3 API server (SeaweedFS, tests/support/seaweed.py), one per test process."""
+    with start_seaweed() as server:
+        yield server
+
+
+@pytest.fixture
+def s3(seaweed: Seaweed, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A new empty bucket of ``seaweed`` as ``s3://BUCKET/PREFIX``, and this process's AWS
+    environment pointed at the server (for code under test that builds its own client)."""
+    from crawler_tasks.state.objects import s3 as s3_store
+
+    for name, value in seaweed.env().items():
+        monkeypatch.setenv(name, value)
+    s3_store._clients.clear()  # a client of the environment just set
+    bucket = seaweed.make_bucket(f"t{os.getpid()}-{next(_buckets)}")
+    yield f"s3://{bucket}/crawls"
+    s3_store._clients.clear()
+
+
+_buckets = itertools.count()
 
 
 @pytest.fixture

@@ -38,7 +38,7 @@ from ..errors import ConfigError, InvalidSeed, InvalidURL
 from ..settings import Settings
 from ..web.netguard import is_public_address
 from ..web.urls import host_of, normalize
-from . import connection, events, workers
+from . import connection, events, objects, workers
 from .admission import Admission
 from .bloom import BloomFilter, KnownURLs
 from .bodies import BodyStash
@@ -307,13 +307,18 @@ def plan(
     seeds: Iterable[str] | str,
     *,
     crawl_id: str | None = None,
+    output: str = "",
     **options: Any,
 ) -> CrawlOptions:
     """A new crawl's options, seeds and options checked (the one check of each command:
     start_crawl, ``crawler crawl``, a schedule added or run); nothing is written. Without
     ``settings``, the defaults of options built without them."""
     urls = check_seeds(seeds, bool(options.get("allow_private_networks", False)))
-    return CrawlOptions.build(crawl_id or new_crawl_id(), tuple(urls), settings, 0.0, **options)
+    if objects.looks_like_url(output):  # s3://, or refused (gs://, a typo)
+        output = objects.place(output)
+    return CrawlOptions.build(
+        crawl_id or new_crawl_id(), tuple(urls), settings, 0.0, output=output, **options
+    )
 
 
 def start(

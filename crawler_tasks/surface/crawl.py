@@ -15,14 +15,13 @@ import json
 import os
 import time
 from collections.abc import Iterable, Iterator
-from pathlib import Path
 from typing import Any
 
 import redis
 
 from ..errors import ConfigError, RedisFull
 from ..settings import Settings
-from ..state import connection
+from ..state import connection, objects
 from ..state import store as stores
 from ..state.ceilings import read as read_ceilings
 from ..state.figures import Detail, Listed, Live, Progress
@@ -82,8 +81,9 @@ def plan(
 ) -> CrawlOptions:
     """A new crawl's options from what a user gave (start_crawl keywords, ``crawler crawl``
     flags), checked once: ConfigError or InvalidSeed before anything is written."""
-    # Without an explicit output, each worker writes under its own CRAWLER_OUTPUT_DIR.
-    output_dir = str(Path(output).resolve()) if output else ""
+    # Without an explicit output, each worker writes under its own CRAWLER_OUTPUT_DIR; an
+    # s3:// output is kept as a URL, any other URL refused (never a directory named "gs:").
+    output_dir = objects.place(str(output)) if output else ""
     opts = stores.plan(settings, seeds, output=output_dir, **options)
     if opts.extract:
         check_hook_here(opts.extract)

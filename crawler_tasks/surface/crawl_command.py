@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import click
 from click.core import ParameterSource
 
-from ..errors import ConfigError
+from ..errors import ConfigError, CrawlerError
 from ..limits import number
 from ..redaction import redact
 from ..settings import Settings, load
@@ -292,9 +292,17 @@ def _broker_named(broker: str | None) -> bool:
 
 def _check_output(explicit: str, local: str) -> None:
     """The output this command knows is written on this host (--output, or the embedded
-    workers' CRAWLER_OUTPUT_DIR) must be writable: refused before the crawl exists."""
+    workers' CRAWLER_OUTPUT_DIR) must be writable, and an s3:// output's bucket there and
+    open to these credentials: refused before the crawl exists."""
+    from ..state import objects
     from ..worker.output.read import unwritable
 
+    if objects.is_url(explicit):
+        try:
+            objects.store_for(explicit).check()
+        except CrawlerError as exc:  # StoreUnavailable; ConfigError without boto3
+            raise Fail(f"--output {explicit}: {getattr(exc, 'why', exc)}") from None
+        explicit = ""  # the workers' CRAWLER_OUTPUT_DIR stages it
     for flag, directory in (("--output", explicit), ("CRAWLER_OUTPUT_DIR", local)):
         why = unwritable(directory) if directory else None
         if why:

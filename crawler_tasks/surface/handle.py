@@ -13,7 +13,7 @@ import redis
 
 from ..errors import UnknownCrawl
 from ..settings import Settings, load
-from ..state import connection
+from ..state import connection, objects
 from ..state import store as stores
 from ..state.connection import check_redis_url
 from ..state.formats import Status
@@ -103,7 +103,8 @@ class CrawlHandle:
     def output_dir(self) -> Path:
         """Where this crawl's files are: its ``output`` if it set one, else this host's
         ``CRAWLER_OUTPUT_DIR`` (each worker writes under its own; see the README)."""
-        return Path(self.options.output or self.settings.output_dir).resolve() / self.id
+        root = objects.local_root(self.options.output, self.settings.output_dir)
+        return Path(root).resolve() / self.id
 
     def pages(self, latest: bool = True) -> Iterator[dict[str, Any]]:
         """Records of this crawl's ``pages-*.jsonl`` (on this host). The files are append-only

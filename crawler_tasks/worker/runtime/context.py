@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import redis
 
 from ...settings import Settings
-from ...state import connection, events
+from ...state import connection, events, objects
 from ...state.bloom import KnownURLs
 from ...state.ceilings import Ceilings
 from ...state.options import CrawlOptions
@@ -194,7 +194,7 @@ class Context:
     def _runtime(self, store: CrawlStore) -> CrawlRuntime:
         opts = store.opts
         profile = RequestProfile.build(opts, self.settings.user_agent)
-        root = opts.output or self.settings.output_dir
+        root = objects.local_root(opts.output, self.settings.output_dir)
         info = warcinfo_fields(opts.crawl_id, opts.to_json())
         return CrawlRuntime(
             opts,

@@ -44,6 +44,7 @@ import redis
 from redis.exceptions import OutOfMemoryError
 
 from ...errors import AdmissionPaused
+from ...state import objects
 from ...state.health import Memory, admission_paused, memory
 from ...state.status import OUTPUT_PAUSE
 from ..output.files import describe
@@ -248,7 +249,7 @@ def probe_output(store: CrawlStore, output_dir: str) -> None:
     state = store.lifecycle.read()
     if state.output_problem is None or state.output_blocked_until > time.time():
         return
-    directory = Path(store.opts.output or output_dir) / store.opts.crawl_id
+    directory = Path(objects.local_root(store.opts.output, output_dir)) / store.opts.crawl_id
     why = no_room(directory)
     if why is None:
         log.warning("crawl %s: its output can be written again (%s)", store.id, directory)

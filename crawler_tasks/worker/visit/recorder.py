@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import OutputUnavailable
-from ...state import events, formats
+from ...state import events, formats, objects
 from ...state.admission import RedirectClaims
 from ...state.crawl_state import Note
 from ...state.formats import Counter, Status
@@ -301,7 +301,7 @@ def _files_of_the_end(ctx: Context, store: CrawlStore, final: Status) -> Summary
     if store.recrawl is not None and status.first(Note.GONE_COUNTED):
         store.stats.put(formats.change("gone"), store.recrawl.gone())
     summary = replace(store.stats.summary(), status=final)
-    directory = f"{opts.output or ctx.settings.output_dir}/{opts.crawl_id}"
+    directory = f"{objects.local_root(opts.output, ctx.settings.output_dir)}/{opts.crawl_id}"
     try:
         path = write_summary(directory, summary.to_json())
     except OSError as exc:
