@@ -155,6 +155,11 @@ def _normalize_host(host: str) -> str:
     return host
 
 
+def _ipv6_host(address: ipaddress.IPv6Address) -> str:
+    mapped = address.ipv4_mapped  # RFC 5952 section 5 keeps the dotted tail readable
+    return f"::ffff:{mapped}" if mapped else address.compressed
+
+
 def _split_host_port(url: str, host_port: str) -> tuple[str, str]:
     if host_port.startswith("["):
         literal, bracket, port = host_port[1:].partition("]")
@@ -166,8 +171,7 @@ def _split_host_port(url: str, host_port: str) -> tuple[str, str]:
             address = ipaddress.IPv6Address(literal)
         except ValueError:
             raise _invalid(url, "bad IPv6 literal") from None
-        mapped = address.ipv4_mapped  # RFC 5952 section 5 keeps the dotted tail readable
-        return f"[::ffff:{mapped}]" if mapped else f"[{address.compressed}]", port[1:]
+        return f"[{_ipv6_host(address)}]", port[1:]
     raw_host, _, port = host_port.partition(":")
     if not raw_host:
         raise _invalid(url, "empty host")
@@ -307,10 +311,12 @@ def looks_non_html(url: str) -> bool:
 
 
 def _normalize_domain(domain: str) -> str:
+    """An allowed domain as :func:`host_of` gives hosts: an IPv6 address (with or without its
+    brackets: the seeds' hosts come without) in the form ``normalize`` writes."""
     domain = domain.strip().lstrip(".")
     try:
-        if domain.startswith("["):
-            return ipaddress.IPv6Address(domain.strip("[]")).compressed
+        if domain.startswith("[") or ":" in domain:
+            return _ipv6_host(ipaddress.IPv6Address(domain.strip("[]")))
         return _normalize_host(domain)
     except (ValueError, UnicodeError):
         raise ConfigError(f"invalid allowed domain {domain!r}") from None

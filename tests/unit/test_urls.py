@@ -435,6 +435,18 @@ def test_scope_for_seeds_defaults_to_seed_hosts() -> None:
     assert scope.check("http://example.org/") == "out_of_domain"
 
 
+def test_scope_for_seeds_takes_ipv6_literals() -> None:
+    """An IPv6 seed's host comes without brackets (host_of): it is an allowed domain as it is,
+    and so is the address given with or without brackets, in any of its spellings (issue 50:
+    `http://[::1]:8472/` failed with "invalid allowed domain '::1'")."""
+    scope = Scope.for_seeds(["http://[::1]:8472/", "http://[::FFFF:1.2.3.4]/"])
+    assert scope.allowed_domains == ("::1", "::ffff:1.2.3.4")
+    assert scope.check("http://[::1]:8472/a") is None
+    assert scope.check("http://[::ffff:1.2.3.4]/") is None
+    given = Scope(allowed_domains=("[0:0::1]", "::ffff:102:304"))
+    assert given.allowed_domains == ("::1", "::ffff:1.2.3.4")
+
+
 def test_scope_for_seeds_explicit_arguments() -> None:
     scope = Scope.for_seeds(
         ["http://example.com/"],
