@@ -23,7 +23,8 @@ from collections.abc import Callable
 
 import redis
 
-from ..web.urls import Scope, domain_counts
+from ..web.scope import Scope
+from ..web.urls import domain_counts
 from . import formats
 from .bloom import BloomFilter
 from .formats import Counter

@@ -19,7 +19,7 @@ from typing import Any
 from ..errors import ConfigError
 from ..limits import INFINITE_OK, number, range_problem
 from ..settings import LIMITS, Settings
-from ..web.urls import Scope
+from ..web.scope import Scope
 from .bloom import BloomShape
 from .option_checks import check_limits, check_types
 from .pacing import check_pacing

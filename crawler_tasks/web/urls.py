@@ -1,4 +1,4 @@
-"""URL normalisation (the crawler's dedupe key), link resolution and crawl scope.
+"""URL normalisation (the crawler's dedupe key) and link resolution (crawl scope: scope.py).
 
 :func:`normalize` applies RFC 3986 section 6 syntax- and scheme-based normalisation, and only
 that, so two URLs get the same key only when every server must treat them alike:
@@ -44,13 +44,12 @@ import functools
 import ipaddress
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urljoin
 
-from ..errors import ConfigError, InvalidSeed, InvalidURL
+from ..errors import ConfigError, InvalidURL
 
 try:
     import idna
@@ -137,7 +136,7 @@ def _idna_encode(host: str) -> str:
 
 
 @functools.lru_cache(maxsize=8192)
-def _normalize_host(host: str) -> str:
+def normalize_host(host: str) -> str:
     """Registered name or IPv4 -> canonical ASCII; raises ValueError (or UnicodeError)."""
     if "%" in host:
         host = unquote(host, errors="strict")
@@ -155,7 +154,7 @@ def _normalize_host(host: str) -> str:
     return host
 
 
-def _ipv6_host(address: ipaddress.IPv6Address) -> str:
+def ipv6_host(address: ipaddress.IPv6Address) -> str:
     mapped = address.ipv4_mapped  # RFC 5952 section 5 keeps the dotted tail readable
     return f"::ffff:{mapped}" if mapped else address.compressed
 
@@ -171,12 +170,12 @@ def _split_host_port(url: str, host_port: str) -> tuple[str, str]:
             address = ipaddress.IPv6Address(literal)
         except ValueError:
             raise _invalid(url, "bad IPv6 literal") from None
-        return f"[{_ipv6_host(address)}]", port[1:]
+        return f"[{ipv6_host(address)}]", port[1:]
     raw_host, _, port = host_port.partition(":")
     if not raw_host:
         raise _invalid(url, "empty host")
     try:
-        return _normalize_host(raw_host), port
+        return normalize_host(raw_host), port
     except (ValueError, UnicodeError):
         raise _invalid(url, "bad host") from None
 
@@ -308,97 +307,3 @@ def looks_non_html(url: str) -> bool:
     last = _path_of(url).rpartition("/")[2].partition(";")[0]  # drop ";jsessionid=..."
     name, dot, ext = last.rpartition(".")
     return bool(dot and name) and ext.lower() in NON_HTML_EXTENSIONS
-
-
-def _normalize_domain(domain: str) -> str:
-    """An allowed domain as :func:`host_of` gives hosts: an IPv6 address (with or without its
-    brackets: the seeds' hosts come without) in the form ``normalize`` writes."""
-    domain = domain.strip().lstrip(".")
-    try:
-        if domain.startswith("[") or ":" in domain:
-            return _ipv6_host(ipaddress.IPv6Address(domain.strip("[]")))
-        return _normalize_host(domain)
-    except (ValueError, UnicodeError):
-        raise ConfigError(f"invalid allowed domain {domain!r}") from None
-
-
-def _compile(patterns: tuple[str, ...]) -> tuple[re.Pattern[str], ...]:
-    try:
-        return tuple(re.compile(p) for p in patterns)
-    except re.error as exc:
-        raise ConfigError(f"invalid URL pattern {exc.pattern!r}: {exc}") from None
-
-
-@dataclass(frozen=True)
-class Scope:
-    """Which normalised URLs a crawl follows.
-
-    ``allowed_domains`` are hosts, stored normalised (IDN, upper case, a leading dot accepted);
-    a URL is in scope when its host is one of them or a subdomain of one; an empty tuple means
-    no domain restriction. ``include``/``exclude`` are regexes searched in the normalised URL.
-    """
-
-    allowed_domains: tuple[str, ...]
-    include: tuple[str, ...] = ()
-    exclude: tuple[str, ...] = ()
-    max_url_length: int = 2048
-    max_repeated_segments: int = 3
-    _domains: frozenset[str] = field(init=False, repr=False, compare=False)
-    _include: tuple[re.Pattern[str], ...] = field(init=False, repr=False, compare=False)
-    _exclude: tuple[re.Pattern[str], ...] = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        # Frozen: fields are coerced and derived tables built once, through object.__setattr__.
-        domains = tuple(dict.fromkeys(_normalize_domain(d) for d in self.allowed_domains))
-        for name, value in (("allowed_domains", domains), ("_domains", frozenset(domains))):
-            object.__setattr__(self, name, value)
-        for name in ("include", "exclude"):
-            object.__setattr__(self, name, tuple(getattr(self, name)))
-            object.__setattr__(self, "_" + name, _compile(getattr(self, name)))
-
-    @classmethod
-    def for_seeds(
-        cls,
-        seeds: Iterable[str],
-        allowed_domains: Iterable[str] | None = None,
-        include: Iterable[str] = (),
-        exclude: Iterable[str] = (),
-        max_url_length: int = 2048,
-        max_repeated_segments: int = 3,
-    ) -> Scope:
-        """A scope whose allowed domains default to the seeds' hosts (raises InvalidSeed)."""
-        hosts: dict[str, None] = {}
-        for seed in seeds:
-            try:
-                hosts[host_of(normalize(seed))] = None
-            except InvalidURL as exc:
-                raise InvalidSeed(seed, str(exc.details.get("why", exc))) from None
-        if allowed_domains is None and not hosts:
-            raise ConfigError("no seeds to take the allowed domains from")
-        domains = tuple(hosts) if allowed_domains is None else tuple(allowed_domains)
-        return cls(domains, tuple(include), tuple(exclude), max_url_length, max_repeated_segments)
-
-    def _in_domain(self, host: str) -> bool:
-        if not self._domains or host in self._domains:
-            return True
-        # Walk up the parents (a.b.c -> b.c -> c): cost grows with labels, not with domains.
-        dot = host.find(".")
-        while dot >= 0:
-            if host[dot + 1 :] in self._domains:
-                return True
-            dot = host.find(".", dot + 1)
-        return False
-
-    def check(self, url: str) -> str | None:
-        """None when the normalised ``url`` is in scope, else why not (a short reason)."""
-        if len(url) > self.max_url_length:
-            return "url_too_long"
-        if not self._in_domain(host_of(url)):
-            return "out_of_domain"
-        if any(p.search(url) for p in self._exclude):
-            return "excluded"
-        if self._include and not any(p.search(url) for p in self._include):
-            return "not_included"
-        if has_repeated_segments(url, self.max_repeated_segments):
-            return "trap"
-        return None

@@ -9,9 +9,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from crawler_tasks.errors import ConfigError, InvalidSeed, InvalidURL
+from crawler_tasks.web.scope import Scope
 from crawler_tasks.web.urls import (
     NON_HTML_EXTENSIONS,
-    Scope,
     domain_key,
     has_repeated_segments,
     host_of,
