@@ -131,6 +131,7 @@ def cluster(
             except ConfigError as exc:
                 raise Fail(str(exc)) from None
         if embedded:
+            _check_browser(settings, renders)  # before the private Redis: nothing is written
             try:
                 url = stack.enter_context(private_redis())
             except RuntimeError as exc:
@@ -139,9 +140,26 @@ def cluster(
             click.echo(f"embedded: private redis-server at {url}, local workers", err=True)
             stack.enter_context(local_workers(url, log_dir=logs, renderers=renders))
         elif not _has_crawl_workers(settings, renders):  # a render worker too, when it renders
+            _check_browser(settings, renders)
             click.echo("no worker consumes the crawl queues: starting local workers", err=True)
             stack.enter_context(local_workers(settings.broker_url, log_dir=logs, renderers=renders))
         yield settings
+
+
+def _check_browser(settings: Settings, renders: int) -> None:
+    """The render workers this command is about to start run its Chromium (the same
+    ``CRAWLER_CHROMIUM_PATH``): one that cannot run is one line naming the path it tried, exit
+    2, before anything is started or written. Left to the workers, they refused to start and
+    the crawl waited on a render tier that could not render (issue 50: ``in_flight=1`` for 4
+    minutes). A remote render worker checks its own at start (worker/tasks.py) and, refusing,
+    never consumes ``crawl.render``: then this command starts local ones, checked here."""
+    if not renders:
+        return
+    from ..worker.render.browser import browser_problem
+
+    why = browser_problem(settings)
+    if why is not None:
+        raise Fail(f"--render: {why}")
 
 
 def _default(name: str) -> str:
@@ -213,10 +231,11 @@ def crawl(broker: str | None, embedded: bool, no_wait: bool, as_json: bool, **_:
         seeds_file = _seeds_file(ctx, stack)
         opts = crawl_options(ctx, settings, seeds_file)
         _check_output(opts.output, settings.output_dir if embedded else "")
+        renders = opts.render != "never" or bool(opts.render_hosts)
         if no_wait:
-            _check_no_wait(settings, embedded)
+            _check_no_wait(settings, embedded, int(renders))
         logs = stack.enter_context(tempfile.TemporaryDirectory(prefix="crawler-logs-"))
-        named, renders = _broker_named(broker), opts.render != "never" or bool(opts.render_hosts)
+        named = _broker_named(broker)
         live = stack.enter_context(cluster(settings, embedded, logs, named, int(renders)))
         _check_on_item(live, opts)
         more = seeds_file.rest() if seeds_file else ()
@@ -309,8 +328,9 @@ def _check_output(explicit: str, local: str) -> None:
             raise Fail(f"{flag} {directory}: cannot write there ({why})")
 
 
-def _check_no_wait(settings: Settings, embedded: bool) -> None:
-    """--no-wait returns at once: the crawl must be served by workers that stay."""
+def _check_no_wait(settings: Settings, embedded: bool, renders: int = 0) -> None:
+    """--no-wait returns at once: the crawl must be served by workers that stay (render
+    workers too when it renders: its pages would wait on ``crawl.render`` for none)."""
     from .probe import problem
 
     where = redact(settings.broker_url)
@@ -323,4 +343,10 @@ def _check_no_wait(settings: Settings, embedded: bool) -> None:
         raise Fail(
             f"--no-wait: no worker consumes the crawl queues at {where}; start workers "
             "(README, 'Running workers') or drop --no-wait"
+        )
+    if renders and not _has_crawl_workers(settings, renders):
+        raise Fail(
+            f"--no-wait: the crawl renders and no worker consumes crawl.render at {where} (a "
+            "render worker without its browser refuses to start: see its log); start one "
+            "(README, 'Rendering JavaScript') or drop --no-wait"
         )

@@ -19,7 +19,8 @@ def summary_text(s: Summary) -> str:
         lines.insert(1, f"  error: {s.error}")
     elif s.failed:
         why = s.notes.first_failure or f"robots.txt: {s.robots_unreachable_why}"
-        lines.insert(1, f"  nothing fetched: {why}")
+        said = "nothing fetched" if not s[Counter.FETCHED] else "every URL failed"
+        lines.insert(1, f"  {said}: {why}")
     elif s.notes.first_failure:
         lines.append(f"  first failure: {s.notes.first_failure}")
     if fam.failures:

@@ -120,8 +120,12 @@ def test_what_a_view_used_to_derive_is_derived_once() -> None:
     assert young.recent_pages_per_s == RATE_WINDOW / 4.0
     assert progress_of({}).done_share == 0.0
     assert progress_of({"fetched": 0, "failed": 2}).to_json()["final"] is False
-    assert Summary.of(progress_of({"fetched": 0, "failed": 2})).failed
-    assert not Summary.of(progress_of({"fetched": 1, "failed": 2})).failed
+    assert Summary.of(progress_of({"done": 2, "fetched": 0, "failed": 2})).failed
+    assert not Summary.of(progress_of({"done": 3, "fetched": 1, "failed": 2})).failed
+    # Every URL failed, one of them after its fetch (its render): failed all the same.
+    assert Summary.of(progress_of({"done": 1, "fetched": 1, "failed": 1})).failed
+    assert Summary.of(progress_of({"done": 2, "failed": 1, "robots_unreachable": 1})).failed
+    assert not Summary.of(progress_of({"done": 1, "robots_disallowed": 1})).failed
 
 
 def test_families_come_from_the_counter_names() -> None:
