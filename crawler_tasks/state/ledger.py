@@ -1,20 +1,26 @@
 """The ledger of one crawl, URL by URL: exactly-once completion accounting (start.lua,
-finish.lua), retries (requeue.lua), unwritten records and dead letters. The crawl's numbers
-are in stats.py, its status in status.py."""
+finish.lua), what is in flight and who holds it (reclaim.lua), and retries (requeue.lua).
+The records finish.lua leaves to write are unwritten.py's, the dead letters dead_letters.py's;
+the crawl's numbers are in stats.py, its status in status.py."""
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import redis
 
-from . import archive, formats
-from .formats import Counter
+from . import formats
 from .keys import CrawlKeys
 from .scripts import Call, Scripts, run_each, run_together
+
+
+def scan_parts(client: redis.Redis, ck: CrawlKeys, name: str) -> Iterator[tuple[bytes, bytes]]:
+    """Every field of the hash ``name`` (a :class:`~.keys.PartKeys` attribute) of every
+    partition."""
+    for pk in ck.parts:
+        yield from client.hscan_iter(getattr(pk, name), count=1000)
 
 
 class Ledger:
@@ -109,7 +115,7 @@ class Ledger:
         versions) are left alone."""
         now = time.time() if now is None else now
         out = []
-        for url, raw in self._scan("inflight"):
+        for url, raw in scan_parts(self.client, self.ck, "inflight"):
             value = raw.decode()
             e = formats.Inflight.parse(value)
             since = float(e.worker or now) if e.stage in ("q", "v") else e.released_at
@@ -119,11 +125,6 @@ class Ledger:
                 out.append((url.decode("utf-8", "surrogateescape"), e, value))
         return out
 
-    def _scan(self, name: str) -> Iterator[tuple[bytes, bytes]]:
-        """Every field of the hash ``name`` of every partition."""
-        for pk in self.ck.parts:
-            yield from self.client.hscan_iter(getattr(pk, name), count=1000)
-
     def mark_parse_queued(self, url: str) -> None:
         """Fetched: its parse task is about to be published (stage "q")."""
         self.start(url, f"{time.time():.0f}", "q")
@@ -132,51 +133,12 @@ class Ledger:
         """Fetched: its render task is about to be published (stage "v"; "w" once begun)."""
         self.start(url, f"{time.time():.0f}", "v")
 
-    def unwritten(self, url: str) -> formats.Unwritten | None:
-        raw = self.client.hget(self.ck.for_url(url).unwritten, url)
-        return None if raw is None else formats.Unwritten.loads(raw)
-
-    def claim(self, url: str, read: formats.Unwritten, claimed: formats.Unwritten) -> bool:
-        """claim.lua: take over the unwritten record ``read`` as ``claimed`` (this process's
-        file, now); False if it was written or claimed by another process meanwhile."""
-        pk = self.ck.for_url(url)
-        args = [url, read.rid, repr(read.ts), claimed.dumps(), claimed.fence()]
-        return bool(
-            self.scripts.claim(keys=[pk.unwritten, pk.fenced], args=args, client=self.client)
-        )
-
-    def commit(self, url: str, mine: formats.Unwritten) -> formats.Committed:
-        """commit.lua: the record ``mine`` is appended to its file; keep it, or undo it."""
-        return formats.Committed(int(self.commit_call(url, mine).run(self.client)))
-
-    def commit_call(self, url: str, mine: formats.Unwritten) -> Call:
-        """:meth:`commit`, to send with other calls (its reply: ``formats.Committed``)."""
-        pk = self.ck.for_url(url)
-        args = [url, mine.head(), mine.fence()]
-        return Call(self.scripts.commit, [pk.unwritten, pk.fenced], args)
-
-    def written(self, url: str) -> None:
-        """``url``'s record is on disk."""
-        self.client.hdel(self.ck.for_url(url).unwritten, url)
-
-    def orphans(self, older_than: float) -> tuple[list[tuple[str, formats.Unwritten]], int]:
-        """Unwritten records finished more than ``older_than`` s ago (their writer died, or is
-        frozen), and how many younger ones there are (writers about to finish)."""
-        limit, old, young = time.time() - older_than, [], 0
-        for url, raw in self._scan("unwritten"):
-            entry = formats.Unwritten.loads(raw)
-            if entry.ts < limit:
-                old.append((url.decode("utf-8", "surrogateescape"), entry))
-            else:
-                young += 1
-        return old, young
-
     def stale_releases(self, older_than: float, now: float | None = None) -> list[tuple[str, int]]:
         """(url, depth) released more than ``older_than`` s ago whose fetch never began: the
         message was lost between release.lua and the broker (a dispatcher died there)."""
         limit = (now if now is not None else time.time()) - older_than
         stale = []
-        for url, value in self._scan("inflight"):
+        for url, value in scan_parts(self.client, self.ck, "inflight"):
             entry = formats.Inflight.parse(value.decode())
             if not entry.started and 0 < entry.released_at < limit:
                 stale.append((url.decode(), entry.depth))
@@ -244,26 +206,3 @@ class Ledger:
             client=self.client,
         )
         return bool(done)
-
-    def dead_letter(self, url: str, record: dict[str, Any]) -> None:
-        self.client.hset(self.ck.for_url(url).failed, url, json.dumps(record))
-
-    def dead_letters(self) -> list[dict[str, Any]]:
-        return [json.loads(v) for pk in self.ck.parts for v in self.client.hvals(pk.failed)]
-
-    def replay_dead_letters(self, records: list[dict[str, Any]]) -> None:
-        """Take ``records`` (dead letters) off the dead-letter hashes and off the counters
-        their final state added: the replayed URLs are counted again at their new one, and
-        their new response is archived too (a new attempt on purpose, like its new record)."""
-        pipe = self.client.pipeline(transaction=False)
-        for r in records:  # each record's counters are in its URL's partition
-            pk = self.ck.for_url(r["url"])
-            if r.get("error"):
-                pipe.hincrby(pk.stats, formats.failed(r["error"]), -1)
-                pipe.hincrby(pk.stats, Counter.FAILED.value, -1)
-            else:  # recorded, but its extraction (or on_item task) failed
-                pipe.hincrby(pk.stats, Counter.EXTRACT_ERRORS.value, -1)
-            pipe.hincrby(pk.stats, Counter.DONE.value, -1)
-            pipe.hdel(pk.failed, r["url"])
-            pipe.hdel(pk.archived, *(archive.field(kind, r["url"]) for kind in archive.KINDS))
-        pipe.execute()

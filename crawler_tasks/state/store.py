@@ -5,7 +5,9 @@ per-process context hold a :class:`CrawlStore` per crawl instead of building fro
 ledgers and filters of their own::
 
     store.opts         CrawlOptions (immutable after start)
-    store.ledger       per-URL completion accounting, retries, dead letters (ledger.py)
+    store.ledger       per-URL completion accounting, in flight, retries (ledger.py)
+    store.unwritten    final records not yet on disk, their claims and commits (unwritten.py)
+    store.dead_letters the records of URLs that failed for good, their replay (dead_letters.py)
     store.lifecycle    status and steering: pause, cancel, output faults, finishing (status.py)
     store.finisher     the finisher's lock, the crawl's expiry and final status (finisher.py)
     store.stats        counters, rates, and the figures users read: Progress, Summary (stats.py)
@@ -42,6 +44,7 @@ from . import connection, events, objects, workers
 from .admission import Admission
 from .bloom import BloomFilter, KnownURLs
 from .bodies import BodyStash
+from .dead_letters import DeadLetters
 from .figures import Listed
 from .finisher import Finisher
 from .formats import Status
@@ -58,6 +61,7 @@ from .series import Series
 from .sitemaps import SitemapMarks
 from .stats import Stats
 from .status import CrawlLifecycle
+from .unwritten import UnwrittenRecords
 from .validators import Recrawl, Validators
 
 
@@ -107,6 +111,8 @@ class CrawlStore:
             opts.crawl_id, opts.partitions or 1, opts.domain_key, opts.partition_tags
         )
         self.ledger = Ledger(r.client, self.ck, opts.crawl_id, r.scripts)
+        self.unwritten = UnwrittenRecords(r.client, self.ck, r.scripts)
+        self.dead_letters = DeadLetters(r.client, self.ck)
         self.lifecycle = CrawlLifecycle(r.client, r.keys, self.ck, opts.crawl_id, r.scripts)
         self.finisher = Finisher(r.client, r.keys, self.ck, opts.crawl_id)
         self.stats = Stats(r.client, self.ck, opts.crawl_id, self.lifecycle, opts.max_pages)

@@ -257,14 +257,14 @@ class Crawl(CrawlHandle):
 
     def failed(self) -> list[dict[str, Any]]:
         self.options  # noqa: B018  (UnknownCrawl)
-        return self.store.ledger.dead_letters()
+        return self.store.dead_letters.all()
 
     def retry_failed(self) -> int:
         """Put every dead-lettered URL back into the frontier; returns how many."""
         records = self.failed()
         if not records:
             return 0
-        self.store.ledger.replay_dead_letters(records)
+        self.store.dead_letters.replay(records)
         admitted = self.store.frontier.admit(
             ((r["url"], int(r["depth"])) for r in records), force=True
         )

@@ -322,11 +322,11 @@ def test_a_slow_writer_and_its_own_sweep_keep_one_copy(settings, driver):  # typ
     record = {**Final(url, 0, status=200, extra={"fetched_at": time.time()}).record(), "rid": "r"}
     slow = Unwritten("r", str(out.pages_path), time.time() - 60, record)
     assert store.ledger.finish(url, slow, {}) == 0
-    [(_url, seen)], _young = store.ledger.orphans(30)
+    [(_url, seen)], _young = store.unwritten.orphans(30)
     assert write_orphan(driver.ctx, store, url, seen)  # the sweep: claimed and written
-    assert not out.final(record, commit=lambda: store.ledger.commit(url, slow) is not MOVED)
+    assert not out.final(record, commit=lambda: store.unwritten.commit(url, slow) is not MOVED)
     assert [r["url"] for r in crawl.pages(latest=False)] == [url]
-    assert store.ledger.unwritten(url) is None
+    assert store.unwritten.get(url) is None
 
 
 def test_a_message_taken_just_before_the_look_is_not_taken_back(settings):  # type: ignore[no-untyped-def]

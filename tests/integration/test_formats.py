@@ -84,18 +84,18 @@ def test_an_unwritten_record_is_claimed_once(settings, client) -> None:  # type:
     one of them write it; the claim names the new writer's file."""
     crawl = start_crawl(["http://127.0.0.63:8000/"], settings=settings, allow_private_networks=True)
     ((_domain, _depth, url),) = crawl.store.frontier.release_all(10, 180).entries
-    ledger = crawl.store.ledger
+    ledger, records = crawl.store.ledger, crawl.store.unwritten
     entry = formats.Unwritten("r1", "/out/a.jsonl", 1764140000.123456, {"url": url, "n": 1.5})
     assert ledger.finish(url, entry, {}) == 0
-    read = ledger.unwritten(url)
+    read = records.get(url)
     assert read == entry
     mine = formats.Unwritten(read.rid, "/out/b.jsonl", 1764140009.5, read.record)
     theirs = formats.Unwritten(read.rid, "/out/c.jsonl", 1764140009.6, read.record)
-    assert ledger.claim(url, read, mine)
-    assert not ledger.claim(url, read, theirs)
-    assert ledger.unwritten(url) == mine
-    ledger.written(url)
-    assert not ledger.claim(url, mine, theirs)
+    assert records.claim(url, read, mine)
+    assert not records.claim(url, read, theirs)
+    assert records.get(url) == mine
+    records.written(url)
+    assert not records.claim(url, mine, theirs)
 
 
 def test_a_commit_is_the_writers_whose_entry_is_stored(settings, client) -> None:  # type: ignore[no-untyped-def]
@@ -103,21 +103,21 @@ def test_a_commit_is_the_writers_whose_entry_is_stored(settings, client) -> None
     claimer in the writer's own file differs by its time only, by a digit (1.5 and 1.55)."""
     crawl = start_crawl(["http://127.0.0.68:8000/"], settings=settings, allow_private_networks=True)
     ((_domain, _depth, url),) = crawl.store.frontier.release_all(10, 180).entries
-    ledger = crawl.store.ledger
+    ledger, records = crawl.store.ledger, crawl.store.unwritten
     record = {"url": url, "outlinks": [f"http://127.0.0.68:8000/{i}" for i in range(300)]}
     first = formats.Unwritten("r1", "/out/a.jsonl", 1764140000.5, record)
     assert ledger.finish(url, first, {}) == 0
     again = formats.Unwritten("r1", "/out/a.jsonl", 1764140000.55, record)
-    assert ledger.claim(url, first, again)
+    assert records.claim(url, first, again)
     for wrong in (
         first,
         formats.Unwritten("r2", again.path, again.ts, record),
         formats.Unwritten("r1", "/out/a.jsonl.1", again.ts, record),
     ):
-        assert ledger.commit(url, wrong) is formats.Committed.MOVED
-        assert ledger.unwritten(url) == again
-    assert ledger.commit(url, again) is formats.Committed.OURS
-    assert ledger.unwritten(url) is None
+        assert records.commit(url, wrong) is formats.Committed.MOVED
+        assert records.get(url) == again
+    assert records.commit(url, again) is formats.Committed.OURS
+    assert records.get(url) is None
 
 
 def test_the_table_check_catches_an_undescribed_key(client) -> None:  # type: ignore[no-untyped-def]

@@ -40,16 +40,16 @@ def test_a_page_commit_rides_with_the_next_finish(settings, driver):  # type: ig
     ea, eb = _entry(driver, store, a), _entry(driver, store, b)
     left, mine_a = _finish(driver, store, ea)
     assert left == 1 and mine_a is not None
-    assert not mine_a.done.is_set() and store.ledger.unwritten(a) is not None  # not asked yet
+    assert not mine_a.done.is_set() and store.unwritten.get(a) is not None  # not asked yet
     left, mine_b = _finish(driver, store, eb)
     # b's finish carried a's commit: answered without a's writer asking it.
     assert left == 0 and mine_a.done.is_set() and mine_a.answer() is True
-    assert store.ledger.unwritten(a) is None and store.ledger.unwritten(b) is not None
+    assert store.unwritten.get(a) is None and store.unwritten.get(b) is not None
     out = driver.ctx.crawl_runtime(store).output()
     started = time.monotonic()
     assert out.pages.wait(mine_b) is True  # nobody carries it: asked alone, after a wait
     assert time.monotonic() - started >= HANDOFF_WAIT * 0.9
-    assert store.ledger.unwritten(b) is None
+    assert store.unwritten.get(b) is None
     assert [r["url"] for r in read_pages(out.dir)] == [a, b]
 
 
@@ -63,10 +63,10 @@ def test_a_carried_commit_undoes_a_copy_taken_over(settings, driver):  # type: i
     assert mine_a is not None
     out = driver.ctx.crawl_runtime(store).output()
     claimed = Unwritten(ea.rid, "/elsewhere/pages-other-1.jsonl", time.time(), ea.record)
-    assert store.ledger.claim(a, ea, claimed)
+    assert store.unwritten.claim(a, ea, claimed)
     _left, mine_b = _finish(driver, store, eb)
     assert mine_b is not None
     assert mine_a.done.is_set() and mine_a.answer() is False
     assert out.pages.wait(mine_b) is True
     assert [r["url"] for r in read_pages(out.dir)] == [b]
-    assert store.ledger.unwritten(a) is not None  # the claimer writes it
+    assert store.unwritten.get(a) is not None  # the claimer writes it

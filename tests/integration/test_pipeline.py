@@ -251,11 +251,11 @@ def test_an_orphan_met_by_two_rescuers_is_written_once(settings, driver):  # typ
     dead = crawl.output_dir / f"pages-{socket.gethostname()}-1.jsonl"  # it wrote nothing
     record = {**Final(url, 0, status=200, extra={"fetched_at": time.time()}).record(), "rid": "r"}
     assert store.ledger.finish(url, Unwritten("r", str(dead), time.time(), record), {}) == 0
-    [(_url, seen)], _young = store.ledger.orphans(0)
+    [(_url, seen)], _young = store.unwritten.orphans(0)
     assert write_orphan(driver.ctx, store, url, seen)
     assert not write_orphan(driver.ctx, store, url, seen)
     assert [r["url"] for r in crawl.pages(latest=False)] == [url]
-    assert store.ledger.unwritten(url) is None
+    assert store.unwritten.get(url) is None
 
 
 def test_a_writer_frozen_across_a_takeover_undoes_its_copy(settings, driver):  # type: ignore[no-untyped-def]
@@ -273,25 +273,25 @@ def test_a_writer_frozen_across_a_takeover_undoes_its_copy(settings, driver):  #
     elsewhere = Unwritten(
         "r", str(crawl.output_dir / "pages-elsewhere-2.jsonl"), time.time(), record
     )
-    assert store.ledger.claim(url, mine, elsewhere)  # the sweep of another process
+    assert store.unwritten.claim(url, mine, elsewhere)  # the sweep of another process
 
     def commit(entry):  # type: ignore[no-untyped-def]
-        return lambda: store.ledger.commit(entry.record["url"], entry) is not Committed.MOVED
+        return lambda: store.unwritten.commit(entry.record["url"], entry) is not Committed.MOVED
 
     out.final({"url": "http://127.0.0.79/other", "rid": "x"})  # the file holds something
     size = out.pages_path.stat().st_size
     assert not out.final(record, commit=commit(mine))
     assert out.pages_path.stat().st_size == size  # undone, to the byte
-    assert store.ledger.commit(url, elsewhere) is Committed.OURS  # the claimer's copy counts
-    assert store.ledger.unwritten(url) is None
+    assert store.unwritten.commit(url, elsewhere) is Committed.OURS  # the claimer's copy counts
+    assert store.unwritten.get(url) is None
     assert out.final(record, commit=commit(mine)) is False  # gone, fenced: still not ours
 
     other = "http://127.0.0.79/b"
     entry = Unwritten("s", str(out.pages_path), time.time(), {**record, "url": other, "rid": "s"})
-    store.ledger.client.hset(store.ck.for_url(other).unwritten, other, entry.dumps())
+    store.client.hset(store.ck.for_url(other).unwritten, other, entry.dumps())
     assert out.final(entry.record, commit=commit(entry))  # nobody took it over: kept, written
-    assert store.ledger.unwritten(other) is None
-    assert store.ledger.commit(other, entry) is Committed.FOUND  # a sweep found it: keep
+    assert store.unwritten.get(other) is None
+    assert store.unwritten.commit(other, entry) is Committed.FOUND  # a sweep found it: keep
     urls = [r["url"] for r in crawl.pages(latest=False)]
     assert urls.count(url) == 0 and urls.count(other) == 1
 

@@ -208,6 +208,6 @@ def item_task_failed(ctx: Context, crawl_id: str, url: str, depth: int, error: s
     if store is None:  # the crawl expired: nothing to note it in
         return
     record = {"url": url, "depth": depth, "error": None, "extract_error": error}
-    store.ledger.dead_letter(url, record)
+    store.dead_letters.add(url, record)
     store.stats.add(Counter.EXTRACT_ERRORS.value)
     log.warning("crawl %s: %s on %.300s", crawl_id, error, url)

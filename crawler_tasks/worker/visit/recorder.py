@@ -77,7 +77,7 @@ def finalize(visit: Visit, final: Final, before: Callable[[], Call] | None = Non
     failed = Counter.FAILED.value in counters
     if failed or record.get("extract_error"):
         # Before finish: a dead letter for a URL that then turns out final already is harmless.
-        store.ledger.dead_letter(final.url, {k: record.get(k) for k in DEAD_LETTER_FIELDS})
+        store.dead_letters.add(final.url, {k: record.get(k) for k in DEAD_LETTER_FIELDS})
     if not final.recorded:
         left = store.ledger.finish(final.url, None, counters, before and before())
         return "duplicate" if left < 0 else _settled(ctx, store, final, left)
@@ -87,7 +87,7 @@ def finalize(visit: Visit, final: Final, before: Callable[[], Call] | None = Non
     entry = formats.Unwritten(record["rid"], str(out.pages_path), time.time(), record, text)
     left, mine = _finish_and_append(visit, entry, counters, before and before())
     if left < 0:  # final already; its record may still be waiting for a writer
-        return recover(visit) if store.ledger.unwritten(final.url) else "duplicate"
+        return recover(visit) if store.unwritten.get(final.url) else "duplicate"
     if final.extra.get("redirects") and not failed:
         RedirectClaims.release(store.client, store.ck, final.url)
 
@@ -126,9 +126,7 @@ def _finish_and_append(
             return left, None
         faults.point("after_finish")
         try:
-            mine = out.final_carried(
-                writes, store.ledger.commit_call(url, entry), store.ledger.client
-            )
+            mine = out.final_carried(writes, store.unwritten.commit_call(url, entry), store.client)
         except OutputUnavailable as exc:
             mine, unavailable = None, exc
     if unavailable is not None:
@@ -141,7 +139,7 @@ def _finish_and_append(
 def _committer(store: CrawlStore, url: str, entry: formats.Unwritten) -> Callable[[], bool]:
     """Asked by the output right after it appended ``entry``'s record: keep it? (commit.lua
     marks it written when it is still this writer's.)"""
-    return lambda: store.ledger.commit(url, entry) is not formats.Committed.MOVED
+    return lambda: store.unwritten.commit(url, entry) is not formats.Committed.MOVED
 
 
 def _settled(ctx: Context, store: CrawlStore, final: Final, left: int) -> str:
@@ -195,7 +193,7 @@ def write_orphan(
     the one that claims it (claim.lua) writes it. The entry then names this process's file and
     time, with the items only if they are still to write, for whoever meets it next."""
     if _on_disk(entry):
-        store.ledger.written(url)
+        store.unwritten.written(url)
         return False
     # Items go first: if they made it and the page line did not, they are not repeated.
     items = bool(entry.record.get(ITEMS))
@@ -204,7 +202,7 @@ def write_orphan(
     out = runtime.output()
     record = {k: v for k, v in entry.record.items() if with_items or k != ITEMS}
     mine = formats.Unwritten(entry.rid, str(out.pages_path), time.time(), record)
-    if not store.ledger.claim(url, entry, mine):
+    if not store.unwritten.claim(url, entry, mine):
         return False  # written, or claimed by another process, since it was read
     if not write_record(
         ctx, store, record, with_items=with_items, commit=_committer(store, url, mine)
@@ -231,7 +229,7 @@ def _say_written(ctx: Context, store: CrawlStore, url: str, entry: formats.Unwri
 def recover(visit: Visit) -> str:
     """A task met its URL final with its record unwritten (start.lua returned 2)."""
     ctx, store = visit.ctx, visit.store
-    entry = store.ledger.unwritten(visit.url)
+    entry = store.unwritten.get(visit.url)
     if entry is not None:
         write_orphan(ctx, store, visit.url, entry)
     if store.lifecycle.finishing():  # its finisher may have died too
@@ -253,7 +251,7 @@ def _on_disk(entry: formats.Unwritten, path: Path | None = None) -> bool:
 
 def sweep_orphans(ctx: Context, store: CrawlStore) -> int:
     """Write the records whose writer died (older than ``orphan_record_seconds``)."""
-    old, _young = store.ledger.orphans(ctx.settings.orphan_record_seconds)
+    old, _young = store.unwritten.orphans(ctx.settings.orphan_record_seconds)
     return sum(write_orphan(ctx, store, url, entry) for url, entry in old)
 
 
@@ -339,7 +337,7 @@ def _write_all_orphans(ctx: Context, store: CrawlStore) -> None:
     not write them meanwhile. Returns when none is left."""
     wait = ctx.settings.orphan_record_seconds
     while True:
-        old, young = store.ledger.orphans(wait)
+        old, young = store.unwritten.orphans(wait)
         for url, entry in old:
             write_orphan(ctx, store, url, entry, strict=True)
         if not old and not young:
