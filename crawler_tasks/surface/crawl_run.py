@@ -42,7 +42,7 @@ def run(
         started = {"crawl_id": handle.id, "status": "running", "output_dir": str(where)}
         click.echo(cli.dumps(started) if as_json else handle.id)
         return None, False
-    _say_pace(opts)
+    _say_pace(settings, opts)
     interrupted = False
     try:
         # Progress on stderr: stdout carries only the summary (``--json`` pipes cleanly).
@@ -99,13 +99,23 @@ def _warn_if_running(settings: Settings, opts: CrawlOptions) -> None:
         )
 
 
-def _say_pace(opts: CrawlOptions) -> None:
-    """Once, when the user chose no pace: politeness is what sets it, and how to raise it."""
+def _say_pace(settings: Settings, opts: CrawlOptions) -> None:
+    """Once, when the user chose no pace: what politeness lets each seed host get (the crawl's
+    rate, or ``crawler set-rate``'s under a ``set-ceiling``), and how to raise it."""
+    from ..state.keys import Keys
+    from ..state.paces import pace_words, seed_paces
+
     if opts.rates or ParameterSource.COMMANDLINE in _rate_sources():
         return
+    paces = seed_paces(cli.client_for(settings), Keys(settings.key_prefix), opts)
+    named = [f"{pace_words(p.rate)} for {p.host} ({p.why()})" for p in paces[:3]]
+    if len(paces) > 3:
+        named.append(f"{len(paces) - 3} more seed hosts by set-rate or set-ceiling")
+    others = "per other host" if named else "per host"
+    named.append(f"{pace_words(opts.rate)} {others}")
     click.echo(
-        f"pace: {opts.rate:g} request/s per host (politeness; robots.txt Crawl-delay may lower "
-        "it). On a site of your own raise it: --host-rate HOST=10 (or --default-rate)",
+        f"pace: {'; '.join(named)} (politeness; robots.txt Crawl-delay may lower it). On a "
+        "site of your own raise it: --host-rate HOST=10 (or --default-rate)",
         err=True,
     )
 

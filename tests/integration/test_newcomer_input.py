@@ -10,7 +10,11 @@ import threading
 import redis
 
 from crawler_tasks import start_crawl
+from crawler_tasks.settings import load
+from crawler_tasks.surface.crawl_command import _has_crawl_workers
 from tests.support import cli_process
+from tests.support.sitegen import running_sites
+from tests.support.waiting import wait_until
 
 SEED = "http://a.example/"
 
@@ -70,3 +74,24 @@ def test_an_ipv6_loopback_seed_is_crawled(settings, celery_worker):  # type: ign
         server.server_close()
     assert summary["status"] == "finished", summary
     assert summary["counters"]["done"] == 2 and not summary["counters"].get("failed"), summary
+
+
+def test_the_pace_line_says_the_pace_set_rate_and_set_ceiling_give(
+    redis_url, celery_worker, tmp_path
+):  # type: ignore[no-untyped-def]
+    """Under a cluster-wide set-rate of 8 and a ceiling of 3, each crawl said `pace: 1
+    request/s per host`: it says 3 for that host now, and why."""
+    wait_until(lambda: _has_crawl_workers(load(env={}, broker_url=redis_url)), timeout=60)
+    broker = ("--broker", redis_url)
+    with running_sites(["127.0.0.51", "127.0.0.52"], 3, 2) as (_, servers):
+        assert run("set-rate", "127.0.0.51", "8", *broker).returncode == 0
+        assert run("set-ceiling", "127.0.0.51", "3", *broker).returncode == 0
+        seeds = [server.base_url + "/" for server in servers]
+        result = run("crawl", *seeds, "--allow-private-networks", "--output", str(tmp_path),
+                     "--max-pages", "2", *broker)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("pace:")]
+    assert line.startswith(
+        "pace: 3 request/s for 127.0.0.51 (crawler set-rate 8, set-ceiling 3, shared by every "
+        "crawl of it); 1 request/s per other host (politeness;"
+    ), line
