@@ -105,13 +105,20 @@ class Ledger:
         )
 
     def stuck(
-        self, alive: set[str], lost_after: float, idle: set[str], now: float | None = None
+        self,
+        alive: set[str],
+        lost_after: float,
+        idle: set[str],
+        fetch_after: float | None = None,
+        now: float | None = None,
     ) -> list[tuple[str, formats.Inflight, str]]:
         """(url, entry, raw value) of in-flight URLs nobody will move: released, fetched or
         parsed by a worker not in ``alive``; or released ("r") / queued for parse ("q") more
         than ``lost_after`` seconds ago and still not started although the broker holds no
         message of that kind (``idle`` names the stages whose queues are empty): their
-        message went down with a worker. Entries that do not say who holds them (older
+        message went down with a worker. With ``fetch_after``, also every URL released to a
+        living process that long ago and not started: a candidate the caller checks message
+        by message (worker/dispatch/lost.py). Entries that do not say who holds them (older
         versions) are left alone."""
         now = time.time() if now is None else now
         out = []
@@ -121,6 +128,8 @@ class Ledger:
             since = float(e.worker or now) if e.stage in ("q", "v") else e.released_at
             late = e.stage in idle and 0 < since < now - lost_after
             dead = e.stage in ("r", "s", "p", "w") and bool(e.worker) and e.worker not in alive
+            if fetch_after is not None and e.stage == "r" and e.worker:
+                late = late or 0 < e.released_at < now - fetch_after
             if late or dead:
                 out.append((url.decode("utf-8", "surrogateescape"), e, value))
         return out

@@ -58,9 +58,18 @@ class Heartbeat:
         self._thread.start()
 
     def beat(self) -> None:
-        self._script(keys=[self.key], args=[self.worker], client=self.client)
+        # The held set first: a reader that sees this beat's time sees what the process
+        # held a moment before it (worker/dispatch/lost.py counts on it). A held set Redis
+        # refuses does not keep the process from beating: it is said after the beat.
+        refused: redis.RedisError | None = None
         if self._held is not None:
-            self._write_held(set(self._held()))
+            try:
+                self._write_held(set(self._held()))
+            except redis.RedisError as exc:
+                refused = exc
+        self._script(keys=[self.key], args=[self.worker], client=self.client)
+        if refused is not None:
+            raise refused
 
     def _write_held(self, now: set[str]) -> None:
         """The difference since the last beat, so that no reader sees the set empty."""

@@ -32,6 +32,7 @@ from ..visit.outcome import Decision
 from ..visit.recorder import crawl_finished, sweep_orphans
 from ..visit.settle import settle, takeback
 from ..visit.trip import Visit
+from .lost import LostMessages
 
 log = logging.getLogger(__name__)
 
@@ -46,9 +47,8 @@ class Repair:
         self._broker = broker
         #: A reclaim after this process was held up judges nobody dead at once (stall.py).
         self._stall = StallGuard(RECLAIM_EVERY, settings.worker_dead_seconds, "repair")
-        #: crawl -> {"crawl<TAB>url": Redis time} of the messages found lost at the last look
-        #: and not yet confirmed (see :meth:`_unconfirmed`).
-        self._suspects: dict[str, dict[str, float]] = {}
+        #: Which unstarted URLs lost their message (lost.py).
+        self._lost = LostMessages(broker, settings.worker_dead_seconds)
 
     def reap(self, ctx: Context) -> int:
         """Publish again fetches whose message never reached a worker. Rare (a dispatcher
@@ -77,13 +77,17 @@ class Repair:
         fetchers = sorted(m.decode() for m in ctx.client.smembers(ctx.keys.fetchers))
         idle = self._broker.idle_stages(fetchers)
         n, running = 0, stores.running(ctx.r)
-        self._suspects = {c: v for c, v in self._suspects.items() if c in running}
+        self._lost.forget_crawls(running)
+        # Which fetch messages wait in a queue: read once a round, when a fetch is late.
+        queued: set[str] | None = None
         for crawl_id in running:
             store = ctx.store(crawl_id)
             if store is None:
                 continue
-            stuck = store.ledger.stuck(living, s.lost_message_seconds, idle)
-            lost = self._really_stuck(ctx, store.id, stuck, living)
+            stuck = store.ledger.stuck(living, s.lost_message_seconds, idle, self._lost.fetch_after)
+            if queued is None and any(e.stage == "r" and e.worker in living for _, e, _ in stuck):
+                queued = self._lost.queued(ctx, fetchers)
+            lost = self._lost.really_stuck(ctx, store.id, stuck, living, queued)
             if lost and self._stall.held_up():  # its reads came after a stall: stale
                 return n
             for url, entry, value in lost:
@@ -100,55 +104,6 @@ class Repair:
             if gone:
                 log.info("forgot the heartbeats of %d dead processes", len(gone))
         return n
-
-    def _really_stuck(
-        self, ctx: Context, crawl_id: str, stuck: list[tuple[str, Inflight, str]], living: set[str]
-    ) -> list[tuple[str, Inflight, str]]:
-        """``stuck`` less what a second look clears: a worker that beat since the heartbeats
-        were read (a process whose first beat came after that read), and a message that a
-        living process says it holds (received, waiting for a thread: not lost)."""
-        if not stuck:
-            return []
-        silent = {e.worker for _, e, _ in stuck if e.worker and e.worker not in living}
-        if silent:
-            now_alive = workers.alive(ctx.client, ctx.keys, self.settings.worker_dead_seconds)
-            living = living | (now_alive & silent)
-
-        def key(url: str) -> str:
-            return f"{crawl_id}\t{url}"
-
-        late = [key(url) for url, e, _ in stuck if e.stage == "r" and e.worker in living]
-        held = workers.held_by(ctx.client, ctx.keys, living, late)
-        held |= self._unconfirmed(ctx, crawl_id, [k for k in late if k not in held], living)
-
-        def still(url: str, e: Inflight) -> bool:
-            if e.stage in ("q", "v"):  # its parse or render message is late (no worker named)
-                return True
-            if e.worker not in living:  # silent after a second look
-                return True
-            # Released to a living process, unstarted, its queue empty: lost unless held.
-            return e.stage == "r" and key(url) not in held
-
-        return [(url, e, v) for url, e, v in stuck if still(url, e)]
-
-    def _unconfirmed(
-        self, ctx: Context, crawl_id: str, lost: list[str], living: set[str]
-    ) -> set[str]:
-        """Of the fetch messages found lost (released to a living process, unstarted, every
-        fetch queue empty, in no process's held set), those not lost for sure yet: a message
-        a process took from its queue just before the look is in its held set only from that
-        process's next beat on (every HEARTBEAT_EVERY s, later when it is starved; the
-        overload test saw such URLs taken back from a busy crawl). One is lost once it is
-        still missing after every living process beat again."""
-        if not lost:
-            self._suspects.pop(crawl_id, None)
-            return set()
-        beats, now = workers.beats(ctx.client, ctx.keys), workers.redis_now(ctx.client)
-        all_beat_at = min((beats.get(w, 0.0) for w in living), default=now)
-        seen = self._suspects.get(crawl_id, {})
-        first = {k: seen.get(k, now) for k in lost}
-        self._suspects[crawl_id] = first  # those no longer lost are forgotten
-        return {k for k, t in first.items() if all_beat_at <= t}
 
     def _take_back(
         self, ctx: Context, store: CrawlStore, url: str, entry: Inflight, value: str

@@ -237,6 +237,8 @@ class BrokerView:
     def __init__(self, settings: Settings, connect: Callable[[], Any] | None = None) -> None:
         self.settings = settings
         self._connect = connect
+        #: A worker's view (not the test driver's): its queues hold every waiting message.
+        self.sees_queues = connect is not None
         self._client: redis.Redis | None = None
         self._lists: redis.Redis | None = None  # the broker's lists, for idle_stages
 

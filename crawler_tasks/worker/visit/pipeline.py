@@ -34,6 +34,7 @@ from collections.abc import Callable
 
 from ...errors import AdmissionPaused, OutputUnavailable
 from ...state.formats import Begun
+from ..process import faults
 from ..process.outage import REDIS_UNAVAILABLE
 from ..runtime.context import Context
 from . import fetch_step, parse_step, render_step
@@ -58,6 +59,7 @@ def fetch_url(
 ) -> str:
     """Fetch one released URL; returns what happened (for logs and tests). ``begun``: what
     :func:`begin` said of it, used once (a run again after a Redis outage asks again)."""
+    faults.point("before_start")  # the fault suite: a message taken, then lost with its taker
     started = begun.pop(url, None) if begun else None
     return _guarded(ctx, crawl_id, url, depth, functools.partial(_fetch, begun=started))
 
@@ -72,6 +74,7 @@ def _fetch(visit: Visit, begun: Begun | None) -> str:
 def begin(ctx: Context, crawl_id: str, urls: list[str]) -> dict[str, Begun]:
     """start.lua for the URLs of one message at once (one round trip per partition), for
     :func:`fetch_url`; {} when that cannot be said here, so each URL asks on its own."""
+    faults.point("before_start")
     store = ctx.store(crawl_id)
     if store is None:
         return {}
