@@ -107,7 +107,7 @@ $(DOCS_STAMP): pyproject.toml | $(STAMP)
 	PYTHONWARNINGS="ignore:Editable installation" $(BIN)/pip install -q -e '.[docs]'
 	touch $@
 docs: $(DOCS_STAMP)
-	NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true $(BIN)/mkdocs build --strict --quiet
+	NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true $(BIN)/mkdocs build --strict
 
 clean:
 	rm -rf $(VENV) site data .pytest_cache .mypy_cache .ruff_cache

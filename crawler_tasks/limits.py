@@ -3,7 +3,8 @@
 A numeric setting is declared with its range beside its default (:func:`limited`, in
 settings.py); a crawl option that takes its default from a setting is held to the same range
 (state/options.py); both are checked by one rule, :func:`range_problem`, whose message names
-the value, the range and what was given. README "Limits" lists the ranges.
+the value, the range and what was given. The docs list them (docs/operations/limits.md,
+and the generated reference of options and settings).
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ def limited(default: Any, low: float, high: float) -> Any:
     """A numeric setting's default and its range, (lowest, highest), both allowed: past either,
     a value is a typo or a unit mistake (milliseconds for seconds, a rate of 1e400), refused
     by :func:`~crawler_tasks.settings.load` before anything starts; a crawl option that takes
-    its default from a setting is held to the same range (state/options.py). README "Limits"
-    lists them. Floors are low (tests run with 2-s timeouts) but never 0 where 0 would hang or
+    its default from a setting is held to the same range (state/options.py). The docs list
+    them. Floors are low (tests run with 2-s timeouts) but never 0 where 0 would hang or
     spin."""
     return dataclasses.field(default=default, metadata={"limits": (low, high)})
 

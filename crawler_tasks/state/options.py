@@ -263,8 +263,8 @@ class CrawlOptions:
 
 #: Fields the code sets itself, never a user.
 INTERNAL = ("crawl_id", "seeds", "started_at", "partition_tags")
-#: Ranges of the numeric options without a setting of their own; an option that takes its
-#: default from a setting has the setting's range (``limits.limited`` in settings.py). README "Limits".
+#: Ranges of the numeric options without a setting of their own (docs/operations/limits.md);
+#: an option that takes its default from a setting has its range (settings.py ``limited``).
 OWN_LIMITS: dict[str, tuple[float, float]] = {
     "max_depth": (0, 100_000),
     "max_pages": (0, 10**9),

@@ -92,7 +92,7 @@ def plan(
 
 def check_hook_here(path: str) -> None:
     """A hook whose module this process can import is checked now (it must name a function);
-    one it cannot import is the workers' to import (README: where hooks run)."""
+    one it cannot import is the workers' to import (docs/guides/extraction.md: where hooks run)."""
     import importlib
     import importlib.util
 

@@ -224,7 +224,7 @@ def _default(name: str) -> str:
 @json_option("Print the summary (--no-wait: the crawl started) as JSON.")
 def crawl(broker: str | None, embedded: bool, no_wait: bool, as_json: bool, **_: Any) -> int:
     """Crawl from SEED URLs; waits and shows progress unless --no-wait. Any crawl option
-    (README, "Crawl options") can be given as --option KEY=JSON."""
+    (docs/guides/crawl-options.md) can be given as --option KEY=JSON."""
     settings = settings_for(broker)
     ctx = click.get_current_context()
     with contextlib.ExitStack() as stack:
@@ -342,7 +342,7 @@ def _check_no_wait(settings: Settings, embedded: bool, renders: int = 0) -> None
     if not _has_crawl_workers(settings):
         raise Fail(
             f"--no-wait: no worker consumes the crawl queues at {where}; start workers "
-            "(README, 'Running workers') or drop --no-wait"
+            "(docs/operations/workers.md) or drop --no-wait"
         )
     if renders and not _has_crawl_workers(settings, renders):
         raise Fail(

@@ -102,7 +102,7 @@ class CrawlHandle:
     @property
     def output_dir(self) -> Path:
         """Where this crawl's files are: its ``output`` if it set one, else this host's
-        ``CRAWLER_OUTPUT_DIR`` (each worker writes under its own; see the README)."""
+        ``CRAWLER_OUTPUT_DIR`` (each worker writes under its own; see docs/guides/output.md)."""
         root = objects.local_root(self.options.output, self.settings.output_dir)
         return Path(root).resolve() / self.id
 

@@ -72,12 +72,14 @@ def main() -> None:
             stdout=subprocess.DEVNULL,
         )  # fmt: skip
         try:
+            # --8<-- [start:start]
             crawl = start_crawl(
                 [url], broker=broker, output=str(out), allow_private_networks=True,
                 rates={"127.0.0.1": 20.0}, extract="shop.extract:product",
                 on_item="shop.tasks.store",
             )  # fmt: skip
             summary = crawl.wait(timeout=120)
+            # --8<-- [end:start]
             want = summary["counters"].get("items", 0)
             deadline = time.monotonic() + 30
             while len(rows(db)) < want and time.monotonic() < deadline:

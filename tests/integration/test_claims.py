@@ -26,7 +26,7 @@ from crawler_tasks.surface.embedded import (
     stop_process,
     worker_command,
 )
-from tests.support.paths import HOOKS
+from tests.support.paths import HOOKS, ROOT
 from tests.support.sitegen import SiteServer
 from tests.support.waiting import wait_until
 
@@ -281,11 +281,11 @@ def test_bloom_filter_is_sized_from_max_pages(settings, client):
 
 # --- the README, as written ----------------------------------------------------------------------
 
-README_CALL = """
-from crawler_tasks import start_crawl
-crawl = start_crawl(["https://example.org/"], max_depth=3, max_pages=5000)
-print(crawl.id, crawl.progress()["status"])
-"""
+
+def readme_python() -> str:
+    """The README's Python block, as written (its first ```python fence)."""
+    text = (ROOT / "README.md").read_text("utf-8")
+    return text.split("```python\n", 1)[1].split("```", 1)[0]
 
 
 def test_readme_python_call_works_as_written(settings, redis_url, client):
@@ -293,13 +293,14 @@ def test_readme_python_call_works_as_written(settings, redis_url, client):
     the internet): the crawl is checked where it was started, in that Redis."""
     env = {**os.environ, "CRAWLER_BROKER_URL": redis_url}
     result = subprocess.run(
-        [sys.executable, "-c", README_CALL], capture_output=True, text=True, timeout=60, env=env
+        [sys.executable, "-c", readme_python()], capture_output=True, text=True, timeout=60, env=env
     )
     assert result.returncode == 0, result.stderr
     crawl_id, status = result.stdout.split()
     crawl = Crawl(crawl_id, settings=settings)
     assert status == "running" and crawl.progress()["status"] == "running"
     assert (crawl.options.max_depth, crawl.options.max_pages) == (3, 5000)
+    assert crawl.options.rates == {"example.org": 2.0}
     assert crawl.options.seeds == ("https://example.org/",)
     crawl.cancel()
 

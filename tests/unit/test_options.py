@@ -170,20 +170,6 @@ def test_crawl_option_and_named_flags_make_one_crawl() -> None:
     assert opts.max_pages == 9 and opts.allow_private_networks
 
 
-def test_the_readme_lists_every_option_and_crawl_flag() -> None:
-    readme = (Path(crawl_command.__file__).parent.parent.parent / "README.md").read_text("utf-8")
-    section = readme[readme.index("### Crawl options") :].split("\n## ", 1)[0]
-    assert [n for n in user_option_names() if f"`{n}" not in section] == []
-    flags = [
-        p.opts[0] for p in crawl_command.crawl.params if p.name not in crawl_command._NOT_OPTIONS
-    ]
-    assert [f for f in flags if f"`{f}" not in readme] == []
-    for f in dataclasses.fields(CrawlOptions):  # each CRAWLER_* default named next to its option
-        setting = f.metadata.get("setting", "")
-        if setting and not setting.startswith("bloom_"):
-            assert f"CRAWLER_{setting.upper()}" in section, setting
-
-
 #: A value of another type than each kind of field takes.
 WRONG = {"int": "x", "float": "x", "bool": "x", "str": 5, "tuple": 5, "dict": 5}
 
