@@ -143,3 +143,17 @@ def test_every_key_and_lua_script() -> None:
     for path in scripts:
         assert f"\n## {path.stem}\n" in lua_page, path.name
         assert pages.lua_header(path), f"{path.name}: no header comment"
+
+
+def test_the_install_page_names_every_extra() -> None:
+    """Every optional-dependency group of pyproject.toml has a row on the install page."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10: the tomli the package depends on there
+        import tomli as tomllib  # type: ignore[no-redef]
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["project"][
+        "optional-dependencies"
+    ]
+    page = (ROOT / "docs" / "getting-started" / "install.md").read_text("utf-8")
+    assert [name for name in extras if f"`{name}`" not in page] == []
