@@ -21,13 +21,10 @@ a death; ``pages-*.jsonl`` is the exact record.
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import json
 import os
 import socket
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
@@ -37,9 +34,8 @@ import redis
 from warcio.recordloader import ArcWarcRecord
 from warcio.statusandheaders import StatusAndHeaders
 
-from ...errors import OutputUnavailable
 from ...state.scripts import Call
-from ..process import faults
+from .appends import AppendFiles
 from .page_appends import PageAppends, PendingPage
 from .warc import http_headers, record_bytes, request_target, warcinfo, with_payload, writer
 from .warc_appends import WarcAppends
@@ -55,10 +51,11 @@ ITEMS = "_items"
 class CrawlOutput:
     """Files of one crawl for this process; thread-safe (the threads pool shares it).
 
-    Each record goes to its files whole or not at all: written unbuffered, and after a failed
-    write (a full disk, a quota, an I/O error) every file the record touched is truncated back
-    to where it ended before, so a reader never meets half a record and the next record does
-    not land on a cut one. The failure is raised as :class:`OutputUnavailable`."""
+    Each record goes to its files whole or not at all (:class:`~.appends.AppendFiles`): after
+    a failed write (a full disk, a quota, an I/O error) every file the record touched is
+    truncated back to where it ended before, so a reader never meets half a record and the
+    next record does not land on a cut one. The failure is raised as
+    :class:`OutputUnavailable`."""
 
     def __init__(
         self,
@@ -73,57 +70,15 @@ class CrawlOutput:
         #: The fields of the warcinfo record each WARC file begins with (warcinfo_fields).
         self.info = info or {}
         self._lock = threading.Lock()
-        self._files: dict[str, int] = {}  # name -> fd (O_APPEND)
-        #: name -> its size, known without asking the kernel (an lseek or fstat releases
-        #: the GIL: a hand-off with hundreds of threads): this process is its only writer.
-        self._ends: dict[str, int] = {}
+        #: The appends themselves, each whole or not at all (appends.py), under ``_lock``.
+        self.files = AppendFiles(self.dir)
         #: The WARC file's appends, with a lock of their own (the archive's fence waits on
         #: Redis; so do the pages files', under ``_lock``: page_appends.py).
-        self._warc = WarcAppends(self.dir, self._size, self._append, self._undo, self._first)
+        self._warc = WarcAppends(
+            self.dir, self.files.size, self.files.append, self.files.undo, self._first
+        )
         #: The pages files' appends whose commit rides with the next finish (same lock).
-        self.pages = PageAppends(self._lock, self._undo)
-
-    def _fd(self, name: str) -> int:
-        fd = self._files.get(name)
-        if fd is None:
-            self.dir.mkdir(parents=True, exist_ok=True)
-            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
-            fd = self._files[name] = os.open(self.dir / name, flags, 0o644)
-        return fd
-
-    def _append(self, writes: list[tuple[str, bytes]]) -> list[tuple[str, int]]:
-        """Append each ``(file name, bytes)`` whole, or put every file back and raise; returns
-        each file's size before (to undo the append, see :meth:`final`)."""
-        done: list[tuple[str, int]] = []
-        try:
-            for name, data in writes:
-                fd = self._fd(name)
-                at = self._ends.get(name)
-                if at is None:
-                    at = os.lseek(fd, 0, os.SEEK_END)
-                done.append((name, at))
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                self._ends[name] = at + len(data)
-                faults.point(f"after_{name.partition('-')[0]}")  # e.g. after_items
-        except OSError as exc:
-            for name, size in done:
-                self._undo(name, size)
-            raise OutputUnavailable(str(self.dir), describe(exc)) from exc
-        return done
-
-    def _undo(self, name: str, size: int) -> None:
-        """Back to ``size`` bytes; if even that fails, the file is given up (closed, renamed
-        aside by suffix) so that nothing is ever appended after a cut record."""
-        fd, self._ends[name] = self._files[name], size
-        try:
-            os.ftruncate(fd, size)
-        except OSError:  # given up: a new file of that name starts empty
-            del self._files[name], self._ends[name]
-            os.close(fd)
-            with contextlib.suppress(OSError):
-                os.rename(self.dir / name, self.dir / f"{name}.damaged-{time.time():.0f}")
+        self.pages = PageAppends(self._lock, self.files.undo)
 
     @property
     def pages_path(self) -> Path:
@@ -144,10 +99,10 @@ class CrawlOutput:
         writes = self.page_writes(record, with_items)
         with self._lock:  # no other thread appends until the copy is kept or undone
             self.pages.settle_last()
-            done = self._append(writes)
+            done = self.files.append(writes)
             if commit is not None and not commit():
                 for name, size in done:
-                    self._undo(name, size)
+                    self.files.undo(name, size)
                 return False
         return True
 
@@ -179,7 +134,7 @@ class CrawlOutput:
     ) -> PendingPage:
         """:meth:`final` of ``page_writes`` with ``self.pages.lock`` held by the caller, its
         commit (``call``) left to the next writer (page_appends.py)."""
-        return self.pages.leave(self._append(writes), call, client)
+        return self.pages.leave(self.files.append(writes), call, client)
 
     def warc(
         self,
@@ -287,26 +242,11 @@ class CrawlOutput:
         name = f"crawl-{self.tag}.warc.gz"
         return record_bytes(warcinfo(name, self.info), self.gzip_level) + data
 
-    def _size(self, name: str) -> int:
-        """Its size; 0 if not there yet (a writer that appends nothing leaves no file)."""
-        if name in self._ends:
-            return self._ends[name]
-        try:
-            if name not in self._files and not (self.dir / name).exists():
-                return 0
-            return os.fstat(self._fd(name)).st_size
-        except OSError as exc:
-            raise OutputUnavailable(str(self.dir), describe(exc)) from exc
-
     def close(self) -> None:
         with self._lock, self._warc.lock:
             self._warc.settle_last()  # its writer hears the answer (warc_appends.py)
             self.pages.settle_last()
-            for fd in self._files.values():
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-            self._files.clear()
-            self._ends.clear()
+            self.files.close()
 
 
 def page_text(record: dict[str, Any]) -> str:
@@ -317,22 +257,6 @@ def page_text(record: dict[str, Any]) -> str:
 
 def _utf8(text: str) -> bytes:
     return text.encode("utf-8", "surrogateescape")
-
-
-#: What a failed write says in status and logs, by errno.
-_WHY = {
-    errno.ENOSPC: "disk full",
-    errno.EDQUOT: "disk quota exceeded",
-    errno.EROFS: "read-only file system",
-    errno.EACCES: "permission denied",
-    errno.EPERM: "permission denied",
-    errno.EIO: "I/O error",
-    errno.ENOTDIR: "not a directory",
-}
-
-
-def describe(exc: OSError) -> str:
-    return _WHY.get(exc.errno or 0, exc.strerror or type(exc).__name__)
 
 
 def items_path(pages_path: Path) -> Path:

@@ -47,7 +47,7 @@ from ...errors import AdmissionPaused
 from ...state import objects
 from ...state.health import Memory, admission_paused, memory
 from ...state.status import OUTPUT_PAUSE
-from ..output.files import describe
+from ..output.appends import describe
 
 if TYPE_CHECKING:
     from ...state.store import CrawlStore

@@ -49,7 +49,8 @@ from ...state.scripts import Call
 from ...state.store import CrawlStore
 from ...state.summary import Summary
 from ...state.workers import alive
-from ..output.files import ITEMS, describe, items_path, page_text, write_summary
+from ..output.appends import describe
+from ..output.files import ITEMS, items_path, page_text, write_summary
 from ..output.page_appends import PendingPage
 from ..output.warc import uuid4_hex
 from ..process import faults
