@@ -26,7 +26,6 @@ ledgers and filters of their own::
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import itertools
 import secrets
 import time
@@ -36,10 +35,9 @@ from typing import Any
 
 import redis
 
-from ..errors import ConfigError, InvalidSeed, InvalidURL
+from ..errors import ConfigError
 from ..settings import Settings
-from ..web.netguard import is_public_address
-from ..web.urls import host_of, normalize
+from ..web.seeds import check_seeds
 from . import connection, events, objects, workers
 from .admission import Admission
 from .bloom import BloomFilter, KnownURLs
@@ -273,39 +271,6 @@ SEED_BATCH = 10_000
 
 def new_crawl_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
-
-
-def check_seeds(seeds: Iterable[str] | str, allow_private: bool) -> list[str]:
-    """Normalised seeds, or InvalidSeed naming the first one that cannot be crawled. One URL
-    given as a string is that one seed (not its characters)."""
-    out = []
-    for seed in [seeds] if isinstance(seeds, str) else seeds:
-        if not isinstance(seed, str):
-            raise InvalidSeed(repr(seed), "a seed is a URL string")
-        try:
-            url = normalize(seed)
-        except InvalidURL as exc:
-            raise InvalidSeed(seed, str(exc)) from None
-        host = host_of(url).strip("[]")
-        if not allow_private and (host == "localhost" or _is_private_literal(host)):
-            raise InvalidSeed(
-                seed,
-                "private or loopback address: allow it with the crawl option "
-                "allow_private_networks (crawler crawl --allow-private-networks; "
-                "--option allow_private_networks=true; allow_private_networks=True)",
-            )
-        out.append(url)
-    if not out:
-        raise InvalidSeed("", "no seed URL given")
-    return list(dict.fromkeys(out))
-
-
-def _is_private_literal(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False  # a name: checked when it is resolved, on every connection
-    return not is_public_address(host)
 
 
 def plan(

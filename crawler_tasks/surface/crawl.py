@@ -31,8 +31,9 @@ from ..state.keys import Keys
 from ..state.options import CrawlOptions
 from ..state.outlook import read_outlook
 from ..state.politeness import effective_rate
-from ..state.store import RedisHandle, check_seeds, new_crawl_id
+from ..state.store import RedisHandle, new_crawl_id
 from ..state.summary import Summary
+from ..web.seeds import check_seeds
 from .handle import CrawlHandle, connect_settings
 
 __all__ = [

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import IO
 
 from ..errors import InvalidSeed
-from ..state.store import check_seeds
+from ..web.seeds import check_seeds
 from ..web.urls import host_of
 
 #: A comment after a URL: "#" after white space ("#" inside a URL starts its fragment).

@@ -71,6 +71,7 @@ CASES = [
     (f"crawl {SEED} --default-rate 0 {{live}}", "rate"),
     (f"crawl {SEED} --default-rate -2 {{live}}", "rate"),
     (f"crawl {SEED} --include [unclosed {{live}}", "regex"),
+    ("crawl 'http://a.example/1 http://a.example/2' {live}", "white space inside: one URL per"),
     (f"crawl {SEED} --no-wait --embedded {{live}}", "--no-wait"),
     # crawl --option KEY=JSON
     (f"crawl {SEED} --max-depth 3 --option max_depth=2 {{live}}", "--max-depth"),

@@ -7,9 +7,11 @@ import http.server
 import socket
 import threading
 
+import pytest
 import redis
 
 from crawler_tasks import start_crawl
+from crawler_tasks.errors import InvalidSeed
 from crawler_tasks.settings import load
 from crawler_tasks.surface.crawl_command import _has_crawl_workers
 from tests.support import cli_process
@@ -95,3 +97,16 @@ def test_the_pace_line_says_the_pace_set_rate_and_set_ceiling_give(
         "pace: 3 request/s for 127.0.0.51 (crawler set-rate 8, set-ceiling 3, shared by every "
         "crawl of it); 1 request/s per other host (politeness;"
     ), line
+
+
+@pytest.mark.parametrize(
+    "seed", ["http://a.example/p/1.html\nhttp://a.example/p/2.html", "http://a.example/a b"]
+)
+def test_a_seed_with_white_space_inside_is_refused(seed, settings, client):  # type: ignore[no-untyped-def]
+    """It became one bogus URL (/p/1.html%0Ahttp://...) and a crawl of nothing."""
+    with pytest.raises(InvalidSeed, match="white space inside: one URL per seed"):
+        start_crawl(seed, settings=settings)
+    with pytest.raises(ValueError, match="white space inside"):
+        start_crawl([SEED, seed], settings=settings)
+    assert not list(client.scan_iter("crawler:*"))
+    assert start_crawl(f"  {SEED}\n", settings=settings).options.seeds == (SEED,)
