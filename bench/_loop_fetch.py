@@ -103,21 +103,21 @@ def _install() -> None:
     from requests.structures import CaseInsensitiveDict
 
     from crawler_tasks.errors import ConnectionFailed, FetchTimeout
-    from crawler_tasks.web import fetcher as fetcher_module
+    from crawler_tasks.web import transport
     from crawler_tasks.web.fetcher import Fetcher
 
     engine = _Loop()
 
     def get(self: Fetcher, url: str, *, allow_private: bool = False, **kw: Any) -> Any:
-        gate = self._context.gate
+        gate = self.transport.context.gate
         if gate is not None:
-            self._context.gate = None
+            self.transport.context.gate = None
             gate()  # the slot, as ours (its last look before the write is not taken here)
-            self._context.gate = gate
+            self.transport.context.gate = gate
         started = time.monotonic()
-        host, port = fetcher_module._host_port(url)
-        addresses = self._addresses.check(host, port, allow_private=allow_private)
-        merged = CaseInsensitiveDict(self._session.headers)
+        host, port = transport.host_port(url)
+        addresses = self.transport.addresses.check(host, port, allow_private=allow_private)
+        merged = CaseInsensitiveDict(self.transport.session.headers)
         merged.update(kw.get("headers") or {})
         if kw.get("host_headers") is not None:
             merged.update(kw["host_headers"](host))

@@ -1,8 +1,11 @@
 """HTTP fetching: one GET with our own redirect handling, an SSRF guard, and hard limits.
 
-A worker process creates one :class:`Fetcher` (one pooled ``requests.Session``) and shares it
-between its threads. :meth:`Fetcher.get` returns a :class:`Response` for every HTTP status and
-raises the exceptions of :mod:`crawler_tasks.errors` for everything else.
+A worker process creates one :class:`Fetcher` and shares it between its threads; its
+connections (one pooled ``requests.Session``, pinned to vetted addresses) are its
+:class:`~.transport.Transport`'s, which sends each hop. The Fetcher decides what a call does
+with the answers: redirects, limits, the deadline and errors. :meth:`Fetcher.get` returns a
+:class:`Response` for every HTTP status and raises the exceptions of :mod:`crawler_tasks.errors`
+for everything else.
 
 Limits, all enforced whatever the server does:
 
@@ -26,18 +29,14 @@ hops followed so far) and ``details["final_url"]`` (the URL being fetched when i
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
 from http.client import HTTPException
 from typing import cast
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urljoin
 
 import requests
-from requests.cookies import RequestsCookieJar
-from requests.structures import CaseInsensitiveDict
-from urllib3.exceptions import ClosedPoolError, HTTPError
+from urllib3.exceptions import HTTPError
 from urllib3.response import HTTPResponse
 
 from ..errors import (
@@ -47,7 +46,6 @@ from ..errors import (
     InvalidURL,
     TooLarge,
     TooManyRedirects,
-    UnsupportedScheme,
 )
 from ..settings import Settings
 from . import netguard
@@ -61,11 +59,9 @@ from .body import (
     redirect_location,
 )
 from .deadline import Deadline
-from .failures import is_connect_failure, translate
-from .pinning import ConnectionContext, PinnedAdapter, tls_context
+from .failures import translate
+from .transport import Chain, Transport, host_port, require_http
 from .urls import normalize
-
-_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 class Fetcher:
@@ -85,26 +81,19 @@ class Fetcher:
         ca_bundle: str | None = None,
         dns_seconds: float = 0.0,
     ) -> None:
-        self._connect_timeout = connect_timeout
-        self._read_timeout = read_timeout
         self._total_timeout = total_timeout
         self._max_body_bytes = max_body_bytes
         self._max_redirects = max_redirects
-        self._context = ConnectionContext()
-        self._addresses = netguard.KeptAddresses(dns_seconds)
-        #: Given to every request: empty for good (the crawl's cookies are headers, per host,
-        #: see profile.py; nothing writes to it).
-        self._no_cookies = RequestsCookieJar()
-        self._session = requests.Session()
-        # Proxies from the environment would bypass the address guard; .netrc is none of ours.
-        self._session.trust_env = False
-        self._session.headers.update(
-            {"User-Agent": user_agent, "Accept-Encoding": _accept_encoding()}
+        #: The connections: sends one GET of a hop to a vetted address (transport.py).
+        self.transport = Transport(
+            user_agent=user_agent,
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
+            pools=pools,
+            idle_seconds=idle_seconds,
+            ca_bundle=ca_bundle,
+            dns_seconds=dns_seconds,
         )
-        # ca_bundle: a private CA's PEM file, trusted beside certifi's (settings.ca_bundle)
-        adapter = PinnedAdapter(self._context, pools, tls_context(ca_bundle), idle_seconds)
-        self._session.mount("http://", adapter)
-        self._session.mount("https://", adapter)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Fetcher:
@@ -122,18 +111,18 @@ class Fetcher:
         )
 
     def close(self) -> None:
-        self._session.close()
+        self.transport.close()
 
     @contextlib.contextmanager
     def gated(self, gate: Callable[[], Callable[[], None] | None]) -> Iterator[None]:
         """In the block, each fetch this thread begins (robots.txt, a page; not a redirect hop)
         first calls ``gate``, the host's send gate (sleeps until its slot; may return a look
         to take just before the write, pinning.py)."""
-        self._context.gate = gate
+        self.transport.context.gate = gate
         try:
             yield
         finally:
-            self._context.gate = None
+            self.transport.context.gate = None
 
     def get(
         self,
@@ -160,19 +149,21 @@ class Fetcher:
         connection was made: errors.Unreachable), BlockedAddress, UnsupportedScheme,
         TooManyRedirects, TooLarge, BadEncoding or InvalidURL.
         """
-        gate = self._context.gate
+        gate = self.transport.context.gate
         if gate is not None:  # before the deadline runs: waiting for a slot is not fetching
-            self._context.gate = None  # a fetch inside ``follow`` is another host's
-            self._context.sending = gate()  # what the gate asks again just before the write
-            self._context.gate = gate  # (an exception leaves the block: gated() clears it)
+            self.transport.context.gate = None  # a fetch inside ``follow`` is another host's
+            self.transport.context.sending = (
+                gate()
+            )  # what the gate asks again just before the write
+            self.transport.context.gate = gate  # (an exception leaves the block: gated() clears it)
         total = self._total_timeout if timeout is None else timeout  # the crawl's, if given
-        chain = _Chain(url, allow_private, headers, follow, Deadline(total))
+        chain = Chain(url, allow_private, headers, follow, Deadline(total))
         chain.max_body_bytes = max_body_bytes or self._max_body_bytes
         chain.max_redirects = self._max_redirects if max_redirects is None else max_redirects
         chain.host_headers, chain.proxy = host_headers, proxy
         # Saved and restored: a ``follow`` callback may itself fetch (in this same thread).
-        outer = (self._context.deadline, self._context.pinned_ip)
-        self._context.deadline = chain.deadline
+        outer = (self.transport.context.deadline, self.transport.context.pinned_ip)
+        self.transport.context.deadline = chain.deadline
         try:
             try:
                 return self._get(chain)
@@ -188,13 +179,17 @@ class Fetcher:
             raise
         finally:
             chain.deadline.finish()
-            self._context.deadline, self._context.pinned_ip, self._context.sending = (*outer, None)
+            (
+                self.transport.context.deadline,
+                self.transport.context.pinned_ip,
+                self.transport.context.sending,
+            ) = (*outer, None)
 
-    def _get(self, chain: _Chain) -> Response:
-        _require_http(chain.url)
+    def _get(self, chain: Chain) -> Response:
+        require_http(chain.url)
         chain.visited.add(normalize(chain.url))
         while True:
-            resp = self._request(chain)
+            resp = self.transport.request(chain)
             if chain.answered_at is None:
                 chain.answered_at = time.monotonic()
             try:
@@ -212,17 +207,17 @@ class Fetcher:
             chain.visited.add(target)
             chain.current = target
 
-    def _next_hop(self, chain: _Chain, status: int, location: str) -> str:
+    def _next_hop(self, chain: Chain, status: int, location: str) -> str:
         try:
             target = urljoin(chain.current, location)
         except ValueError as exc:
             raise InvalidURL(f"bad redirect location {location!r}: {exc}") from None
-        _require_http(target, redirects=[*chain.redirects, (status, target)])
+        require_http(target, redirects=[*chain.redirects, (status, target)])
         target = normalize(target)
         chain.redirects.append((status, target))
         # No DNS here: names are vetted when connected to. A literal is judged at once, so a
         # redirect to the metadata endpoint is "blocked", not "out of scope", in the record.
-        netguard.check_literal(_host_port(target)[0], allow_private=chain.allow_private)
+        netguard.check_literal(host_port(target)[0], allow_private=chain.allow_private)
         if target in chain.visited:
             raise TooManyRedirects(f"redirect loop at {target}", redirects=chain.redirects)
         if len(chain.redirects) > chain.max_redirects:
@@ -231,59 +226,8 @@ class Fetcher:
             )
         return target
 
-    def _request(self, chain: _Chain) -> requests.Response:
-        """Send one GET for ``chain.current`` to a vetted address of its host."""
-        try:
-            headers = CaseInsensitiveDict(self._session.headers)
-            headers.update(chain.headers or {})
-            if chain.host_headers is not None:
-                headers.update(chain.host_headers(_host_port(chain.current)[0]))
-            # Not Session.prepare_request: merging the session's settings and cookie jar cost
-            # twice what the request itself does, and there is nothing to merge (no cookies:
-            # the adapter is called directly, so no response ever fills the session's jar).
-            prepared = requests.PreparedRequest()
-            prepared.prepare(
-                method="GET", url=chain.current, headers=headers, cookies=self._no_cookies
-            )
-        except (requests.RequestException, ValueError) as exc:
-            raise InvalidURL(f"cannot request {chain.current!r}: {exc}") from None
-        host, port = _host_port(prepared.url or chain.current)
-        addresses = self._addresses.check(host, port, allow_private=chain.allow_private)
-        if chain.proxy is not None:
-            return self._send(chain, prepared, addresses[0], _pinned_proxy(chain))
-        for ip in addresses[:-1]:
-            try:
-                return self._send(chain, prepared, ip)
-            except requests.ConnectionError as exc:
-                if not is_connect_failure(exc):
-                    raise
-        return self._send(chain, prepared, addresses[-1])
-
-    def _send(
-        self, chain: _Chain, prepared: requests.PreparedRequest, ip: str, proxy: str = ""
-    ) -> requests.Response:
-        chain.deadline.check()
-        remaining = chain.deadline.remaining()
-        chain.ip = self._context.pinned_ip = ip
-        timeout = (min(self._connect_timeout, remaining), min(self._read_timeout, remaining))
-        # The adapter, not Session.send: with allow_redirects=False the session still builds
-        # the next hop and reads the whole redirect body (unbounded) to do so.
-        adapter = cast(PinnedAdapter, self._session.get_adapter(prepared.url or ""))
-        adapter.close_idle()
-        proxies = {"http": proxy, "https": proxy} if proxy else {}
-        try:
-            return adapter.send(
-                prepared, stream=True, timeout=timeout, verify=True, proxies=proxies
-            )
-        except requests.ConnectionError as exc:
-            if not (exc.args and isinstance(exc.args[0], ClosedPoolError)):
-                raise
-        # The host's pool was closed as idle (close_idle) between taking it and using it:
-        # nothing was sent; this send takes a new pool.
-        return adapter.send(prepared, stream=True, timeout=timeout, verify=True, proxies=proxies)
-
     def _read(
-        self, chain: _Chain, resp: requests.Response, stop_reason: str | None = None
+        self, chain: Chain, resp: requests.Response, stop_reason: str | None = None
     ) -> Response:
         raw = cast(HTTPResponse, resp.raw)
         length = content_length(raw)
@@ -319,66 +263,6 @@ class Fetcher:
         )
 
 
-@dataclass
-class _Chain:
-    """The state of one :meth:`Fetcher.get` call across its redirect hops."""
-
-    url: str
-    allow_private: bool
-    headers: Mapping[str, str] | None
-    follow: Callable[[str], str | None] | None
-    deadline: Deadline
-    started: float = field(default_factory=time.monotonic)
-    current: str = ""  #: the URL being fetched
-    ip: str | None = None  #: the address it is fetched from
-    answered_at: float | None = None  #: time.monotonic() at the first response's headers
-    visited: set[str] = field(default_factory=set)
-    redirects: list[tuple[int, str]] = field(default_factory=list)
-    max_body_bytes: int = 0
-    max_redirects: int = 0
-    host_headers: Callable[[str], Mapping[str, str]] | None = None
-    proxy: str | None = None
-
-    def __post_init__(self) -> None:
-        self.current = self.url
-        self.visited.add(self.url)
-
-
-def _pinned_proxy(chain: _Chain) -> str:
-    """The chain's proxy URL with its host replaced by the address the guard vetted."""
-    parts = urlsplit(chain.proxy or "")
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise InvalidURL("the crawl's proxy is not an http(s)://host:port URL")
-    port = parts.port or _DEFAULT_PORTS[parts.scheme]
-    ip = netguard.check_host(parts.hostname, port, allow_private=chain.allow_private)[0]
-    userinfo = parts.netloc.rpartition("@")[0]
-    host = f"[{ip}]" if ":" in ip else ip
-    return f"{parts.scheme}://{userinfo + '@' if userinfo else ''}{host}:{port}"
-
-
-def _require_http(url: str, **details: object) -> None:
-    scheme = url.partition(":")[0].strip().lower() if ":" in url else ""
-    if scheme not in _DEFAULT_PORTS:
-        raise UnsupportedScheme(f"not an http(s) URL: {url[:200]!r}", url=url, **details)
-
-
-def _host_port(url: str) -> tuple[str, int]:
-    try:
-        parts = urlsplit(url)
-        port = parts.port or _DEFAULT_PORTS[parts.scheme.lower()]
-    except (ValueError, KeyError) as exc:
-        raise InvalidURL(f"bad URL {url!r}: {exc}") from None
-    if not parts.hostname:
-        raise InvalidURL(f"no host in {url!r}")
-    return parts.hostname, port
-
-
-def _accept_encoding() -> str:
-    # urllib3 decodes br only with one of these installed; never ask for what we cannot decode.
-    has_brotli = any(importlib.util.find_spec(m) for m in ("brotli", "brotlicffi"))
-    return "gzip, deflate, br" if has_brotli else "gzip, deflate"
-
-
-def _latency(chain: _Chain) -> float | None:
+def _latency(chain: Chain) -> float | None:
     sent, answered = chain.deadline.sent_at, chain.answered_at
     return None if sent is None or answered is None else max(0.0, answered - sent)
