@@ -5,6 +5,9 @@ stays valid (warcio reads every WARC record, one pages line per URL)."""
 
 from __future__ import annotations
 
+import base64
+import math
+import os
 import subprocess
 import time
 from collections import Counter
@@ -12,6 +15,7 @@ from pathlib import Path
 
 from warcio.archiveiterator import ArchiveIterator
 
+from crawler_tasks import start_crawl
 from crawler_tasks.surface.display import line
 from crawler_tasks.surface.embedded import local_workers
 from crawler_tasks.web.urls import normalize
@@ -23,8 +27,6 @@ from tests.support.waiting import wait_until
 
 def fill(disk: Path, leave: int) -> Path:
     """A file taking all of ``disk`` but ``leave`` bytes."""
-    import os
-
     st = os.statvfs(disk)
     filler = disk / "filler"
     filler.write_bytes(b"\0" * max(0, st.f_bavail * st.f_frsize - leave))
@@ -125,3 +127,37 @@ def test_a_disk_full_for_a_minute_costs_at_most_one_extra_request_per_url(
         after = Counter(r.path for r in servers[0].requests() if r.path != "/robots.txt")
     assert max(during.values()) <= 2, during.most_common(3)
     assert max(after.values()) <= 2, after.most_common(3)
+
+
+def test_a_page_too_big_for_a_filling_disk_is_requested_once_more_at_most(
+    settings, redis_url, tmp_path, worker_logs
+):  # type: ignore[no-untyped-def]
+    """Issue 50 item 2: as the disk fills, small records still fit while a big page's WARC
+    record does not; each small write that succeeded ended the output pause, the big page
+    went back to the frontier due at once, and it was fetched again within a fraction of a
+    second, three times, before the pause held. Handed back for its disk, a URL waits for the
+    next probe of the output (OUTPUT_PAUSE): one request while the disk is full, one more
+    once there is room."""
+    big = base64.b64encode(os.urandom(150_000))  # ~200 KB that gzip does not shrink much
+    with (
+        tmpfs(tmp_path / "disk", "2m") as disk,
+        running_sites(["127.0.0.94"], 80, 4) as (_graph, servers),
+        one_of_each(redis_url, worker_logs),
+    ):
+        server = servers[0]
+        server.extra_routes["/big"] = lambda h: h.send_body(200, big, "text/plain")
+        filler = fill(disk, 120_000)  # the small pages' records fit for a while, /big never
+        seeds = [server.base_url + "/", server.base_url + "/big"]
+        opts = {"allow_private_networks": True, "allowed_domains": [server.address]}
+        crawl = start_crawl(
+            seeds, settings=settings, output=str(disk / "out"), rate=math.inf, **opts
+        )
+        wait_until(lambda: crawl.progress()["output"], timeout=120)
+        time.sleep(8)  # the disk stays full a while
+        during = sum(1 for r in server.requests() if r.path == "/big")
+        filler.unlink()
+        summary = wait(crawl, 240)
+        after = sum(1 for r in server.requests() if r.path == "/big")
+    assert summary["status"] == "finished" and summary["counters"].get("failed", 0) == 0
+    assert during <= 1, f"/big requested {during} times while the disk was full"
+    assert after <= 2, f"/big requested {after} times in all"

@@ -34,6 +34,7 @@ from collections.abc import Callable
 
 from ...errors import AdmissionPaused, OutputUnavailable
 from ...state.formats import Begun
+from ...state.status import OUTPUT_PAUSE
 from ..process import faults
 from ..process.outage import REDIS_UNAVAILABLE
 from ..runtime.context import Context
@@ -113,17 +114,20 @@ def _guarded(
         return _hand_back(visit, parse=parse)
     except OutputUnavailable as exc:  # the disk's fault, not the URL's: fetched again later
         output_failed(ctx, visit.store, exc)
-        return _hand_back(visit, parse=parse)
+        # Due at the output's next probe, not at once: as a disk fills, a smaller record that
+        # still fits ends the pause, and the URL was fetched again at once, and again (3
+        # requests of one URL in 0.3 s, issue 50); the probe, not a page, finds room.
+        return _hand_back(visit, parse=parse, delay=OUTPUT_PAUSE)
     except Exception as exc:  # a bug: the URL's final state says so, the log has the traceback
         log.exception("crawl %s: internal error on %.300s", crawl_id, url)
         return finalize(visit, Final.internal(url, depth, exc))
 
 
-def _hand_back(visit: Visit, *, parse: bool) -> str:
+def _hand_back(visit: Visit, *, parse: bool, delay: float = 0.0) -> str:
     """Redis had no room for the page's links for ``admission_wait`` s, or the output disk
     none for its WARC record: nothing of the page was written, its lease is returned (the
     fetch step's ``with``), so its URL goes back to the frontier as it was, its retries
     untouched (the dispatcher releases nothing until there is room)."""
     if parse:
         visit.store.bodies.drop(visit.url)  # fetched again: its stored body only takes the room
-    return requeue(visit, 0.0)
+    return requeue(visit, delay)
