@@ -59,7 +59,6 @@ class ReleaseCall:
     rate: float  # the crawl's default rate, req/s (inf: none)
     burst: int
     concurrency: int  # per domain
-    drain: int  # entries drained at most when cancelled
     worker: str  # the releasing worker process (Inflight stage "r")
     budget: int | None  # entries released at most; None: no cap
     cluster_rates: str  # "domain<TAB>req/s" pairs of `crawler set-rate`, tab-joined
@@ -80,7 +79,6 @@ class ReleaseCall:
             "inf" if self.rate == float("inf") else self.rate,
             self.burst,
             self.concurrency,
-            self.drain,
             self.worker,
             "inf" if self.budget is None else self.budget,
             self.cluster_rates,

@@ -104,6 +104,22 @@ class Families(NamedTuple):
         return cls(**found)
 
 
+def failed(error: str | None, counts: Mapping[str, int]) -> bool:
+    """Stopped by an error of its setup (a hook no worker can import), or every URL that
+    reached a final state failed (a mistyped port, a private CA the workers were not given,
+    robots.txt unreachable, every page's render failed): a crawl that must not look like a
+    success to a script (its exit code, Summary.failed) or to a person (the dashboard's
+    badge, Progress.shown_status). Judged by the URLs' outcomes, not by what was fetched: a
+    URL fetched and then failed (its render, its body lost) is a failed URL like one never
+    fetched (issue 50: a crawl whose one page's render failed exited 0, "1 fetched"). URLs
+    robots.txt disallows and URLs a cancel dropped are no failures (``done`` counts neither of
+    the latter, state/stats.py)."""
+    if error:
+        return True
+    gave_up = counts.get(Counter.FAILED.value, 0) + counts.get(Counter.ROBOTS_UNREACHABLE.value, 0)
+    return gave_up > 0 and gave_up >= counts.get(Counter.DONE.value, 0)
+
+
 class HostDown(NamedTuple):
     """One of the busiest hosts whose circuit is open: since when, next probe in how long."""
 
@@ -220,6 +236,25 @@ class Progress:
         return self.status.final
 
     @property
+    def failed(self) -> bool:
+        """Over, and a failure (:func:`failed`): nothing fetched, or its setup failed."""
+        return self.final and failed(self.state.error, self.counts)
+
+    @property
+    def shown_status(self) -> str:
+        """The status a person is shown: ``failed`` for a crawl over that :attr:`failed`
+        (not a green ``finished``), else its status."""
+        return "failed" if self.failed else self.status.value
+
+    @property
+    def paced(self) -> bool:
+        """Whether a pace (pages/s, an ETA) means anything: not while a cancel settles (URLs
+        are counted cancelled, not fetched) nor for a crawl over that fetched nothing."""
+        if self.status is Status.CANCELLING:
+            return False
+        return not self.final or self[Counter.FETCHED] > 0
+
+    @property
     def elapsed_s(self) -> float:
         return round(self.elapsed, 3)
 
@@ -237,17 +272,21 @@ class Progress:
         return self.recent_rate
 
     @property
-    def pace(self) -> float:
-        """Pages/s to show: of the last seconds while running, of the whole crawl once over."""
+    def pace(self) -> float | None:
+        """Pages/s to show: of the last seconds while running, of the whole crawl once over;
+        None when there is none to show (:attr:`paced`)."""
+        if not self.paced:
+            return None
         return self.pages_per_s if self.final else self.recent_pages_per_s
 
     @property
     def eta_s(self) -> float | None:
         """Seconds to the end of the work known now at the recent pace (outstanding is exact;
         links found later add to it), None when nothing moves or nothing will. None for a
-        crawl being cancelled: what it drains is given up, not fetched (issue 50)."""
+        crawl being cancelled: what it drains is given up, not fetched (issue 50); and where
+        no pace means anything (:attr:`paced`)."""
         rate = self.recent_pages_per_s
-        if rate <= 0 or self.paused or self.final or self.state.cancelled:
+        if rate <= 0 or self.paused or self.final or self.state.cancelled or not self.paced:
             return None
         outstanding = self[Live.OUTSTANDING]
         max_pages = self.max_pages
@@ -276,9 +315,12 @@ class Progress:
             **{c.value: self[c] for c in EARLY},
             **{f.value: self[f] for f in Live},
             **{c.value: self[c] for c in LATE},
+            "shown_status": self.shown_status,
             "elapsed_s": self.elapsed_s,
-            "pages_per_s": self.pages_per_s,
-            "recent_pages_per_s": self.recent_pages_per_s,
+            # null when no pace means anything (cancelling, or over with nothing fetched).
+            "pages_per_s": self.pages_per_s if self.paced else None,
+            "recent_pages_per_s": self.recent_pages_per_s if self.paced else None,
+            "pace": self.pace,
             "output": self.output,
             "error": state.error,
             TLS_NOTE: state.tls_error_why,

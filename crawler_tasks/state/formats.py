@@ -65,6 +65,9 @@ class Status(Word):
 
     RUNNING = "running"
     PAUSED = "paused"
+    #: Cancelled, its pending URLs being counted as cancelled in bulk (cancel.lua) and its
+    #: URLs in flight coming back: no pace, no ETA; then finishing and cancelled.
+    CANCELLING = "cancelling"
     FINISHING = "finishing"  # drained; its finisher writes summary.json, then the final status
     FINISHED = "finished"
     CANCELLED = "cancelled"
@@ -80,7 +83,7 @@ class Steering(Word):
 
     RUN = "run"
     PAUSED = "paused"
-    CANCELLED = "cancelled"  # drain the frontier unfetched
+    CANCELLED = "cancelled"  # nothing released: the frontier is counted cancelled (cancel.lua)
     FINISHING = "finishing"  # nothing to release: finish it (the dispatcher never sends it)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from itertools import chain
-from typing import Any
+from typing import Any, NamedTuple
 
 import redis
 
@@ -27,8 +27,9 @@ from .scripts import Call, Carried, Scripts
 
 #: URLs per admit.lua call: keeps each script run short (Redis is single-threaded).
 ADMIT_CHUNK = 1000
-#: Entries of a cancelled crawl one release call drains (records them as cancelled).
-CANCEL_DRAIN = 1000
+#: Pending URLs of a cancelled crawl one cancel.lua call counts cancelled at most: a few ms
+#: of Redis (bench/cancel.py), so another crawl's releases go on between two calls.
+CANCEL_BATCH = 10_000
 
 
 @dataclass
@@ -50,10 +51,17 @@ class Admitted:
 class Release:
     """Entries handed out by one release.lua call."""
 
-    cancelled: bool
     entries: list[tuple[str, int, str]]  # (domain, depth, url)
     #: Domains whose server address is asked for before they are released (state/pacing.py).
     resolve: list[str] = field(default_factory=list)
+
+
+class Cancelled(NamedTuple):
+    """What one cancel.lua call did: URLs counted cancelled, and those of the partition still
+    outstanding (0: check whether the crawl is drained)."""
+
+    counted: int
+    left: int
 
 
 class Frontier:
@@ -186,7 +194,6 @@ class Frontier:
         limit: int,
         lease_seconds: float,
         worker: str = "",
-        drain: int = CANCEL_DRAIN,
         budget: int | None = None,
         cluster_rates: str = "",
         state: formats.Steering = formats.Steering.RUN,
@@ -209,7 +216,6 @@ class Frontier:
             rate=opts.rate,
             burst=opts.burst,
             concurrency=opts.concurrency,
-            drain=drain,
             worker=worker,
             budget=budget,
             cluster_rates=cluster_rates,
@@ -225,7 +231,6 @@ class Frontier:
             args=call.args(),
             client=self.client,
         )
-        mode = _text(out[0])
         entries, resolve = [], []
         for i in range(1, len(out), 2):
             if not out[i + 1]:  # its address first
@@ -233,16 +238,26 @@ class Frontier:
                 continue
             depth, url = formats.parse_entry(_text(out[i + 1]))
             entries.append((_text(out[i]), depth, url))
-        return Release(mode == "cancel", entries, resolve)
+        return Release(entries, resolve)
 
     def release_all(self, limit: int, lease_seconds: float, **kw: Any) -> Release:
         """One release over every partition (tests, tools): entries of all of them."""
         parts = [self.release(p, limit, lease_seconds, **kw) for p in range(len(self.ck.parts))]
         return Release(
-            any(r.cancelled for r in parts),
             [e for r in parts for e in r.entries],
             [d for r in parts for d in r.resolve],
         )
+
+    def cancel_pending(self, part: int, most: int = CANCEL_BATCH) -> Cancelled:
+        """Count up to ``most`` pending URLs of partition ``part`` of a cancelled crawl as
+        cancelled, unfetched and unrecorded, in one cancel.lua call."""
+        pk = self.ck.parts[part]
+        counted, left = self.scripts.cancel(
+            keys=[pk.ready, pk.stats, pk.retry, pk.flow],
+            args=[pk.queue_prefix, most],
+            client=self.client,
+        )
+        return Cancelled(int(counted), int(left))
 
     def backlog(self, top: int = 10) -> list[tuple[str, int]]:
         """Domains with the most pending URLs (scans at most 1,000 ready domains each

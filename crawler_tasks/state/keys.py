@@ -68,8 +68,9 @@ fails on any key a crawl writes that this table does not describe, or whose type
                                     (the dashboard's "Set rate"; state/crawl_rates.py)
     P:{C}:events             -      pub/sub channel of crawl events (not a key)
     P:{C/N}:flow             hash   in (URLs admitted, replays included), out (URLs final), and
-                                    copies of the crawl's cancelled flag (start.lua) and paused
-                                    flag (release.lua): completion and steering
+                                    copies of the crawl's cancelled flag (start.lua,
+                                    release.lua) and paused flag (release.lua): completion and
+                                    steering
     P:{C/N}:stats            hash   counters (formats.Counter and the formats families)
     P:{C/N}:bloom:N          string Bloom filter shard N of the partition's URLs
     P:{C/N}:q:D              list   pending frontier entries of one domain (formats.entry)

@@ -43,6 +43,7 @@ class Scripts:
         self.admit = client.register_script(source("admit"))
         self.bloom_add = client.register_script(source("bloom_add"))
         self.release = client.register_script(source("release"))
+        self.cancel = client.register_script(source("cancel"))
         self.done = client.register_script(source("done"))
         self.finish = client.register_script(source("finish"))
         self.finishing = client.register_script(source("finishing"))

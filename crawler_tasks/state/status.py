@@ -108,16 +108,23 @@ class CrawlLifecycle:
         pipe.execute()
 
     def cancel(self) -> bool:
-        """Drop pending work unfetched; the crawl finishes as cancelled. False if it was
-        finished already. A crawl stuck finishing (its output cannot be written) can be
+        """Drop pending work unfetched; the crawl is ``cancelling`` until every URL is final
+        (the dispatchers count its frontier cancelled in bulk, cancel.lua; its URLs in flight
+        end as they start), then finishes as cancelled. A state change, not work per URL: it
+        returns at once whatever the backlog. False if it was finished already; True again
+        while it is cancelling. A crawl stuck finishing (its output cannot be written) can be
         cancelled too: its finisher then gives up the files it cannot write."""
-        if self.status() is Status.FINISHING:
+        status = self.status()
+        if status is Status.FINISHING:
             self.client.hset(self.ck.state, mapping={"cancelled": "1"})
             return True
-        if not self._steer({"cancelled": "1", "paused": "0"}, wake=True):
+        if status is Status.CANCELLING:
+            return True
+        steer = {"cancelled": "1", "paused": "0", "status": Status.CANCELLING.value}
+        if not self._steer(steer, wake=True):
             return False
-        # Every partition learns it too: start.lua stops fetches there; and a cancel ends a
-        # pause (the drain must release).
+        # Every partition learns it too: start.lua stops fetches there, release.lua releases
+        # nothing more; and a cancel ends a pause.
         self._flag_partitions("cancelled", "1")
         self._flag_partitions("paused", "0")
         return True
@@ -202,8 +209,12 @@ class CrawlLifecycle:
         return bool(self.client.hsetnx(self.ck.state, note.value, "1"))
 
 
-_NOT_STEERABLE = (Status.FINISHED.value, Status.CANCELLED.value, Status.FINISHING.value)
-_RUNNING = (Status.RUNNING.value.encode(), Status.PAUSED.value.encode())
+#: Statuses pause and resume leave alone (cancel() handles its own before steering).
+_NOT_STEERABLE = tuple(
+    s.value for s in (Status.FINISHED, Status.CANCELLED, Status.FINISHING, Status.CANCELLING)
+)
+#: Statuses of a crawl whose URLs may still be outstanding (finishing() checks them).
+_RUNNING = tuple(s.value.encode() for s in (Status.RUNNING, Status.PAUSED, Status.CANCELLING))
 
 
 def steering_of(values: list[Any]) -> Steering:

@@ -327,10 +327,13 @@ def forget(r: RedisHandle, crawl_id: str, force: bool = False, dead_after: float
     except ConfigError:
         opts = None
     else:
-        live = status in (Status.RUNNING.value, Status.PAUSED.value, Status.FINISHING.value)
+        live = status in (
+            Status.RUNNING.value, Status.PAUSED.value, Status.CANCELLING.value, Status.FINISHING.value
+        )  # fmt: skip
         if live and not force and workers.alive(r.client, r.keys, dead_after):
+            first = "wait for it" if status == Status.CANCELLING.value else "cancel it first"
             raise ConfigError(
-                f"crawl {crawl_id} is {status} and workers serve it: cancel it first, or "
+                f"crawl {crawl_id} is {status} and workers serve it: {first}, or "
                 "forget it with --force (its workers may still write)"
             )
     gone = 0

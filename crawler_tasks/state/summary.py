@@ -11,23 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .figures import Families, Progress, Row, rows
+from .figures import Families, Progress, Row, failed, rows
 from .formats import FAMILIES, TLS_NOTE, Counter, Status
-
-
-def failed(error: str | None, counts: Mapping[str, int]) -> bool:
-    """Stopped by an error of its setup (a hook no worker can import), or every URL that
-    reached a final state failed (a mistyped port, a private CA the workers were not given,
-    robots.txt unreachable, every page's render failed): a crawl that must not look like a
-    success to a script. Judged by the URLs' outcomes, not by what was fetched: a URL fetched
-    and then failed (its render, its body lost) is a failed URL like one never fetched (issue
-    50: a crawl whose one page's render failed exited 0, "1 fetched"). URLs robots.txt
-    disallows and URLs a cancel dropped are no failures (``done`` counts neither of the
-    latter, state/stats.py)."""
-    if error:
-        return True
-    gave_up = counts.get(Counter.FAILED.value, 0) + counts.get(Counter.ROBOTS_UNREACHABLE.value, 0)
-    return gave_up > 0 and gave_up >= counts.get(Counter.DONE.value, 0)
 
 
 @dataclass(frozen=True)

@@ -103,9 +103,10 @@ def list_cmd(broker: str | None, limit: int, as_json: bool) -> None:
             click.echo(f"skipped: {c.unreadable}", err=True)
             continue
         seeds = c.seeds[0] + (f" (+{len(c.seeds) - 1})" if len(c.seeds) > 1 else "")
+        pace = f"{p.pages_per_s:.1f}" if p.paced else "-"
         click.echo(
             f"{c.crawl_id}\t{p.status}\t{age(c.age_s)}\t{p[Counter.DONE]}"
-            f"\t{p[Counter.QUEUED]}\t{p[Counter.FAILED]}\t{p.pages_per_s:.1f}\t{seeds}"
+            f"\t{p[Counter.QUEUED]}\t{p[Counter.FAILED]}\t{pace}\t{seeds}"
         )
 
 
@@ -130,6 +131,8 @@ def watch(crawl_id: str, broker: str | None, as_json: bool) -> None:
 
 
 _DONE = {"pause": "paused", "resume": "resumed", "cancel": "cancelled"}
+#: Who the crawl's action log says acted, for the commands here (the dashboard: its user).
+CLI = "cli"
 
 
 def _control(action: str, doc: str) -> click.Command:
@@ -143,6 +146,8 @@ def _control(action: str, doc: str) -> click.Command:
         crawl = handle(crawl_id, broker)
         if not cli.patiently(crawl.settings, getattr(crawl, action)):
             raise Fail(f"crawl {crawl_id} is {crawl.status}: nothing to {action}")
+        # In the crawl's action log, as the dashboard's controls are (its Actions card).
+        crawl.store.record_action(action, by=CLI)
         # The workers carry the steering out: with none alive, nothing happens yet.
         served = alive(crawl.client, crawl.keys, crawl.settings.worker_dead_seconds)
         result = {"crawl_id": crawl_id, "action": action, "no_worker": not served}
@@ -202,7 +207,9 @@ def failed(crawl_id: str, broker: str | None, as_json: bool) -> None:
 @json_option()
 def retry_failed(crawl_id: str, broker: str | None, as_json: bool) -> None:
     """Put a crawl's failed URLs back into its frontier."""
-    n = handle(crawl_id, broker).retry_failed()
+    crawl = handle(crawl_id, broker)
+    n = crawl.retry_failed()
+    crawl.store.record_action("retry_failed", by=CLI, requeued=n)
     say(as_json, {"crawl_id": crawl_id, "requeued": n}, f"{crawl_id}: {n} URLs requeued")
 
 

@@ -67,7 +67,8 @@ def line(p: Progress) -> str:
     first = {figure: i for i, figure in enumerate(ALWAYS)}
     rows = sorted(figures(p), key=lambda r: first.get(r.figure, len(ALWAYS)))
     shown = " ".join(f"{r.figure}={r.value}" for r in rows)
-    return f"[{p.crawl_id}] {p.status}: {shown} pages/s={p.pace:.1f}{eta}{paused(p)}"
+    pace = f" pages/s={p.pace:.1f}" if p.pace is not None else ""
+    return f"[{p.crawl_id}] {p.status}: {shown}{pace}{eta}{paused(p)}"
 
 
 def table(p: Progress) -> Table:
@@ -81,7 +82,8 @@ def table(p: Progress) -> Table:
     for group, parts in groups.items():
         t.add_row(group, " · ".join(parts))
     eta = f"{p.eta_s:.0f}s" if p.eta_s is not None else "—"
-    t.add_row("pace", f"{p.pace:.1f} pages/s · eta {eta}")
+    if p.pace is not None:
+        t.add_row("pace", f"{p.pace:.1f} pages/s · eta {eta}")
     if p.outlook and p.outlook.backlog:
         t.caption = "backlog: " + ", ".join(f"{d} {n}" for d, n in p.outlook.backlog)
     return t

@@ -150,8 +150,8 @@ def test_the_state_hash_reads_as_one_typed_value(settings) -> None:  # type: ign
 
 
 def test_finishing_lua_writes_the_status_values(settings, client) -> None:  # type: ignore[no-untyped-def]
-    """finishing.lua's literals are Status values: it marks a drained crawl (running or
-    paused) finishing with the final status it will have, and leaves a final one alone."""
+    """finishing.lua's literals are Status values: it marks a drained crawl (running, paused
+    or cancelling) finishing with the final status it will have, and leaves a final one alone."""
     Status = formats.Status
     source = (LUA / "finishing.lua").read_text("utf-8")
     code = "\n".join(line for line in source.splitlines() if not line.startswith("--"))
@@ -164,10 +164,14 @@ def test_finishing_lua_writes_the_status_values(settings, client) -> None:  # ty
         status = crawl.store.lifecycle
         assert status.status() is Status.RUNNING
         assert not paused or (crawl.pause() and status.status() is Status.PAUSED)
-        assert not cancel or crawl.cancel()
+        assert not cancel or (crawl.cancel() and status.status() is Status.CANCELLING)
         assert not status.finishing()  # its seed is outstanding
-        ((_domain, _depth, url),) = crawl.store.frontier.release_all(10, 180).entries
-        assert crawl.store.ledger.finish(url, None, {}) == 0
+        if cancel:  # its seed counted cancelled, unreleased (cancel.lua)
+            assert crawl.store.frontier.release_all(10, 180).entries == []
+            assert tuple(crawl.store.frontier.cancel_pending(0)) == (1, 0)
+        else:
+            ((_domain, _depth, url),) = crawl.store.frontier.release_all(10, 180).entries
+            assert crawl.store.ledger.finish(url, None, {}) == 0
         assert status.finishing() and status.finishing()
         state = status.read()
         assert (state.status, state.final_status) == (Status.FINISHING, final)

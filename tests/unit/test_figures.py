@@ -68,8 +68,9 @@ def test_the_json_forms_keep_every_key_users_read() -> None:
     detail = Detail(({"domain": "a.test"},), {"fill_ratio": 0.1}, on_item=True)
     p = progress_of(counts, outstanding=5, outlook=outlook(memory), detail=detail)
     form = p.to_json()
-    assert list(form) == [k for k in form if k in OLD_PROGRESS or k in ("final", "done_share")]
-    assert set(form) == {*OLD_PROGRESS, "final", "done_share"}
+    added = ("final", "done_share", "shown_status", "pace")
+    assert list(form) == [k for k in form if k in OLD_PROGRESS or k in added]
+    assert set(form) == {*OLD_PROGRESS, *added}
     assert form["hosts_down"] == [{"domain": "b.test", "down_since": 10.0, "next_probe_s": 3.0}]
     assert form["redis_memory"] == {"used_bytes": 50, "maxmemory_bytes": 100}
     assert form["backlog"] == [("a.test", 4), ("b.test", 1)]
@@ -110,11 +111,29 @@ def test_what_a_view_used_to_derive_is_derived_once() -> None:
     assert progress_of(counts, outstanding=10, max_pages=34).eta_s == 2.0
     assert progress_of(counts, outstanding=10, paused=True).eta_s is None
     assert progress_of(counts, outstanding=10, recent_rate=0.0).eta_s is None
-    over = progress_of(counts, status=Status.CANCELLED, outstanding=10)
+    over = progress_of({**counts, "fetched": 30}, status=Status.CANCELLED, outstanding=10)
     # Being cancelled (still running while its frontier drains): no ETA (issue 50 item 5).
     cancelling = CrawlState(status=Status.RUNNING, started_at=1000.0, cancelled=True)
     assert replace(progress_of(counts, outstanding=10), state=cancelling).eta_s is None
     assert over.final and over.eta_s is None and over.pace == over.pages_per_s
+    # Cancelling: URLs are counted, not fetched: no pace, no ETA, in every form (issue 50).
+    settling = progress_of({**counts, "fetched": 30}, status=Status.CANCELLING, outstanding=10)
+    assert (settling.pace, settling.eta_s, settling.final) == (None, None, False)
+    form = settling.to_json()
+    assert (form["status"], form["pages_per_s"], form["recent_pages_per_s"]) == (
+        "cancelling",
+        None,
+        None,
+    )
+    assert "eta_s" not in form and form["pace"] is None
+    # Over with nothing fetched (every URL failed): shown failed, without a pace.
+    nothing = progress_of({"done": 1, "failed": 1, "admitted": 1}, status=Status.FINISHED)
+    assert (nothing.shown_status, nothing.pace, nothing.to_json()["pages_per_s"]) == (
+        "failed",
+        None,
+        None,
+    )
+    assert over.shown_status == "cancelled" and p.shown_status == "running"
     # A crawl younger than the rate's window: its rate over the seconds it has lived.
     young = progress_of(counts, elapsed=4.0, recent_rate=1.0)
     assert young.recent_pages_per_s == RATE_WINDOW / 4.0

@@ -137,16 +137,17 @@ def test_release_call_fills_every_argument_release_lua_reads() -> None:
     source = (LUA / "release.lua").read_text("utf-8")
     documented = max(int(n) for n in re.findall(r"ARGV\[(\d+)\]", source))
     call = calls.ReleaseCall(
-        10, "q:", "l:", "d:", 180, float("inf"), 1, 2, 1000, "w", None, "", "",
+        10, "q:", "l:", "d:", 180, float("inf"), 1, 2, "w", None, "", "",
         formats.Steering.PAUSED, "a\tb", 0.5, 2, "p:{c/0}:ip",
     )  # fmt: skip
     args = call.args()
-    assert len(args) == documented == 18
-    assert (args[5], args[10], args[13], args[14]) == ("inf", "inf", "paused", "a\tb")
-    assert args[15:] == [0.5, 2, "p:{c/0}:ip"]
-    # The steering words release.lua compares its last argument with.
-    compared = set(re.findall(r"ARGV\[14\] == '(\w+)'", source))
-    assert compared == {formats.Steering.PAUSED.value, formats.Steering.CANCELLED.value}
+    assert len(args) == documented == 17
+    assert (args[5], args[9], args[12], args[13]) == ("inf", "inf", "paused", "a\tb")
+    assert args[14:] == [0.5, 2, "p:{c/0}:ip"]
+    # The steering word release.lua compares its steering argument with: anything but
+    # "run" releases nothing (paused, cancelled).
+    compared = set(re.findall(r"ARGV\[13\] [~=]= '(\w+)'", source))
+    assert compared == {formats.Steering.RUN.value}
 
 
 @pytest.mark.parametrize(

@@ -23,39 +23,40 @@
 -- options) and the cluster-wide rates of `crawler set-rate`.
 -- KEYS[1] ready  KEYS[2] inflight  KEYS[3] stats
 -- KEYS[4] retry zset ("domain<TAB>depth|url" scored by when the retry is due)
--- KEYS[5] the partition's flow hash: its copy of the crawl's paused flag ("paused" = 1) is
---         read here, atomically with the release, so nothing is released once pause() has
---         returned (the dispatcher's steering argument may have been read just before it)
+-- KEYS[5] the partition's flow hash: its copies of the crawl's paused and cancelled flags
+--         ("paused", "cancelled" = 1) are read here, atomically with the release, so nothing
+--         is released once pause() or cancel() has returned (the dispatcher's steering
+--         argument may have been read just before it)
 -- ARGV (built by calls.ReleaseCall):
 -- ARGV[1] max domains per call  ARGV[2] queue prefix  ARGV[3] lease prefix
 -- ARGV[4] domain-state prefix   ARGV[5] lease seconds  ARGV[6] default rate (req/s)
--- ARGV[7] burst  ARGV[8] concurrency per domain  ARGV[9] max entries drained when cancelled
--- ARGV[10] id of the releasing worker process (formats.Inflight stage "r", without ARGV[15])
--- ARGV[11] max entries released (what the fetch pools can start now; the dispatcher's budget)
--- ARGV[12] cluster-wide rates, "domain<TAB>req/s" pairs joined by tabs ("" = none)
--- ARGV[13] the crawl owner's rates, the same way
--- ARGV[14] the crawl's steering (formats.Steering): "run", "paused" or "cancelled"
--- ARGV[15] live fetch processes that have a direct queue, tab-joined ("" = none): a released
+-- ARGV[7] burst  ARGV[8] concurrency per domain
+-- ARGV[9] id of the releasing worker process (formats.Inflight stage "r", without ARGV[14])
+-- ARGV[10] max entries released (what the fetch pools can start now; the dispatcher's budget)
+-- ARGV[11] cluster-wide rates, "domain<TAB>req/s" pairs joined by tabs ("" = none)
+-- ARGV[12] the crawl owner's rates, the same way
+-- ARGV[13] the crawl's steering (formats.Steering): "run", "paused" or "cancelled"
+-- ARGV[14] live fetch processes that have a direct queue, tab-joined ("" = none): a released
 --          URL is marked as held by its host's process among them (the dispatcher publishes
 --          it to that process's queue, which keeps the host's connections), so that URL goes
 --          back to the frontier as soon as that process stops beating (reclaim), its message
 --          with it. Rendezvous hashing: the process with the greatest sha1(process TAB host);
 --          workers.holder computes the same in Python. A process joining or leaving moves
 --          only the hosts it wins or held.
--- ARGV[16] seconds between two requests to one server address (state/pacing.py: ip_rate
+-- ARGV[15] seconds between two requests to one server address (state/pacing.py: ip_rate
 --          split over the partitions), 0 = none
--- ARGV[17] requests in flight per server address (ip_concurrency, split the same way), 0 = none
+-- ARGV[16] requests in flight per server address (ip_concurrency, split the same way), 0 = none
 --          With either set, a domain is grouped by its address ("ip" in its hash, until
 --          "ip_until", unless "ipx" = 1: exempt, or "?": unresolved): the address's bucket
 --          (P:{C/N}:ip:A, "tat", no burst) and leases (ipl:A, URLs by expiry) are taken with
 --          the domain's, and a domain that waits for a lease of its address is noted in
 --          ipw:A (done.lua wakes them when one is returned).
--- ARGV[18] the partition's address key prefix ("P:{C/N}:ip": the keys are prefix .. ":" .. A,
+-- ARGV[17] the partition's address key prefix ("P:{C/N}:ip": the keys are prefix .. ":" .. A,
 --          prefix .. "l:" .. A and prefix .. "w:" .. A)
 -- AutoThrottle: a domain's "at" (done.lua's delay from its latency) raises its interval (no
 -- burst then); "piv" stores the interval before it (done.lua's lower bound).
--- Returns {mode, domain1, entry1, domain2, entry2, ...}; mode is "fetch", or "cancel" when
--- the crawl was cancelled and the entries are drained without politeness (not to be fetched).
+-- Returns {"fetch", domain1, entry1, domain2, entry2, ...}. A cancelled crawl releases
+-- nothing: its pending URLs are counted cancelled in bulk by cancel.lua.
 -- An empty entry asks for the domain's address (grouped, unknown or expired): nothing of it is
 -- released until the dispatcher has resolved it (address.lua wakes it).
 
@@ -64,7 +65,7 @@ local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
 local limit, qprefix, lprefix, dprefix = tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[4]
 local lease_s, default_rate = tonumber(ARGV[5]), tonumber(ARGV[6])
 local burst, conc = tonumber(ARGV[7]), tonumber(ARGV[8])
-local budget = tonumber(ARGV[11]) or math.huge
+local budget = tonumber(ARGV[10]) or math.huge
 
 -- "d1<TAB>r1<TAB>d2<TAB>r2" -> {d1 = r1, d2 = r2}
 local function pairs_of(text)
@@ -74,13 +75,13 @@ local function pairs_of(text)
   end
   return out
 end
-local cluster_rates, owner_rates = pairs_of(ARGV[12]), pairs_of(ARGV[13])
+local cluster_rates, owner_rates = pairs_of(ARGV[11]), pairs_of(ARGV[12])
 local holders = {}
-for p in string.gmatch(ARGV[15] or '', '[^\t]+') do holders[#holders + 1] = p end
+for p in string.gmatch(ARGV[14] or '', '[^\t]+') do holders[#holders + 1] = p end
 
 -- The process a released URL of domain d is held by: its host's, else the releasing one.
 local function holder(d)
-  local best, top = ARGV[10], ''
+  local best, top = ARGV[9], ''
   for _, p in ipairs(holders) do
     local h = redis.sha1hex(p .. '\t' .. d)
     if h > top then best, top = p, h end
@@ -88,14 +89,9 @@ local function holder(d)
   return best
 end
 
--- The retry members of up to ``n`` (all: due or not) back to the head of their domain's queue.
-local function requeue_retries(due, n)
-  local members
-  if due then
-    members = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0, n)
-  else
-    members = redis.call('ZRANGE', KEYS[4], 0, n - 1)
-  end
+-- The retry members of up to ``n`` that are due back to the head of their domain's queue.
+local function requeue_retries(n)
+  local members = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0, n)
   for _, m in ipairs(members) do
     local tab = string.find(m, '\t', 1, true)
     local d = string.sub(m, 1, tab - 1)
@@ -106,34 +102,17 @@ local function requeue_retries(due, n)
   if #members > 0 then redis.call('HINCRBY', KEYS[3], 'queued', #members) end
 end
 
-if ARGV[14] == 'cancelled' then
-  -- Cancelled: hand pending entries back as in flight so they reach a final state; URLs
-  -- waiting for a retry's back-off too (they would wait forever: nothing else moves them).
-  local out, budget = {'cancel'}, tonumber(ARGV[9])
-  requeue_retries(false, budget)
-  for _, d in ipairs(redis.call('ZRANGE', KEYS[1], 0, limit - 1)) do
-    local entries = redis.call('LPOP', qprefix .. d, budget)
-    if entries then
-      for _, e in ipairs(entries) do
-        redis.call('HSET', KEYS[2], string.sub(e, string.find(e, '|', 1, true) + 1), d .. '|0|0')
-        out[#out + 1] = d; out[#out + 1] = e
-      end
-      budget = budget - #entries
-    end
-    if redis.call('LLEN', qprefix .. d) == 0 then redis.call('ZREM', KEYS[1], d) end
-    if budget <= 0 then break end
-  end
-  -- Not when nothing was drained: -0 / 2 is "-0", which HINCRBY rejects as no integer.
-  if #out > 1 then redis.call('HINCRBY', KEYS[3], 'queued', -(#out - 1) / 2) end
-  return out
-end
-if ARGV[14] == 'paused' or redis.call('HGET', KEYS[5], 'paused') == '1' then
+-- Paused or cancelled: nothing is released (a cancelled crawl's frontier is counted by
+-- cancel.lua). The flow hash's copies are read too: a dispatcher may have read the crawl's
+-- steering just before pause() or cancel() returned.
+local flags = redis.call('HMGET', KEYS[5], 'paused', 'cancelled')
+if ARGV[13] ~= 'run' or flags[1] == '1' or flags[2] == '1' then
   return {'fetch'}
 end
 
 -- Retries that are due go back to the head of their domain's queue, so they too wait for the
 -- domain's token, lease and Retry-After.
-requeue_retries(true, limit)
+requeue_retries(limit)
 
 -- (seconds between two requests to domain d (0 = unlimited), burst slack in seconds, 1 if the
 -- crawl's owner set d's rate else 0).
@@ -155,7 +134,7 @@ end
 -- Seconds: a token due within this of now counts as there (its host waits for a lease):
 -- about what a page's parse, admission and record hold a lease on a busy process.
 local AWAIT_S = 0.05
-local ip_iv, ip_conc, aprefix = tonumber(ARGV[16]) or 0, tonumber(ARGV[17]) or 0, ARGV[18]
+local ip_iv, ip_conc, aprefix = tonumber(ARGV[15]) or 0, tonumber(ARGV[16]) or 0, ARGV[17]
 local grouped = ip_iv > 0 or ip_conc > 0
 local out = {'fetch'}
 local released = 0

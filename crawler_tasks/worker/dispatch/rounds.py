@@ -12,15 +12,13 @@ import time
 from ...settings import Settings
 from ...state import store as stores
 from ...state.formats import LeaseEnd, Steering
-from ...state.frontier import CANCEL_DRAIN
+from ...state.frontier import CANCEL_BATCH
 from ...state.politeness import cluster_rates
 from ...state.status import steering_of
 from ...state.store import CrawlStore
 from ..process.broker import BrokerView
 from ..runtime.context import Context
-from ..visit.outcome import Final
-from ..visit.recorder import finalize
-from ..visit.trip import Visit
+from ..visit.recorder import crawl_finished
 from .repair import Repair
 from .routing import REFRESH_EVERY, HostRouter
 
@@ -63,17 +61,35 @@ class Rounds:
                     continue
                 parts = len(store.ck.parts)
                 self._round += 1
+                if state is Steering.CANCELLED:
+                    busy = self._cancel(ctx, store) or busy
+                    continue
                 for i in range(parts):  # a different partition first each round: none starves
                     part = (self._round + i) % parts
                     if budget == 0:
                         break
                     released = self._release(ctx, store, part, budget, rates, state)
-                    if budget is not None and state is not Steering.CANCELLED:
+                    if budget is not None:
                         budget = max(0, budget - released)
                     busy = busy or released > 0
-                    limit = CANCEL_DRAIN if state is Steering.CANCELLED else s.dispatch_batch
-                    self.more = self.more or released >= limit
+                    self.more = self.more or released >= s.dispatch_batch
         return busy
+
+    def _cancel(self, ctx: Context, store: CrawlStore) -> bool:
+        """A cancelled crawl: up to CANCEL_BATCH of its pending URLs counted cancelled in each
+        partition (cancel.lua), no fetch budget spent, no URL handed out; the crawl finished
+        by whoever empties it (its URLs in flight may be the last, recorder.py). A call takes a
+        few ms of Redis whatever the backlog, so a neighbour's round is not held up."""
+        counted, left = 0, 0
+        for part in range(len(store.ck.parts)):
+            got = store.frontier.cancel_pending(part, CANCEL_BATCH)
+            counted, left = counted + got.counted, left + got.left
+            self.more = self.more or got.counted >= CANCEL_BATCH
+        # Nothing outstanding: finish it (finishing() reads every partition again, atomically
+        # enough: see CrawlLifecycle.drained).
+        if left == 0 and store.lifecycle.finishing():
+            crawl_finished(ctx, store)
+        return counted > 0
 
     def _release(
         self,
@@ -84,7 +100,8 @@ class Rounds:
         rates: str,
         state: Steering,
     ) -> int:
-        """release.lua on one partition, and the follow-up of what it handed out."""
+        """release.lua on one partition, and the follow-up of what it handed out (never
+        called for a cancelled crawl: release.lua would release nothing)."""
         s = self.settings
         release = store.frontier.release(
             part,
@@ -96,10 +113,6 @@ class Rounds:
             state=state,
             holders=tuple(self._router.holders()),
         )
-        if release.cancelled:  # drained unfetched: recorded as cancelled here
-            for _domain, depth, url in release.entries:
-                finalize(Visit.at(ctx, store, url, depth), Final.cancelled(url, depth))
-            return len(release.entries)
         entries = release.entries
         if release.resolve:
             ctx.addresses.ask(store, release.resolve)  # worker/runtime/addresses.py

@@ -92,8 +92,11 @@ class Final:
 
     @classmethod
     def cancelled(cls, url: str, depth: int) -> Final:
+        """A URL in flight when its crawl was cancelled, stopped before its request: counted,
+        no line in the output, as the pending URLs cancel.lua counts in bulk."""
         error = formats.Outcome.CANCELLED.value
-        return cls(url, depth, error=error, counters={Counter.CANCELLED.value: 1})
+        counters = {Counter.CANCELLED.value: 1}
+        return cls(url, depth, error=error, counters=counters, recorded=False)
 
     @classmethod
     def internal(cls, url: str, depth: int, exc: Exception) -> Final:
