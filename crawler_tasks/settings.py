@@ -252,6 +252,12 @@ class Settings:
     #: against ~1.03 at 6 (bench/README, HTTPS real sizes), files ~7-20 % larger; a crawler
     #: is held by its CPU, rarely by its disk. 6 or 9 for archives that are kept long.
     warc_gzip_level: int = limited(1, 0, 9)
+    #: Bytes after which a process closes its staged segment of an ``s3://`` crawl's files
+    #: and uploads it (worker/output/uploads.py); ~1 GB WARC files, as Heritrix writes them.
+    output_segment_bytes: int = limited(1_000_000_000, 1, 1 << 40)
+    #: Seconds after which a staged segment is closed and uploaded however small, so that an
+    #: object store holds a slow crawl's records within minutes (and a finished crawl's at once).
+    output_segment_seconds: float = limited(300.0, 0.1, DAY)
     #: Seconds a finished crawl's state stays in Redis (counters, config, filter).
     finished_ttl: int = limited(7 * 24 * 3600, 1, 365 * DAY)
     #: Seconds after which a final URL whose record is still not on disk is taken as left by

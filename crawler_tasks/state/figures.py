@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 from .crawl_state import CrawlState
 from .formats import FAMILIES, TLS_NOTE, Counter, Group, Shown, Status, Word
 from .health import Memory
+from .segments import Waiting
 
 #: Seconds of finished-URL counts averaged for the recent pages/s figure.
 RATE_WINDOW = 10
@@ -143,6 +144,8 @@ class Outlook:
     admission_fraction: float
     #: host -> its render plan entry (mode, pages, renders, gains: state/render_plan.py).
     render_hosts: Mapping[str, Mapping[str, Any]]
+    #: An s3:// crawl's segments not yet uploaded (state/segments.py); None: local output.
+    uploads: Waiting | None = None
 
     @property
     def redis_oom(self) -> bool:
@@ -174,6 +177,8 @@ class Outlook:
             "admission_paused": self.admission_paused,
             "redis_memory": self.memory.as_dict() if self.memory is not None else None,
             "render_hosts": dict(self.render_hosts),
+            # Only an s3:// crawl's: a local crawl's form is as it was.
+            **({"uploads": self.uploads.to_json()} if self.uploads is not None else {}),
         }
 
 

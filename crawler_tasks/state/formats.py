@@ -258,6 +258,25 @@ class ArchiveSlot(NamedTuple):  # a WARC writer's reservation (CrawlKeys.archive
     at: int  # its size before the append (grown past it: the records are there)
 
 
+class Segment(NamedTuple):
+    """A staged segment file of an s3:// crawl not yet uploaded (``Keys.segments``), as
+    "state|host|pid|at": ``state`` "open" (its process still appends) or "closed"."""
+
+    state: str
+    host: str
+    pid: int
+    at: float
+
+    def dumps(self) -> str:
+        return f"{self.state}|{self.host}|{self.pid}|{self.at:.3f}"
+
+    @classmethod
+    def loads(cls, raw: str | bytes) -> Segment:
+        text = raw.decode() if isinstance(raw, bytes) else raw
+        state, host, pid, at = text.split("|")
+        return cls(state, host, int(pid), float(at))
+
+
 class ArchivePlace(int, Enum):
     """archive_reserve.lua's first reply: what a WARC writer does (state/archive.py)."""
 

@@ -66,6 +66,10 @@ fails on any key a crawl writes that this table does not describe, or whose type
                                     ACTIONS_KEPT (state/events.py)
     P:{C}:rates              hash   host -> requests/s an operator set for this crawl only
                                     (the dashboard's "Set rate"; state/crawl_rates.py)
+    P:{C}:segments           hash   staged segment file of an s3:// crawl -> formats.Segment
+                                    "state|host|pid|at": written, not yet uploaded (state/segments.py)
+    P:{C}:uploaded           hash   segment file -> its bytes, once its object is in the store
+                                    (segment_uploaded.lua)
     P:{C}:events             -      pub/sub channel of crawl events (not a key)
     P:{C/N}:flow             hash   in (URLs admitted, replays included), out (URLs final), and
                                     copies of the crawl's cancelled flag (start.lua,
@@ -141,6 +145,14 @@ class Keys:
         """``partitions``, ``domain_mode`` and ``tags`` (partition_tags) are the crawl's
         options (``CrawlOptions``); the crawl-wide names do not depend on them."""
         return CrawlKeys(self.prefix, crawl_id, self.rates, partitions, domain_mode, tags)
+
+    def segments(self, crawl_id: str) -> str:
+        """A crawl's staged segments not yet uploaded (crawl-wide: ``CrawlKeys.base``'s tag)."""
+        return f"{self.prefix}:{{{crawl_id}}}:segments"
+
+    def uploaded(self, crawl_id: str) -> str:
+        """A crawl's segments uploaded to its object store, with their sizes."""
+        return f"{self.prefix}:{{{crawl_id}}}:uploaded"
 
     def robots(self, origin: str) -> str:
         return f"{self.prefix}:robots:{origin}"

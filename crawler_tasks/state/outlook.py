@@ -4,17 +4,20 @@ dashboard)."""
 
 from __future__ import annotations
 
+from . import objects, workers
 from .figures import HostDown, Outlook
 from .formats import RenderMode
 from .health import memory
+from .segments import Segments, Waiting
 from .store import CrawlStore
 
 #: Busiest hosts in the backlog (and checked for an open circuit).
 BACKLOG_HOSTS = 5
 
 
-def read_outlook(store: CrawlStore, admission_fraction: float) -> Outlook:
-    """``admission_fraction``: the process's ``admission_memory_fraction`` setting."""
+def read_outlook(store: CrawlStore, admission_fraction: float, dead_after: float = 10.0) -> Outlook:
+    """``admission_fraction``: the process's ``admission_memory_fraction`` setting;
+    ``dead_after``: its ``worker_dead_seconds`` (a stranded segment's host runs no worker)."""
     backlog = tuple(store.frontier.backlog(BACKLOG_HOSTS))
     opts = store.opts
     # render="auto": each host's decision and its evidence (state/render_plan.py).
@@ -26,7 +29,16 @@ def read_outlook(store: CrawlStore, admission_fraction: float) -> Outlook:
         memory=memory(store.client),
         admission_fraction=admission_fraction,
         render_hosts=store.render_plan.hosts() if renders else {},
+        uploads=_uploads(store, dead_after),
     )
+
+
+def _uploads(store: CrawlStore, dead_after: float) -> Waiting | None:
+    """An s3:// crawl's segments waiting for their upload, and those stranded."""
+    if not objects.is_url(store.opts.output):
+        return None
+    alive = workers.alive(store.client, store.r.keys, dead_after)
+    return Segments(store.client, store.r.keys, store.id).waiting(alive)
 
 
 def hosts_down(store: CrawlStore, names: list[str]) -> tuple[HostDown, ...]:

@@ -161,7 +161,8 @@ class Crawl(CrawlHandle):
         """The crawl's figures now, typed, with their outlook (the busiest hosts' backlog,
         those down, Redis's memory, render decisions) and ``detail`` if given (``crawler
         status``'s: surface/figures.py)."""
-        outlook = read_outlook(self.store, self.settings.admission_memory_fraction)
+        s = self.settings
+        outlook = read_outlook(self.store, s.admission_memory_fraction, s.worker_dead_seconds)
         return self.stats.progress(outlook, detail)
 
     def progress(self) -> dict[str, Any]:

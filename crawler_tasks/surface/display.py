@@ -31,6 +31,8 @@ def paused(p: Progress) -> str:
     if state.tls_error_why:  # every page of that host fails so: a CA the workers lack?
         text += f" — {state.tls_error_why}"
     text += render_note(p)
+    if outlook and outlook.uploads and outlook.uploads.waiting:
+        text += " — " + outlook.uploads.line()
     if outlook and outlook.admission_paused and outlook.memory:
         text += " — " + admission_paused(outlook.memory)
     return text

@@ -23,6 +23,10 @@ from typing import Any
 
 import click
 
+from ..errors import StoreUnavailable
+from ..state import objects, workers
+from ..state.objects import ObjectStore
+from ..state.segments import Segments
 from ..worker.output.read import latest_items, latest_pages
 from .cli_common import Fail, broker_option, handle, json_option, say
 
@@ -125,7 +129,7 @@ def write(rows: Rows, path: Path) -> int:
     return len(counted)
 
 
-def records(directory: Path, what: str) -> Iterator[dict[str, Any]]:
+def records(directory: Path | ObjectStore, what: str) -> Iterator[dict[str, Any]]:
     if what == "pages":
         return latest_pages(directory)
     # Each item says which page it came from (a key of the item's own wins).
@@ -146,6 +150,19 @@ def output_place(crawl: Any) -> tuple[Path, str]:
     if crawl.options.output:
         return here, str(here)
     return here, f"<CRAWLER_OUTPUT_DIR of each worker>/{crawl.id} (here: {here})"
+
+
+def stored_place(crawl: Any) -> ObjectStore | None:
+    """An s3:// crawl's objects, once nothing of it waits to be uploaded: its segments still
+    staged on a worker are said in one line (never a silent partial export)."""
+    if not objects.is_url(crawl.options.output):
+        return None
+    alive = workers.alive(crawl.client, crawl.keys, crawl.settings.worker_dead_seconds)
+    waiting = Segments(crawl.client, crawl.keys, crawl.id).waiting(alive)
+    if waiting.waiting:
+        raise Fail(f"crawl {crawl.id}: {waiting.line()}; export again once they are uploaded")
+    store: ObjectStore = crawl.files
+    return store
 
 
 @click.command("export")
@@ -181,14 +198,26 @@ def export(
         raise Fail("give the file once: -o FILE (new) or -O FILE (replaced)")
     target = (new_file or any_file or Path()).absolute()
     check_target(target, overwrite=any_file is not None)
-    where = str(directory)
+    place: Path | ObjectStore | None = directory
     if directory is None:
-        directory, where = output_place(handle(crawl_id, broker))
-    if not directory.is_dir():
-        raise Fail(f"no output of crawl {crawl_id} here: its files are in {where}; --dir DIR")
-    n = write(records(directory, what), target)
+        crawl = handle(crawl_id, broker)
+        place = stored_place(crawl)
+        if place is None:
+            directory, where = output_place(crawl)
+            if not directory.is_dir():
+                raise Fail(
+                    f"no output of crawl {crawl_id} here: its files are in {where}; --dir DIR"
+                )
+            place = directory
+    elif not directory.is_dir():
+        raise Fail(f"no output of crawl {crawl_id} here: its files are in {directory}; --dir DIR")
+    assert place is not None
+    try:
+        n = write(records(place, what), target)
+    except StoreUnavailable as exc:
+        raise Fail(f"crawl {crawl_id}: cannot read {exc.directory}: {exc.why}") from None
     if as_json:
         written = {"crawl_id": crawl_id, "what": what, "count": n, "path": str(target)}
-        say(True, {**written, "directory": str(directory)}, "")
+        say(True, {**written, "directory": str(getattr(place, "url", place))}, "")
         return
     click.echo(f"{n} {what} of crawl {crawl_id} written to {target}", err=True)

@@ -18,6 +18,7 @@ from ..state import store as stores
 from ..state.connection import check_redis_url
 from ..state.formats import Status
 from ..state.keys import CrawlKeys
+from ..state.objects import ObjectStore
 from ..state.options import CrawlOptions
 from ..state.stats import Stats
 from ..state.store import CrawlStore, RedisHandle
@@ -106,6 +107,14 @@ class CrawlHandle:
         root = objects.local_root(self.options.output, self.settings.output_dir)
         return Path(root).resolve() / self.id
 
+    @property
+    def files(self) -> Path | ObjectStore:
+        """Where its records are read: the output directory, or an s3:// crawl's objects
+        (from any machine)."""
+        if objects.is_url(self.options.output):
+            return objects.store_for(self.options.output).child(self.id)
+        return self.output_dir
+
     def pages(self, latest: bool = True) -> Iterator[dict[str, Any]]:
         """Records of this crawl's ``pages-*.jsonl`` (on this host). The files are append-only
         logs: a URL replayed by :meth:`retry_failed` has a record for each final state it
@@ -113,7 +122,7 @@ class CrawlHandle:
         then file order). ``crawler export --pages`` writes the same records."""
         from ..worker.output.read import latest_pages, read_pages  # files: not for the dashboard
 
-        return latest_pages(self.output_dir) if latest else read_pages(self.output_dir)
+        return latest_pages(self.files) if latest else read_pages(self.files)
 
     def items(self, latest: bool = True) -> Iterator[dict[str, Any]]:
         """Lines of this crawl's ``items-*.jsonl`` (on this host): ``{"url", "item", "rid"}``.
@@ -123,5 +132,5 @@ class CrawlHandle:
         from ..worker.output.read import latest_items, read_pages
 
         if latest:
-            return latest_items(self.output_dir)
-        return read_pages(self.output_dir, kind="items")
+            return latest_items(self.files)
+        return read_pages(self.files, kind="items")

@@ -18,25 +18,34 @@ from pathlib import Path
 
 from ...errors import OutputUnavailable
 from ..process import faults
+from .segments import Segmenting
 
 
 class AppendFiles:
     """The files of one directory this process appends to. Not locked: its owner
     (:class:`~.files.CrawlOutput`) holds the lock an append needs."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, segmenting: Segmenting | None = None) -> None:
         self.dir = directory
+        #: An s3:// crawl's: its files are written in segments, uploaded once closed; the
+        #: names given here stay the logical ones (segments.py).
+        self.segmenting = segmenting
         self._files: dict[str, int] = {}  # name -> fd (O_APPEND)
         #: name -> its size, known without asking the kernel (an lseek or fstat releases
         #: the GIL: a hand-off with hundreds of threads): this process is its only writer.
         self._ends: dict[str, int] = {}
+
+    def path(self, name: str) -> Path:
+        """Where the file ``name`` (logical) is written now: its segment's, if segmented."""
+        seg = self.segmenting
+        return self.dir / (seg.physical(name) if seg is not None else name)
 
     def _fd(self, name: str) -> int:
         fd = self._files.get(name)
         if fd is None:
             self.dir.mkdir(parents=True, exist_ok=True)
             flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
-            fd = self._files[name] = os.open(self.dir / name, flags, 0o644)
+            fd = self._files[name] = os.open(self.path(name), flags, 0o644)
         return fd
 
     def append(self, writes: list[tuple[str, bytes]]) -> list[tuple[str, int]]:
@@ -71,14 +80,15 @@ class AppendFiles:
             del self._files[name], self._ends[name]
             os.close(fd)
             with contextlib.suppress(OSError):
-                os.rename(self.dir / name, self.dir / f"{name}.damaged-{time.time():.0f}")
+                path = self.path(name)
+                os.rename(path, path.with_name(f"{path.name}.damaged-{time.time():.0f}"))
 
     def size(self, name: str) -> int:
         """Its size; 0 if not there yet (a writer that appends nothing leaves no file)."""
         if name in self._ends:
             return self._ends[name]
         try:
-            if name not in self._files and not (self.dir / name).exists():
+            if name not in self._files and not self.path(name).exists():
                 return 0
             return os.fstat(self._fd(name)).st_size
         except OSError as exc:
@@ -90,6 +100,13 @@ class AppendFiles:
                 os.close(fd)
         self._files.clear()
         self._ends.clear()
+        if self.segmenting is not None:  # closed: the next write starts a new segment
+            self.segmenting.next()
+
+    def written(self) -> dict[str, int]:
+        """The files written now, by their names on disk, and their sizes (the uploader's
+        reason to close a segment, and its note of what is staged)."""
+        return {self.path(name).name: size for name, size in list(self._ends.items())}
 
 
 #: What a failed write says in status and logs, by errno.

@@ -20,8 +20,8 @@ from typing import Any
 import redis
 from redis.exceptions import OutOfMemoryError
 
-from ...errors import AdmissionPaused
-from ...state import archive
+from ...errors import AdmissionPaused, StoreUnavailable
+from ...state import archive, objects
 from ...state.archive import Archive, Reserved
 from ...state.formats import ArchiveSlot
 from ...state.scripts import Call, Carried
@@ -40,6 +40,7 @@ class ArchiveFence:
     def __init__(self, store: CrawlStore, url: str, kind: str, patience: float) -> None:
         self.archive = Archive(_Patient(store.client, patience), store.ck, store.ledger.scripts)
         self.url, self.kind = url, kind
+        self.output = store.opts.output  # an s3:// crawl's files may be uploaded already
         #: Calls the reservation's round trip carries along (a page's admissions: respond.py).
         self.carried: Carried | None = None
 
@@ -56,7 +57,7 @@ class ArchiveFence:
             if got.rid is not None:
                 return got.rid
             other = archive.loads(got.slot or "")
-            if _grown(other):  # its writer died or froze after its append: adopt them
+            if _grown(other, self.output):  # its writer died or froze after its append
                 kept, _ = self.archive.commit(self.kind, self.url, other.rid)
                 if kept:
                     return other.rid
@@ -94,14 +95,22 @@ class ArchiveFence:
         return self.archive.client
 
 
-def _grown(slot: ArchiveSlot) -> bool:
-    """Is ``slot``'s file on this host and longer than when it was reserved?"""
+def _grown(slot: ArchiveSlot, output: str = "") -> bool:
+    """Is ``slot``'s file on this host and longer than when it was reserved? An s3:// crawl's
+    segment (``output``) that is no longer staged is asked of the store, from any host."""
     path = Path(slot.path)
-    if f"-{socket.gethostname()}-" not in path.name:
+    uploaded = objects.is_url(output)
+    if f"-{socket.gethostname()}-" not in path.name and not uploaded:
         return False
     try:
         return path.stat().st_size > slot.at
     except OSError:
+        pass
+    if not uploaded:
+        return False
+    try:
+        return objects.store_for(output).child(path.parent.name).size(path.name) > slot.at
+    except StoreUnavailable:  # not uploaded (or the store away): as a file not grown
         return False
 
 

@@ -25,7 +25,6 @@ import json
 import os
 import socket
 import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,6 +36,7 @@ from warcio.statusandheaders import StatusAndHeaders
 from ...state.scripts import Call
 from .appends import AppendFiles
 from .page_appends import PageAppends, PendingPage
+from .segments import Segmenting
 from .warc import http_headers, record_bytes, request_target, warcinfo, with_payload, writer
 from .warc_appends import WarcAppends
 
@@ -63,6 +63,7 @@ class CrawlOutput:
         tag: str,
         gzip_level: int = 1,
         info: dict[str, str] | None = None,
+        segmenting: Segmenting | None = None,
     ) -> None:
         self.dir = Path(directory)
         self.tag = tag
@@ -71,11 +72,13 @@ class CrawlOutput:
         self.info = info or {}
         self._lock = threading.Lock()
         #: The appends themselves, each whole or not at all (appends.py), under ``_lock``.
-        self.files = AppendFiles(self.dir)
+        self.files = AppendFiles(self.dir, segmenting)
+        #: An s3:// crawl's segments (segments.py); None for local output.
+        self.segmenting = segmenting
         #: The WARC file's appends, with a lock of their own (the archive's fence waits on
         #: Redis; so do the pages files', under ``_lock``: page_appends.py).
         self._warc = WarcAppends(
-            self.dir, self.files.size, self.files.append, self.files.undo, self._first
+            self.files.path, self.files.size, self.files.append, self.files.undo, self._first
         )
         #: The pages files' appends whose commit rides with the next finish (same lock).
         self.pages = PageAppends(self._lock, self.files.undo)
@@ -248,6 +251,10 @@ class CrawlOutput:
             self.pages.settle_last()
             self.files.close()
 
+    def written(self) -> dict[str, int]:
+        """:meth:`~.appends.AppendFiles.written` (the uploader's look at this output)."""
+        return self.files.written()
+
 
 def page_text(record: dict[str, Any]) -> str:
     """A page record's line, without its newline: the same JSON as the record in its
@@ -272,35 +279,6 @@ def _item_line(record: dict[str, Any], item: dict[str, Any]) -> str:
 def process_tag() -> str:
     """This process among all workers' (file names, heartbeats, inflight marks): "host-pid"."""
     return f"{socket.gethostname()}-{os.getpid()}"
-
-
-class Outputs:
-    """The open :class:`CrawlOutput` of each crawl this process works on (bounded LRU)."""
-
-    def __init__(self, max_open: int = 32, gzip_level: int = 1) -> None:
-        self.tag = process_tag()
-        self.max_open, self.gzip_level = max_open, gzip_level
-        self._open: OrderedDict[str, CrawlOutput] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, crawl_id: str, root: str, info: dict[str, str] | None = None) -> CrawlOutput:
-        """``info``: the crawl's warcinfo fields (warcinfo_fields)."""
-        with self._lock:
-            out = self._open.get(crawl_id)
-            if out is None:
-                out = self._open[crawl_id] = CrawlOutput(
-                    Path(root) / crawl_id, self.tag, self.gzip_level, info
-                )
-                while len(self._open) > self.max_open:
-                    self._open.popitem(last=False)[1].close()
-            self._open.move_to_end(crawl_id)
-            return out
-
-    def close(self) -> None:
-        with self._lock:
-            for out in self._open.values():
-                out.close()
-            self._open.clear()
 
 
 def write_summary(directory: str | os.PathLike[str], summary: dict[str, Any]) -> Path:

@@ -6,22 +6,52 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
+
+from ...state.objects import ObjectStore
+
+#: A crawl's files: its directory, or (an s3:// crawl) its objects.
+Place = str | os.PathLike[str] | ObjectStore
 
 
-def read_pages(directory: str | os.PathLike[str], kind: str = "pages") -> Iterator[dict[str, Any]]:
+def read_pages(directory: Place, kind: str = "pages") -> Iterator[dict[str, Any]]:
     """Every record of every ``pages-*.jsonl`` (or ``items-*.jsonl``) of one crawl's
-    directory. A line cut short by the death of its writer is skipped."""
+    directory, or of its objects in a store (each uploaded segment's). A line cut short by
+    the death of its writer is skipped."""
+    if isinstance(directory, ObjectStore):
+        for name in directory.list(f"{kind}-"):
+            if name.endswith(".jsonl"):
+                with directory.open(name) as stream:
+                    yield from _records(_lines(stream))
+        return
     for path in sorted(Path(directory).glob(f"{kind}-*.jsonl")):
-        with open(path, encoding="utf-8", errors="surrogateescape") as f:
-            for line in f:
-                if line.endswith("\n") and line.strip():
-                    yield json.loads(line)
+        with open(path, "rb") as f:
+            yield from _records(f)
 
 
-def latest_pages(directory: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
+def _records(lines: Iterable[bytes]) -> Iterator[dict[str, Any]]:
+    for raw in lines:
+        if raw.endswith(b"\n") and raw.strip():
+            yield json.loads(raw.decode("utf-8", "surrogateescape"))
+
+
+def _lines(stream: BinaryIO, chunk: int = 1 << 20) -> Iterator[bytes]:
+    """A stream's lines, each with its newline; the last without one if it was cut."""
+    rest = b""
+    while True:
+        data = stream.read(chunk)
+        if not data:
+            break
+        *whole, rest = (rest + data).split(b"\n")
+        for line in whole:
+            yield line + b"\n"
+    if rest:
+        yield rest
+
+
+def latest_pages(directory: Place) -> Iterator[dict[str, Any]]:
     """The last record of each URL, merged from every writer's ``pages-*.jsonl``: the files are
     append-only logs, and a URL replayed by ``retry-failed`` has a record per final state (the
     last by ``fetched_at``, then file order)."""
@@ -33,7 +63,7 @@ def latest_pages(directory: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
     return iter(last.values())
 
 
-def latest_items(directory: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
+def latest_items(directory: Place) -> Iterator[dict[str, Any]]:
     """The ``items-*.jsonl`` lines of each URL's last record (see :func:`latest_pages`)."""
     rids = {r.get("rid") for r in latest_pages(directory)}
     return (line for line in read_pages(directory, "items") if line.get("rid") in rids)

@@ -52,19 +52,19 @@ class Unsettled:
 
 
 class WarcAppends:
-    """``size``, ``append`` and ``undo``: the output's, for its WARC file; ``first(at, data)``:
+    """``path``, ``size``, ``append`` and ``undo``: the output's, for its WARC file; ``first(at, data)``:
     ``data`` with the file's warcinfo record before it if ``at`` is 0."""
 
     def __init__(
         self,
-        directory: Path,
+        path: Callable[[str], Path],
         size: Callable[[str], int],
         append: Callable[[list[tuple[str, bytes]]], Any],
         undo: Callable[[str, int], None],
         first: Callable[[int, bytes], bytes],
     ) -> None:
-        self.dir, self.size, self.append_, self.undo, self.first = (
-            directory,
+        self.path, self.size, self.append_, self.undo, self.first = (
+            path,
             size,
             append,
             undo,
@@ -106,7 +106,7 @@ class WarcAppends:
         undone)."""
         before, self.unsettled = self.unsettled, None
         at = self.size(name)
-        path = self.dir / name
+        path = self.path(name)  # the file as it is now (its segment's: files.py)
         carried = fence.carried.take() if fence.carried is not None else []
         if before is None and not carried:
             return fence.reserve(path, at, rid), at, self.first(at, data)

@@ -29,7 +29,8 @@ from ...state.store import CrawlStore, Process, RedisHandle
 from ...state.workers import Heartbeat
 from ...web.fetcher import Fetcher
 from ...web.profile import RequestProfile
-from ..output.files import Outputs
+from ..output.outputs import Outputs
+from ..output.uploads import Uploads
 from ..output.warc import warcinfo_fields
 from ..process.liveness import received_fetches
 from ..render.browser import BrowserPool
@@ -98,6 +99,15 @@ class Context:
         self.heartbeat = Heartbeat(
             self._beat_client, self.keys, self.worker_id, held=received_fetches
         )
+        #: s3:// crawls' staged segments, closed and uploaded (worker/output/uploads.py).
+        self.uploads = Uploads(
+            self.outputs,
+            settings.output_dir,
+            self.client,
+            self.keys,
+            settings.output_segment_bytes,
+            settings.output_segment_seconds,
+        )
         #: Whether this process may admit new URLs while Redis nears maxmemory (room.py).
         self.room = Room(self.client, settings.admission_memory_fraction, settings.admission_wait)
         #: Where a URL's next step is published (handoff.py); the dispatcher's too.
@@ -145,6 +155,7 @@ class Context:
         self.heartbeat.stop()
         self._beat_client.close()
         self.outputs.close()
+        self.uploads.stop()  # the segments just closed, while Redis is still there
         self.fetcher.close()
         self.client.close()
         self.client.connection_pool.disconnect()  # its own pool: close() leaves it open
@@ -195,13 +206,14 @@ class Context:
         opts = store.opts
         profile = RequestProfile.build(opts, self.settings.user_agent)
         root = objects.local_root(opts.output, self.settings.output_dir)
+        bucket = opts.output if objects.is_url(opts.output) else ""
         info = warcinfo_fields(opts.crawl_id, opts.to_json())
         return CrawlRuntime(
             opts,
             profile,
             self.fetcher,
             self.robots(profile),
-            lambda: self.outputs.get(opts.crawl_id, root, info),
+            lambda: self.outputs.get(opts.crawl_id, root, info, bucket),
             functools.partial(events.emit, store.client, store.ck, "request_started", store.id),
         )
 

@@ -52,6 +52,7 @@ from ...state.workers import alive
 from ..output.appends import describe
 from ..output.files import ITEMS, items_path, page_text, write_summary
 from ..output.page_appends import PendingPage
+from ..output.segments import copies
 from ..output.warc import uuid4_hex
 from ..process import faults
 from ..process.logs import Throttled
@@ -193,12 +194,12 @@ def write_orphan(
     Its redelivered task, the dispatcher's sweep and the finisher can meet one orphan at once:
     the one that claims it (claim.lua) writes it. The entry then names this process's file and
     time, with the items only if they are still to write, for whoever meets it next."""
-    if _on_disk(entry):
+    if _on_disk(entry, output=store.opts.output):
         store.unwritten.written(url)
         return False
     # Items go first: if they made it and the page line did not, they are not repeated.
     items = bool(entry.record.get(ITEMS))
-    with_items = items and not _on_disk(entry, items_path(Path(entry.path)))
+    with_items = items and not _on_disk(entry, items_path(Path(entry.path)), store.opts.output)
     runtime = ctx.crawl_runtime(store)
     out = runtime.output()
     record = {k: v for k, v in entry.record.items() if with_items or k != ITEMS}
@@ -238,14 +239,18 @@ def recover(visit: Visit) -> str:
     return "recovered"
 
 
-def _on_disk(entry: formats.Unwritten, path: Path | None = None) -> bool:
+def _on_disk(entry: formats.Unwritten, path: Path | None = None, output: str = "") -> bool:
     """Is the page line of ``entry`` (or its first item line) in its writer's file? Read only
     when the file is on this host (its name carries the writer's host); elsewhere it cannot
-    be known here."""
+    be known here. An s3:// crawl's (``output``): in any segment of that writer, staged here
+    or already in the store, which every host can read."""
     path = path or Path(entry.path)
+    needle = f'"rid":"{entry.rid}"'.encode()
+    if objects.is_url(output):
+        store = objects.store_for(output).child(path.parent.name)
+        return any(needle in data for data in copies(path, store))
     if f"-{socket.gethostname()}-" not in path.name or not path.exists():
         return False
-    needle = f'"rid":"{entry.rid}"'.encode()
     with path.open("rb") as f:
         return any(needle in line for line in f)
 
@@ -302,9 +307,16 @@ def _files_of_the_end(ctx: Context, store: CrawlStore, final: Status) -> Summary
     summary = replace(store.stats.summary(), status=final)
     directory = f"{objects.local_root(opts.output, ctx.settings.output_dir)}/{opts.crawl_id}"
     try:
-        path = write_summary(directory, summary.to_json())
+        written = write_summary(directory, summary.to_json())
     except OSError as exc:
         raise OutputUnavailable(directory, describe(exc)) from exc
+    path = str(written)
+    if objects.is_url(opts.output):  # beside the segments; StoreUnavailable: tried again
+        objects.store_for(opts.output).child(opts.crawl_id).put(
+            "summary.json", written.read_bytes()
+        )
+        written.unlink(missing_ok=True)  # staged no longer: the store's is the one
+        path = f"{opts.output}/{opts.crawl_id}/summary.json"
     faults.point("after_summary")
     # The host too: the command asking where the files are may run elsewhere (surface/export.py).
     status.note(Note.SUMMARY_PATH, path)

@@ -1,0 +1,99 @@
+"""The uploads of staged segments (worker/output/uploads.py) against a real S3 API server and a
+real Redis: a dead process's segments are uploaded by the next process of the host, a live
+one's are left to it, and a kill at every point of the upload path still leaves each segment
+in exactly one object, recorded once."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import redis
+
+from crawler_tasks.state import objects
+from crawler_tasks.state.keys import Keys
+from crawler_tasks.state.segments import Segments
+from crawler_tasks.worker.output.outputs import Outputs
+from crawler_tasks.worker.output.segments import STORE_FILE, run_of
+from crawler_tasks.worker.output.uploads import Uploads
+from tests.support.seaweed import Seaweed
+
+CRAWL = "c-uploads"
+
+
+def dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def stage(root: Path, s3: str, name: str, data: bytes) -> Path:
+    directory = root / CRAWL
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / STORE_FILE).write_text(s3 + "\n")
+    (directory / name).write_bytes(data)
+    return directory / name
+
+
+def upload_round(root: Path, client: redis.Redis, s3: str) -> objects.ObjectStore:
+    """One uploader's round over ``root`` (a process started on this host); the store."""
+    up = Uploads(Outputs(), str(root), client, Keys(), 1 << 30, 3600.0)
+    try:
+        up.round()
+    finally:
+        up.stop(grace=0)
+    return objects.store_for(s3).child(CRAWL)
+
+
+def test_a_dead_processs_segments_are_uploaded_and_a_live_ones_left(
+    s3: str, client: redis.Redis, tmp_path: Path
+) -> None:
+    host = socket.gethostname()
+    dead = f"pages-{host}-{dead_pid()}-zz-000003.jsonl"
+    parent = os.getppid()
+    live = f"pages-{host}-{parent}-{run_of(parent)}-000000.jsonl"
+    other_host = f"pages-elsewhere-{dead_pid()}-zz-000001.jsonl"
+    for name in (dead, live, other_host):
+        stage(tmp_path, s3, name, b'{"url":"u","rid":"r"}\n')
+    store = upload_round(tmp_path, client, s3)
+    assert list(store.list()) == [dead]
+    left = sorted(p.name for p in (tmp_path / CRAWL).iterdir())
+    assert left == sorted([STORE_FILE, live, other_host])
+    assert Segments(client, Keys(), CRAWL).uploaded_names() == {dead: 22}
+
+
+_KILLED = """
+import sys, redis
+from crawler_tasks.state.keys import Keys
+from crawler_tasks.worker.output.outputs import Outputs
+from crawler_tasks.worker.output.uploads import Uploads
+up = Uploads(Outputs(), sys.argv[1], redis.Redis.from_url(sys.argv[2]), Keys(), 1 << 30, 3600.0)
+up.round()
+print("not killed")
+"""
+
+
+@pytest.mark.parametrize("point", ["before_upload", "after_upload", "after_upload_noted"])
+def test_a_kill_anywhere_on_the_upload_path_leaves_one_object(
+    s3: str, seaweed: Seaweed, client: redis.Redis, redis_url: str, tmp_path: Path, point: str
+) -> None:
+    name = f"crawl-{socket.gethostname()}-{dead_pid()}-zz-000007.warc.gz"
+    data = os.urandom(300_000)
+    path = stage(tmp_path, s3, name, data)
+    env = {**os.environ, **seaweed.env(), "CRAWLER_FAULT_POINT": point}
+    killed = subprocess.run(
+        [sys.executable, "-c", _KILLED, str(tmp_path), redis_url],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert killed.returncode == -9, killed.stderr  # SIGKILL at the point
+    assert path.exists()  # still staged: the next process of the host sends it again
+    store = upload_round(tmp_path, client, s3)
+    assert list(store.list()) == [name] and store.get(name) == data
+    assert not path.exists()
+    segments = Segments(client, Keys(), CRAWL)
+    assert segments.uploaded_names() == {name: len(data)}
+    assert segments.waiting(set()).waiting == 0
