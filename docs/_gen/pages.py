@@ -37,6 +37,7 @@ PAGES = {
     "errors": "reference/errors.md",
     "redis_keys": "reference/redis-keys.md",
     "lua": "reference/lua.md",
+    "modules": "reference/modules.md",
 }
 
 GENERATED = (
@@ -412,13 +413,13 @@ def key_rows() -> list[tuple[str, str, str]]:
 
 def redis_keys_page() -> str:
     doc = keys.__doc__ or ""
-    intro = doc.split("Layout (", 1)[0].strip().split("\n\n", 1)[-1]
+    intro = doc.split("Layout (", 1)[0].strip().partition("\n\n")[2]
     legend = (
         "Layout (" + doc.split("Layout (", 1)[1].split("::", 1)[0].strip()
         if "Layout (" in doc
         else ""
     )
-    rows = [(_code(k), t, w) for k, t, w in key_rows()]
+    rows = [(_code(k), t, _escape_rst(w)) for k, t, w in key_rows()]
     return (
         "# Redis keys\n\n"
         + GENERATED
@@ -428,7 +429,7 @@ def redis_keys_page() -> str:
         + _escape_rst(intro)
         + "\n\n"
         + _escape_rst(legend)
-        + "\n\n"
+        + ":\n\n"
         + _table(("key", "type", "what it holds"), rows)
     )
 
@@ -477,6 +478,35 @@ def lua_page() -> str:
     return "".join(parts)
 
 
+# --- modules -------------------------------------------------------------------------------------
+def module_rows() -> list[tuple[str, str]]:
+    """(module, first paragraph of its docstring) of every module of the package, read from
+    the source (nothing imported), in package order."""
+    import ast
+
+    root = Path(crawler_tasks.__file__).parent
+    rows = []
+    for path in sorted(root.rglob("*.py"), key=lambda p: p.relative_to(root).parts):
+        rel = path.relative_to(root.parent).with_suffix("")
+        parts = list(rel.parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        doc = ast.get_docstring(ast.parse(path.read_text("utf-8"))) or ""
+        rows.append((".".join(parts), doc.split("\n\n", 1)[0]))
+    return rows
+
+
+def modules_page() -> str:
+    rows = [(f"`{name}`", _escape_rst(doc)) for name, doc in module_rows()]
+    return (
+        "# Modules\n\n"
+        + GENERATED
+        + "Every module of the package with the first paragraph of its docstring, in package "
+        "order: where to look for what. The layers and how imports point: "
+        "[Architecture](../architecture/index.md).\n\n" + _table(("module", "what it holds"), rows)
+    )
+
+
 def all_pages() -> dict[str, str]:
     """Every generated page: its path in the site -> its Markdown."""
     return {
@@ -487,4 +517,5 @@ def all_pages() -> dict[str, str]:
         PAGES["errors"]: errors_page(),
         PAGES["redis_keys"]: redis_keys_page(),
         PAGES["lua"]: lua_page(),
+        PAGES["modules"]: modules_page(),
     }

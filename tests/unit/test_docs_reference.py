@@ -157,3 +157,15 @@ def test_the_install_page_names_every_extra() -> None:
     ]
     page = (ROOT / "docs" / "getting-started" / "install.md").read_text("utf-8")
     assert [name for name in extras if f"`{name}`" not in page] == []
+
+
+def test_every_module_with_its_docstring() -> None:
+    page = pages.modules_page()
+    modules = list((ROOT / "crawler_tasks").rglob("*.py"))
+    assert len(modules) > 100
+    listed = _rows(page)
+    for path in modules:
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        assert f"`{'.'.join(parts)}`" in listed, path
