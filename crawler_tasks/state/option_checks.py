@@ -1,10 +1,12 @@
 """Checks of crawl options (state/options.py) by kind and range, and what is derived from the
 per-crawl request and render limits: the seconds after which the repair publishes a lost
-fetch again (:func:`reap_after`)."""
+fetch again (:func:`reap_after`); request settings, secrets only as ``env:NAME``
+(:func:`check_requests`)."""
 
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -110,3 +112,43 @@ def reap_after(visibility_timeout: float, opts: Limits) -> float:
     a long timeout is not published twice while its request still runs."""
     renders = opts.render != "never" or any(m != "never" for m in opts.render_hosts.values())
     return visibility_timeout + opts.timeout + (opts.render_deadline if renders else 0.0)
+
+
+_ENV_REF = re.compile(r"^env:[A-Za-z_][A-Za-z0-9_]*$")
+_SECRET_HEADERS = ("authorization", "proxy-authorization", "cookie")
+_OWN_HEADERS = ("host", "content-length", "transfer-encoding", "user-agent", "connection")
+
+
+def check_requests(o: Any) -> None:
+    """Request settings: strings, secrets only as env:NAME (never their values)."""
+    if not _str_map(o.headers):
+        raise ConfigError("headers must map header names to strings")
+    for name, value in o.headers.items():
+        if name.lower() in _OWN_HEADERS:
+            raise ConfigError(f"header {name!r} is the crawler's own (user_agent is an option)")
+        if name.lower() in _SECRET_HEADERS and not _ENV_REF.match(value):
+            raise ConfigError(f"header {name!r} carries a secret: give it as 'env:NAME'")
+    # A cookie is a session's secret as often as not: its value stays in the workers'
+    # environment, as auth's and a secret header's do (clear values were stored in Redis).
+    jars = o.cookies.values() if isinstance(o.cookies, dict) else [None]
+    if not all(_str_map(jar) and all(map(_ENV_REF.match, jar.values())) for jar in jars):
+        raise ConfigError(
+            "cookies must map hosts to {name: 'env:NAME'}: a cookie's value is read from the "
+            "workers' environment (--cookie HOST:NAME=env:NAME, with NAME set on every worker)"
+        )
+    if not _str_map(o.auth) or not all(_ENV_REF.match(v) for v in o.auth.values()):
+        raise ConfigError("auth must map hosts to 'env:NAME' (NAME holding user:password)")
+    p = o.proxy
+    if p is not None and not (isinstance(p, str) and (_ENV_REF.match(p) or _plain_proxy(p))):
+        raise ConfigError("proxy must be http(s)://host:port, or 'env:NAME' if it has a password")
+
+
+def _str_map(value: Any) -> bool:
+    return isinstance(value, dict) and all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    )
+
+
+def _plain_proxy(url: str) -> bool:
+    scheme, sep, rest = url.partition("://")
+    return scheme in ("http", "https") and bool(sep) and "@" not in rest and bool(rest)

@@ -21,7 +21,7 @@ from ..limits import INFINITE_OK, number, range_problem
 from ..settings import LIMITS, Settings
 from ..web.scope import Scope
 from .bloom import BloomShape
-from .option_checks import check_limits, check_types
+from .option_checks import check_limits, check_requests, check_types
 from .pacing import check_pacing
 from .render_plan import check_render
 
@@ -158,7 +158,7 @@ class CrawlOptions:
         if self.order not in ("bfs", "dfs"):
             raise ConfigError(f"order must be 'bfs' or 'dfs', not {self.order!r}")
         _check_hooks(self)
-        _check_requests(self)
+        check_requests(self)
         check_render(self.render, self.render_hosts)
         check_pacing(self)
         # Builds the scope as every worker will (allowed domains, patterns): a crawl that
@@ -331,40 +331,6 @@ def _check_hooks(o: CrawlOptions) -> None:
         raise ConfigError(f"extract must be 'package.module:function', not {o.extract!r}")
     if o.on_item is not None and not (isinstance(o.on_item, str) and o.on_item.strip()):
         raise ConfigError(f"on_item must be a Celery task name, not {o.on_item!r}")
-
-
-_ENV_REF = re.compile(r"^env:[A-Za-z_][A-Za-z0-9_]*$")
-_SECRET_HEADERS = ("authorization", "proxy-authorization", "cookie")
-_OWN_HEADERS = ("host", "content-length", "transfer-encoding", "user-agent", "connection")
-
-
-def _check_requests(o: CrawlOptions) -> None:
-    """Request settings: strings, secrets only as env:NAME (never their values)."""
-    if not _str_map(o.headers):
-        raise ConfigError("headers must map header names to strings")
-    for name, value in o.headers.items():
-        if name.lower() in _OWN_HEADERS:
-            raise ConfigError(f"header {name!r} is the crawler's own (user_agent is an option)")
-        if name.lower() in _SECRET_HEADERS and not _ENV_REF.match(value):
-            raise ConfigError(f"header {name!r} carries a secret: give it as 'env:NAME'")
-    if not isinstance(o.cookies, dict) or not all(_str_map(j) for j in o.cookies.values()):
-        raise ConfigError("cookies must map hosts to {name: value} (values may be 'env:NAME')")
-    if not _str_map(o.auth) or not all(_ENV_REF.match(v) for v in o.auth.values()):
-        raise ConfigError("auth must map hosts to 'env:NAME' (NAME holding user:password)")
-    p = o.proxy
-    if p is not None and not (isinstance(p, str) and (_ENV_REF.match(p) or _plain_proxy(p))):
-        raise ConfigError("proxy must be http(s)://host:port, or 'env:NAME' if it has a password")
-
-
-def _str_map(value: Any) -> bool:
-    return isinstance(value, dict) and all(
-        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
-    )
-
-
-def _plain_proxy(url: str) -> bool:
-    scheme, sep, rest = url.partition("://")
-    return scheme in ("http", "https") and bool(sep) and "@" not in rest and bool(rest)
 
 
 def _check_values(o: CrawlOptions) -> None:

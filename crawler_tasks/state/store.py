@@ -285,6 +285,10 @@ def plan(
     start_crawl, ``crawler crawl``, a schedule added or run); nothing is written. Without
     ``settings``, the defaults of options built without them."""
     urls = check_seeds(seeds, bool(options.get("allow_private_networks", False)))
+    agent = options.get("user_agent")
+    if isinstance(agent, str) and not agent.strip():
+        # Given, and empty: the default was sent instead, without a word.
+        raise ConfigError("user_agent is empty: leave it out for the default (CRAWLER_USER_AGENT)")
     if objects.looks_like_url(output):  # s3://, or refused (gs://, a typo)
         output = objects.place(output)
     return CrawlOptions.build(

@@ -72,6 +72,8 @@ CASES = [
     (f"crawl {SEED} --default-rate -2 {{live}}", "rate"),
     (f"crawl {SEED} --include [unclosed {{live}}", "regex"),
     ("crawl 'http://a.example/1 http://a.example/2' {live}", "white space inside: one URL per"),
+    (f"crawl {SEED} --cookie 127.0.0.1:session=abc {{live}}", "--cookie HOST:NAME=env:NAME"),
+    (f"crawl {SEED} --user-agent '' {{live}}", "user_agent is empty: leave it out"),
     (f"crawl {SEED} --no-wait --embedded {{live}}", "--no-wait"),
     # crawl --option KEY=JSON
     (f"crawl {SEED} --max-depth 3 --option max_depth=2 {{live}}", "--max-depth"),

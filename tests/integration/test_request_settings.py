@@ -35,6 +35,7 @@ SECRETS = ("pa55-site-secret", COOKIE, TOKEN, "proxy-secret-pw")
 def driver(settings, monkeypatch) -> Iterator[Driver]:  # type: ignore[no-untyped-def]
     monkeypatch.setenv("SITE_AUTH", AUTH)
     monkeypatch.setenv("SITE_COOKIE", COOKIE)
+    monkeypatch.setenv("SITE_LANG", "en")
     monkeypatch.setenv("API_TOKEN", TOKEN)
     d = Driver(settings)
     yield d
@@ -144,7 +145,7 @@ def test_headers_cookies_and_auth_go_to_their_hosts_only(settings, driver, redis
             rate=math.inf,
             user_agent="probe-bot/2.0",
             headers={"X-Team": "crawlers", "Authorization-Token": "x", "X-Api": "env:API_TOKEN"},
-            cookies={"127.0.0.160": {"session": "env:SITE_COOKIE", "lang": "en"}},
+            cookies={"127.0.0.160": {"session": "env:SITE_COOKIE", "lang": "env:SITE_LANG"}},
             auth={"127.0.0.160": "env:SITE_AUTH"},
         )
         driver.run(crawl)
@@ -249,6 +250,7 @@ def test_a_missing_secret_fails_the_url_naming_the_variable(settings, driver):  
         ({"headers": {"Authorization": "Bearer abc"}}, "carries a secret"),
         ({"headers": {"User-Agent": "x"}}, "crawler's own"),
         ({"cookies": {"h": "session=1"}}, "cookies must map"),
+        ({"cookies": {"h": {"session": "abc"}}}, r"cookies must map hosts to \{name: 'env:NAME'\}"),
     ],
 )
 def test_secrets_are_refused_as_values(settings, options, message):  # type: ignore[no-untyped-def]
