@@ -130,7 +130,7 @@ def check_requests(o: Any) -> None:
             raise ConfigError(f"header {name!r} carries a secret: give it as 'env:NAME'")
     # A cookie is a session's secret as often as not: its value stays in the workers'
     # environment, as auth's and a secret header's do (clear values were stored in Redis).
-    jars = o.cookies.values() if isinstance(o.cookies, dict) else [None]
+    jars: list[Any] = list(o.cookies.values()) if isinstance(o.cookies, dict) else [None]
     if not all(_str_map(jar) and all(map(_ENV_REF.match, jar.values())) for jar in jars):
         raise ConfigError(
             "cookies must map hosts to {name: 'env:NAME'}: a cookie's value is read from the "
