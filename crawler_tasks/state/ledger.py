@@ -76,11 +76,12 @@ class Ledger:
         keys = [pk.domain(domain), inflight]
         return float(self.scripts.gate(keys=keys, args=args, client=self.client))
 
-    def push_send_slot(self, domain: str) -> None:
-        """``domain``'s send gate (and its address's) count on from now: a request of it goes
-        later than its slot (its host's ceiling held it back)."""
+    def push_send_slot(self, domain: str, ago: float = 0.0) -> None:
+        """``domain``'s send gate (and its address's) count on from ``ago`` seconds before now:
+        a request of it went later than its slot (its host's ceiling held it back, a rendered
+        page's subrequest was written late)."""
         pk = self.ck.for_domain(domain)
-        args = ["", "", pk.address_prefix, 0]
+        args = ["", "", pk.address_prefix, -ago]
         self.scripts.gate(keys=[pk.domain(domain), pk.inflight], args=args, client=self.client)
 
     def entry(self, url: str) -> tuple[formats.Inflight, str] | None:

@@ -59,6 +59,12 @@ def mode_for(default: str, hosts: dict[str, str], url: str) -> RenderMode:
     return RenderMode(hosts.get(host_of(url), default))
 
 
+def renders(default: str, hosts: dict[str, str]) -> bool:
+    """Whether a crawl may render some of its pages: their browsers' subrequests then share
+    their hosts' send gates with the pages (worker/runtime/send_gate.py)."""
+    return default != RenderMode.NEVER or any(m != RenderMode.NEVER for m in hosts.values())
+
+
 def rendering_added(
     raw_links: set[str], rendered_links: set[str], raw_text: int, text: int
 ) -> bool:

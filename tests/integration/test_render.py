@@ -18,7 +18,13 @@ from crawler_tasks.state.formats import RenderAsk, RenderRecheck, RenderVerdict
 from crawler_tasks.surface.cli import main as cli
 from crawler_tasks.web.urls import normalize
 from tests.support import jssite
-from tests.support.broad_web import Wire, assert_shared_gate_held, unavailable
+from tests.support.broad_web import (
+    WIRE_TOLERANCE,
+    Wire,
+    assert_shared_gate_held,
+    max_in_window,
+    unavailable,
+)
 from tests.support.driver import Driver
 from tests.support.key_table import undescribed
 from tests.support.paths import HOOKS
@@ -202,19 +208,25 @@ def test_subrequests_keep_the_host_under_its_rate(settings):  # type: ignore[no-
     driver = _driver(settings)
     try:
         with SiteServer(address="127.0.0.87", extra_routes=jssite.routes(6, js=True)) as site:
+            wire = None if unavailable() else Wire(site.port, site.address)
             crawl = _crawl(settings, [site], render="always", rate=2.0, burst=1, concurrency=1)
             summary = driver.run(crawl, timeout=FINISH)
+            arrivals = sorted(t for t, _dst, _line in wire.close()) if wire else None
     finally:
         driver.close()
-    # Pages and subrequests share the host's gate with more than one request in flight
-    # (a page's subrequests beside the next page): a GCRA sends them up to exactly 1 s apart
-    # at the window's ends, and one written a little late puts four in a 1-s window (seen at
-    # load 10-15). So the window is narrowed by the server's stamp tolerance, as the broad
-    # crawl's judge does (broad_web.impolite_hosts).
+    # A GCRA sends up to exactly 1 s apart at a window's ends: the window is narrowed by the
+    # stamps' tolerance, as the broad crawl's judge does (broad_web.impolite_hosts). The
+    # server's stamps (this process's threads, beside the browser's loop) lag the kernel's
+    # by up to ~1 s under load (field notes): its 4 in a 0.85-s window once at load 15 was not
+    # shown to be on the wire, so the kernel judges where this process may read its stamps.
     report = rate_report(site.requests(), window=PACE_WINDOW)
     assert summary["counters"]["subrequests"] == 4  # 2 scripts, 2 XHRs
     assert report["count"] == 6 + 1 + 4  # pages, robots.txt, subrequests
-    assert report["max_in_window"] <= 3, report
+    if arrivals is not None:
+        assert len(arrivals) == report["count"], (arrivals, report)
+        assert max_in_window(arrivals, 1.0 - WIRE_TOLERANCE) <= 3, arrivals
+    else:
+        assert report["max_in_window"] <= 3, report
     assert report["duration"] >= (report["count"] - 3) / 2  # paced: 2/s after the burst
 
 

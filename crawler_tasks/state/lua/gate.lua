@@ -7,8 +7,9 @@
 -- KEYS[1] the domain's state hash  KEYS[2] inflight (of the URL's partition; "" for robots)
 -- ARGV[1] url ("" for robots.txt)  ARGV[2] the inflight mark this task wrote ("s:WORKER")
 -- ARGV[3] the partition's address key prefix (keys.py address_prefix)
--- ARGV[4] (optional) seconds from now: take no slot, but move the gates on from that moment,
--- when the request's slot was pushed later by its host's ceiling (push_send_slot)
+-- ARGV[4] (optional) seconds from now (<= 0: ago): take no slot, but move the gates on from
+-- that moment, when the request went later than its slot: its host's ceiling held it, or a
+-- rendered page's subrequest was written late (push_send_slot)
 -- Returns the seconds to wait before sending (>= 0), or -1: the URL is no longer this task's.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1e6

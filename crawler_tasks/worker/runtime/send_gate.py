@@ -10,7 +10,11 @@ been taken back and given to another process: then it is not sent at all. A host
 shared ceiling (set-ceiling) has one more gate, common to every crawl (ceiling_gate.lua).
 A shared gate (the address's, a ceiling's) is looked at again just before the request is
 written (:meth:`SendSlot.recheck`): a thread starved after its slot would send too close to
-the next request, which another host or crawl sends on time.
+the next request, which another host or crawl sends on time. A host's own gate is shared too
+when the crawl renders: its pages' scripts and XHRs take their slots from it
+(:class:`SubrequestSlot`, subrequest.lua) while its next page is fetched, so done.lua's
+correction from a page's real send comes too late for them (issue 50: a subrequest written
+late after its slot, then three pages on time, put 4 requests in 0.97 s at rate 2).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from collections.abc import Callable
 
 from ...state.ceilings import Ceilings
 from ...state.formats import Begun
+from ...state.render_plan import renders
 from ...state.store import CrawlStore
 
 #: Seconds past its slot after which a request asks for a new one instead of going at once:
@@ -35,6 +40,8 @@ LATE = 1.0
 LATE_SHARED = 0.05
 #: Fresh slots one request asks at most when it keeps waking late.
 REASKS = 3
+#: Longest single sleep of a subrequest waiting for its host's token (asked again after it).
+TOKEN_POLL = 0.25
 
 
 class SendSlot:
@@ -51,7 +58,11 @@ class SendSlot:
         # request, sent on time, would then come right after it).
         self._due = (begun.asked or begun.at) + begun.wait
         self._ceilings = ceilings
-        self._late = LATE_SHARED if store.opts.ip_rate > 0 else LATE
+        opts = store.opts
+        #: Another request may take a slot of this host's or address's gate between this
+        #: one's slot and its write: an address's hosts, or the subrequests of rendered pages.
+        self._shared = opts.ip_rate > 0 or renders(opts.render, opts.render_hosts)
+        self._late = LATE_SHARED if self._shared else LATE
         self._passed = math.inf  # when wait() let the request go
 
     def still_ours(self) -> bool:
@@ -94,18 +105,82 @@ class SendSlot:
         """Just before the request is written (after its connection, the pinning, requests'
         own work): a thread that lost the CPU since its slot would send that much closer to
         the next request of a shared gate (another host's on the address, another crawl's
-        under the ceiling: 0.23 s of a 0.25-s interval seen under the suite's load). Past
-        :data:`LATE_SHARED`, the slot is given up and the shared gates asked again (none: a
-        host's own gate moves on from the real send, done.lua)."""
+        under the ceiling, a rendered page's subrequest: 0.23 s of a 0.25-s interval seen
+        under the suite's load). Past :data:`LATE_SHARED`, the slot is given up and the shared
+        gates asked again (a host's own gate only when it is shared: else done.lua moves it on
+        from the real send before the host's next request can take a slot)."""
         if time.monotonic() - self._passed <= LATE_SHARED:
             return
-        if self.store.opts.ip_rate > 0:  # the address's gate (and the host's) again
+        if self._shared:  # the host's and its address's gates again
             time.sleep(max(0.0, self.store.ledger.send_slot(self.domain)))
         wait_under_ceiling(self._ceilings, self.store, self.domain)
 
 
+class SubrequestSlot:
+    """The send slot of one subrequest of a rendered page (worker/visit/render_guard.py): its
+    host's token and gate slot (subrequest.lua), then its host's shared ceiling, waited for
+    within the render's deadline (:meth:`take`); and, just before the write (through
+    ``Fetcher.gated``), taken again when the thread lost the CPU since (:meth:`recheck`): the
+    host's pages and other subrequests take their slots from this one's, and a subrequest
+    written late came that much closer to them (issue 50: 0.05 s early by kernel stamps)."""
+
+    def __init__(
+        self, store: CrawlStore, ceilings: Ceilings, domain: str, hold: Callable[[int], None]
+    ) -> None:
+        self.store, self.domain, self._ceilings, self._hold = store, domain, ceilings, hold
+        self._passed = math.inf  # when the slot was taken (time.monotonic())
+
+    def take(self, until: float = math.inf) -> bool:
+        """Sleep until the host's token and slot are this request's (False: not before
+        ``until``, time.monotonic(); nothing taken then). ``hold`` is told while it waits."""
+        opts, polite = self.store.opts, self.store.politeness
+        self._hold(1)
+        try:
+            # How late it is counts from before the ask that takes the slot (SendSlot's rule:
+            # a thread that lost the CPU while the answer reached it is late too).
+            asked = time.monotonic()
+            while (wait := polite.subrequest(self.domain, opts.rate, opts.burst)) > 0:
+                if time.monotonic() + wait > until:
+                    return False
+                time.sleep(min(wait, TOKEN_POLL))
+                asked = time.monotonic()
+            passed = wait_under_ceiling(self._ceilings, self.store, self.domain, until, asked)
+        finally:
+            self._hold(-1)
+        if passed is None:
+            return False
+        self._passed = passed
+        return True
+
+    def gate(self) -> Callable[[], None]:
+        """For ``Fetcher.gated``: the slot is taken already (:meth:`take`); the look before the
+        write is :meth:`recheck`."""
+        return self.recheck
+
+    def sent(self, sent_at: float | None) -> None:
+        """The request was written at ``sent_at`` (time.monotonic(); None: unknown): the
+        host's gate counts on from then, as done.lua moves it on from a page's real send (a
+        write late by less than :data:`LATE_SHARED` would bring the host's next request that
+        much closer)."""
+        if sent_at is not None:
+            self.store.ledger.push_send_slot(self.domain, max(0.0, time.monotonic() - sent_at))
+
+    def recheck(self) -> None:
+        """Just before the write: past :data:`LATE_SHARED` since the slot (the address check,
+        the connection, a starved thread), a new slot, as long as the gate says (the first
+        one is spent: errs polite); at most :data:`REASKS` times."""
+        for _ in range(REASKS):
+            if time.monotonic() - self._passed <= LATE_SHARED:
+                return
+            self.take()
+
+
 def wait_under_ceiling(
-    ceilings: Ceilings, store: CrawlStore, domain: str, until: float = math.inf
+    ceilings: Ceilings,
+    store: CrawlStore,
+    domain: str,
+    until: float = math.inf,
+    asked: float | None = None,
 ) -> float | None:
     """Once the request's own slot has come: when the host has a ceiling that every crawl
     shares (set-ceiling), sleep until its gate lets the request go: asked when due, round
@@ -113,8 +188,10 @@ def wait_under_ceiling(
     the host's gate counts on from now, so the crawl's own interval holds after it too. For
     pages (SendSlot) and a rendered page's subrequests (render_guard.py). The time.monotonic()
     just before the ask that took the slot (now, for a host without a ceiling); None: the
-    gate would not let it go before ``until`` (time.monotonic()); nothing was taken."""
-    asked = time.monotonic()
+    gate would not let it go before ``until`` (time.monotonic()); nothing was taken.
+    ``asked``: when the caller asked for the request's own slot (its time.monotonic(), returned
+    for a host without a ceiling; default now)."""
+    asked = time.monotonic() if asked is None else asked
     rate = ceilings.rates().get(domain)
     if rate is None:
         return asked

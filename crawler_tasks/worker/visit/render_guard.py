@@ -12,8 +12,10 @@ costing anything:
 5. a token of the request's host bucket and a slot of its send gates (subrequest.lua: the
    host's, its server address's with ``ip_rate``; ceiling_gate.lua for a host with a shared
    ceiling): the request waits for them, within the render deadline, so rendered pages keep
-   every host under its rate cluster-wide;
-6. the request, through the crawler's fetcher (its redirects vetted hop by hop).
+   every host under its rate cluster-wide (worker/runtime/send_gate.py's SubrequestSlot);
+6. the request, through the crawler's fetcher (its redirects vetted hop by hop), its slot
+   looked at again just before it is written: taken anew if the thread lost the CPU since
+   (the host's pages take their slots from it meanwhile).
 
 The answer is fulfilled into the page; the counts go to the crawl's counters.
 """
@@ -29,13 +31,11 @@ from ...state.formats import Counter
 from ...web import netguard
 from ...web.urls import origin_of
 from ..render.browser import Answer
-from ..runtime.send_gate import wait_under_ceiling
+from ..runtime.send_gate import SubrequestSlot
 from .trip import Visit
 
 #: Response headers not passed to the browser: the fetcher has decoded and measured the body.
 _HOP_HEADERS = frozenset({"content-encoding", "content-length", "transfer-encoding", "set-cookie"})
-#: Longest single sleep while waiting for a host's token (the wait is asked again after it).
-TOKEN_POLL = 0.25
 
 
 class SubrequestGuard:
@@ -61,10 +61,11 @@ class SubrequestGuard:
         except CrawlerError:  # cannot be resolved: the page gets a failed request
             self._count("refused")
             return None
-        if not self._token(url):
+        slot = SubrequestSlot(self.store, self.ctx.ceilings, self.store.domain_of(url), self._hold)
+        if not slot.take(self.until):
             self._count("refused")
             return None
-        return self._fetch(url)
+        return self._fetch(url, slot)
 
     def held(self) -> float:
         """Seconds so far during which a subrequest of the page waited for its host's token
@@ -116,29 +117,15 @@ class SubrequestGuard:
         netguard.check_literal(host, allow_private=allow)
         netguard.check_host(host, port, allow_private=allow)
 
-    def _token(self, url: str) -> bool:
-        """Wait for a token of ``url``'s host (False: not before the render deadline)."""
-        opts, domain = self.store.opts, self.store.domain_of(url)
-        self._hold(1)
-        try:
-            while True:
-                wait = self.store.politeness.subrequest(domain, opts.rate, opts.burst)
-                if wait <= 0:
-                    passed = wait_under_ceiling(self.ctx.ceilings, self.store, domain, self.until)
-                    return passed is not None
-                if time.monotonic() + wait > self.until:
-                    return False
-                time.sleep(min(wait, TOKEN_POLL))
-        finally:
-            self._hold(-1)
-
-    def _fetch(self, url: str) -> Answer:
+    def _fetch(self, url: str, slot: SubrequestSlot) -> Answer:
         crawl = self.runtime
         args = crawl.profile.fetch_args()
         with self._lock:
             args["max_body_bytes"] = max(1, self.config.max_bytes - self.bytes)
         try:
-            response = crawl.fetcher.get(url, **args)
+            with crawl.fetcher.gated(slot.gate):
+                response = crawl.fetcher.get(url, **args)
+            slot.sent(response.sent_at)
         except BlockedAddress:  # a redirect hop to a refused address
             self._count("blocked")
             return None
