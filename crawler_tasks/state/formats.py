@@ -63,14 +63,14 @@ class Status(Word):
     """A crawl's ``status`` (its state hash). finishing.lua writes FINISHING and the final
     one; ``tests/integration/test_formats.py`` runs it against these values."""
 
-    RUNNING = "running"
-    PAUSED = "paused"
+    RUNNING = "running"  # its URLs are released and fetched
+    PAUSED = "paused"  # nothing released; URLs in flight finish (pause, resume)
     #: Cancelled, its pending URLs being counted as cancelled in bulk (cancel.lua) and its
     #: URLs in flight coming back: no pace, no ETA; then finishing and cancelled.
     CANCELLING = "cancelling"
     FINISHING = "finishing"  # drained; its finisher writes summary.json, then the final status
-    FINISHED = "finished"
-    CANCELLED = "cancelled"
+    FINISHED = "finished"  # every URL final, summary.json and its end steps done
+    CANCELLED = "cancelled"  # ended by a cancel (or a hook no worker imports), summary written
     UNKNOWN = "unknown"  # never stored: what a crawl without a state hash shows
 
     @property

@@ -259,7 +259,7 @@ def counters_page() -> str:
     )
     fam_rows = [(f"`{p}:<name>`", families.get(p, "(not in summary.json)")) for p in prefixes]
     return (
-        "# Counters\n\n"
+        "# Counters and statuses\n\n"
         + GENERATED
         + "Every counter of a crawl's stats hash, from the `Counter` enum: what "
         "`progress()`, `crawler status`, `summary.json`'s `counters`, the dashboard and "
@@ -270,6 +270,37 @@ def counters_page() -> str:
         + "\n## Families\n\nCounters named after a value (an HTTP status, a failure reason) "
         "come in families, `prefix:value`; `summary.json` gathers each family in a section.\n\n"
         + _table(("counter", "summary.json section"), fam_rows)
+        + statuses_section()
+    )
+
+
+def member_docs(cls: type) -> dict[str, str]:
+    """An enum's member comments: ``#:`` lines before a member, or a ``#`` after it."""
+    docs: dict[str, str] = {}
+    pending: list[str] = []
+    for line in inspect.getsource(cls).splitlines():
+        stripped = line.strip()
+        if stripped.startswith("#:"):
+            pending.append(stripped[2:].strip())
+            continue
+        m = re.match(r"\s+([A-Z][A-Z0-9_]*)\s*=[^#]*(?:#\s*(.*))?$", line)
+        if m:
+            docs[m.group(1)] = " ".join([*pending, m.group(2) or ""]).strip()
+        pending = []
+    return docs
+
+
+def statuses_section() -> str:
+    status = _first("Status", "crawler_tasks.state.formats", "crawler_tasks.state.status")
+    docs = member_docs(status)
+    rows = [
+        (f"`{m.value}`", "yes" if m.final else "", _escape_rst(docs.get(m.name, "")))
+        for m in status
+    ]
+    return (
+        "\n## Crawl statuses\n\nA crawl's `status` (`progress()`, `crawler status` and "
+        "`list`, the dashboard, `summary.json`), from the `Status` enum.\n\n"
+        + _table(("status", "final", "what it means"), rows)
     )
 
 

@@ -169,3 +169,14 @@ def test_every_module_with_its_docstring() -> None:
         if parts[-1] == "__init__":
             parts.pop()
         assert f"`{'.'.join(parts)}`" in listed, path
+
+
+def test_every_crawl_status_with_its_meaning() -> None:
+    page = pages.counters_page()
+    status = pages._first("Status", "crawler_tasks.state.formats")
+    section = page.split("## Crawl statuses", 1)[1]
+    for member in status:
+        row = next(
+            line for line in section.splitlines() if line.startswith(f"| `{member.value}` |")
+        )
+        assert _cells(row)[2], f"{member.value}: no comment where it is declared"
