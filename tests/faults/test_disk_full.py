@@ -60,6 +60,9 @@ def test_a_disk_that_fills_mid_crawl_loses_nothing_and_resumes(
         filler.unlink()  # room again: the crawl goes on by itself
         summary = wait(crawl, 240)
         check_files(crawl, graph, seeds, summary, full_at)
+    # Nobody died: the records written for a living process are not said to be a dead one's.
+    logs = "".join(p.read_text(errors="replace") for p in worker_logs.glob("*.log"))
+    assert "left by a dead process" not in logs
 
 
 def check_files(crawl, graph, seeds, summary, full_at: int) -> None:  # type: ignore[no-untyped-def]
