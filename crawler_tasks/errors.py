@@ -49,6 +49,19 @@ before the failure) and ``final_url`` (the URL it failed on) to every error it r
 
 from __future__ import annotations
 
+#: Characters of a user's input that an error message echoes: enough to recognise it, and a
+#: 100,000-character crawl id or seed no longer fills a terminal (100 KB on stderr a line).
+SHOWN_INPUT = 100
+
+
+def shown(value: object, limit: int = SHOWN_INPUT) -> str:
+    """``repr(value)`` for an error message, cut to ``limit`` characters with how many were
+    left out: every message that echoes user input goes through this."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}...({len(text) - limit:,} more characters)"
+
 
 class CrawlerError(Exception):
     reason = "error"
@@ -66,7 +79,7 @@ class InvalidSeed(ConfigError):
     reason = "invalid_seed"
 
     def __init__(self, seed: str, why: str) -> None:
-        super().__init__(f"invalid seed {seed!r}: {why}")
+        super().__init__(f"invalid seed {shown(seed)}: {why}")
         self.seed = seed
         self.why = why
 
@@ -75,7 +88,7 @@ class UnknownCrawl(ConfigError, KeyError):
     reason = "unknown_crawl"
 
     def __init__(self, crawl_id: str) -> None:
-        super().__init__(f"no crawl {crawl_id!r} (never started, or expired)")
+        super().__init__(f"no crawl {shown(crawl_id)} (never started, or expired)")
         self.crawl_id = crawl_id
 
     def __str__(self) -> str:  # KeyError would quote the message
@@ -88,7 +101,7 @@ class ScheduleExists(ConfigError):
     reason = "schedule_exists"
 
     def __init__(self, name: str) -> None:
-        super().__init__(f"schedule {name!r} exists (--replace to replace it)")
+        super().__init__(f"schedule {shown(name)} exists (--replace to replace it)")
         self.name = name
 
 

@@ -10,7 +10,7 @@ import re
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from ..errors import ConfigError
+from ..errors import ConfigError, shown
 
 #: Seconds a request (``timeout``) or a page's render (``render_deadline``) may be given: a
 #: task holds a worker thread that long; with both, it stays below the broker's default
@@ -125,9 +125,11 @@ def check_requests(o: Any) -> None:
         raise ConfigError("headers must map header names to strings")
     for name, value in o.headers.items():
         if name.lower() in _OWN_HEADERS:
-            raise ConfigError(f"header {name!r} is the crawler's own (user_agent is an option)")
+            raise ConfigError(
+                f"header {shown(name)} is the crawler's own (user_agent is an option)"
+            )
         if name.lower() in _SECRET_HEADERS and not _ENV_REF.match(value):
-            raise ConfigError(f"header {name!r} carries a secret: give it as 'env:NAME'")
+            raise ConfigError(f"header {shown(name)} carries a secret: give it as 'env:NAME'")
     # A cookie is a session's secret as often as not: its value stays in the workers'
     # environment, as auth's and a secret header's do (clear values were stored in Redis).
     jars: list[Any] = list(o.cookies.values()) if isinstance(o.cookies, dict) else [None]

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ConfigError
+from ..errors import ConfigError, shown
 from ..limits import INFINITE_OK, number, range_problem
 from ..settings import LIMITS, Settings
 from ..web.scope import Scope
@@ -216,7 +216,7 @@ class CrawlOptions:
         check_names(options)
         if not _CRAWL_ID.match(crawl_id):
             raise ConfigError(
-                f"crawl id {crawl_id!r}: use 1-100 letters, digits, '.', '_' or '-' "
+                f"crawl id {shown(crawl_id)}: use 1-100 letters, digits, '.', '_' or '-' "
                 "(it is part of every key name and of the hash tag that keeps a crawl together)"
             )
         values = {**options, "crawl_id": crawl_id, "seeds": seeds, "started_at": started_at}
@@ -299,7 +299,7 @@ def check_names(names: Any, allowed: tuple[str, ...] = ()) -> None:
             continue
         close = difflib.get_close_matches(name, known, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ConfigError(f"unknown crawl option {name!r}{hint}")
+        raise ConfigError(f"unknown crawl option {shown(name)}{hint}")
 
 
 def _rates(rates: Any) -> dict[str, float]:

@@ -23,7 +23,7 @@ import redis
 from celery import Celery
 from celery.schedules import crontab, schedule
 
-from ..errors import ConfigError, ScheduleExists
+from ..errors import ConfigError, ScheduleExists, shown
 from ..limits import DAY, range_problem
 from .keys import Keys
 from .store import plan
@@ -56,7 +56,7 @@ class Schedule:
         periods = [p for p in (self.every_hours, self.every_seconds, self.cron) if p is not None]
         if len(periods) != 1:
             raise ConfigError(
-                f"schedule {self.name!r}: give exactly one of every_hours, every_seconds or cron"
+                f"schedule {shown(self.name)}: give exactly one of every_hours, every_seconds or cron"
             )
         low, high = PERIOD_SECONDS
         for what, period, unit in (
@@ -66,9 +66,9 @@ class Schedule:
             # 0 is a period given, and wrong (not "no period")
             why = period is not None and range_problem(what, period, low / unit, high / unit)
             if why:
-                raise ConfigError(f"schedule {self.name!r}: {why} (at most one run a minute)")
+                raise ConfigError(f"schedule {shown(self.name)}: {why} (at most one run a minute)")
         if not self.seeds:
-            raise ConfigError(f"schedule {self.name!r}: no seeds")
+            raise ConfigError(f"schedule {shown(self.name)}: no seeds")
         # A cron that does not parse, or names no date that exists, is refused now, not at
         # beat time (where RedBeat's save raised celery's RuntimeError after the definition
         # was stored).
@@ -83,23 +83,25 @@ class Schedule:
             when.remaining_estimate(when.now())
         except RuntimeError:
             raise ConfigError(
-                f"schedule {self.name!r}: cron {self.cron!r} never fires (no such date)"
+                f"schedule {shown(self.name)}: cron {self.cron!r} never fires (no such date)"
             ) from None
 
     def _check_options(self) -> None:
         """The same rules as start_crawl, so a run never fails inside a worker on them."""
         if "schedule" in self.options:
-            raise ConfigError(f"schedule {self.name!r}: 'schedule' is set by each run")
+            raise ConfigError(f"schedule {shown(self.name)}: 'schedule' is set by each run")
         try:
             plan(None, self.seeds, **self.options)
         except ConfigError as exc:
-            raise ConfigError(f"schedule {self.name!r}: {exc}") from None
+            raise ConfigError(f"schedule {shown(self.name)}: {exc}") from None
 
     def celery_schedule(self) -> schedule:
         if self.cron:
             fields = self.cron.split()
             if len(fields) != 5:
-                raise ConfigError(f"schedule {self.name!r}: cron needs 5 fields: {self.cron!r}")
+                raise ConfigError(
+                    f"schedule {shown(self.name)}: cron needs 5 fields: {self.cron!r}"
+                )
             minute, hour, day, month, weekday = fields
             try:
                 return crontab(
@@ -110,7 +112,9 @@ class Schedule:
                     day_of_week=weekday,
                 )
             except ValueError as exc:
-                raise ConfigError(f"schedule {self.name!r}: cron {self.cron!r}: {exc}") from None
+                raise ConfigError(
+                    f"schedule {shown(self.name)}: cron {self.cron!r}: {exc}"
+                ) from None
         seconds = self.every_seconds or (self.every_hours or 0) * 3600
         return schedule(run_every=timedelta(seconds=seconds))
 

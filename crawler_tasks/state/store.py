@@ -35,7 +35,7 @@ from typing import Any
 
 import redis
 
-from ..errors import ConfigError
+from ..errors import ConfigError, shown
 from ..settings import Settings
 from ..web.seeds import check_seeds
 from . import connection, events, objects, workers
@@ -183,7 +183,7 @@ class CrawlStore:
         ``opts.seeds``, then ``more_seeds`` (normalised; a seeds file) in batches."""
         ck = r.keys.crawl(opts.crawl_id)
         if not r.client.set(ck.config, opts.to_json(), nx=True):
-            raise ConfigError(f"crawl {opts.crawl_id!r} exists already")
+            raise ConfigError(f"crawl {shown(opts.crawl_id)} exists already")
         # Not a transaction: the listings live outside the crawl's hash slot (Redis Cluster);
         # the config written above (NX) is what makes the crawl exist.
         pipe = r.client.pipeline(transaction=False)

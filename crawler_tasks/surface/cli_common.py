@@ -17,7 +17,7 @@ import click
 import redis
 from click.decorators import FC
 
-from ..errors import ConfigError
+from ..errors import ConfigError, shown
 from ..redaction import redact
 from ..settings import Settings
 from ..state import connection
@@ -196,14 +196,22 @@ def handle(crawl_id: str, broker: str | None) -> Any:
         patiently(settings, lambda: crawl.options)
     except UnknownCrawl:
         raise Fail(
-            f"no crawl {crawl_id!r} at {redact(settings.state_url)} (never started, or "
+            f"no crawl {shown(crawl_id)} at {redact(settings.state_url)} (never started, or "
             "expired; another broker? --broker or CRAWLER_BROKER_URL)"
         ) from None
     return crawl
 
 
+#: Characters of one error line at most: a backstop for input echoed whole by a message that
+#: does not cut it itself (errors.shown); the start, which names the problem, is kept.
+MAX_LINE = 1000
+
+
 def one_line(message: str) -> str:
-    return " ".join(message.split())
+    line = " ".join(message.split())
+    if len(line) <= MAX_LINE:
+        return line
+    return f"{line[:MAX_LINE]}...({len(line) - MAX_LINE:,} more characters)"
 
 
 def run_main(run: Callable[[], Any]) -> NoReturn:

@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from ..errors import ConfigError
+from ..errors import ConfigError, shown
 from ..limits import INFINITE_OK, number, range_problem
 from ..redaction import redact
 from ..settings import LIMITS
@@ -178,7 +178,7 @@ def forget(crawl_id: str, force: bool, broker: str | None, as_json: bool) -> Non
     ck = r.keys.crawl(crawl_id)
     known = client.exists(ck.state, ck.config) or client.zscore(r.keys.crawls, crawl_id)
     if not known:
-        raise Fail(f"no crawl {crawl_id!r} at {redact(settings.state_url)}")
+        raise Fail(f"no crawl {shown(crawl_id)} at {redact(settings.state_url)}")
     try:
         gone = forget_keys(r, crawl_id, force, settings.worker_dead_seconds)
     except ConfigError as exc:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..errors import ConfigError
+from ..errors import ConfigError, shown
 from .cli_common import Fail, broker_option, connect, json_option, option_items, parse_options, say
 
 if TYPE_CHECKING:
@@ -135,5 +135,5 @@ def fresh_line(run: str, f: Freshness) -> str:
 def schedule_remove(name: str, broker: str | None, as_json: bool) -> None:
     """Remove schedule NAME (its past runs stay listed under their crawl ids)."""
     if not _schedules(broker).remove(name):
-        raise Fail(f"no schedule {name!r}")
+        raise Fail(f"no schedule {shown(name)}")
     say(as_json, {"name": name, "removed": True}, f"schedule {name} removed")

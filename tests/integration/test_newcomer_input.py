@@ -11,8 +11,9 @@ import pytest
 import redis
 
 from crawler_tasks import start_crawl
-from crawler_tasks.errors import InvalidSeed
+from crawler_tasks.errors import InvalidSeed, UnknownCrawl
 from crawler_tasks.settings import load
+from crawler_tasks.surface.crawl import Crawl
 from crawler_tasks.surface.crawl_command import _has_crawl_workers
 from tests.support import cli_process
 from tests.support.sitegen import running_sites
@@ -110,3 +111,37 @@ def test_a_seed_with_white_space_inside_is_refused(seed, settings, client):  # t
         start_crawl([SEED, seed], settings=settings)
     assert not list(client.scan_iter("crawler:*"))
     assert start_crawl(f"  {SEED}\n", settings=settings).options.seeds == (SEED,)
+
+
+LONG = "x" * 100_000
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("status", LONG),
+        ("cancel", LONG),
+        ("forget", LONG),
+        ("schedule", "remove", LONG),
+        ("set-rate", LONG, "5"),
+        ("crawl", f"http://a.example/{LONG} b"),
+        ("crawl", SEED, "--header", LONG),
+        ("crawl", SEED, "--option", f"{LONG}=1"),
+    ],
+    ids=lambda args: " ".join(a[:20] for a in args),
+)
+def test_user_input_echoed_in_an_error_is_cut(args, redis_url):  # type: ignore[no-untyped-def]
+    """A 100,000-character crawl id was echoed whole in every error line (100 KB on stderr)."""
+    result = run(*args, "--broker", redis_url)
+    assert result.returncode == 2, result.stderr[:300]
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert len(result.stderr) < 1100 and "more characters)" in result.stderr, result.stderr[:300]
+
+
+def test_the_python_api_cuts_echoed_input_too(settings):  # type: ignore[no-untyped-def]
+    with pytest.raises(UnknownCrawl) as unknown:
+        Crawl(LONG, settings=settings).pause()
+    with pytest.raises(InvalidSeed) as seed:
+        start_crawl(f"http://a.example/{LONG} b", settings=settings)
+    for error in (unknown.value, seed.value):
+        assert len(str(error)) < 300 and "(99,9" in str(error), str(error)[:300]
