@@ -76,7 +76,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	@# The compose file: `docker compose config` where the plugin exists, else the spec's essentials.
 	@if docker compose version >/dev/null 2>&1; then \
-		FLOWER_BASIC_AUTH=lint:lint CRAWLER_DASHBOARD_AUTH=lint:lint docker compose config -q; \
+		FLOWER_BASIC_AUTH=lint:lint CRAWLER_DASHBOARD_AUTH=lint:lint AWS_SECRET_ACCESS_KEY=lint-lint docker compose config -q; \
 	else $(BIN)/pytest -q -p no:cacheprovider tests/unit/test_deploy_files.py; fi
 
 format: $(STAMP)

@@ -256,6 +256,19 @@ def _max_in_window(times: list[float], width: float) -> int:
     return best
 
 
+def uploads_done(client: Any, crawl_id: str, timeout: float) -> float | None:
+    """Seconds from the crawl's end until none of its segments waits (None: not in time)."""
+    from crawler_tasks.state.keys import Keys
+    from crawler_tasks.state.segments import Segments
+
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if not Segments(client, Keys(), crawl_id).waiting(set()).waiting:
+            return time.monotonic() - t0
+        time.sleep(0.2)
+    return None
+
+
 def parse_layout(item: str) -> tuple[str, int, int, int]:
     pool, _, rest = item.partition(":")
     fetch, _, parsers = rest.partition(":")
@@ -280,7 +293,15 @@ def redis_for(state: str) -> Iterator[tuple[str, str, list[redis.Redis]]]:
             c.stop()
 
 
-def run_ours(args: Any, web: Web, mode: str, layout: str, state: str = "one") -> dict[str, Any]:
+def run_ours(
+    args: Any,
+    web: Web,
+    mode: str,
+    layout: str,
+    state: str = "one",
+    store: tuple[str, dict[str, str]] | None = None,
+) -> dict[str, Any]:
+    """``store``: an s3:// output and the workers' AWS environment (``--outputs s3``)."""
     pool, conc, fetchers, parsers = parse_layout(layout)
     rate, per_host = MODES[mode]
     per_host = per_host or args.fast_conn
@@ -299,7 +320,12 @@ def run_ours(args: Any, web: Web, mode: str, layout: str, state: str = "one") ->
             fetchers=fetchers,
             pool=pool,
             log_dir=args.keep or tmp,
-            extra_env={**args.worker_env, "CRAWLER_REDIS_URL": state_url, **ca_env},
+            extra_env={
+                **args.worker_env,
+                "CRAWLER_REDIS_URL": state_url,
+                **ca_env,
+                **(store[1] if store else {}),
+            },
             events=args.events,
         ) as procs:
             wait_for_workers(client)
@@ -321,7 +347,7 @@ def run_ours(args: Any, web: Web, mode: str, layout: str, state: str = "one") ->
                 crawl = start_crawl(
                     web.seeds(),
                     settings=settings,
-                    output=tmp,
+                    output=store[0] if store else tmp,
                     allow_private_networks=True,
                     allowed_domains=[address(i) for i in range(web.hosts)],
                     rate=rate,
@@ -333,6 +359,8 @@ def run_ours(args: Any, web: Web, mode: str, layout: str, state: str = "one") ->
                     summary = {"status": f"not finished after {args.timeout:.0f}s"}
                     crawl.cancel()
             wall = time.monotonic() - t1
+            # An s3:// crawl's records are all in the store once no segment waits.
+            upload_tail = uploads_done(client, crawl.id, args.timeout) if store else None
             node_calls = [sum(v["calls"] for v in n.info("commandstats").values()) for n in nodes]
             reads = sum(int(n.info("stats")["total_reads_processed"]) for n in nodes)
             cmdstats = _merged_commandstats(nodes)
@@ -359,8 +387,11 @@ def run_ours(args: Any, web: Web, mode: str, layout: str, state: str = "one") ->
     calls = {k.removeprefix("cmdstat_"): v["calls"] for k, v in cmdstats.items()}
     usec = {k.removeprefix("cmdstat_"): v["usec"] for k, v in cmdstats.items()}
     return {
-        "crawler": f"ours {layout}" + ("" if state == "one" else f" state={state}"),
+        "crawler": f"ours {layout}"
+        + ("" if state == "one" else f" state={state}")
+        + (" s3" if store else ""),
         "mode": mode,
+        **({"upload_tail_s": upload_tail} if store else {}),
         **figures,
         "wall_s": wall,
         "startup_s": t1 - t0,
@@ -474,6 +505,9 @@ COLUMNS = [
     "crawler",
     "pages_per_s",
     "x_scrapy",
+    "x_local",
+    "x_local_cpu",
+    "upload_tail_s",
     "e2e_pages_per_s",
     "x_scrapy_e2e",
     "e2e_cold",
@@ -532,6 +566,18 @@ def read_latency(p: argparse.ArgumentParser, text: str) -> tuple[float, float]:
     return latency
 
 
+def compare_outputs(rows: list[dict[str, Any]]) -> None:
+    """S3 output against local, same mode and layout, in this run: pages/s and CPU a page."""
+    for r in rows:
+        local = next(
+            (s for s in rows if s["mode"] == r["mode"] and s["crawler"] + " s3" == r["crawler"]),
+            None,
+        )
+        if local and local.get("pages_per_s"):
+            r["x_local"] = r.get("pages_per_s", 0) / local["pages_per_s"]
+            r["x_local_cpu"] = r.get("cpu_ms_per_page", 0) / max(local["cpu_ms_per_page"], 1e-9)
+
+
 def main() -> int:
     p = _util.parser(__doc__)
     p.add_argument("--hosts", type=int, default=1000)
@@ -550,6 +596,11 @@ def main() -> int:
         "--events", action="store_true", help="workers send task events (-E, for Flower)"
     )
     p.add_argument("--worker-env", action="append", default=[], metavar="NAME=VALUE")
+    p.add_argument(
+        "--outputs",
+        default="local",
+        help="local,s3: our crawl's output in a directory, in a SeaweedFS bucket, or both",
+    )
     p.add_argument("--keep", help="existing directory for the server's and workers' logs")
     p.add_argument("--https", action="store_true", help="HTTPS only, a private CA")
     p.add_argument("--real-sizes", action="store_true", help="the web's page sizes, gzip")
@@ -562,18 +613,27 @@ def main() -> int:
     if not args.skip_scrapy and importlib.util.find_spec("scrapy") is None:
         p.error("Scrapy is not installed: .venv/bin/pip install -e '.[bench]', or --skip-scrapy")
     rows: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="bench-web-") as tmp:
+    outputs = args.outputs.split(",")
+    with tempfile.TemporaryDirectory(prefix="bench-web-") as tmp, contextlib.ExitStack() as stack:
         web = Web(args, tmp)
         try:
+            stores = {"local": None}
+            if "s3" in outputs:
+                from tests.support.seaweed import seaweed
+
+                server = stack.enter_context(seaweed())
+                stores["s3"] = (f"s3://{server.make_bucket('bench-broad')}/runs", server.env())
             for mode in args.modes.split(","):
                 for layout in [x for x in args.layouts.split(",") if x]:
-                    _util.log(args, f"{mode}: ours {layout}")
-                    rows.append(run_ours(args, web, mode, layout))
+                    for kind in outputs:
+                        _util.log(args, f"{mode}: ours {layout} output {kind}")
+                        rows.append(run_ours(args, web, mode, layout, store=stores[kind]))
                 if not args.skip_scrapy:
                     _util.log(args, f"{mode}: scrapy")
                     rows.append(run_scrapy(args, web, mode))
         finally:
             web.close()
+    compare_outputs(rows)
     for r in rows:
         ref = next((s for s in rows if s["mode"] == r["mode"] and "scrapy" in s["crawler"]), None)
         if ref and ref.get("pages_per_s"):

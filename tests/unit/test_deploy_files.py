@@ -20,7 +20,11 @@ SERVICE_KEYS = {
     "ports", "healthcheck", "deploy",
 }  # fmt: skip
 #: The secrets docker compose requires (user:password each).
-AUTHS = {"FLOWER_BASIC_AUTH": "a:b", "CRAWLER_DASHBOARD_AUTH": "c:d"}
+AUTHS = {
+    "FLOWER_BASIC_AUTH": "a:b",
+    "CRAWLER_DASHBOARD_AUTH": "c:d",
+    "AWS_SECRET_ACCESS_KEY": "not-a-real-key",
+}
 _VAR = re.compile(r"\$\{(\w+)(?:(:?[-?])([^}]*))?\}")
 
 
@@ -64,7 +68,7 @@ def test_compose_file_has_the_essentials_of_the_spec():
 
 def test_compose_requires_flower_auth_and_commits_no_secret():
     with pytest.raises(KeyError, match="FLOWER_BASIC_AUTH"):
-        compose({})
+        compose({"AWS_SECRET_ACCESS_KEY": "k"})
     flower = compose(AUTHS)["services"]["flower"]
     assert flower["environment"]["FLOWER_BASIC_AUTH"] == "a:b"
     assert "basic_auth" not in flower["command"] and "basic-auth" not in flower["command"]
@@ -130,7 +134,11 @@ def test_systemd_units_restart_and_match_the_procfile(unit):
 
 def test_env_example_has_no_live_secret():
     text = (ROOT / "config" / "crawler.env.example").read_text()
-    live = [x for x in text.splitlines() if x.startswith(("FLOWER_BASIC_AUTH", "CRAWLER_DASH"))]
+    live = [
+        x
+        for x in text.splitlines()
+        if x.startswith(("FLOWER_BASIC_AUTH", "CRAWLER_DASH", "AWS_SECRET"))
+    ]
     assert not live
 
 
@@ -139,7 +147,7 @@ def test_compose_requires_dashboard_auth_and_binds_inside_the_container_only():
     from crawler_tasks.surface.dashboard import check_bind
 
     with pytest.raises(KeyError, match="CRAWLER_DASHBOARD_AUTH"):
-        compose({"FLOWER_BASIC_AUTH": "a:b"})
+        compose({"FLOWER_BASIC_AUTH": "a:b", "AWS_SECRET_ACCESS_KEY": "k"})
     svc = compose(AUTHS)["services"]["dashboard"]
     assert svc["environment"]["CRAWLER_DASHBOARD_AUTH"] == "c:d"
     assert svc["ports"] == ["127.0.0.1:8787:8787"]
@@ -149,3 +157,18 @@ def test_compose_requires_dashboard_auth_and_binds_inside_the_container_only():
     check_bind(address, "c:d")  # what the container runs: accepted with its auth
     with pytest.raises(Fail):
         check_bind(address, "")  # and refused without
+
+
+def test_compose_has_an_object_store_and_its_key_is_required():
+    """s3:// output in the stack: MinIO on loopback, its key from .env (never committed), and
+    the workers pointed at it through the AWS SDK's own variables."""
+    with pytest.raises(KeyError, match="AWS_SECRET_ACCESS_KEY"):
+        compose({"FLOWER_BASIC_AUTH": "a:b", "CRAWLER_DASHBOARD_AUTH": "c:d"})
+    doc = compose(AUTHS)
+    minio = doc["services"]["minio"]
+    assert minio["environment"]["MINIO_ROOT_PASSWORD"] == AUTHS["AWS_SECRET_ACCESS_KEY"]
+    for name in ("fetch", "parse", "beat", "flower", "dashboard"):
+        env = doc["services"][name]["environment"]
+        assert env["AWS_ENDPOINT_URL"] == "http://minio:9000", name
+        assert env["AWS_SECRET_ACCESS_KEY"] == AUTHS["AWS_SECRET_ACCESS_KEY"], name
+        assert env["CRAWLER_OUTPUT_DIR"] == "/data", name
