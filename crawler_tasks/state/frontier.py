@@ -259,17 +259,19 @@ class Frontier:
         )
         return Cancelled(int(counted), int(left))
 
-    def backlog(self, top: int = 10) -> list[tuple[str, int]]:
-        """Domains with the most pending URLs (scans at most 1,000 ready domains each
-        partition)."""
-        sizes: list[tuple[str, int]] = []
-        for pk in self.ck.parts:
-            domains = [_text(d) for d in self.client.zrange(pk.ready, 0, 999)]
-            pipe = self.client.pipeline(transaction=False)
-            for d in domains:
-                pipe.llen(pk.queue(d))
-            sizes += zip(domains, pipe.execute(), strict=True)
-        return sorted(sizes, key=lambda x: -x[1])[:top]
+
+def backlog(client: redis.Redis, ck: CrawlKeys, top: int = 10) -> list[tuple[str, int]]:
+    """Domains with the most pending URLs (scans at most 1,000 ready domains each
+    partition): a read of the frontier for the views (status, the dashboard), apart from
+    :class:`Frontier`, which admits and releases."""
+    sizes: list[tuple[str, int]] = []
+    for pk in ck.parts:
+        domains = [_text(d) for d in client.zrange(pk.ready, 0, 999)]
+        pipe = client.pipeline(transaction=False)
+        for d in domains:
+            pipe.llen(pk.queue(d))
+        sizes += zip(domains, pipe.execute(), strict=True)
+    return sorted(sizes, key=lambda x: -x[1])[:top]
 
 
 def _text(value: bytes | str) -> str:

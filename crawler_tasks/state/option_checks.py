@@ -1,16 +1,18 @@
-"""Checks of crawl options (state/options.py) by kind and range, and what is derived from the
-per-crawl request and render limits: the seconds after which the repair publishes a lost
-fetch again (:func:`reap_after`); request settings, secrets only as ``env:NAME``
-(:func:`check_requests`)."""
+"""Checks of crawl options (state/options.py) by kind and range: the values a CrawlOptions is
+built from (types, ranges, rates, hooks, request headers and secrets), refused with one line
+before anything of the crawl is written; and what is derived from the per-crawl request and
+render limits: the seconds after which the repair publishes a lost fetch again
+(:func:`reap_after`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from ..errors import ConfigError, shown
+from ..limits import number, range_problem
 
 #: Seconds a request (``timeout``) or a page's render (``render_deadline``) may be given: a
 #: task holds a worker thread that long; with both, it stays below the broker's default
@@ -114,6 +116,37 @@ def reap_after(visibility_timeout: float, opts: Limits) -> float:
     return visibility_timeout + opts.timeout + (opts.render_deadline if renders else 0.0)
 
 
+# --- the values of options, checked when a CrawlOptions is built (options.py) ------------
+def rates_of(rates: Any) -> dict[str, float]:
+    if not isinstance(rates, dict):
+        raise ConfigError(f"rates must map hosts to requests/s, not {rates!r}")
+    out = {}
+    for host, r in rates.items():
+        out[str(host).lower()] = number_of(f"rate for {host!r}", r)
+    return out
+
+
+def number_of(what: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ConfigError(f"{what} must be a number, not {value!r}")
+    try:  # "1e400" is not "inf" (limits.number)
+        return number(value) if isinstance(value, str) else float(value)
+    except (ValueError, OverflowError):
+        raise ConfigError(f"{what} must be a number up to its limit, not {value!r}") from None
+
+
+_DOTTED = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
+
+
+def check_hooks(o: Any) -> None:
+    """Hooks travel as names (never pickles) and are imported by the workers: only the form
+    is checked here, the starting process need not be able to import them."""
+    if o.extract is not None and not (isinstance(o.extract, str) and _DOTTED.match(o.extract)):
+        raise ConfigError(f"extract must be 'package.module:function', not {o.extract!r}")
+    if o.on_item is not None and not (isinstance(o.on_item, str) and o.on_item.strip()):
+        raise ConfigError(f"on_item must be a Celery task name, not {o.on_item!r}")
+
+
 _ENV_REF = re.compile(r"^env:[A-Za-z_][A-Za-z0-9_]*$")
 _SECRET_HEADERS = ("authorization", "proxy-authorization", "cookie")
 _OWN_HEADERS = ("host", "content-length", "transfer-encoding", "user-agent", "connection")
@@ -154,3 +187,37 @@ def _str_map(value: Any) -> bool:
 def _plain_proxy(url: str) -> bool:
     scheme, sep, rest = url.partition("://")
     return scheme in ("http", "https") and bool(sep) and "@" not in rest and bool(rest)
+
+
+def check_values(o: Any, limits: Mapping[str, tuple[float, float, bool]]) -> None:
+    """Ranges that would make a crawl hang or misbehave later, refused when it is created:
+    ``limits`` is every numeric option's ``(lowest, highest, inf allowed)``
+    (options.option_limits)."""
+    fields = {f.name: f for f in dataclasses.fields(o)}
+    if not 0 < o.min_interval <= o.max_interval:
+        raise ConfigError(
+            f"min_interval ({o.min_interval}) must be > 0 and <= max_interval ({o.max_interval})"
+        )
+    for name, (low, high, infinite) in limits.items():
+        value = getattr(o, name)
+        if value is None and name == "max_depth":
+            continue
+        whole = "int" in str(fields[name].type)
+        if whole and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ConfigError(f"{name} must be an integer, not {value!r}")
+        why = range_problem(name, value, low, high, infinite)
+        if why:
+            raise ConfigError(why)
+    low, high, _ = limits["rate"]
+    for host, r in o.rates.items():
+        why = range_problem(f"rate for {host!r}", r, low, high, infinite_ok=True)
+        if why:
+            raise ConfigError(why)
+    check_limits(
+        o.timeout, o.render_deadline, o.render_max_subrequests, o.render_max_bytes, o.render_block
+    )
+    for pattern in (*o.include, *o.exclude):
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ConfigError(f"invalid regex {pattern!r}: {exc}") from None

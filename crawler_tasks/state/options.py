@@ -17,11 +17,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError, shown
-from ..limits import INFINITE_OK, number, range_problem
+from ..limits import INFINITE_OK
 from ..settings import LIMITS, Settings
 from ..web.scope import Scope
 from .bloom import BloomShape
-from .option_checks import check_limits, check_requests, check_types
+from .option_checks import (
+    check_hooks,
+    check_requests,
+    check_types,
+    check_values,
+    number_of,
+    rates_of,
+)
 from .pacing import check_pacing
 from .render_plan import check_render
 
@@ -144,20 +151,22 @@ class CrawlOptions:
     render_block: str = setting("render_block")
     #: Seconds one request may take, all its redirect hops; the repair waits longer (reap_after).
     timeout: float = setting("total_timeout")
-    #: Adaptive schedules (docs: Recrawls): a page fetched when due, in [``min_interval``,
-    #: ``max_interval``] seconds.
+    #: An adaptive schedule (issue 35; docs: Recrawls): a run fetches a page only when it is
+    #: due, its interval learnt from the changes its visits found (web/change_rate.py),
+    #: within [``min_interval``, ``max_interval``] seconds; pages not seen before are always
+    #: fetched.
     adaptive: bool = False
     min_interval: float = 3600.0
     max_interval: float = 30 * 86400.0
     started_at: float = 0.0
 
     def __post_init__(self) -> None:
-        _check_values(self)
+        check_values(self, _LIMITS)
         if self.priority not in PRIORITIES:
             raise ConfigError(f"priority must be one of {PRIORITIES}, not {self.priority!r}")
         if self.order not in ("bfs", "dfs"):
             raise ConfigError(f"order must be 'bfs' or 'dfs', not {self.order!r}")
-        _check_hooks(self)
+        check_hooks(self)
         check_requests(self)
         check_render(self.render, self.render_hosts)
         check_pacing(self)
@@ -183,12 +192,12 @@ class CrawlOptions:
             if not isinstance(raw, (str, list, tuple)):
                 raise ConfigError(f"{key} must be a list of strings, not {raw!r}")
             data[key] = (raw,) if isinstance(raw, str) else tuple(raw)
-        data["rates"] = _rates(data.get("rates") or {})
+        data["rates"] = rates_of(data.get("rates") or {})
         for key in ("auth", "cookies", "render_hosts"):  # per host: host names as URLs have them
             if isinstance(data.get(key), dict):
                 data[key] = {str(h).lower(): v for h, v in data[key].items()}
         if "rate" in data:
-            data["rate"] = _number("rate", data["rate"])
+            data["rate"] = number_of("rate", data["rate"])
         data.setdefault("crawl_id", "-")
         check_types(cls, data)
         return cls(**data)
@@ -302,65 +311,6 @@ def check_names(names: Any, allowed: tuple[str, ...] = ()) -> None:
         raise ConfigError(f"unknown crawl option {shown(name)}{hint}")
 
 
-def _rates(rates: Any) -> dict[str, float]:
-    if not isinstance(rates, dict):
-        raise ConfigError(f"rates must map hosts to requests/s, not {rates!r}")
-    out = {}
-    for host, r in rates.items():
-        out[str(host).lower()] = _number(f"rate for {host!r}", r)
-    return out
-
-
-def _number(what: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise ConfigError(f"{what} must be a number, not {value!r}")
-    try:  # "1e400" is not "inf" (limits.number)
-        return number(value) if isinstance(value, str) else float(value)
-    except (ValueError, OverflowError):
-        raise ConfigError(f"{what} must be a number up to its limit, not {value!r}") from None
-
-
 _CRAWL_ID = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
-_DOTTED = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
-
-
-def _check_hooks(o: CrawlOptions) -> None:
-    """Hooks travel as names (never pickles) and are imported by the workers: only the form
-    is checked here, the starting process need not be able to import them."""
-    if o.extract is not None and not (isinstance(o.extract, str) and _DOTTED.match(o.extract)):
-        raise ConfigError(f"extract must be 'package.module:function', not {o.extract!r}")
-    if o.on_item is not None and not (isinstance(o.on_item, str) and o.on_item.strip()):
-        raise ConfigError(f"on_item must be a Celery task name, not {o.on_item!r}")
-
-
-def _check_values(o: CrawlOptions) -> None:
-    """Ranges that would make a crawl hang or misbehave later, refused when it is created."""
-    if not 0 < o.min_interval <= o.max_interval:
-        raise ConfigError(f"min_interval must be > 0 and <= max_interval ({o.max_interval})")
-    for name, (low, high, infinite) in _LIMITS.items():
-        value = getattr(o, name)
-        if value is None and name == "max_depth":
-            continue
-        whole = "int" in str(_FIELDS[name].type)
-        if whole and (isinstance(value, bool) or not isinstance(value, int)):
-            raise ConfigError(f"{name} must be an integer, not {value!r}")
-        why = range_problem(name, value, low, high, infinite)
-        if why:
-            raise ConfigError(why)
-    low, high, _ = _LIMITS["rate"]
-    for host, r in o.rates.items():
-        why = range_problem(f"rate for {host!r}", r, low, high, infinite_ok=True)
-        if why:
-            raise ConfigError(why)
-    check_limits(
-        o.timeout, o.render_deadline, o.render_max_subrequests, o.render_max_bytes, o.render_block
-    )
-    for pattern in (*o.include, *o.exclude):
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise ConfigError(f"invalid regex {pattern!r}: {exc}") from None
-
-
-_FIELDS = {f.name: f for f in dataclasses.fields(CrawlOptions)}
+#: Every numeric option's range, read by each CrawlOptions' check (option_checks.check_values).
 _LIMITS = option_limits()

@@ -7,6 +7,7 @@ from __future__ import annotations
 from . import objects, workers
 from .figures import HostDown, Outlook
 from .formats import RenderMode
+from .frontier import backlog as busiest
 from .health import memory
 from .segments import Segments, Waiting
 from .store import CrawlStore
@@ -18,7 +19,7 @@ BACKLOG_HOSTS = 5
 def read_outlook(store: CrawlStore, admission_fraction: float, dead_after: float = 10.0) -> Outlook:
     """``admission_fraction``: the process's ``admission_memory_fraction`` setting;
     ``dead_after``: its ``worker_dead_seconds`` (a stranded segment's host runs no worker)."""
-    backlog = tuple(store.frontier.backlog(BACKLOG_HOSTS))
+    backlog = tuple(busiest(store.client, store.ck, BACKLOG_HOSTS))
     opts = store.opts
     # render="auto": each host's decision and its evidence (state/render_plan.py).
     renders = opts.render != RenderMode.NEVER or opts.render_hosts

@@ -101,8 +101,11 @@ class Summary:
     def from_json(cls, data: Mapping[str, Any]) -> Summary:
         """A ``summary.json`` read back (one written before a figure was added lacks it)."""
         families = {name: data.get(name) or {} for name in Families._fields}
-        counts = {f"{prefix}:{k}": v for prefix, name in FAMILIES.items()
-                  for k, v in families[name].items()}  # fmt: skip
+        counts = {
+            f"{prefix}:{k}": v
+            for prefix, name in FAMILIES.items()
+            for k, v in families[name].items()
+        }
         return cls(
             crawl_id=data["crawl_id"],
             status=Status(data["status"]),

@@ -26,6 +26,7 @@ from ..state import store as stores
 from ..state.ceilings import read as read_ceilings
 from ..state.figures import Detail, Listed, Live, Progress
 from ..state.formats import Counter
+from ..state.frontier import backlog
 from ..state.health import no_room_for
 from ..state.keys import Keys
 from ..state.options import CrawlOptions
@@ -173,7 +174,7 @@ class Crawl(CrawlHandle):
         return self.store.bloom.stats()
 
     def domains(self, top: int = 20) -> list[dict[str, Any]]:
-        names = [d for d, _ in self.store.frontier.backlog(top)]
+        names = [d for d, _ in backlog(self.store.client, self.store.ck, top)]
         shared = read_ceilings(self.client, self.store.r.keys)
         infos = self.store.politeness.domains(names, ceilings=shared)
         for info in infos:
@@ -225,8 +226,13 @@ class Crawl(CrawlHandle):
                     if self.finished:  # its crawl_finished went out before we listened: rebuilt
                         s = self.read_summary()
                         ts = s.finished_at or time.time()
-                        yield {"event": "crawl_finished", "crawl_id": self.id, "ts": ts,
-                               "summary": s.to_json(), "replayed": True}  # fmt: skip
+                        yield {
+                            "event": "crawl_finished",
+                            "crawl_id": self.id,
+                            "ts": ts,
+                            "summary": s.to_json(),
+                            "replayed": True,
+                        }
                         return
                     if timeout is not None:
                         return

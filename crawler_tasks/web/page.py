@@ -38,6 +38,7 @@ from lxml import etree
 
 from .encoding import decode
 from .simhash import simhash
+from .sniff import is_html as is_html  # where it was defined before sniff.py
 from .urls import looks_non_html, origin_of, resolve
 
 log = logging.getLogger(__name__)
@@ -62,18 +63,6 @@ _NESTING_TAGS = re.compile(
     r"</?(?!(?:a|area|base|link|meta|title|script|style|html|head|body)[\s/>])[A-Za-z][^<>]*>",
     re.IGNORECASE,
 )
-_SNIFF_WS = b"\t\n\x0c\r "
-_SNIFF_TAGS = (
-    b"<!doctype html", b"<html", b"<head", b"<body", b"<script", b"<iframe", b"<h1", b"<div",
-    b"<font", b"<table", b"<a", b"<style", b"<title", b"<b", b"<br", b"<p",
-)  # fmt: skip
-_SNIFF_END = (b">", b" ", b"\t", b"\n", b"\r", b"\x0c")
-_HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
-# Types servers send when they don't know: the body decides (as browsers sniff them).
-_UNKNOWN_TYPES = frozenset(
-    {"", "application/octet-stream", "binary/octet-stream", "application/unknown",
-     "unknown/unknown", "*/*"}
-)  # fmt: skip
 
 
 class _Limits(NamedTuple):
@@ -99,24 +88,6 @@ class ParsedHTML:
     tree: etree._Element | None = None
     #: With ``fingerprint``: the visible text's 64-bit SimHash (web/simhash.py).
     simhash: int | None = None
-
-
-def is_html(content_type: str | None, body_start: bytes) -> bool:
-    """True for an HTML ``Content-Type``; a missing or ``octet-stream`` one is sniffed."""
-    mime = (content_type or "").partition(";")[0].strip().lower()
-    if mime in _HTML_TYPES:
-        return True
-    if mime not in _UNKNOWN_TYPES:
-        return False  # text/plain included: browsers never render it as HTML either
-    head = body_start[:1445]  # the WHATWG sniffing window
-    for bom in (b"\xef\xbb\xbf", b"\xff\xfe", b"\xfe\xff"):
-        if head.startswith(bom):  # dropping NULs turns ASCII markup in UTF-16 into bytes
-            head = head[len(bom) :].replace(b"\x00", b"")
-    head = head.lstrip(_SNIFF_WS)[:16].lower()
-    # WHATWG wants a space or ">" after the name; any whitespace is a harmless widening
-    return head.startswith(b"<!--") or any(
-        head.startswith(tag) and head[len(tag) : len(tag) + 1] in _SNIFF_END for tag in _SNIFF_TAGS
-    )
 
 
 def extract(

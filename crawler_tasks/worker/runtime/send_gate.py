@@ -48,9 +48,14 @@ class SendSlot:
     """The send slots of one fetch task's host, used through ``Fetcher.gated(slot.wait)``."""
 
     def __init__(
-        self, store: CrawlStore, url: str, domain: str, worker: str, begun: Begun,
+        self,
+        store: CrawlStore,
+        url: str,
+        domain: str,
+        worker: str,
+        begun: Begun,
         ceilings: Ceilings,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.store, self.url, self.domain, self.worker = store, url, domain, worker
         self._send_at: float | None = begun.at + begun.wait  # not sent before
         # How late it is counts from the slot as seen before the ask: a thread that lost the

@@ -64,8 +64,15 @@ log = logging.getLogger(__name__)
 _unwritable = Throttled(log, "writing crawl output", every=30.0)
 
 DEAD_LETTER_FIELDS = (
-    "url", "depth", "error", "status", "detail", "attempts", "fetched_at", "extract_error"
-)  # fmt: skip
+    "url",
+    "depth",
+    "error",
+    "status",
+    "detail",
+    "attempts",
+    "fetched_at",
+    "extract_error",
+)
 
 
 def finalize(visit: Visit, final: Final, before: Callable[[], Call] | None = None) -> str:

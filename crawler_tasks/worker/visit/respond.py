@@ -17,7 +17,7 @@ from ...state.archive import RESPONSE
 from ...state.formats import Counter, Outcome, RenderAsk
 from ...state.scripts import Carried
 from ...web.fetcher import Response
-from ...web.page import is_html
+from ...web.sniff import is_html
 from ..output.archive_fence import ArchiveFence
 from ..runtime.handoff import Stage
 from .outcome import Final
