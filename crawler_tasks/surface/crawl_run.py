@@ -4,6 +4,7 @@ it), and hand back its summary with what its reader needs besides."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -52,7 +53,30 @@ def run(
         handle.cancel()
         handle.wait(timeout=30)
         interrupted = True
+    else:
+        _uploaded(handle)
     return _noted(handle, settings), interrupted
+
+
+def _uploaded(handle: Crawl, patience: float = 120.0) -> None:
+    """An s3:// crawl's last segments are uploaded within seconds of its end: waited for, so
+    that an export right after finds every record (said once if it takes a moment)."""
+    from ..state import objects, workers
+    from ..state.segments import Segments
+
+    if not objects.is_url(handle.options.output):
+        return
+    segments, told = Segments(handle.client, handle.keys, handle.id), False
+    deadline = time.monotonic() + patience
+    while time.monotonic() < deadline:
+        alive = workers.alive(handle.client, handle.keys, handle.settings.worker_dead_seconds)
+        waiting = segments.waiting(alive)
+        if not waiting.waiting or waiting.stranded:
+            return  # uploaded, or nobody can upload them now (status says so)
+        if not told:
+            click.echo(f"crawl {handle.id}: {waiting.line()}", err=True)
+            told = True
+        time.sleep(0.5)
 
 
 def _noted(handle: Crawl, settings: Settings) -> Summary:

@@ -140,6 +140,8 @@ def output_place(crawl: Any) -> tuple[Path, str]:
     """``(directory, where)``: the crawl's files as its workers wrote them (the directory of
     the ``summary.json`` its finisher wrote, on the host it names), else where this host's
     workers would write; ``where`` says it in words, naming the host when it is another."""
+    if objects.is_url(crawl.options.output):  # read from the store, wherever the workers ran
+        return Path(), f"{crawl.options.output}/{crawl.id}"
     state = crawl.store.lifecycle.read()
     if state.summary_path:
         directory, host = Path(state.summary_path).parent, state.summary_host or ""

@@ -95,3 +95,40 @@ def test_an_s3_crawl_lands_every_record_once_in_the_bucket(
     assert result.returncode == 0, result.stderr
     assert len(out.read_text().splitlines()) == len(urls)
     assert gzip  # (the WARC objects are gzip members: read by warcio above)
+
+
+def test_crawl_returns_once_its_records_are_in_the_store(
+    s3: str, seaweed: Seaweed, redis_url: str, worker_logs: Path, tmp_path: Path
+) -> None:
+    """``crawler crawl --output s3://`` against workers of their own: the command returns
+    once the last segments are uploaded, so an export right after has every page."""
+    from crawler_tasks.surface.embedded import local_workers
+    from tests.support.processes import stop_together
+
+    env = {**os.environ, **seaweed.env()}
+    with (
+        running_sites(["127.0.0.152"], 12, 3) as (_, servers),
+        local_workers(redis_url, fetch_threads=8, fetchers=1, log_dir=str(worker_logs),
+                      extra_env=seaweed.env()) as procs,
+    ):  # fmt: skip
+        try:
+            crawl = subprocess.run(
+                [sys.executable, "-m", "crawler_tasks.surface.cli", "crawl"]
+                + [servers[0].base_url + "/", "--broker", redis_url, "--output", s3]
+                + ["--allow-private-networks", "--default-rate", "inf", "--json"],
+                capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path,
+            )  # fmt: skip
+        finally:
+            stop_together(procs)
+    assert crawl.returncode == 0, crawl.stderr
+    summary = json.loads(crawl.stdout)
+    crawl_id = summary["crawl_id"]
+    assert summary["output_dir"] == f"{s3}/{crawl_id}"
+    out = tmp_path / "pages.jsonl"
+    result = subprocess.run(
+        [sys.executable, "-m", "crawler_tasks.surface.cli", "export", crawl_id, "--pages"]
+        + ["-o", str(out), "--broker", redis_url],
+        capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert len(out.read_text().splitlines()) == summary["counters"]["done"] >= 12
