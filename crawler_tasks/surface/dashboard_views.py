@@ -169,6 +169,8 @@ class HostsApi(Base):
 class ControlApi(Base):
     async def post(self, crawl_id: str, action: str) -> None:
         result = await self.off_loop(self._apply, crawl_id, action)
+        # The host table shows the change at the page's next read (a ceiling: every crawl's).
+        self.state.hosts.forget(None if action == "ceiling" else crawl_id)
         self.send_json(result)
 
     def _apply(self, crawl_id: str, action: str) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from ..settings import Settings
 from ..state import events, workers
 from ..state import store as stores
 from ..state.figures import Detail, Families, Listed, Progress
-from ..state.formats import Counter, Status
+from ..state.formats import Counter
 from ..state.store import RedisHandle
 from .crawl import Crawl
 
@@ -74,9 +74,9 @@ def crawl_page(crawl: Crawl) -> dict[str, Any]:
         "seeds": list(crawl.options.seeds),
         "started_at": crawl.options.started_at,
         "status_codes": dict(families.status_codes),
-        "errors": error_classes(crawl, families.failures, p[Counter.EXTRACT_ERRORS]),
+        "errors": error_classes(crawl, families.failures, p),
         "controls": controls(p),
-        "series": store.series.rates(live=p.status in (Status.RUNNING, Status.PAUSED)),
+        "series": store.series.rates(live=not p.final),
         "workers": [w for w in live if w["alive"]],
         # Processes that stopped beating (their heartbeat stays until it expires).
         "workers_gone": sum(1 for w in live if not w["alive"]),
@@ -110,17 +110,24 @@ def controls(p: Progress) -> dict[str, bool]:
     }
 
 
-def error_classes(crawl: Crawl, counts: Mapping[str, int], extract: int) -> list[dict[str, Any]]:
-    """Each failure reason (the ``failed:*`` counters, exact) and extract errors, with one
-    example URL and message from the dead letters (the first ``EXAMPLES_SCANNED`` read)."""
+def error_classes(crawl: Crawl, counts: Mapping[str, int], p: Progress) -> list[dict[str, Any]]:
+    """Each failure reason (the ``failed:*`` counters, exact), extract errors and URLs whose
+    robots.txt could not be read (a crawl of a host that does not answer fails so: nothing
+    fetched, and its Errors card must say why), with one example URL and message from the
+    dead letters (the first ``EXAMPLES_SCANNED`` read; robots.txt's reason from the state)."""
     examples: dict[str, dict[str, Any]] = {}
     for record in _dead_letters(crawl, EXAMPLES_SCANNED):
         kind = record.get("error") or "extract_error"
         message = record.get("detail") or record.get("extract_error") or record.get("error")
         examples.setdefault(kind, {"url": record.get("url"), "message": message})
     classes = {k: v for k, v in counts.items() if v}
-    if extract:
-        classes["extract_error"] = extract
+    if p[Counter.EXTRACT_ERRORS]:
+        classes["extract_error"] = p[Counter.EXTRACT_ERRORS]
+    if p[Counter.ROBOTS_UNREACHABLE]:
+        unreachable = Counter.ROBOTS_UNREACHABLE.value
+        classes[unreachable] = p[Counter.ROBOTS_UNREACHABLE]
+        why = p.state.robots_unreachable_why
+        examples.setdefault(unreachable, {"url": None, "message": why})
     return [
         {"class": k, "count": n, **examples.get(k, {"url": None, "message": None})}
         for k, n in sorted(classes.items(), key=lambda kv: -kv[1])

@@ -24,8 +24,9 @@ from ..state.ceilings import read as read_ceilings
 from ..state.hosts import host_names, host_rows
 from .crawl import Crawl
 
-#: Seconds a snapshot is kept at least, and how many times its read time at least.
-MIN_AGE = 5.0
+#: Seconds a snapshot is kept at least (under the page's poll of 3 s: each poll reads it
+#: anew), and how many times its read time at least.
+MIN_AGE = 1.0
 AGE_FACTOR = 10.0
 #: (row key, heading) of the table, in order.
 COLUMNS = (
@@ -109,9 +110,21 @@ class HostTables:
         if snap is not None and not snap.stale(time.time()):
             return snap
         done = self._read_later(crawl)
-        if snap is None:
+        # A table read quickly is waited for: served stale, it lagged the page's figures
+        # by up to MIN_AGE plus a poll (issue 50: a rate 3-20 s old, a cancelled crawl's
+        # backlog); only a big crawl's slow read answers from the last snapshot meanwhile.
+        if snap is None or snap.took_s < COLD_WAIT:
             done.wait(COLD_WAIT)
         return self._snaps.get(crawl.id)
+
+    def forget(self, crawl_id: str | None) -> None:
+        """Drop the crawl's snapshot (None: every crawl's): an operator changed what it shows
+        (a host's rate, a ceiling, its steering), so the next request reads it again rather
+        than showing the old value."""
+        if crawl_id is None:
+            self._snaps.clear()
+        else:
+            self._snaps.pop(crawl_id, None)
 
     def _read_later(self, crawl: Crawl) -> threading.Event:
         with self._lock:

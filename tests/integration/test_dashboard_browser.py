@@ -256,3 +256,94 @@ def test_cancel_from_the_crawl_page(settings, celery_worker, browser):
             assert errors == []
             ctx.close()
     assert summary["status"] == "cancelled" and summary["counters"]["done"] < 40
+
+
+def test_a_crawl_that_fetched_nothing_shows_as_failed(settings, celery_worker, browser):
+    """Nothing answers at its seed: the crawl is over with nothing fetched. The page says
+    failed (not a green finished), gives no pages/s for 0 pages, and its Errors card says why
+    (issue 50 item 13)."""
+    crawl = start_crawl(["http://127.0.0.39:9/"], settings=settings, allow_private_networks=True)
+    crawl.wait(timeout=60)
+    with dashboard(settings.broker_url) as base:
+        ctx = browser.new_context(
+            http_credentials={"username": AUTH[0], "password": AUTH[1]}, viewport=VIEWPORT
+        )
+        page = ctx.new_page()
+        errors = _console_errors(page)
+        page.goto(f"{base}/crawls/{crawl.id}")
+        badge = page.locator("#status", has_text="failed")
+        badge.wait_for(timeout=UI_WAIT)
+        assert "failed" in (badge.get_attribute("class") or "")
+        assert page.locator('[data-figure="pages_per_s"]').first.inner_text() == "—"
+        row = page.locator("#errors tbody tr").first
+        row.wait_for(timeout=UI_WAIT)
+        assert row.locator("td").nth(3).inner_text().strip(), row.inner_text()
+        page.goto(base + "/")
+        listed = page.locator(f'tr[data-crawl="{crawl.id}"]')
+        listed.wait_for(timeout=UI_WAIT)
+        assert "failed" in listed.inner_text() and "finished" not in listed.inner_text()
+        assert errors == []
+        ctx.close()
+
+
+def test_a_cancel_from_the_cli_a_rate_and_long_messages(settings, browser):
+    """No worker serves the crawl, so a CLI cancel leaves it cancelling: the page says so,
+    without pages/s or an ETA, and the cancel is in its Actions log. A rate set on the page
+    shows in the host table with the next refresh (it lagged 3-20 s), and a long error
+    message wraps inside its card (issue 50 item 13)."""
+    from click.testing import CliRunner
+
+    from crawler_tasks.surface.cli import main as cli
+
+    seeds = [f"http://127.0.0.39:9/{i}" for i in range(20)]
+    crawl = start_crawl(seeds, settings=settings, allow_private_networks=True)
+    # A failure with a long message, as a dead letter and its counter (what a worker writes).
+    pk = crawl.ck.parts[0]
+    long = "connection refused " + "x" * 400
+    crawl.client.hset(pk.failed, "http://127.0.0.39:9/0", json.dumps(
+        {"url": "http://127.0.0.39:9/0", "error": "connection", "detail": long}
+    ))  # fmt: skip
+    crawl.client.hincrby(pk.stats, "failed:connection", 1)
+    with dashboard(settings.broker_url) as base:
+        ctx = browser.new_context(
+            http_credentials={"username": AUTH[0], "password": AUTH[1]}, viewport=VIEWPORT
+        )
+        page = ctx.new_page()
+        errors = _console_errors(page)
+        page.goto(f"{base}/crawls/{crawl.id}")
+        page.locator("#status", has_text="running").wait_for(timeout=UI_WAIT)
+        result = CliRunner().invoke(cli, ["cancel", crawl.id, "--broker", settings.broker_url])
+        assert result.exit_code == 0, result.output
+        page.locator("#status", has_text="cancelling").wait_for(timeout=UI_WAIT)
+        assert page.locator("#eta").inner_text() == "—"
+        assert page.locator('[data-figure="pages_per_s"]').first.inner_text() == "—"
+        logged = page.locator('#actions li[data-action="cancel"]')
+        logged.wait_for(timeout=UI_WAIT)
+        assert "by cli" in logged.inner_text()
+
+        # The long message wraps: its cell ends inside the Errors card.
+        message = page.locator("#errors tbody tr td.message").first
+        message.wait_for(timeout=UI_WAIT)
+        card = page.locator("section.card", has=page.locator("#errors"))
+        cell_box, card_box = message.bounding_box(), card.bounding_box()
+        assert cell_box and card_box
+        assert cell_box["x"] + cell_box["width"] <= card_box["x"] + card_box["width"] + 1
+
+        # A host's rate set on the page is in the host table by the next refresh (3 s; it
+        # took 6 s or more, a snapshot kept 5 s and read every 6 s).
+        page.fill("#rate-host", "127.0.0.39")
+        page.fill("#rate-value", "6")
+        page.click("#rate-form button[type=submit]")
+        page.locator("#control-result", has_text="rate: done").wait_for(timeout=UI_WAIT)
+        title = "This crawl's rate (req/s)"
+        row = page.locator('#hosts tbody tr[data-host="127.0.0.39"]')
+
+        def shown_rate() -> str:
+            texts = page.locator("#hosts thead th").all_inner_texts()
+            if title not in texts or not row.count():
+                return ""
+            return row.locator("td").nth(texts.index(title)).inner_text()
+
+        wait_until(lambda: shown_rate() == "6", timeout=4.5)
+        assert errors == []
+        ctx.close()

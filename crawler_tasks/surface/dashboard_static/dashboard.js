@@ -5,7 +5,6 @@
 // Every few seconds: each refresh of the crawl page costs Redis ~25 round trips
 // (bench/dashboard.py measures what an open page adds to a broad crawl's Redis CPU).
 const REFRESH_MS = 3000;
-const HOSTS_REFRESH_MS = 6000;
 const HOSTS_PER_PAGE = 50;
 
 function el(tag, text, cls) {
@@ -76,7 +75,7 @@ function crawlRow(c) {
   const link = el("a", c.crawl_id);
   link.href = "/crawls/" + encodeURIComponent(c.crawl_id);
   const first = el("td"); first.appendChild(link); tr.appendChild(first);
-  cell(tr, c.status + (c.error ? " (" + c.error + ")" : ""));
+  cell(tr, c.shown_status + (c.error ? " (" + c.error + ")" : ""), "status-" + c.shown_status);
   cell(tr, duration(c.age_s), "num");
   cell(tr, fmt(c.done, 0) + " / " + fmt(c.admitted, 0), "num done-admitted");
   const bar = el("td"); bar.appendChild(miniBar(c.done_share)); tr.appendChild(bar);
@@ -117,8 +116,9 @@ function eta(f) { return f.final ? "done" : (f.eta_s === undefined ? "—" : dur
 function showFigures(f, admission) {
   document.getElementById("crawl-id").textContent = f.crawl_id;
   const badge = document.getElementById("status");
-  badge.textContent = f.status + (f.paused && f.status !== "paused" ? " (paused)" : "");
-  badge.className = "badge " + f.status;
+  // shown_status: "failed" for a crawl over that fetched nothing, else its status.
+  badge.textContent = f.shown_status + (f.paused && f.status !== "paused" ? " (paused)" : "");
+  badge.className = "badge " + f.shown_status;
   for (const node of document.querySelectorAll("[data-figure]")) {
     node.textContent = fmt(f[node.dataset.figure]);
   }
@@ -237,7 +237,7 @@ function showPage(d) {
   });
   fillRows("errors", d.errors, (e) => {
     const tr = el("tr"); tr.dataset.class = e["class"];
-    cell(tr, e["class"]); cell(tr, fmt(e.count, 0), "num"); cell(tr, e.url, "url"); cell(tr, e.message);
+    cell(tr, e["class"]); cell(tr, fmt(e.count, 0), "num"); cell(tr, e.url, "url"); cell(tr, e.message, "message");
     return tr;
   });
   fillRows("workers", d.workers, (w) => {
@@ -257,7 +257,8 @@ function showPage(d) {
 function hostCell(tr, key, value) {
   if (key === "rate" && value === null) { cell(tr, "no limit", "num"); return; }
   const numeric = typeof value === "number";
-  cell(tr, numeric ? fmt(value) : (value === null ? "—" : value), numeric ? "num" : (key === "state" ? "state-" + value : ""));
+  const cls = numeric ? "num" : (key === "state" ? "state-" + value : (key === "why" ? "message" : ""));
+  cell(tr, numeric ? fmt(value) : (value === null ? "—" : value), cls);
 }
 
 function showHosts(page) {
@@ -296,7 +297,9 @@ async function refreshHosts() {
   catch (e) { problem("cannot read the hosts: " + e.message); }
 }
 
+// The host table is read with the rest of the page, so it is never older than the figures.
 async function refreshCrawl() {
+  refreshHosts();
   try {
     showPage(await api("/api/crawls/" + encodeURIComponent(crawlId) + "/page"));
     problem(null);
@@ -328,9 +331,8 @@ function startCrawlPage() {
   }
   document.getElementById("hosts-prev").addEventListener("click", () => { hosts.offset = Math.max(0, hosts.offset - HOSTS_PER_PAGE); refreshHosts(); });
   document.getElementById("hosts-next").addEventListener("click", () => { hosts.offset += HOSTS_PER_PAGE; refreshHosts(); });
-  refreshCrawl(); refreshHosts();
+  refreshCrawl();
   setInterval(refreshCrawl, REFRESH_MS);
-  setInterval(refreshHosts, HOSTS_REFRESH_MS);
 }
 
 if (document.body.dataset.page === "crawls") {
