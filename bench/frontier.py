@@ -37,51 +37,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+import _frontier_tails
 import _util
 import redis
+from _urls import realistic_urls
 
 from crawler_tasks import start_crawl
 from crawler_tasks.settings import load
 from crawler_tasks.surface.embedded import local_workers, private_redis
 from crawler_tasks.web.urls import normalize
 from crawler_tasks.worker.process.app import QUEUES, make_app
-
-WORDS = [
-    "summer",
-    "linen",
-    "shirt",
-    "classic",
-    "blue",
-    "garden",
-    "chair",
-    "oak",
-    "table",
-    "lamp",
-    "vintage",
-    "leather",
-    "boots",
-    "wool",
-    "scarf",
-    "ceramic",
-    "mug",
-    "travel",
-]
-
-
-def realistic_urls(n: int, domains: int) -> list[str]:
-    """Shop/news/blog-like URLs (~80 characters) over ``domains`` hosts, round-robin."""
-    out = []
-    for i in range(n):
-        d = i % domains
-        a, b, c = WORDS[i % 18], WORDS[(i // 18) % 18], WORDS[(i // 324) % 18]
-        if d % 3 == 0:
-            url = f"https://www.shop{d}.example.com/en-gb/{a}/{b}-{c}-{a}-{i}.html?variant={i % 7}"
-        elif d % 3 == 1:
-            url = f"https://news{d}.example.org/{2020 + i % 5}/{i % 12 + 1:02d}/{a}-{b}-{c}-{i}/"
-        else:
-            url = f"https://blog.site{d}.example.net/posts/{i}/{a}-{b}-{c}?utm_source=feed"
-        out.append(normalize(url))
-    return out
 
 
 def used_memory(client: redis.Redis) -> int:
@@ -320,7 +285,10 @@ def main() -> int:
     p.add_argument("--cancel-timeout", type=float, default=150.0)
     p.add_argument("--skip-broker", action="store_true", help="memory part only")
     p.add_argument("--admit-pages", type=int, default=3000, help="pages in the admission part")
+    _frontier_tails.arguments(p)
     args = p.parse_args()
+    if args.tails:
+        return _frontier_tails.main(args)
     _util.log(args, f"memory: admitting {args.urls:,} URLs over {args.domains} domains")
     mem = memory_part(args)
     _util.log(args, f"admission: outlinks of {args.admit_pages:,} link-dense pages")

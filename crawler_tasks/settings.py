@@ -148,6 +148,15 @@ class Settings:
     #: split by a hash of the domain; see state/keys.py). 0 = automatic: 1 on a standalone
     #: Redis, 4 per master on a Redis Cluster, so one crawl spreads over every master.
     partitions: int = limited(0, 0, 1024)
+    #: Crawl default. URLs a host's head holds in Redis (state/tails.py); the rest wait in its
+    #: spill buffer and in chunks in the chunk store. 0: about 5 minutes of fetching at the
+    #: host's pace (at least 4; a host without a rate limit never spills).
+    frontier_head: int = limited(0, 0, 100_000_000)
+    #: Crawl default. URLs per chunk: a host's spill buffer is written out when this long.
+    frontier_chunk: int = limited(128, 2, 100_000)
+    #: Crawl default. The chunk store, a directory every worker of the crawl reads and writes;
+    #: "" = ``frontier`` under the crawl's output directory (its workers' CRAWLER_OUTPUT_DIR).
+    frontier_store: str = ""
 
     # --- politeness ----------------------------------------------------------------------------
     #: Crawl default. Requests per second per domain, cluster-wide.

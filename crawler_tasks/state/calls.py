@@ -25,6 +25,7 @@ class AdmitCall:
     packed_hashes: bytes
     known: int
     cap: int = -1  # room granted by reserve.lua; -1: none
+    tails: tuple[str | int | float, ...] = ()  # tails.tails_args: heads and spill buffers
 
     def args(self, items: list[tuple[str, str]]) -> list[str | int | float | bytes]:
         """``items``: (domain, entry) per URL, in the order of ``packed_hashes``."""
@@ -39,6 +40,7 @@ class AdmitCall:
             self.packed_hashes,
             self.known,
             self.cap,
+            *self.tails,
         ]
         for domain, value in items:
             out.append(domain)
@@ -68,6 +70,8 @@ class ReleaseCall:
     address_interval: float = 0.0  # seconds between two requests to one address (0: none)
     address_concurrency: int = 0  # in flight per address (0: none)
     address_prefix: str = ""  # the partition's address keys (PartKeys.address_prefix)
+    tails: tuple[str | int | float, ...] = ()  # tails.tails_args: heads and spill buffers
+    dfs: bool = False
 
     def args(self) -> list[str | int | float]:
         return [
@@ -88,4 +92,6 @@ class ReleaseCall:
             self.address_interval,
             self.address_concurrency,
             self.address_prefix,
+            *self.tails,
+            1 if self.dfs else 0,
         ]

@@ -24,6 +24,7 @@ from .keys import CrawlKeys
 from .options import CrawlOptions
 from .pacing import address_limits
 from .scripts import Call, Carried, Scripts
+from .tails import Tails, tails_args
 
 #: URLs per admit.lua call: keeps each script run short (Redis is single-threaded).
 ADMIT_CHUNK = 1000
@@ -89,6 +90,8 @@ class Frontier:
         self.known = known
         #: The crawl's own host rates: the owner's, and an operator's set while it runs.
         self.rates = CrawlRates(client, ck, opts.rates)
+        #: Each host's URLs beyond its head, out of Redis: the dispatcher's flushes and refills.
+        self.tails = Tails(client, ck, opts, scripts)
 
     def domain_of(self, url: str) -> str:
         return domain_key(url, self.opts.domain_key)
@@ -156,8 +159,9 @@ class Frontier:
             packed_hashes=packed,
             known=skipped + extra,
             cap=cap,
+            tails=tuple(tails_args(self.opts, pk)),
         )
-        keys = [pk.flow, pk.stats, pk.ready]
+        keys = [pk.flow, pk.stats, pk.ready, pk.full]
         keys += [pk.bloom(s) for s in shards]  # only the shards these URLs touch
         admit = Call(self.scripts.admit, keys, call.args([(d, v) for d, v, _ in batch]))
 
@@ -225,9 +229,11 @@ class Frontier:
             address_interval=ip_iv,
             address_concurrency=ip_conc,
             address_prefix=pk.address_prefix,
+            tails=tuple(tails_args(opts, pk)),
+            dfs=opts.order == "dfs",
         )
         out = self.scripts.release(
-            keys=[pk.ready, pk.inflight, pk.stats, pk.retry, pk.flow],
+            keys=[pk.ready, pk.inflight, pk.stats, pk.retry, pk.flow, pk.low],
             args=call.args(),
             client=self.client,
         )
@@ -253,24 +259,31 @@ class Frontier:
         cancelled, unfetched and unrecorded, in one cancel.lua call."""
         pk = self.ck.parts[part]
         counted, left = self.scripts.cancel(
-            keys=[pk.ready, pk.stats, pk.retry, pk.flow],
-            args=[pk.queue_prefix, most],
+            keys=[pk.ready, pk.stats, pk.retry, pk.flow, pk.low, pk.full, pk.spilled],
+            args=[pk.queue_prefix, most, pk.spill_prefix, pk.index_prefix],
             client=self.client,
         )
         return Cancelled(int(counted), int(left))
 
 
 def backlog(client: redis.Redis, ck: CrawlKeys, top: int = 10) -> list[tuple[str, int]]:
-    """Domains with the most pending URLs (scans at most 1,000 ready domains each
-    partition): a read of the frontier for the views (status, the dashboard), apart from
-    :class:`Frontier`, which admits and releases."""
+    """Domains with the most pending URLs, their tails counted (state/tails.py; scans at most
+    1,000 ready domains and 1,000 waiting for a refill each partition): a read of the
+    frontier for the views (status, the dashboard), apart from :class:`Frontier`, which
+    admits and releases."""
     sizes: list[tuple[str, int]] = []
     for pk in ck.parts:
-        domains = [_text(d) for d in client.zrange(pk.ready, 0, 999)]
+        ready = [_text(d) for d in client.zrange(pk.ready, 0, 999)]
+        low = [_text(d) for d in client.srandmember(pk.low, 1000) or []]
+        domains = list(dict.fromkeys(ready + low))
         pipe = client.pipeline(transaction=False)
         for d in domains:
             pipe.llen(pk.queue(d))
-        sizes += zip(domains, pipe.execute(), strict=True)
+            pipe.llen(pk.spill(d))
+        raw = pipe.execute()
+        chunked = client.hmget(pk.spilled, domains) if domains else []
+        heads = [raw[i] + raw[i + 1] for i in range(0, len(raw), 2)]
+        sizes += [(d, h + int(c or 0)) for d, h, c in zip(domains, heads, chunked, strict=True)]
     return sorted(sizes, key=lambda x: -x[1])[:top]
 
 

@@ -77,7 +77,15 @@ fails on any key a crawl writes that this table does not describe, or whose type
                                     steering
     P:{C/N}:stats            hash   counters (formats.Counter and the formats families)
     P:{C/N}:bloom:N          string Bloom filter shard N of the partition's URLs
-    P:{C/N}:q:D              list   pending frontier entries of one domain (formats.entry)
+    P:{C/N}:q:D              list   pending frontier entries of one domain (formats.entry): its
+                                    head, at most ``frontier_head`` admitted (state/tails.py)
+    P:{C/N}:sp:D             list   domain D's spill buffer: entries admitted beyond its head,
+                                    written as one chunk when ``frontier_chunk`` long
+    P:{C/N}:ix:D             list   ids of domain D's chunks in the chunk store, the next to
+                                    refill first (state/tails.py chunk_id)
+    P:{C/N}:spilled          hash   domain -> URLs of the domain in chunks (not in Redis)
+    P:{C/N}:full             set    domains whose spill buffer is full (to be flushed)
+    P:{C/N}:low              set    domains whose head is low with chunks to refill it from
     P:{C/N}:ready            zset   domains with pending work, scored by when they may go next
     P:{C/N}:dom:D            hash   politeness state of a domain: tat, slow, not_before, delay,
                                     iv, sl (interval and burst slack of the last release),
@@ -264,6 +272,12 @@ class PartKeys:
         self.persec = f"{base}:persec"
         self.sitemaps = f"{base}:sitemaps"
         self.queue_prefix = f"{base}:q:"
+        #: A domain's tail (state/tails.py): its spill buffer and chunk index, in this slot.
+        self.spill_prefix = f"{base}:sp:"
+        self.index_prefix = f"{base}:ix:"
+        self.spilled = f"{base}:spilled"
+        self.full = f"{base}:full"
+        self.low = f"{base}:low"
         self.lease_prefix = f"{base}:lease:"
         self.domain_prefix = f"{base}:dom:"
         #: Server address keys (state/pacing.py): ``address_prefix`` + ":A", "l:A", "w:A".
@@ -277,6 +291,12 @@ class PartKeys:
 
     def domain(self, domain: str) -> str:
         return self.domain_prefix + domain
+
+    def spill(self, domain: str) -> str:
+        return self.spill_prefix + domain
+
+    def chunks(self, domain: str) -> str:
+        return self.index_prefix + domain
 
     def lease(self, domain: str) -> str:
         return self.lease_prefix + domain

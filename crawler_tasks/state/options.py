@@ -94,6 +94,11 @@ class CrawlOptions:
     partitions: int = setting("partitions")
     #: Hash tags of the partitions on a Redis Cluster (connection.placed_tags); () = "0".."P-1".
     partition_tags: tuple[str, ...] = ()
+    #: A host's head in Redis and its tail's chunks (state/tails.py), fixed at start: every
+    #: worker spills and refills the same way, to and from the same store.
+    frontier_head: int = setting("frontier_head")
+    frontier_chunk: int = setting("frontier_chunk")
+    frontier_store: str = setting("frontier_store")
     max_url_length: int = setting("max_url_length")
     max_repeated_segments: int = setting("max_repeated_segments")
     #: Retries of a retryable failure before it is final; back-off in seconds (doubling,

@@ -144,7 +144,8 @@ class Politeness:
         """A dead host's pending (depth, url), taken out of the frontier as in flight."""
         pk = self.ck.for_domain(domain)
         keys = [pk.inflight, pk.ready, pk.stats]
-        raw = self.scripts.drain(keys=keys, args=[pk.queue(domain), domain], client=self.client)
+        args = [pk.queue(domain), domain, pk.spill(domain)]
+        raw = self.scripts.drain(keys=keys, args=args, client=self.client)
         return [formats.parse_entry(e.decode("utf-8", "surrogateescape")) for e in raw]
 
     def _done(
@@ -243,15 +244,19 @@ class Politeness:
             pipe.hgetall(self.ck.domain(d))
             pipe.llen(self.ck.queue(d))
             pipe.zcard(self.ck.lease(d))
+            # Pending beyond its head: its spill buffer and its chunks (state/tails.py).
+            pipe.llen(self.ck.for_domain(d).spill(d))
+            pipe.hget(self.ck.for_domain(d).spilled, d)
             if cluster_rates is None:
                 pipe.hget(self.ck.cluster_rates, d)
         raw = pipe.execute()
-        per = 3 if cluster_rates is not None else 4
+        per = 5 if cluster_rates is not None else 6
         out = []
         for i, d in enumerate(names):
-            state, pending, inflight = raw[i * per : i * per + 3]
+            state, head, inflight, buffered, chunked = raw[i * per : i * per + 5]
+            pending = head + buffered + int(chunked or 0)
             if cluster_rates is None:
-                cluster = raw[i * per + 3]
+                cluster = raw[i * per + 5]
             else:
                 cluster = cluster_rates.get(d.encode("utf-8", "surrogateescape"))
             own = self.owner_rates.get(d)

@@ -22,6 +22,8 @@ from redis.exceptions import (
 
 # Scripts that use the Bloom helpers get ``bloom_lib.lua`` prepended (EVAL cannot import).
 _WITH_BLOOM = {"admit", "bloom_add"}
+# Scripts that place entries in a domain's head or tail get ``tails_lib.lua`` prepended.
+_WITH_TAILS = {"admit", "release"}
 # Scripts that take a slot of a host's send gate get ``gate_lib.lua`` prepended.
 _WITH_GATE = {"start", "gate", "subrequest"}
 
@@ -31,6 +33,8 @@ def source(name: str) -> str:
     text = resources.files("crawler_tasks.state").joinpath(f"lua/{name}.lua").read_text("utf-8")
     if name in _WITH_BLOOM:
         text = source("bloom_lib") + "\n" + text
+    if name in _WITH_TAILS:
+        text = source("tails_lib") + "\n" + text
     if name in _WITH_GATE:
         text = source("gate_lib") + "\n" + text
     return text
@@ -44,6 +48,8 @@ class Scripts:
         self.bloom_add = client.register_script(source("bloom_add"))
         self.release = client.register_script(source("release"))
         self.cancel = client.register_script(source("cancel"))
+        self.flush = client.register_script(source("flush"))
+        self.refill = client.register_script(source("refill"))
         self.done = client.register_script(source("done"))
         self.finish = client.register_script(source("finish"))
         self.finishing = client.register_script(source("finishing"))

@@ -38,7 +38,7 @@ import redis
 from ..errors import ConfigError, shown
 from ..settings import Settings
 from ..web.seeds import check_seeds
-from . import connection, events, objects, workers
+from . import chunk_store, connection, events, objects, workers
 from .admission import Admission
 from .bloom import BloomFilter, KnownURLs
 from .bodies import BodyStash
@@ -291,9 +291,10 @@ def plan(
         raise ConfigError("user_agent is empty: leave it out for the default (CRAWLER_USER_AGENT)")
     if objects.looks_like_url(output):  # s3://, or refused (gs://, a typo)
         output = objects.place(output)
-    return CrawlOptions.build(
+    opts = CrawlOptions.build(
         crawl_id or new_crawl_id(), tuple(urls), settings, 0.0, output=output, **options
     )
+    return chunk_store.placed(opts, settings)  # where every worker finds the others' chunks
 
 
 def start(

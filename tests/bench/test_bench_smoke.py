@@ -42,6 +42,10 @@ RUNS = {
 }
 #: More runs of a script, for a mode with a code path of its own: name -> (script, arguments).
 VARIANTS = {
+    "frontier.py --tails": (
+        "frontier.py",
+        "--tails --urls 3000 --hosts 20 --chunk 16 --release 1000",
+    ),
     "adaptive.py --warm-days": ("adaptive.py", "--pages 20 --days 2 --warm-days 1"),
     "broad.py --https --real-sizes": (
         "broad.py",

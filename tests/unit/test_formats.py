@@ -139,11 +139,13 @@ def test_release_call_fills_every_argument_release_lua_reads() -> None:
     call = calls.ReleaseCall(
         10, "q:", "l:", "d:", 180, float("inf"), 1, 2, "w", None, "", "",
         formats.Steering.PAUSED, "a\tb", 0.5, 2, "p:{c/0}:ip",
+        (4, 300.0, 1.0, 128, "sp:", "ix:", "d:"), True,
     )  # fmt: skip
     args = call.args()
-    assert len(args) == documented == 17
+    assert len(args) == documented == 25
     assert (args[5], args[9], args[12], args[13]) == ("inf", "inf", "paused", "a\tb")
-    assert args[14:] == [0.5, 2, "p:{c/0}:ip"]
+    assert args[14:17] == [0.5, 2, "p:{c/0}:ip"]
+    assert args[17:] == [4, 300.0, 1.0, 128, "sp:", "ix:", "d:", 1]  # tails_lib.lua, dfs
     # The steering word release.lua compares its steering argument with: anything but
     # "run" releases nothing (paused, cancelled).
     compared = set(re.findall(r"ARGV\[13\] [~=]= '(\w+)'", source))

@@ -140,7 +140,7 @@ def _sample(f: dataclasses.Field[Any]) -> Any:
 
 
 def _expected(name: str, value: Any) -> Any:
-    if name == "output":
+    if name in ("output", "frontier_store"):  # places, fixed absolute when planned
         return str(Path(value).resolve())
     return tuple(value) if isinstance(value, list) else value
 

@@ -1,12 +1,14 @@
--- Admit a batch of candidate URLs into one partition of a crawl, atomically (bloom_lib.lua is
--- prepended): Bloom check-and-set  +  push onto the per-domain frontier  +  completion count.
+-- Admit a batch of candidate URLs into one partition of a crawl, atomically (bloom_lib.lua and
+-- tails_lib.lua are prepended): Bloom check-and-set  +  push onto the per-domain frontier (its
+-- head, or its spill buffer beyond the head: tails_lib.lua)  +  completion count.
 -- Doing all three in one script is what makes the crawl exact: a URL whose Bloom bits are
 -- set is always also queued and counted, even if the calling worker dies right after. Every
 -- URL of the batch belongs to this partition (its domain's), whose Bloom filter holds only
 -- the partition's URLs, so all the keys are in one hash slot.
 --
 -- KEYS[1] partition flow hash ("in": URLs admitted)   KEYS[2] stats hash   KEYS[3] ready zset
--- KEYS[4..] the Bloom shard keys this batch touches (a shard in ARGV[8] indexes them)
+-- KEYS[4] full set (domains whose spill buffer holds a chunk: a dispatcher flushes them)
+-- KEYS[5..] the Bloom shard keys this batch touches (a shard in ARGV[8] indexes them)
 -- ARGV (built by calls.AdmitCall):
 -- ARGV[1] max_pages of a crawl with one partition (checked against its "admitted"), -1 none
 -- ARGV[2] k   ARGV[3] queue key prefix
@@ -18,6 +20,9 @@
 --          counted as discovered and as duplicates, nothing else
 -- ARGV[10] most URLs this call may admit (-1 = no limit): the room reserve.lua granted
 --          under max_pages when the crawl has several partitions
+-- ARGV[11..17] the heads and tails (tails_lib.lua tails_args): head size (0: the rule), its
+--          seconds of fetching, the crawl's interval, chunk size, buffer, index and domain
+--          prefixes
 -- then per URL: domain, entry ("depth|url", formats.entry). An empty domain marks a URL that
 -- robots.txt disallows (the caller knew the origin's rules): its bits are set, so it counts
 -- once, as robots_disallowed and skipped:robots_disallowed, and it is never queued, needs no
@@ -35,7 +40,8 @@ local force = ARGV[6] == '1'
 local m = tonumber(ARGV[7])
 local known = tonumber(ARGV[9]) or 0
 local cap = tonumber(ARGV[10])
-local FIRST = 11
+local T = tails_args(11)
+local FIRST = 18
 local count = (#ARGV - FIRST + 1) / 2
 local seen, reads = {}, nil
 if force then
@@ -47,10 +53,10 @@ else
     -- one pass (4 BITFIELD arguments a bit instead of 3 to read and 4 to write; the
     -- arguments are most of this script's time). A URL given twice reads as new twice, as
     -- with bloom_test; `picked` below counts the second as a duplicate.
-    local fresh = bloom_add(4, nshards, k, m, S, A, B, count)
+    local fresh = bloom_add(5, nshards, k, m, S, A, B, count)
     for i = 1, count do seen[i] = not fresh[i] end
   else
-    seen, reads = bloom_test(4, nshards, k, m, S, A, B, count)
+    seen, reads = bloom_test(5, nshards, k, m, S, A, B, count)
   end
 end
 
@@ -83,15 +89,40 @@ for i = 1, count do
     list[#list + 1] = entry
   end
 end
-if reads and admitted + blocked > 0 then bloom_set(4, nshards, k, reads, chosen) end
--- One push per domain (several values, in order): LPUSH a b c leaves c b a, as three LPUSHes.
-local push = dfs and 'LPUSH' or 'RPUSH'
+if reads and admitted + blocked > 0 then bloom_set(5, nshards, k, reads, chosen) end
+-- A domain's new entries go to its head while there is room and nothing of it waits in a tail
+-- (breadth-first: FIFO holds, the tail's entries are older); the rest to its spill buffer.
+-- Depth-first pushes them all on the head's top, and the head's bottom, past its size, goes
+-- to the top of the buffer. One push per domain and place, several values in order (LPUSH
+-- a b c leaves c b a, as three LPUSHes).
+local function push(cmd, key, list, lo, hi)
+  for i = lo, hi, BLOOM_MAX_ARGS do
+    redis.call(cmd, key, unpack(list, i, math.min(i + BLOOM_MAX_ARGS - 1, hi)))
+  end
+end
 for _, domain in ipairs(domains) do
   local list = by_domain[domain]
-  for lo = 1, #list, BLOOM_MAX_ARGS do
-    redis.call(push, qprefix .. domain, unpack(list, lo, math.min(lo + BLOOM_MAX_ARGS - 1, #list)))
+  local q, sp = qprefix .. domain, T.sprefix .. domain
+  local head = head_size(T, domain)
+  if dfs then
+    push('LPUSH', q, list, 1, #list)
+    local over = redis.call('LLEN', q) - head
+    if over > 0 then
+      -- RPOP's first is the bottom of the head: the newest spilled, it goes on the buffer's top.
+      local bottom = redis.call('RPOP', q, over)
+      push('LPUSH', sp, bottom, 1, #bottom)
+    end
+  else
+    local room = 0
+    if redis.call('LLEN', sp) == 0 and redis.call('LLEN', T.iprefix .. domain) == 0 then
+      room = math.max(0, math.min(#list, head - redis.call('LLEN', q)))
+    end
+    if room > 0 then push('RPUSH', q, list, 1, room) end
+    if room < #list then push('RPUSH', sp, list, room + 1, #list) end
   end
-  -- NX: a domain already waiting for its next token (or for a lease) keeps its time.
+  if redis.call('LLEN', sp) >= T.chunk then redis.call('SADD', KEYS[4], domain) end
+  -- NX: a domain already waiting for its next token (or for a lease) keeps its time. A domain
+  -- whose entries all went to its buffer is in the ready zset too: release.lua tops its head up.
   redis.call('ZADD', KEYS[3], 'NX', now, domain)
 end
 if admitted > 0 then

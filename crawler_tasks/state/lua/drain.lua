@@ -2,10 +2,13 @@
 -- caller records each with a final state without a request: the host was declared dead
 -- (done.lua) and probing it once per URL would take hours on a big site.
 -- KEYS[1] inflight  KEYS[2] ready  KEYS[3] stats
--- ARGV[1] the domain's queue key  ARGV[2] domain
+-- ARGV[1] the domain's queue key  ARGV[2] domain  ARGV[3] its spill buffer key (state/tails.py;
+-- its chunks stay in the store: a refill puts them back in the head, and they are released
+-- and finished as the head's are, the host being dead)
 -- Returns the entries ("depth|url", formats.entry).
 local entries = redis.call('LRANGE', ARGV[1], 0, -1)
-redis.call('DEL', ARGV[1])
+for _, e in ipairs(redis.call('LRANGE', ARGV[3], 0, -1)) do entries[#entries + 1] = e end
+redis.call('DEL', ARGV[1], ARGV[3])
 redis.call('ZREM', KEYS[2], ARGV[2])
 for _, e in ipairs(entries) do
   local bar = string.find(e, '|', 1, true)

@@ -14,8 +14,11 @@
 -- Crawl-delay is a minimum gap between requests: when it sets the interval there is no burst.
 -- The interval used, its burst slack and whether the crawl's owner set the rate are stored in
 -- the domain's hash ("iv", "sl", "own") for done.lua and the send gate (gate_lib.lua).
--- A domain is in the ready zset exactly while its queue is non-empty; its score is the
--- earliest time anything can change for it (next token, next lease expiry, Retry-After).
+-- A domain is in the ready zset exactly while its head or its spill buffer is non-empty
+-- (tails_lib.lua, prepended); its score is the earliest time anything can change for it (next
+-- token, next lease expiry, Retry-After). A head below its low-water mark is topped up from
+-- the buffer when no chunk comes first; else its domain goes to the low set, for a dispatcher
+-- to refill from its next chunk (refill.lua puts it back in the ready zset).
 --
 -- Every key is one partition's (one hash slot, so this runs on a Redis Cluster too): the
 -- dispatcher calls it once per partition. What is not the partition's arrives as arguments:
@@ -27,6 +30,7 @@
 --         ("paused", "cancelled" = 1) are read here, atomically with the release, so nothing
 --         is released once pause() or cancel() has returned (the dispatcher's steering
 --         argument may have been read just before it)
+-- KEYS[6] the low set (domains whose head is to be refilled from a chunk)
 -- ARGV (built by calls.ReleaseCall):
 -- ARGV[1] max domains per call  ARGV[2] queue prefix  ARGV[3] lease prefix
 -- ARGV[4] domain-state prefix   ARGV[5] lease seconds  ARGV[6] default rate (req/s)
@@ -53,6 +57,7 @@
 --          ipw:A (done.lua wakes them when one is returned).
 -- ARGV[17] the partition's address key prefix ("P:{C/N}:ip": the keys are prefix .. ":" .. A,
 --          prefix .. "l:" .. A and prefix .. "w:" .. A)
+-- ARGV[18..24] the heads and tails (tails_lib.lua tails_args)   ARGV[25] 1 = depth-first
 -- AutoThrottle: a domain's "at" (done.lua's delay from its latency) raises its interval (no
 -- burst then); "piv" stores the interval before it (done.lua's lower bound).
 -- Returns {"fetch", domain1, entry1, domain2, entry2, ...}. A cancelled crawl releases
@@ -66,6 +71,27 @@ local limit, qprefix, lprefix, dprefix = tonumber(ARGV[1]), ARGV[2], ARGV[3], AR
 local lease_s, default_rate = tonumber(ARGV[5]), tonumber(ARGV[6])
 local burst, conc = tonumber(ARGV[7]), tonumber(ARGV[8])
 local budget = tonumber(ARGV[10]) or math.huge
+local T, dfs = tails_args(18), ARGV[25] == '1'
+
+-- Domain d's head (q: its key, pending: its length) topped up when below its low-water mark
+-- (half its size): from its buffer when no chunk comes before it, else d is marked for a
+-- refill. Returns the head's new length.
+local function top_up(d, q, pending)
+  local head = head_size(T, d)
+  if pending >= math.ceil(head / 2) then return pending end
+  local sp = T.sprefix .. d
+  local buffered = redis.call('LLEN', sp)
+  if redis.call('LLEN', T.iprefix .. d) > 0 and (buffered == 0 or not dfs) then
+    redis.call('SADD', KEYS[6], d)
+    return pending
+  end
+  if buffered == 0 then return pending end
+  -- At most 1,000 entries a move: a head of the rule can be hundreds of entries.
+  local moved = redis.call('LPOP', sp, math.max(1, math.min(head - pending, 1000)))
+  if not moved then return pending end
+  redis.call('RPUSH', q, unpack(moved))
+  return pending + #moved
+end
 
 -- "d1<TAB>r1<TAB>d2<TAB>r2" -> {d1 = r1, d2 = r2}
 local function pairs_of(text)
@@ -161,7 +187,7 @@ end
 
 local function release_domain(d)
   local q, lease, dom = qprefix .. d, lprefix .. d, dprefix .. d
-  local pending = redis.call('LLEN', q)
+  local pending = top_up(d, q, redis.call('LLEN', q))
   if pending == 0 then
     redis.call('ZREM', KEYS[1], d)
     return
@@ -221,6 +247,9 @@ local function release_domain(d)
                  'iv', string.format('%.6f', ip_iv))
     end
   end
+  -- Emptied now: its buffer's next entries, when no chunk comes first (else it waits in the
+  -- low set, out of the ready zset, until refill.lua puts it back).
+  if pending == 0 then pending = top_up(d, q, 0) end
   if pending == 0 then
     redis.call('ZREM', KEYS[1], d)
   elseif now < nb then

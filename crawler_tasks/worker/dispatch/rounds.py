@@ -16,6 +16,7 @@ from ...state.frontier import CANCEL_BATCH
 from ...state.politeness import cluster_rates
 from ...state.status import steering_of
 from ...state.store import CrawlStore
+from ..process import faults
 from ..process.broker import BrokerView
 from ..runtime.context import Context
 from ..visit.recorder import crawl_finished
@@ -66,6 +67,9 @@ class Rounds:
                     continue
                 for i in range(parts):  # a different partition first each round: none starves
                     part = (self._round + i) % parts
+                    # The hosts' tails first (state/tails.py): a refilled head is released in
+                    # this same round, and a full spill buffer leaves Redis before more come.
+                    store.frontier.tails.tend(part, point=faults.point)
                     if budget == 0:
                         break
                     released = self._release(ctx, store, part, budget, rates, state)

@@ -1,0 +1,55 @@
+"""Where the frontier's chunks live (state/tails.py): a place named by the crawl option
+``frontier_store`` (``CRAWLER_FRONTIER_STORE``) that every worker of the crawl reads and writes,
+a local directory or ``s3://BUCKET/PREFIX`` (an object store, state/objects/). A chunk is one
+object, ``<store>/<crawl id>/<2 hex>/<name>``: 256 directories per crawl on a disk, not one per
+host (a directory per queue exhausts inodes: Scrapy #5275).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from ..settings import Settings
+from . import objects
+from .options import CrawlOptions
+
+
+def placed(opts: CrawlOptions, settings: Settings | None) -> CrawlOptions:
+    """A new crawl's options with its chunk store fixed (absolute): without one given,
+    ``frontier`` under its output (an object store's prefix, or a directory), else under the
+    starting process's ``CRAWLER_OUTPUT_DIR``."""
+    spec = opts.frontier_store
+    if not spec:
+        base = opts.output or (settings or Settings()).output_dir
+        spec = f"{base}/frontier" if objects.is_url(base) else str(Path(base) / "frontier")
+    return dataclasses.replace(opts, frontier_store=objects.place(spec))
+
+
+class ChunkStore:
+    """Named chunks of one crawl: put (whole: a reader never sees half a chunk), get, delete."""
+
+    def __init__(self, store: objects.ObjectStore) -> None:
+        self.objects = store
+
+    @classmethod
+    def of(cls, spec: str, crawl_id: str) -> ChunkStore:
+        return cls(objects.store_for(objects.place(spec)).child(crawl_id))
+
+    @staticmethod
+    def _name(name: str) -> str:
+        return f"{name[:2]}/{name}"
+
+    def put(self, name: str, data: bytes) -> None:
+        self.objects.put(self._name(name), data)  # the same name again replaces it whole
+
+    def get(self, name: str) -> bytes:
+        return self.objects.get(self._name(name))
+
+    def delete(self, name: str) -> None:
+        self.objects.delete(self._name(name))
+
+    def size(self) -> tuple[int, int]:
+        """(chunks, bytes) in the store now (benchmarks, tests)."""
+        names = list(self.objects.list())
+        return len(names), sum(self.objects.size(n) for n in names)
