@@ -9,6 +9,7 @@ line naming the variable, the value and why.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import re
 import ssl
@@ -23,6 +24,23 @@ ENV_PREFIX = "CRAWLER_"
 def variable(name: str) -> str:
     """``default_rate`` -> ``CRAWLER_DEFAULT_RATE``."""
     return ENV_PREFIX + name.upper()
+
+
+#: CRAWLER_* variables read that are not settings: fault injection (worker/process/faults.py).
+OTHER_VARIABLES = frozenset({"CRAWLER_FAULT_POINT"})
+
+
+def unknown_variables(declared: Iterable[str], env: Mapping[str, str]) -> list[str]:
+    """A warning for each ``CRAWLER_*`` variable in ``env`` that names no setting, with the
+    nearest one it may have meant: ``CRAWLER_DEFAULT_RAET=5`` was ignored without a word (and
+    a misspelt ``CRAWLER_BROKER_URl`` sent commands to someone else's Redis)."""
+    known = {variable(name) for name in declared} | OTHER_VARIABLES
+    warnings = []
+    for name in sorted(n for n in env if n.startswith(ENV_PREFIX) and n not in known):
+        near = difflib.get_close_matches(name.upper(), known, n=1, cutoff=0.8)
+        meant = f" (did you mean {near[0]}?)" if near else ""
+        warnings.append(f"warning: {name} is not a crawler setting: ignored{meant}")
+    return warnings
 
 
 def read_settings(

@@ -97,8 +97,14 @@ class Fail(click.ClickException):
 
 
 def settings_for(broker: str | None) -> Settings:
+    import dataclasses
+    import os
+
+    from ..environment import unknown_variables
     from .crawl import connect_settings
 
+    for warning in unknown_variables((f.name for f in dataclasses.fields(Settings)), os.environ):
+        click.echo(warning, err=True)
     try:
         settings = connect_settings(broker)
     except ValueError as exc:  # a CRAWLER_* variable that is not a number

@@ -94,7 +94,7 @@ def list_cmd(broker: str | None, limit: int, as_json: bool) -> None:
         click.echo(cli.dumps([c.to_json() for c in crawls]))
         return
     if not crawls:
-        click.echo("no crawls", err=True)
+        click.echo(f"no crawls at {redact(settings.state_url)}", err=True)
         return
     click.echo("CRAWL ID\tSTATUS\tAGE\tDONE\tQUEUED\tFAILED\tPAGES/S\tSEEDS")
     for c in crawls:

@@ -4,6 +4,7 @@ with nothing written before the check, or said plainly where it went through."""
 from __future__ import annotations
 
 import http.server
+import os
 import socket
 import threading
 
@@ -145,3 +146,18 @@ def test_the_python_api_cuts_echoed_input_too(settings):  # type: ignore[no-unty
         start_crawl(f"http://a.example/{LONG} b", settings=settings)
     for error in (unknown.value, seed.value):
         assert len(str(error)) < 300 and "(99,9" in str(error), str(error)[:300]
+
+
+def test_a_misspelt_crawler_variable_is_named_with_the_one_meant(redis_url):
+    """CRAWLER_DEFAULT_RAET=5 was ignored without a word; with CRAWLER_BROKER_URl, `crawler
+    list` read someone else's Redis and printed `no crawls` without naming it."""
+    env = {**os.environ, "CRAWLER_DEFAULT_RAET": "5", "CRAWLER_BROKER_URl": redis_url}
+    result = cli_process.run("list", "--broker", redis_url, env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines() == [
+        "warning: CRAWLER_BROKER_URl is not a crawler setting: ignored (did you mean "
+        "CRAWLER_BROKER_URL?)",
+        "warning: CRAWLER_DEFAULT_RAET is not a crawler setting: ignored (did you mean "
+        "CRAWLER_DEFAULT_RATE?)",
+        f"no crawls at {redis_url}",
+    ]
