@@ -37,7 +37,7 @@ from .dispatch.routing import own_queue
 from .output.files import process_tag
 from .process import malloc  # noqa: F401 (its worker_init handler caps the malloc arenas)
 from .process.app import RENDER_QUEUE, app
-from .process.broker import BrokerView
+from .process.queues import BrokerView
 from .runtime.context import Context, ProcessContext
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from crawler_tasks.state.keys import Keys
-from crawler_tasks.worker.process.broker import DIRECT_PREFIX
+from crawler_tasks.worker.process.queues import DIRECT_PREFIX
 from tests.faults.test_faults import cluster
 from tests.support.processes import stop_together
 from tests.support.waiting import wait_until

@@ -12,7 +12,7 @@ from crawler_tasks.state.formats import Inflight
 from crawler_tasks.worker.dispatch.departure import Departure
 from crawler_tasks.worker.dispatch.routing import HostRouter
 from crawler_tasks.worker.process.app import direct_queue, make_app
-from crawler_tasks.worker.process.broker import BrokerView
+from crawler_tasks.worker.process.queues import BrokerView
 
 GONE = "host-gone"
 

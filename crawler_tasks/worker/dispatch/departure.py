@@ -28,7 +28,7 @@ import time
 
 from ...state import workers
 from ...state.formats import LeaseEnd
-from ..process.broker import BrokerView
+from ..process.queues import BrokerView
 from ..runtime.context import Context
 
 log = logging.getLogger(__name__)

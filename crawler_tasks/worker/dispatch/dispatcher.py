@@ -15,7 +15,7 @@ It only schedules its parts, each with one job:
   messages published again (rarely).
 
 They publish through the context's one :class:`~crawler_tasks.worker.runtime.handoff.Publisher`, and
-ask the broker through one :class:`~crawler_tasks.worker.process.broker.BrokerView`.
+ask the broker through one :class:`~crawler_tasks.worker.process.queues.BrokerView`.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ import time
 from collections.abc import Callable
 
 from ...settings import Settings
-from ..process.broker import BrokerView
 from ..process.logs import Throttled
 from ..process.outage import REDIS_UNAVAILABLE
+from ..process.queues import BrokerView
 from ..runtime.context import Context
 from .repair import RECLAIM_EVERY, Repair
 from .rounds import Rounds

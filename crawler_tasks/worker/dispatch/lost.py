@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from ...state import workers
 from ...state.formats import Inflight
-from ..process.broker import FETCH_QUEUES, BrokerView, _fetch_urls, _lists, direct_queue
+from ..process.queues import FETCH_QUEUES, BrokerView, _fetch_urls, _lists, direct_queue
 from ..runtime.context import Context
 
 #: Seconds a released URL may wait unstarted before its message is looked for: longer than

@@ -23,7 +23,7 @@ from ...state import workers
 from ...state.formats import Inflight, LeaseEnd, Steering
 from ...state.option_checks import reap_after
 from ...state.store import CrawlStore
-from ..process.broker import BrokerView
+from ..process.queues import BrokerView
 from ..process.stall import StallGuard
 from ..runtime.context import Context
 from ..runtime.handoff import Stage

@@ -17,7 +17,7 @@ from ...state.politeness import cluster_rates
 from ...state.status import steering_of
 from ...state.store import CrawlStore
 from ..process import faults
-from ..process.broker import BrokerView
+from ..process.queues import BrokerView
 from ..runtime.context import Context
 from ..visit.recorder import crawl_finished
 from .repair import Repair

@@ -2,7 +2,7 @@
 
 A fetch process (one OS process that takes every fetch queue: a threads, gevent or solo pool)
 keeps its hosts' connections open; a host's released URLs go to one such process, through that
-process's own queue (broker.direct_queue), while it beats, so its next page finds its
+process's own queue (queues.direct_queue), while it beats, so its next page finds its
 connection open. As Scrapy's ``DownloaderAwarePriorityQueue`` keeps the choice of a download
 slot in one class, :class:`HostRouter` keeps every affinity decision here:
 
@@ -27,7 +27,7 @@ import time
 
 from ...state import workers
 from ...state.workers import Affinity
-from ..process.broker import FETCH_QUEUES, BrokerView, direct_queue
+from ..process.queues import FETCH_QUEUES, BrokerView, direct_queue
 from ..process.stall import StallGuard
 from ..runtime.context import Context
 

@@ -17,11 +17,11 @@ from kombu import Exchange, Queue
 from ...settings import Settings, load
 from ...state.connection import is_cluster, node_urls
 
-# The queues' names are the broker module's (the crawler's one view of the broker).
-from .broker import FETCH_QUEUES as FETCH_QUEUES
-from .broker import QUEUES as QUEUES
-from .broker import RENDER_QUEUE as RENDER_QUEUE
-from .broker import direct_queue as direct_queue
+# The queues' names are queues.py's (the crawler's one view of the broker).
+from .queues import FETCH_QUEUES as FETCH_QUEUES
+from .queues import QUEUES as QUEUES
+from .queues import RENDER_QUEUE as RENDER_QUEUE
+from .queues import direct_queue as direct_queue
 
 
 def broker_transport(url: str) -> str | None:
