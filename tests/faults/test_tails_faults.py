@@ -1,0 +1,38 @@
+"""A process killed at each step of a flush or a refill of the frontier's tails
+(state/tails.py: between the chunk's write and its swap into the index, after the swap,
+between a chunk's read and its move into the head, after the move and before its delete):
+the crawl still records every reachable page exactly once. Every host spills (heads of 4
+URLs, chunks of 4), so the points are reached many times."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.faults.test_faults import PARSE_TASKS, assert_exact, cluster, site, start, wait
+from tests.support.waiting import wait_until
+
+POINTS = [
+    "frontier_flush_written",
+    "frontier_flush_swapped",
+    "frontier_refill_read",
+    "frontier_refill_moved",
+]
+
+
+@pytest.mark.parametrize("point", POINTS)
+@pytest.mark.allow_worker_errors(".*")
+def test_killed_in_a_flush_or_refill(settings, redis_url, tmp_path, point):  # type: ignore[no-untyped-def]
+    with site() as (graph, servers), cluster(redis_url, tmp_path, **PARSE_TASKS) as c:
+        c.start("fetch1", "fetch", {"CRAWLER_FAULT_POINT": f"{point}:3"})
+        c.start("fetch2", "fetch")
+        c.start("parse", "parse")
+        seeds, crawl = start(settings, servers, frontier_head=4, frontier_chunk=4)
+        wait_until(lambda: c.procs["fetch1"].poll() is not None or crawl.finished, timeout=90)
+        killed = c.procs["fetch1"].poll() is not None
+        if killed:
+            c.specs["fetch1"][3].pop("CRAWLER_FAULT_POINT")
+            c._spawn("fetch1")
+        summary = wait(crawl, 150)
+    assert killed, f"fetch1 never reached {point}: the test checked nothing"
+    assert_exact(crawl, graph, seeds, summary)
+    assert crawl.store.frontier.tails.store.size()[0] <= 1  # at most the one a kill left
