@@ -12,6 +12,7 @@ string recorded in ``pages*.jsonl`` and the dead-letter list::
     │   ├── InvalidSeed              a seed URL that cannot be crawled; names the seed
     │   ├── UnknownCrawl             a crawl id Redis does not know (never started, expired)
     │   ├── ScheduleExists           a schedule added under a name already stored
+    │   ├── BrokerUnreachable        the broker/state Redis named cannot be used (refused...)
     │   └── RedisFull                Redis at maxmemory cannot hold a new crawl
     ├── RetryableError               worth trying again later: back into the frontier with
     │   │                            back-off and jitter, at most ``max_retries`` times
@@ -103,6 +104,13 @@ class ScheduleExists(ConfigError):
     def __init__(self, name: str) -> None:
         super().__init__(f"schedule {shown(name)} exists (--replace to replace it)")
         self.name = name
+
+
+class BrokerUnreachable(ConfigError):
+    """``start_crawl``'s broker does not answer (nothing listening, wrong password, TLS
+    mismatch): said in words, as the CLI says it, not as redis-py's ConnectionError."""
+
+    reason = "broker_unreachable"
 
 
 class RedisFull(ConfigError):

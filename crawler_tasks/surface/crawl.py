@@ -69,9 +69,16 @@ def start_crawl(
     obey_robots, sitemaps, schedule, on_finished... Unknown names and out-of-range values raise
     :class:`~crawler_tasks.errors.ConfigError` before anything is written.
     """
+    from ..errors import BrokerUnreachable
+    from ..state.connection import UNAVAILABLE
+    from .probe import problem
+
     settings = settings or connect_settings(broker)
     opts = plan(seeds, settings, crawl_id=crawl_id, output=output, rates=rates, **options)
-    return launch(opts, settings=settings, client=client)
+    try:
+        return launch(opts, settings=settings, client=client)
+    except UNAVAILABLE as exc:  # nothing written: the first write is what failed
+        raise BrokerUnreachable(problem(settings) or f"broker unreachable: {exc}") from None
 
 
 def plan(

@@ -12,10 +12,11 @@ import pytest
 import redis
 
 from crawler_tasks import start_crawl
-from crawler_tasks.errors import InvalidSeed, UnknownCrawl
+from crawler_tasks.errors import BrokerUnreachable, InvalidSeed, UnknownCrawl
 from crawler_tasks.settings import load
 from crawler_tasks.surface.crawl import Crawl
 from crawler_tasks.surface.crawl_command import _has_crawl_workers
+from crawler_tasks.surface.embedded import free_port
 from tests.support import cli_process
 from tests.support.sitegen import running_sites
 from tests.support.waiting import wait_until
@@ -161,3 +162,10 @@ def test_a_misspelt_crawler_variable_is_named_with_the_one_meant(redis_url):
         "CRAWLER_DEFAULT_RATE?)",
         f"no crawls at {redis_url}",
     ]
+
+
+def test_start_crawl_with_nothing_at_its_broker_raises_the_projects_error():
+    """It raised redis-py's raw ConnectionError; the CLI says it in one line."""
+    dead = f"redis://127.0.0.1:{free_port()}/0"
+    with pytest.raises(BrokerUnreachable, match="connection refused: nothing listens there"):
+        start_crawl([SEED], broker=dead)
