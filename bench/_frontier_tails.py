@@ -62,6 +62,7 @@ def one_case(args: Any, name: str, head: int, unpaced: bool) -> dict[str, Any]:
             output=tmp,
             frontier_head=head,
             frontier_chunk=args.chunk,
+            frontier_store=f"{tmp}/frontier",  # given: the default rule spills only with a store
             **pace,
         )
         ck = crawl.ck.parts[0]

@@ -150,12 +150,15 @@ class Settings:
     partitions: int = limited(0, 0, 1024)
     #: Crawl default. URLs a host's head holds in Redis (state/tails.py); the rest wait in its
     #: spill buffer and in chunks in the chunk store. 0: about 5 minutes of fetching at the
-    #: host's pace (at least 4; a host without a rate limit never spills).
+    #: host's pace (at least 4; a host without a rate limit never spills). A crawl without a
+    #: chunk store (see frontier_store) never spills, whatever this says.
     frontier_head: int = limited(0, 0, 100_000_000)
     #: Crawl default. URLs per chunk: a host's spill buffer is written out when this long.
     frontier_chunk: int = limited(128, 2, 100_000)
-    #: Crawl default. The chunk store, a directory every worker of the crawl reads and writes;
-    #: "" = ``frontier`` under the crawl's output directory (its workers' CRAWLER_OUTPUT_DIR).
+    #: Crawl default. The chunk store, a directory every worker of the crawl reads and writes
+    #: (shared by every machine of a cluster) or s3://BUCKET/PREFIX. "" = ``frontier`` under
+    #: the crawl's output when that is s3:// or frontier_head is given (> 0); else none: every
+    #: pending URL stays in Redis (a local directory is not readable from the other machines).
     frontier_store: str = ""
 
     # --- politeness ----------------------------------------------------------------------------

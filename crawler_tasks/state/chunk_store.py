@@ -16,12 +16,18 @@ from .options import CrawlOptions
 
 
 def placed(opts: CrawlOptions, settings: Settings | None) -> CrawlOptions:
-    """A new crawl's options with its chunk store fixed (absolute): without one given,
-    ``frontier`` under its output (an object store's prefix, or a directory), else under the
-    starting process's ``CRAWLER_OUTPUT_DIR``."""
+    """A new crawl's options with its chunk store fixed (absolute). Without one given:
+    ``frontier`` under its output when that is an object store (every machine reads it) or
+    when the crawl asked for heads of a given size (``frontier_head`` > 0: it means to spill;
+    a cluster of several machines must then share the directory); else none, and the crawl
+    keeps every pending URL in Redis, as before tails existed. A default of ``frontier``
+    under a local output directory would send each machine's spills to its own disk, where a
+    dispatcher on another machine cannot refill them: a URL lost, the crawl never complete."""
     spec = opts.frontier_store
     if not spec:
         base = opts.output or (settings or Settings()).output_dir
+        if not (objects.is_url(base) or opts.frontier_head > 0):
+            return opts
         spec = f"{base}/frontier" if objects.is_url(base) else str(Path(base) / "frontier")
     return dataclasses.replace(opts, frontier_store=objects.place(spec))
 

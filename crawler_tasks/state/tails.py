@@ -37,6 +37,9 @@ log = logging.getLogger(__name__)
 
 #: Seconds of fetching at its pace a host's head holds under the default rule (BUbiNG's).
 HEAD_SECONDS = 300.0
+#: The head of a crawl without a chunk store (chunk_store.placed): one no admission fills, so
+#: nothing spills (tails_lib.lua's HEAD_UNBOUNDED, passed as an explicit size).
+NO_STORE_HEAD = 10**15
 #: Hosts flushed or refilled per partition in one dispatcher round: a round stays short.
 TEND_BATCH = 64
 #: zlib level of a chunk: 6 is within a few % of 9's size at a third of its time.
@@ -72,7 +75,7 @@ def tails_args(opts: CrawlOptions, pk: PartKeys) -> list[str | int | float]:
     rate = opts.rate
     iv = 0.0 if not rate or rate == float("inf") else 1.0 / rate
     return [
-        opts.frontier_head,
+        opts.frontier_head if opts.frontier_store else NO_STORE_HEAD,
         HEAD_SECONDS,
         iv,
         opts.frontier_chunk,

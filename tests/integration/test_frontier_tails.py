@@ -88,6 +88,18 @@ def test_spilled_urls_count_in_the_backlog(settings, client):  # type: ignore[no
     assert crawl.read_progress().counts["queued"] == 51
 
 
+def test_no_chunk_store_no_spill(settings, client):  # type: ignore[no-untyped-def]
+    """The default head rule (about 5 minutes at the host's pace: 4 URLs at 0.01 req/s), local
+    output and no frontier_store: nothing spills, since a chunk on one machine's disk could not
+    be refilled by another machine's dispatcher; every pending URL stays in the host's head."""
+    crawl = start_crawl(["http://a.example/"], settings=settings, client=client, rate=0.01)
+    assert crawl.options.frontier_store == ""
+    crawl.store.frontier.admit((normalize(f"http://a.example/p{i}"), 1) for i in range(50))
+    assert crawl.store.frontier.tails.tend(0).flushed == 0
+    pk = crawl.ck.parts[0]
+    assert client.llen(pk.queue("a.example")) == 51 and client.llen(pk.chunks("a.example")) == 0
+
+
 def test_polite_crawl_where_every_host_spills(settings, workers):  # type: ignore[no-untyped-def]
     """4 hosts x 30 pages at 4 req/s, heads of 4 URLs and chunks of 4: every host spills and is
     refilled many times. Every page once; no host over rate + burst in any window, one request
