@@ -15,9 +15,10 @@ from typing import Any
 
 import redis
 
+from .domain_pace import effective_rate
 from .formats import Inflight
 from .keys import CrawlKeys
-from .politeness import Politeness, effective_rate
+from .politeness import Politeness
 
 #: Hosts per pipelined round trip: ~4 commands each, a few ms of Redis per round trip.
 CHUNK = 2000

@@ -115,7 +115,7 @@ NO_ANSWER = Answer()
 
 def explain(info: dict[str, Any], p: Pacing, now: float) -> list[str]:
     """Why a host goes at its pace, in words (``status``, ``Crawl.domains()``, the dashboard's
-    host table): every limit that applies to it now, from :func:`politeness._describe`'s
+    host table): every limit that applies to it now, from :func:`domain_pace._describe`'s
     fields. The interval itself is ``info["interval"]`` (the last release's)."""
     why = [_rate_source(info, p.rate)]
     if info.get("crawl_delay") and not info.get("override"):

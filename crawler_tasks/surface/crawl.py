@@ -24,6 +24,7 @@ from ..settings import Settings
 from ..state import connection, objects
 from ..state import store as stores
 from ..state.ceilings import read as read_ceilings
+from ..state.domain_pace import effective_rate
 from ..state.figures import Detail, Listed, Live, Progress
 from ..state.formats import Counter
 from ..state.frontier import backlog
@@ -31,7 +32,6 @@ from ..state.health import no_room_for
 from ..state.keys import Keys
 from ..state.options import CrawlOptions
 from ..state.outlook import read_outlook
-from ..state.politeness import effective_rate
 from ..state.store import RedisHandle, new_crawl_id
 from ..state.summary import Summary
 from ..web.seeds import check_seeds
