@@ -113,6 +113,13 @@ class BrokerUnreachable(ConfigError):
     reason = "broker_unreachable"
 
 
+class NoWorkers(UserWarning):
+    """A warning, not an error: ``start_crawl`` stored a crawl while no worker process beats
+    on its Redis. Starting workers later is a real way to run (they pick the crawl up), so the
+    crawl is kept; but a newcomer's crawl that nobody serves looked ``running`` without a word
+    (issue 50). The CLI starts local workers, or refuses ``--no-wait``, in this case."""
+
+
 class RedisFull(ConfigError):
     """Redis refuses writes (``maxmemory`` reached) when a crawl is started: nothing stored."""
 

@@ -76,9 +76,32 @@ def start_crawl(
     settings = settings or connect_settings(broker)
     opts = plan(seeds, settings, crawl_id=crawl_id, output=output, rates=rates, **options)
     try:
-        return launch(opts, settings=settings, client=client)
+        crawl = launch(opts, settings=settings, client=client)
     except UNAVAILABLE as exc:  # nothing written: the first write is what failed
         raise BrokerUnreachable(problem(settings) or f"broker unreachable: {exc}") from None
+    _warn_if_unserved(crawl, settings)
+    return crawl
+
+
+def _warn_if_unserved(crawl: Crawl, settings: Settings) -> None:
+    """A crawl no worker process serves (none beat within the dead threshold) is said in one
+    warning line: it waits, ``running``, until workers start."""
+    import warnings
+
+    from ..errors import NoWorkers
+    from ..redaction import redact
+    from ..state import workers
+
+    if workers.alive(crawl.client, crawl.store.r.keys, settings.worker_dead_seconds):
+        return
+    warnings.warn(
+        NoWorkers(
+            f"crawl {crawl.id} is stored, but no worker process runs at "
+            f"{redact(settings.broker_url)}: it waits until workers start "
+            "(docs/operations/workers.md)"
+        ),
+        stacklevel=3,
+    )
 
 
 def plan(

@@ -419,7 +419,18 @@ def errors_page() -> str:
         + inspect.cleandoc("\n" + drawing)
         + "\n```\n\n"
         + _table(("class", "parents", "reason", "what it means"), rows)
+        + "\n\n## Warnings\n\nSaid with Python's `warnings` (not raised): the call went through.\n\n"
+        + _table(("class", "what it means"), warning_rows())
     )
+
+
+def warning_rows() -> list[tuple[str, str]]:
+    """The warning classes the errors module declares (outside the exception tree)."""
+    return [
+        (f"`{c.__name__}`", _escape_rst(inspect.getdoc(c) or ""))
+        for c in error_classes()
+        if issubclass(c, Warning)
+    ]
 
 
 # --- Redis keys ----------------------------------------------------------------------------------

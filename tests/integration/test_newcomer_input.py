@@ -7,13 +7,16 @@ import http.server
 import os
 import socket
 import threading
+import warnings
 
 import pytest
 import redis
 
 from crawler_tasks import start_crawl
-from crawler_tasks.errors import BrokerUnreachable, InvalidSeed, UnknownCrawl
+from crawler_tasks.errors import BrokerUnreachable, InvalidSeed, NoWorkers, UnknownCrawl
 from crawler_tasks.settings import load
+from crawler_tasks.state.keys import Keys
+from crawler_tasks.state.workers import Heartbeat
 from crawler_tasks.surface.crawl import Crawl
 from crawler_tasks.surface.crawl_command import _has_crawl_workers
 from crawler_tasks.surface.embedded import free_port
@@ -169,3 +172,22 @@ def test_start_crawl_with_nothing_at_its_broker_raises_the_projects_error():
     dead = f"redis://127.0.0.1:{free_port()}/0"
     with pytest.raises(BrokerUnreachable, match="connection refused: nothing listens there"):
         start_crawl([SEED], broker=dead)
+
+
+def test_start_crawl_with_no_worker_says_so(settings, client):  # type: ignore[no-untyped-def]
+    """It returned a 'running' crawl nobody serves without a word (the CLI starts local
+    workers or refuses --no-wait). The crawl is kept: workers started later pick it up."""
+    with pytest.warns(NoWorkers, match="no worker process runs at .*: it waits until workers"):
+        crawl = start_crawl([SEED], settings=settings, client=client)
+    assert crawl.progress()["status"] == "running"
+
+
+def test_start_crawl_with_a_living_worker_is_silent(settings, client):  # type: ignore[no-untyped-def]
+    """A process's real heartbeat (what every worker process runs) is enough: no warning."""
+    beat = Heartbeat(client, Keys(settings.key_prefix), "fetch1@test")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", NoWorkers)
+            start_crawl([SEED], settings=settings, client=client)
+    finally:
+        beat.stop()
