@@ -170,8 +170,8 @@ def _control(action: str, doc: str) -> click.Command:
 def forget(crawl_id: str, force: bool, broker: str | None, as_json: bool) -> None:
     """Delete a finished, cancelled, stranded or unreadable crawl's keys from Redis (its
     files stay); a running one only with --force."""
+    from ..state.registry import forget as forget_keys
     from ..state.store import RedisHandle
-    from ..state.store import forget as forget_keys
 
     settings, client = connect(broker)
     r = RedisHandle.connect(client, settings.key_prefix)

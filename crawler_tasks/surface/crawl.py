@@ -21,7 +21,7 @@ import redis
 
 from ..errors import ConfigError, RedisFull
 from ..settings import Settings
-from ..state import connection, objects
+from ..state import connection, objects, registry
 from ..state import store as stores
 from ..state.ceilings import read as read_ceilings
 from ..state.domain_pace import effective_rate
@@ -163,7 +163,7 @@ def launch(
     try:
         store = stores.start(r, opts, more_seeds=more_seeds)
     except redis.exceptions.OutOfMemoryError:
-        stores.unregister(r, opts)
+        registry.unregister(r, opts)
         raise RedisFull(_full_message(client, opts)) from None
     return Crawl(store.id, settings=settings, client=client, store=store)
 
@@ -291,7 +291,7 @@ class Crawl(CrawlHandle):
         """Delete the crawl's keys (its files stay); refused for a crawl that workers still
         serve unless ``force`` (stranded and unreadable ones go). Returns how many keys went."""
         self._store = None
-        return stores.forget(self._r, self.id, force, self.settings.worker_dead_seconds)
+        return registry.forget(self._r, self.id, force, self.settings.worker_dead_seconds)
 
     def failed(self) -> list[dict[str, Any]]:
         self.options  # noqa: B018  (UnknownCrawl)
@@ -312,10 +312,10 @@ class Crawl(CrawlHandle):
 
 def list_crawls(client: redis.Redis, keys: Keys, limit: int = 50) -> list[dict[str, Any]]:
     """The newest crawls: id, status, seeds, started_at and their progress counters; one that
-    cannot be read is an entry with ``unreadable`` (why) instead (store.listing)."""
+    cannot be read is an entry with ``unreadable`` (why) instead (registry.listing)."""
     return [entry.to_json() for entry in listed(client, keys, limit)]
 
 
 def listed(client: redis.Redis, keys: Keys, limit: int = 50) -> list[Listed]:
     """:func:`list_crawls`, typed (``crawler list``)."""
-    return stores.listing(RedisHandle.connect(client, keys.prefix), limit)
+    return registry.listing(RedisHandle.connect(client, keys.prefix), limit)

@@ -112,7 +112,8 @@ def _noted(handle: Crawl, settings: Settings) -> Summary:
 def _warn_if_running(settings: Settings, opts: CrawlOptions) -> None:
     """The same command run twice (a --no-wait repeated) would crawl one site twice at once:
     allowed (a recrawl may be meant), but said."""
-    from ..state.store import RedisHandle, same_seeds_running
+    from ..state.registry import same_seeds_running
+    from ..state.store import RedisHandle
 
     r = RedisHandle.connect(cli.client_for(settings), settings.key_prefix)
     for crawl_id in same_seeds_running(r, opts.seeds):

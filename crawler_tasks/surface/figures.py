@@ -18,8 +18,7 @@ import redis
 
 from ..errors import UnknownCrawl
 from ..settings import Settings
-from ..state import events, workers
-from ..state import store as stores
+from ..state import events, registry, workers
 from ..state.figures import Detail, Families, Listed, Progress
 from ..state.formats import Counter
 from ..state.store import RedisHandle
@@ -162,7 +161,7 @@ def crawls_list(client: redis.Redis, settings: Settings, limit: int = 50) -> lis
     figures as ``crawler status``), seeds and start time, as JSON."""
     r = RedisHandle.connect(client, settings.key_prefix)
     out = []
-    for crawl_id in stores.recent(r, limit):
+    for crawl_id in registry.recent(r, limit):
         crawl = Crawl(crawl_id, settings=settings, client=client)
         try:
             p = crawl.read_progress()

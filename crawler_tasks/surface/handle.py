@@ -13,8 +13,7 @@ import redis
 
 from ..errors import UnknownCrawl
 from ..settings import Settings, load
-from ..state import connection, objects
-from ..state import store as stores
+from ..state import connection, objects, registry
 from ..state.connection import check_redis_url
 from ..state.formats import Status
 from ..state.keys import CrawlKeys
@@ -97,7 +96,7 @@ class CrawlHandle:
             return Status.UNKNOWN
 
     def exists(self) -> bool:
-        return stores.exists(self._r, self.id)
+        return registry.exists(self._r, self.id)
 
     # --- its files ---------------------------------------------------------------------------
     @property

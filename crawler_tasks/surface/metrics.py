@@ -14,8 +14,7 @@ from prometheus_client.registry import Collector
 
 from ..errors import UnknownCrawl
 from ..settings import Settings
-from ..state import store as stores
-from ..state import workers
+from ..state import registry, workers
 from ..state.figures import FIGURES, Families, Progress
 from ..state.health import Memory, memory
 from ..state.store import RedisHandle
@@ -61,8 +60,8 @@ class CrawlCollector(Collector):
         return not ended or time.time() - ended <= self.settings.metrics_finished_seconds
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
-        skipped: list[str] = []  # unreadable options (store.recent): counted with the rest
-        ids = stores.recent(self.r, MAX_CRAWLS, skipped)
+        skipped: list[str] = []  # unreadable options (registry.recent): counted with the rest
+        ids = registry.recent(self.r, MAX_CRAWLS, skipped)
         counters = {
             n: CounterMetricFamily(f"crawler_{n}", text, labels=["crawl"])
             for n, text in _COUNTERS.items()

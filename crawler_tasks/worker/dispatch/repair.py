@@ -18,8 +18,7 @@ import time
 
 from ...errors import WorkerLost
 from ...settings import Settings
-from ...state import store as stores
-from ...state import workers
+from ...state import registry, workers
 from ...state.formats import Inflight, LeaseEnd, Steering
 from ...state.option_checks import reap_after
 from ...state.store import CrawlStore
@@ -55,7 +54,7 @@ class Repair:
         killed between release.lua and the publish); a duplicate is harmless because every
         task is idempotent, so the threshold only has to exceed any normal queueing delay."""
         n = 0
-        for crawl_id in stores.running(ctx.r):
+        for crawl_id in registry.running(ctx.r):
             store = ctx.store(crawl_id)
             if store is None:
                 continue
@@ -76,7 +75,7 @@ class Repair:
         living = workers.alive(ctx.client, ctx.keys, s.worker_dead_seconds)
         fetchers = sorted(m.decode() for m in ctx.client.smembers(ctx.keys.fetchers))
         idle = self._broker.idle_stages(fetchers)
-        n, running = 0, stores.running(ctx.r)
+        n, running = 0, registry.running(ctx.r)
         self._lost.forget_crawls(running)
         # Which fetch messages wait in a queue: read once a round, when a fetch is late.
         queued: set[str] | None = None

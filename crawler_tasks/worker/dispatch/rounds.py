@@ -10,7 +10,7 @@ import math
 import time
 
 from ...settings import Settings
-from ...state import store as stores
+from ...state import registry
 from ...state.formats import LeaseEnd, Steering
 from ...state.frontier import CANCEL_BATCH
 from ...state.politeness import cluster_rates
@@ -173,17 +173,17 @@ class Rounds:
             return [], 0, {}
         limit = self.settings.dispatch_queue_max
         if limit <= 0:
-            return stores.running(ctx.r), None, {}
+            return registry.running(ctx.r), None, {}
         keys = ctx.keys
         known = [(c, s) for c in self._running if (s := ctx.store(c)) is not None]
         reads = [s.lifecycle.steering_read() for _, s in known]
         holders = self._router.holders()
         look = self._broker.survey(ctx.client, holders, keys.running, keys.fetchers, reads)
         if look.waiting is None:
-            return stores.running(ctx.r), None, {}
+            return registry.running(ctx.r), None, {}
         if self._router.lengths(look.direct, look.fetchers):
             self._rates_read = -math.inf  # a fetch process joined: holders again at once
-        running = look.running if look.running is not None else stores.running(ctx.r)
+        running = look.running if look.running is not None else registry.running(ctx.r)
         self._running = running
         replies = look.reads or []
         steering = {c: steering_of(v) for (c, _), v in zip(known, replies, strict=False)}
