@@ -28,6 +28,7 @@ from ..state import objects, workers
 from ..state.objects import ObjectStore
 from ..state.segments import Segments
 from ..worker.output.read import latest_items, latest_pages
+from . import wacz as wacz_file
 from .cli_common import Fail, broker_option, handle, json_option, say
 
 Rows = Iterable[dict[str, Any]]
@@ -94,12 +95,12 @@ TEXT_FORMATS: dict[str, Callable[[Rows, Any], None]] = {
 FORMATS = (*TEXT_FORMATS, ".parquet")
 
 
-def check_target(path: Path, overwrite: bool) -> None:
+def check_target(path: Path, overwrite: bool, formats: tuple[str, ...] = FORMATS) -> None:
     """Everything that can be known before reading a record: one line each (exit 2)."""
     if path.is_dir():
         raise Fail(f"{path} is a directory")
-    if path.suffix.lower() not in FORMATS:
-        raise Fail(f"{path}: unknown format {path.suffix!r}; use one of {', '.join(FORMATS)}")
+    if path.suffix.lower() not in formats:
+        raise Fail(f"{path}: unknown format {path.suffix!r}; use one of {', '.join(formats)}")
     if path.suffix.lower() == ".parquet" and importlib.util.find_spec("pyarrow") is None:
         raise Fail("Parquet needs pyarrow: pip install 'crawler-tasks[export]'")
     if path.exists() and not overwrite:
@@ -167,10 +168,34 @@ def stored_place(crawl: Any) -> ObjectStore | None:
     return store
 
 
+def target_of(new_file: Path | None, any_file: Path | None, wacz: bool) -> Path:
+    """The file to write, checked (check_target) before anything is read."""
+    if (new_file is None) == (any_file is None):
+        raise Fail("give the file once: -o FILE (new) or -O FILE (replaced)")
+    # An object store as the target is not written yet: never a local directory named "s3:".
+    if objects.looks_like_url(str(new_file or any_file)):
+        raise Fail(f"{new_file or any_file}: export writes a local file (upload it after)")
+    target = (new_file or any_file or Path()).absolute()
+    check_target(target, any_file is not None, (".wacz",) if wacz else FORMATS)
+    if wacz and importlib.util.find_spec("cdxj_indexer") is None:
+        raise Fail("WACZ needs cdxj-indexer: pip install 'crawler-tasks[export]'")
+    return target
+
+
+def write_wacz(crawl_id: str, place: Path | ObjectStore, target: Path) -> int:
+    """The crawl's WACZ (surface/wacz.py); one line if it wrote no WARC file."""
+    names = wacz_file.warc_names(place)
+    if not names:
+        where = getattr(place, "url", place)
+        raise Fail(f"crawl {crawl_id} has no WARC files in {where}: nothing to archive")
+    return wacz_file.write(place, names, target, crawl_id)
+
+
 @click.command("export")
 @click.argument("crawl_id")
 @click.option("--items", is_flag=True, help="The extraction hook's items (with page_url).")
 @click.option("--pages", is_flag=True, help="The page records.")
+@click.option("--wacz", is_flag=True, help="The WARCs, index and pages as one .wacz (WACZ 1.1.1).")
 @click.option("-o", "new_file", type=click.Path(path_type=Path), help="Write FILE (new).")
 @click.option("-O", "any_file", type=click.Path(path_type=Path), help="Write FILE, replacing it.")
 @click.option(
@@ -185,6 +210,7 @@ def export(
     crawl_id: str,
     items: bool,
     pages: bool,
+    wacz: bool,
     new_file: Path | None,
     any_file: Path | None,
     directory: Path | None,
@@ -192,14 +218,12 @@ def export(
     as_json: bool,
 ) -> None:
     """Write a crawl's items or pages (last record per URL, every worker's files merged) as
-    .jsonl, .json, .csv or .parquet."""
-    if items == pages:
-        raise Fail("say what to export: --items or --pages (one of them)")
-    what = "items" if items else "pages"
-    if (new_file is None) == (any_file is None):
-        raise Fail("give the file once: -o FILE (new) or -O FILE (replaced)")
-    target = (new_file or any_file or Path()).absolute()
-    check_target(target, overwrite=any_file is not None)
+    .jsonl, .json, .csv or .parquet, or the crawl as a web archive (--wacz: its WARC files,
+    a CDXJ index and its pages in one .wacz that ReplayWeb.page and pywb open)."""
+    if items + pages + wacz != 1:
+        raise Fail("say what to export: --items, --pages or --wacz (one of them)")
+    what = "items" if items else "pages" if pages else "wacz"
+    target = target_of(new_file, any_file, wacz)
     place: Path | ObjectStore | None = directory
     if directory is None:
         crawl = handle(crawl_id, broker)
@@ -215,11 +239,12 @@ def export(
         raise Fail(f"no output of crawl {crawl_id} here: its files are in {directory}; --dir DIR")
     assert place is not None
     try:
-        n = write(records(place, what), target)
+        n = write_wacz(crawl_id, place, target) if wacz else write(records(place, what), target)
     except StoreUnavailable as exc:
         raise Fail(f"crawl {crawl_id}: cannot read {exc.directory}: {exc.why}") from None
     if as_json:
         written = {"crawl_id": crawl_id, "what": what, "count": n, "path": str(target)}
         say(True, {**written, "directory": str(getattr(place, "url", place))}, "")
         return
-    click.echo(f"{n} {what} of crawl {crawl_id} written to {target}", err=True)
+    noun = "pages archived" if wacz else what
+    click.echo(f"{n} {noun} of crawl {crawl_id} written to {target}", err=True)

@@ -94,13 +94,13 @@ def test_pages_last_record_per_url_and_the_same_as_crawl_pages(crawled, tmp_path
     ("args", "says"),
     [
         (["--items", "-o", "{tmp}/x.xlsx"], "unknown format"),
-        (["-o", "{tmp}/x.csv"], "--items or --pages"),
+        (["-o", "{tmp}/x.csv"], "--items, --pages or --wacz"),
         (["--items"], "-o FILE"),
         (["--items", "-o", "{tmp}/a.csv", "-O", "{tmp}/b.csv"], "-o FILE"),
         (["--items", "-o", "{tmp}/exists.csv"], "-O overwrites"),
         (["--items", "-o", "{tmp}/no/such/dir/x.csv"], "no directory"),
         (["--items", "-o", "{tmp}"], "is a directory"),
-        (["--items", "--pages", "-o", "{tmp}/x.csv"], "--items or --pages (one of them)"),
+        (["--items", "--pages", "-o", "{tmp}/x.csv"], "--pages or --wacz (one of them)"),
     ],
 )
 def test_bad_export_is_one_line_exit_2_and_writes_nothing(crawled, tmp_path, args, says):  # type: ignore[no-untyped-def]

@@ -220,6 +220,7 @@ OTHER_RECORDS = {
     ("surface/crawl_run.py", "first"),  # a dead letter (state/ledger.py): url, error, detail
     ("surface/crawl_run.py", "f"),
     ("surface/figures.py", "record"),
+    ("surface/wacz.py", "record"),  # a page record (pages-*.jsonl): fetched has a status
     ("surface/commands.py", "d"),  # a host's row (state/politeness.py): pending, in_flight
     ("surface/crawl_command.py", "ctx.params"),  # the command line's parameters
     ("surface/schedule_command.py", "entry"),  # a schedule (state/schedules.py): its seeds
