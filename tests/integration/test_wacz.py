@@ -122,3 +122,26 @@ def test_bad_wacz_export_is_one_line_exit_2_and_writes_nothing(crawled, tmp_path
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and says in lines[0], result.stderr
     assert sorted(tmp_path.rglob("*")) == before
+
+
+def test_wacz_of_objects_in_an_s3_store(crawled, s3, tmp_path):  # type: ignore[no-untyped-def]
+    """The same crawl's files as objects of a real S3 API server (an s3:// crawl's place, as
+    export finds it): the same WARCs, index and pages as from the directory."""
+    from crawler_tasks.state import objects
+    from crawler_tasks.surface import wacz
+
+    crawl, _, directory = crawled
+    store = objects.store_for(s3).child(crawl.id)
+    for path in directory.iterdir():
+        if path.is_file() and not path.name.startswith("."):
+            store.put_file(path.name, path)
+    names = wacz.warc_names(store)
+    assert names == wacz.warc_names(directory) != []
+    assert wacz.write(store, names, tmp_path / "s3.wacz", crawl.id) == 4
+    assert wacz.write(directory, names, tmp_path / "dir.wacz", crawl.id) == 4
+    with zipfile.ZipFile(tmp_path / "s3.wacz") as a, zipfile.ZipFile(tmp_path / "dir.wacz") as b:
+        assert a.namelist() == b.namelist()
+        for name in a.namelist():
+            if name != "datapackage.json":  # its "created" differs
+                assert a.read(name) == b.read(name), name
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dir.wacz", "s3.wacz"]
