@@ -5,12 +5,12 @@ dashboard)."""
 from __future__ import annotations
 
 from . import objects, workers
-from .figures import HostDown, Outlook
 from .formats import RenderMode
 from .frontier import backlog as busiest
 from .health import memory
 from .segments import Segments, Waiting
 from .store import CrawlStore
+from .watch_figures import HostDown, Outlook
 
 #: Busiest hosts in the backlog (and checked for an open circuit).
 BACKLOG_HOSTS = 5

@@ -7,11 +7,12 @@ import time
 
 import redis
 
-from .figures import RATE_WINDOW, Detail, Live, Outlook, Progress
+from .figures import RATE_WINDOW, Live, Progress
 from .formats import Counter
 from .keys import CrawlKeys
 from .status import CrawlLifecycle
 from .summary import Summary
+from .watch_figures import Detail, Outlook
 
 
 class Stats:

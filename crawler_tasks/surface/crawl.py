@@ -25,7 +25,7 @@ from ..state import connection, objects, registry
 from ..state import store as stores
 from ..state.ceilings import read as read_ceilings
 from ..state.domain_pace import effective_rate
-from ..state.figures import Detail, Listed, Live, Progress
+from ..state.figures import Listed, Live, Progress
 from ..state.formats import Counter
 from ..state.frontier import backlog
 from ..state.health import no_room_for
@@ -34,6 +34,7 @@ from ..state.options import CrawlOptions
 from ..state.outlook import read_outlook
 from ..state.store import RedisHandle, new_crawl_id
 from ..state.summary import Summary
+from ..state.watch_figures import Detail
 from ..web.seeds import check_seeds
 from .handle import CrawlHandle, connect_settings
 

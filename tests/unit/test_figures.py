@@ -1,4 +1,4 @@
-"""The figures users read, typed (state/figures.py, state/summary.py): their one JSON form (the keys users read in
+"""The figures users read, typed (state/figures.py, state/watch_figures.py, state/summary.py): their one JSON form (the keys users read in
 ``crawler status --json``, ``summary.json`` and ``Crawl.progress()`` stay), what they derive
 once (final, the share done, the ETA, the pace), a summary read back from its file, and that
 nothing outside the type reads a figure by its key name (the page's script included)."""
@@ -12,19 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from crawler_tasks.state.crawl_state import CrawlState
-from crawler_tasks.state.figures import (
-    RATE_WINDOW,
-    Detail,
-    Families,
-    HostDown,
-    Listed,
-    Live,
-    Outlook,
-    Progress,
-)
+from crawler_tasks.state.figures import RATE_WINDOW, Families, Listed, Live, Progress
 from crawler_tasks.state.formats import Counter, Group, Shown, Status
 from crawler_tasks.state.health import Memory
 from crawler_tasks.state.summary import Notes, Summary
+from crawler_tasks.state.watch_figures import Detail, HostDown, Outlook
 
 PACKAGE = Path(__file__).resolve().parents[2] / "crawler_tasks"
 
