@@ -44,6 +44,9 @@ string recorded in ``pages*.jsonl`` and the dead-letter list::
 ``Unreachable`` marks the failures to connect at all (what a host outage looks like: the host's
 circuit breaker counts them, politeness.py); their ``reason`` is their parent's.
 
+``NoWorkers`` is a warning (``warnings.warn``), outside the tree: the call went through, but
+nothing will serve what it stored yet.
+
 ``details`` (keyword arguments) add context; the fetcher adds ``redirects`` (the hops followed
 before the failure) and ``final_url`` (the URL it failed on) to every error it raises.
 """

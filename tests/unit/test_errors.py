@@ -15,12 +15,26 @@ PACKAGE = Path(errors.__file__).parent
 BASES = {"CrawlerError", "RetryableError", "PermanentError", "Unreachable"}
 
 
-def _classes() -> dict[str, type]:
+def _declared() -> dict[str, type]:
     return {
         name: cls
         for name, cls in vars(errors).items()
         if inspect.isclass(cls) and cls.__module__ == errors.__name__
     }
+
+
+def _classes() -> dict[str, type]:
+    """The exception tree (a warning class is said, not raised: no reason, no place in it)."""
+    return {n: c for n, c in _declared().items() if issubclass(c, errors.CrawlerError)}
+
+
+def test_every_class_is_an_error_or_a_documented_warning():
+    doc = errors.__doc__ or ""
+    others = {n: c for n, c in _declared().items() if n not in _classes()}
+    assert all(issubclass(c, Warning) for c in others.values()), others
+    assert [n for n in others if f"``{n}``" not in doc] == []
+    used = _names_used_outside_errors()
+    assert [n for n in others if n not in used] == [], "a warning nothing gives"
 
 
 def _names_used_outside_errors() -> set[str]:
