@@ -112,6 +112,12 @@ class Tails:
         self.dfs = opts.order == "dfs"
 
     @property
+    def spills(self) -> bool:
+        """Whether this crawl's hosts can spill at all: only with a chunk store
+        (chunk_store.placed; without one tails_args gives heads no admission fills)."""
+        return bool(self.opts.frontier_store)
+
+    @property
     def store(self) -> ChunkStore:
         """Opened at its first use: a crawl that never spills never needs one."""
         if self._store is None:

@@ -63,7 +63,7 @@ def _crawl(site: SiteServer, out: Path, *args: str, env: dict[str, str] | None =
     cmd = [sys.executable, "-m", "crawler_tasks.surface.cli", "crawl", site.base_url + "/"]
     cmd += ["--allow-private-networks", "--embedded", "--render", "always"]
     cmd += ["--output", str(out), *args]
-    env = {**os.environ, "CRAWLER_TEST_MARK": mark, **(env or {})}
+    env = {**os.environ, "TESTS_PROCESS_MARK": mark, **(env or {})}
     began = time.monotonic()
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     return done, time.monotonic() - began, mark
@@ -74,7 +74,7 @@ def _left_running(mark: str) -> list[str]:
     left = []
     for environ in Path("/proc").glob("[0-9]*/environ"):
         try:
-            if f"CRAWLER_TEST_MARK={mark}".encode() in environ.read_bytes().split(b"\0"):
+            if f"TESTS_PROCESS_MARK={mark}".encode() in environ.read_bytes().split(b"\0"):
                 left.append((environ.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode())
         except OSError:  # gone meanwhile, or a kernel thread
             continue

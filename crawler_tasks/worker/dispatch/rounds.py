@@ -69,7 +69,9 @@ class Rounds:
                     part = (self._round + i) % parts
                     # The hosts' tails first (state/tails.py): a refilled head is released in
                     # this same round, and a full spill buffer leaves Redis before more come.
-                    store.frontier.tails.tend(part, point=faults.point)
+                    # A crawl without a chunk store never spills: no round trip for it.
+                    if store.frontier.tails.spills:
+                        store.frontier.tails.tend(part, point=faults.point)
                     if budget == 0:
                         break
                     released = self._release(ctx, store, part, budget, rates, state)
