@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import redis
 
-from ..errors import ConfigError
+from ..errors import ConfigError, ObjectMissing
 from .chunk_store import ChunkStore
 from .keys import CrawlKeys, PartKeys
 from .options import CrawlOptions
@@ -175,7 +175,14 @@ class Tails:
         """Move ``domain``'s next chunk into its head; 1 if moved."""
         ref = self.client.lindex(pk.chunks(domain), 0)
         name = _text(ref) if ref else ""
-        entries = decode(self.store.get(name)) if name else []
+        try:
+            entries = decode(self.store.get(name)) if name else []
+        except ObjectMissing:
+            # Another dispatcher refilled this chunk between our read of the index and of the
+            # chunk (moved, then deleted): nothing to do. Still first in the index, it is lost.
+            if self.client.lindex(pk.chunks(domain), 0) == ref:
+                raise
+            return 0
         point("frontier_refill_read")
         result = self.scripts.refill(
             keys=[

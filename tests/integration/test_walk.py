@@ -18,6 +18,7 @@ import math
 import pytest
 
 from crawler_tasks import start_crawl
+from crawler_tasks.worker.runtime import send_gate
 from crawler_tasks.worker.visit import pipeline
 from tests.support.driver import Driver
 from tests.support.sitegen import Handler, SiteServer
@@ -76,7 +77,12 @@ def trip_of(settings, path: str) -> Walk:  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize("kind", list(BOUNDS))
-def test_one_pages_walk_stays_short(settings, kind):  # type: ignore[no-untyped-def]
+def test_one_pages_walk_stays_short(settings, kind, monkeypatch):  # type: ignore[no-untyped-def]
+    # A page sent late after its slot (its thread starved: the suite's load) asks the gates
+    # again (SendSlot's late branches, past LATE or LATE_SHARED): one stop more, seen once in
+    # make test (49 > 48). The walk counts the trip's structure, not the machine's load.
+    monkeypatch.setattr(send_gate, "LATE", math.inf)
+    monkeypatch.setattr(send_gate, "LATE_SHARED", math.inf)
     if kind == "parse-task":
         settings = dataclasses.replace(settings, inline_parse_bytes=1)
     walk = trip_of(settings, "/a")
