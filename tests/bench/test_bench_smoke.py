@@ -39,6 +39,9 @@ RUNS = {
     "--with-ours --timeout 60",
     "redis_cpu.py": "--seconds 1 --settle 0 -- --hosts 5 --pages 3 --layouts threads:8x1:1 "
     "--timeout 60",
+    "cancel.py": "--seeds 2000 --pages 20 --window 1 --timeout 60",
+    # 8 s of crawling: the first kill comes at 5 s.
+    "process_faults.py": "--only kill --pages 80 --rate 10 --runs 1 --timeout 120",
 }
 #: More runs of a script, for a mode with a code path of its own: name -> (script, arguments).
 VARIANTS = {
