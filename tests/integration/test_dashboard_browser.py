@@ -51,6 +51,13 @@ def _figure(page, name: str) -> int:  # type: ignore[no-untyped-def]
     return int(page.locator(f'[data-figure="{name}"]').first.inner_text().replace(",", ""))
 
 
+def _signed_in(browser):  # type: ignore[no-untyped-def]
+    """A browser context with the dashboard's credentials, at the size the layout checks use."""
+    return browser.new_context(
+        http_credentials={"username": AUTH[0], "password": AUTH[1]}, viewport=VIEWPORT
+    )
+
+
 def _console_errors(page) -> list[str]:  # type: ignore[no-untyped-def]
     errors: list[str] = []
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
@@ -74,10 +81,7 @@ def test_pages_in_a_browser_over_a_running_crawl(settings, celery_worker, browse
         pubsub = crawl.client.pubsub(ignore_subscribe_messages=True)
         pubsub.subscribe(crawl.ck.events)
         with dashboard(settings.broker_url) as base:
-            ctx = browser.new_context(
-                http_credentials=dict(zip(("username", "password"), AUTH, strict=True)),
-                viewport=VIEWPORT,
-            )
+            ctx = _signed_in(browser)
             page = ctx.new_page()
             errors = _console_errors(page)
 
@@ -212,9 +216,7 @@ def test_cancel_asks_first(settings, browser):
     "no" leaves the crawl running."""
     crawl = start_crawl(["http://127.0.0.39:9/"], settings=settings, allow_private_networks=True)
     with dashboard(settings.broker_url) as base:
-        ctx = browser.new_context(
-            http_credentials={"username": AUTH[0], "password": AUTH[1]}, viewport=VIEWPORT
-        )
+        ctx = _signed_in(browser)
         page = ctx.new_page()
         asked: list[str] = []
 
@@ -240,9 +242,7 @@ def test_cancel_from_the_crawl_page(settings, celery_worker, browser):
             [servers[0].base_url + "/"], settings=settings, allow_private_networks=True, rate=0.5
         )
         with dashboard(settings.broker_url) as base:
-            ctx = browser.new_context(
-                http_credentials={"username": AUTH[0], "password": AUTH[1]}, viewport=VIEWPORT
-            )
+            ctx = _signed_in(browser)
             page = ctx.new_page()
             errors = _console_errors(page)
             page.goto(f"{base}/crawls/{crawl.id}")
@@ -265,9 +265,7 @@ def test_a_crawl_that_fetched_nothing_shows_as_failed(settings, celery_worker, b
     crawl = start_crawl(["http://127.0.0.39:9/"], settings=settings, allow_private_networks=True)
     crawl.wait(timeout=60)
     with dashboard(settings.broker_url) as base:
-        ctx = browser.new_context(
-            http_credentials={"username": AUTH[0], "password": AUTH[1]}, viewport=VIEWPORT
-        )
+        ctx = _signed_in(browser)
         page = ctx.new_page()
         errors = _console_errors(page)
         page.goto(f"{base}/crawls/{crawl.id}")
@@ -305,9 +303,7 @@ def test_a_cancel_from_the_cli_a_rate_and_long_messages(settings, browser):
     ))  # fmt: skip
     crawl.client.hincrby(pk.stats, "failed:connection", 1)
     with dashboard(settings.broker_url) as base:
-        ctx = browser.new_context(
-            http_credentials={"username": AUTH[0], "password": AUTH[1]}, viewport=VIEWPORT
-        )
+        ctx = _signed_in(browser)
         page = ctx.new_page()
         errors = _console_errors(page)
         page.goto(f"{base}/crawls/{crawl.id}")
