@@ -93,7 +93,7 @@ def measure(args: Any) -> dict[str, Any]:
     with private_redis() as url, tempfile.TemporaryDirectory(prefix="bench-adaptive-") as tmp:
         settings = load(env={}, broker_url=url, output_dir=tmp)
         client = redis.Redis.from_url(url)
-        with local_workers(url, log_dir=tmp, fetchers=1):
+        with local_workers(url, url, log_dir=tmp, fetchers=1):
             maps = {"sitemaps": args.sitemap}
             fixed = simulate(args, settings, client, "fixed", args.fixed_hours * HOUR, maps, 0)
             same = simulate(args, settings, client, "fixed-same-period", period, maps, 0)

@@ -315,6 +315,7 @@ def run_ours(
         t0 = time.monotonic()
         with local_workers(
             url,
+            state_url,
             fetch_threads=conc,
             parsers=parsers,
             fetchers=fetchers,
@@ -322,7 +323,6 @@ def run_ours(
             log_dir=args.keep or tmp,
             extra_env={
                 **args.worker_env,
-                "CRAWLER_REDIS_URL": state_url,
                 **ca_env,
                 **(store[1] if store else {}),
             },

@@ -32,6 +32,7 @@ def run(args, broker: str, out: Path) -> dict:  # type: ignore[no-untyped-def, t
         running_sites(["127.0.0.96"], args.pages, 4) as (_graph, (small,)),
         local_workers(
             broker,
+            broker,
             fetchers=2,
             fetch_threads=8,
             parsers=1,

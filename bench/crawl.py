@@ -146,6 +146,7 @@ def run_ours(
         log_dir.mkdir()
         with local_workers(
             url,
+            url,
             fetch_threads=threads,
             parsers=parsers,
             log_dir=str(log_dir),

@@ -84,10 +84,11 @@ def one_run(args: Any, broker: str, cluster: Cluster, out: Path, run: int) -> di
         running_sites([host], args.pages, 5, delay=0.01) as (graph, servers),
         local_workers(
             broker,
+            state,
             fetchers=2,
             fetch_threads=8,
             parsers=1,
-            extra_env={"CRAWLER_REDIS_URL": state, "CRAWLER_OUTPUT_DIR": str(out)},
+            extra_env={"CRAWLER_OUTPUT_DIR": str(out)},
         ),
     ):
         seeds = [servers[0].base_url + "/"]

@@ -216,7 +216,7 @@ def broker_part(args: Any) -> dict[str, Any]:
         log_dir = Path(tmp) / "logs"
         log_dir.mkdir()
         _util.log(args, f"{n:,} URLs pending; starting workers, sampling {args.sample_seconds}s")
-        with local_workers(url, fetch_threads=16, parsers=1, log_dir=str(log_dir)):
+        with local_workers(url, url, fetch_threads=16, parsers=1, log_dir=str(log_dir)):
             t0 = time.monotonic()
             while time.monotonic() - t0 < args.sample_seconds:
                 lengths = broker_lengths(client, list(QUEUES))

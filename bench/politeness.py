@@ -179,7 +179,9 @@ def run(sc: Scenario, broker: str, tmp: Path, timeline: bool = False) -> Result:
     with contextlib.ExitStack() as stack:
         for _ in range(sc.fetch_processes):
             stack.enter_context(
-                local_workers(broker, fetch_threads=sc.fetch_threads, parsers=1, log_dir=str(tmp))
+                local_workers(
+                    broker, broker, fetch_threads=sc.fetch_threads, parsers=1, log_dir=str(tmp)
+                )
             )
         wait_for_workers(settings, 2 * sc.fetch_processes)
         _graph, servers = stack.enter_context(

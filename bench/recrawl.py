@@ -88,7 +88,7 @@ def measure(args: Any) -> dict[str, Any]:
         serve(graph, server, render)
         settings = load(env={}, broker_url=url, output_dir=tmp)
         client = redis.Redis.from_url(url)
-        with local_workers(url, log_dir=tmp, fetchers=1):
+        with local_workers(url, url, log_dir=tmp, fetchers=1):
             first = one_run(settings, client, server, args.timeout)
             changed, added = change_site(graph, server, args.change, args.new, render=render)
             second = one_run(settings, client, server, args.timeout)

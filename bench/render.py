@@ -115,6 +115,7 @@ def run_ours(args: Any, servers: list[SiteServer], mode: str) -> dict[str, Any]:
         env = {"CRAWLER_RENDER_SETTLE": "1"}
         with local_workers(
             url,
+            url,
             fetch_threads=8,
             fetchers=1,
             extra_env=env,

@@ -240,6 +240,7 @@ def workers(redis_url: str, worker_logs: Path, worker_env: dict[str, str]) -> It
     to them): a threads-pool fetch worker and a prefork parse worker."""
     with local_workers(
         redis_url,
+        redis_url,
         fetch_threads=8,
         parsers=1,
         fetchers=1,

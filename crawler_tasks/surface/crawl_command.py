@@ -138,11 +138,17 @@ def cluster(
                 raise Fail(str(exc)) from None
             settings = load(broker_url=url, redis_url="")
             click.echo(f"embedded: private redis-server at {url}, local workers", err=True)
-            stack.enter_context(local_workers(url, log_dir=logs, renderers=renders))
+            stack.enter_context(
+                local_workers(url, settings.state_url, log_dir=logs, renderers=renders)
+            )
         elif not _has_crawl_workers(settings, renders):  # a render worker too, when it renders
             _check_browser(settings, renders)
             click.echo("no worker consumes the crawl queues: starting local workers", err=True)
-            stack.enter_context(local_workers(settings.broker_url, log_dir=logs, renderers=renders))
+            stack.enter_context(
+                local_workers(
+                    settings.broker_url, settings.state_url, log_dir=logs, renderers=renders
+                )
+            )
         yield settings
 
 

@@ -27,7 +27,6 @@ from pathlib import Path
 
 import redis
 
-from ..settings import Settings
 from ..worker.process.app import QUEUES, RENDER_QUEUE
 
 FETCH_QUEUES = ",".join(q for q in QUEUES if q.startswith("crawl."))
@@ -160,6 +159,7 @@ def worker_command(
 @contextlib.contextmanager
 def local_workers(
     broker_url: str,
+    state_url: str,
     fetch_threads: int = FETCH_THREADS,
     parsers: int = 1,
     log_dir: str | None = None,
@@ -173,13 +173,15 @@ def local_workers(
     """The recommended single-host layout (bench/broad.py, bench/crawl.py): one fetch process
     per core, each a threads pool of ``FETCH_THREADS`` that also parses pages up to 256 KiB
     (``inline_parse_bytes``), and a prefork pool for larger pages; ``renderers`` render
-    processes for crawls that render. ``events`` makes the workers send task events."""
-    # The workers keep crawl state where the broker is, unless told otherwise: by extra_env, or
-    # by CRAWLER_REDIS_URL beside the broker it goes with (this process's own, as ``crawler
-    # crawl`` starting workers for its crawl: its state is theirs).
-    ours = os.environ.get("CRAWLER_BROKER_URL", Settings.broker_url) == broker_url
-    env = {k: v for k, v in os.environ.items() if ours or k != "CRAWLER_REDIS_URL"}
-    env.update({"CRAWLER_BROKER_URL": broker_url, **(extra_env or {})})
+    processes for crawls that render. ``events`` makes the workers send task events.
+    ``state_url``: the Redis of the crawls' state (the broker's own URL when it is the same),
+    given by the caller, who starts the crawls there: never guessed from this process's
+    environment (a CRAWLER_REDIS_URL of it beside another broker would split a crawl's state)."""
+    if "CRAWLER_REDIS_URL" in (extra_env or {}):
+        raise ValueError("local_workers: the state Redis is state_url, not extra_env's")
+    env = dict(os.environ)
+    env.update({"CRAWLER_BROKER_URL": broker_url, "CRAWLER_REDIS_URL": state_url})
+    env.update(extra_env or {})
     tag = f"{os.getpid()}-{free_port()}"
     # One threads-pool process tops out near one core (the GIL): ``fetchers`` runs several.
     specs = [(FETCH_QUEUES, pool, fetch_threads, f"fetch{i}-{tag}") for i in range(fetchers)]

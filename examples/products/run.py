@@ -62,9 +62,13 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     db = out / "products.db"
     db.unlink(missing_ok=True)
-    env = {**os.environ, "PYTHONPATH": str(HERE), "SHOP_DB": str(db)}
+    ours = {"PYTHONPATH": str(HERE), "SHOP_DB": str(db)}
+    env = {**os.environ, **ours}
     url = serve_sample_site()
-    with private_redis() as broker, local_workers(broker, extra_env=env, fetchers=1, parsers=1):
+    with (
+        private_redis() as broker,
+        local_workers(broker, broker, extra_env=ours, fetchers=1, parsers=1),
+    ):
         items_worker = subprocess.Popen(
             [*worker_command("items", "threads", 2, f"items-{os.getpid()}"), "--include",
              "shop.tasks"],

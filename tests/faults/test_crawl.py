@@ -31,6 +31,7 @@ def test_sigkilled_worker_loses_nothing(settings, redis_url, workers, worker_log
         assert not crawl.finished
         with local_workers(
             redis_url,
+            redis_url,
             fetch_threads=4,
             parsers=1,
             extra_env=FAST_REDELIVERY,
@@ -55,7 +56,12 @@ def test_fetch_lost_between_release_and_publish_is_reaped(settings, redis_url, w
         assert [url for _, _, url in released.entries] == seeds
         env = {"CRAWLER_VISIBILITY_TIMEOUT": "2"}
         with local_workers(
-            redis_url, fetch_threads=4, parsers=1, extra_env=env, log_dir=str(worker_logs)
+            redis_url,
+            redis_url,
+            fetch_threads=4,
+            parsers=1,
+            extra_env=env,
+            log_dir=str(worker_logs),
         ):
             crawl.wait(timeout=60)
     assert set(crawled(crawl)) == expected(graph, seeds)

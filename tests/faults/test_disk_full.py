@@ -37,7 +37,9 @@ def one_of_each(redis_url: str, worker_logs: Path):  # type: ignore[no-untyped-d
     """A fetch and a parse process. Not about how long a record waits before the sweep
     writes it (30 s by default): 5 s."""
     env = {"CRAWLER_ORPHAN_RECORD_SECONDS": "5"}
-    return local_workers(redis_url, fetchers=1, parsers=1, log_dir=str(worker_logs), extra_env=env)
+    return local_workers(
+        redis_url, redis_url, fetchers=1, parsers=1, log_dir=str(worker_logs), extra_env=env
+    )
 
 
 def test_a_disk_that_fills_mid_crawl_loses_nothing_and_resumes(
@@ -93,7 +95,7 @@ def test_output_that_cannot_be_written_is_said_and_cancel_ends_the_crawl(
     with (
         tmpfs(tmp_path / "ro", "64k") as ro,
         running_sites(["127.0.0.98"], 6, 2) as (_graph, servers),
-        local_workers(redis_url, fetchers=1, parsers=1, log_dir=str(worker_logs)),
+        local_workers(redis_url, redis_url, fetchers=1, parsers=1, log_dir=str(worker_logs)),
     ):
         subprocess.run(["mount", "-o", "remount,ro", str(ro)], check=True)
         _seeds, crawl = start(settings, servers, output=str(ro / "out"))

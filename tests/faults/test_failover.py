@@ -118,7 +118,7 @@ def test_a_single_redis_frozen_20s_does_not_end_the_watching_command(tmp_path, w
         env = {**os.environ, "CRAWLER_BROKER_URL": url}
         env.pop("CRAWLER_REDIS_URL", None)
         with (
-            local_workers(url, fetchers=1, parsers=1, log_dir=str(worker_logs)),
+            local_workers(url, url, fetchers=1, parsers=1, log_dir=str(worker_logs)),
             running_sites(["127.0.0.42"], 150, 5, delay=0.02) as (graph, servers),
         ):
             proc = crawl_command(env, servers[0].base_url, tmp_path / "out")

@@ -55,8 +55,6 @@ def layout(tmp: Path, logs: Path, separate_broker: bool, env: dict[str, str]) ->
         state = stack.enter_context(private_redis())
         broker = stack.enter_context(private_redis()) if separate_broker else state
         env = {"CRAWLER_DISPATCH_INTERVAL": "0.05", **env}
-        if separate_broker:
-            env["CRAWLER_REDIS_URL"] = state
         settings = load(
             env={k: v for k, v in env.items() if k.startswith("CRAWLER_ADMISSION")},
             broker_url=broker,
@@ -64,7 +62,9 @@ def layout(tmp: Path, logs: Path, separate_broker: bool, env: dict[str, str]) ->
             output_dir=str(tmp / "out"),
         )
         stack.enter_context(
-            local_workers(broker, fetch_threads=8, parsers=1, log_dir=str(logs), extra_env=env)
+            local_workers(
+                broker, state, fetch_threads=8, parsers=1, log_dir=str(logs), extra_env=env
+            )
         )
         site = running_sites(HOSTS, PAGES, LINKS, delay=0.02, slug=SLUG)
         graph, servers = stack.enter_context(site)
@@ -274,13 +274,13 @@ def test_workers_restart_on_a_full_redis_and_serve_once_it_has_room(tmp_path, wo
     start = dict(fetch_threads=4, parsers=1, fetchers=1, log_dir=str(worker_logs))
     with private_redis() as url, running_sites(["127.0.0.95"], 10, 3) as (graph, servers):
         client = redis.Redis.from_url(url)
-        with local_workers(url, **start):  # their queues are declared once, with room
+        with local_workers(url, url, **start):  # their queues are declared once, with room
             # Until kombu has bound every queue (a fixed wait was too short on a busy machine:
             # the next workers then bound them on a full Redis, which this test is not about).
             bound = [f"_kombu.binding.{q}" for q in QUEUES]
             wait_until(lambda: client.exists(*bound) == len(bound), timeout=60)
         client.config_set("maxmemory", 1)
-        with local_workers(url, **start) as procs:
+        with local_workers(url, url, **start) as procs:
             time.sleep(8)
             assert [p.poll() for p in procs] == [None, None], "a worker exited"
             client.config_set("maxmemory", 0)

@@ -43,12 +43,16 @@ def test_a_silently_partitioned_worker_is_taken_over_and_rejoins(
     proxy = Proxy(int(urlsplit(redis_url).port or 6379))
     cut_logs = worker_logs / "cut-off"
     cut_logs.mkdir()
+    through_proxy = proxy.url(int(urlsplit(redis_url).path.strip("/") or 0))
     try:
         with (
             running_sites(["127.0.0.93"], 120, 4, delay=0.05) as (graph, servers),
-            local_workers(redis_url, fetchers=1, parsers=1, log_dir=str(worker_logs)) as healthy,
             local_workers(
-                proxy.url(int(urlsplit(redis_url).path.strip("/") or 0)),
+                redis_url, redis_url, fetchers=1, parsers=1, log_dir=str(worker_logs)
+            ) as healthy,
+            local_workers(
+                through_proxy,
+                through_proxy,
                 fetchers=1,
                 parsers=1,
                 log_dir=str(cut_logs),

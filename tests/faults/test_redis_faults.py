@@ -59,7 +59,13 @@ def fault_workers(own_redis: RestartableRedis, tmp_path: Path) -> Iterator[tuple
     log_dir.mkdir()
     env = {"CRAWLER_DISPATCH_INTERVAL": "0.05"}
     with local_workers(
-        own_redis.url, fetch_threads=4, parsers=1, fetchers=2, log_dir=str(log_dir), extra_env=env
+        own_redis.url,
+        own_redis.url,
+        fetch_threads=4,
+        parsers=1,
+        fetchers=2,
+        log_dir=str(log_dir),
+        extra_env=env,
     ) as procs:
         yield procs, log_dir
     for log in sorted(log_dir.glob("*.log")):

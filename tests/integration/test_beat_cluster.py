@@ -47,9 +47,9 @@ def test_beat_on_the_cluster_fires_a_schedule_whose_run_is_exact(
         running_sites(["127.0.0.24"], 40, 4, cross_host_ratio=0) as (graph, (server,)),
         local_workers(
             redis_url,
+            state,
             fetch_threads=8,
             log_dir=str(worker_logs),
-            extra_env={"CRAWLER_REDIS_URL": state},
         ) as procs,
         open(worker_logs / "beat.log", "ab") as beat_log,
     ):

@@ -137,7 +137,7 @@ def test_a_worker_drains_its_queues_in_the_order_given_to_Q(
         low_site,
         high_site,
         # A parse worker only: its dispatcher publishes fetch messages nobody consumes yet.
-        local_workers(redis_url, parsers=1, fetchers=0, log_dir=str(worker_logs)),
+        local_workers(redis_url, redis_url, parsers=1, fetchers=0, log_dir=str(worker_logs)),
     ):
         low = crawl_of(settings, low_site, *seeds, priority="low", concurrency=4)
         wait_until(lambda: published(client, low, "crawl.low"))
@@ -163,7 +163,7 @@ def test_urls_released_together_share_a_message_and_are_fetched_side_by_side(
     by side: every response takes 1 s, and all four requests arrive before the first ends."""
     seeds = tuple(f"/p{i}" for i in range(4))
     slow = site("127.0.0.57", dict.fromkeys(seeds, ()), delay=1.0)
-    with slow, local_workers(redis_url, parsers=1, fetchers=0, log_dir=str(worker_logs)):
+    with slow, local_workers(redis_url, redis_url, parsers=1, fetchers=0, log_dir=str(worker_logs)):
         crawl = crawl_of(settings, slow, *seeds, concurrency=4)
         wait_until(lambda: published(client, crawl, "crawl.high"))
         assert client.llen("crawl.high") == 1
@@ -233,7 +233,7 @@ def test_on_finished_task_is_called_with_crawl_id_and_summary(
     hook_file = tmp_path / "hook.jsonl"
     with (
         site("127.0.0.58", {"/": ("/a",), "/a": ()}) as server,
-        local_workers(redis_url, parsers=1, fetchers=0, log_dir=str(worker_logs)),
+        local_workers(redis_url, redis_url, parsers=1, fetchers=0, log_dir=str(worker_logs)),
     ):
         # The user's worker imports the user's task module (celery's --include).
         worker = fetch_worker(

@@ -46,11 +46,12 @@ def workers_on(broker: str, state: str, log_dir: Path, **env: str) -> Iterator[l
     """Two threads-pool fetch processes and a parse process, state on ``state``."""
     with local_workers(
         broker,
+        state,
         fetch_threads=8,
         parsers=1,
         fetchers=2,
         log_dir=str(log_dir),
-        extra_env={"CRAWLER_REDIS_URL": state, **env},
+        extra_env=env,
     ) as procs:
         try:
             yield procs

@@ -37,7 +37,9 @@ def test_on_item_task_in_its_own_queue_gets_every_item(settings, redis_url, work
     env = {"PYTHONPATH": str(HOOKS)}
     with (
         serve_hosts(None, ["127.0.0.150"], extra_routes=SITE) as (server,),
-        local_workers(redis_url, parsers=1, fetchers=1, log_dir=str(worker_logs), extra_env=env),
+        local_workers(
+            redis_url, redis_url, parsers=1, fetchers=1, log_dir=str(worker_logs), extra_env=env
+        ),
     ):
         user = fetch_worker(
             redis_url, worker_logs, "items", "--include", "extract_hooks",
@@ -64,7 +66,9 @@ def test_an_on_item_task_that_raises_dead_letters_its_page(settings, redis_url, 
     env = {"PYTHONPATH": str(HOOKS)}
     with (
         serve_hosts(None, ["127.0.0.151"], extra_routes=SITE) as (server,),
-        local_workers(redis_url, parsers=1, fetchers=1, log_dir=str(worker_logs), extra_env=env),
+        local_workers(
+            redis_url, redis_url, parsers=1, fetchers=1, log_dir=str(worker_logs), extra_env=env
+        ),
     ):
         user = fetch_worker(redis_url, worker_logs, "items", "--include", "extract_hooks", **env)
         try:
@@ -91,7 +95,9 @@ def test_secrets_stay_out_of_redis_worker_logs_and_output(settings, redis_url, w
     env = {"SITE_AUTH": auth, "SITE_COOKIE": cookie}
     with (
         serve_hosts(None, ["127.0.0.153"], extra_routes=SITE) as (server,),
-        local_workers(redis_url, parsers=1, fetchers=0, log_dir=str(worker_logs), extra_env=env),
+        local_workers(
+            redis_url, redis_url, parsers=1, fetchers=0, log_dir=str(worker_logs), extra_env=env
+        ),
     ):
         fetcher = fetch_worker(redis_url, worker_logs, FETCH_QUEUES, "--loglevel", "DEBUG", **env)
         monitor = Monitor(redis_url)
@@ -133,7 +139,9 @@ def test_an_on_item_task_no_worker_knows_is_refused_and_a_queue_nobody_serves_is
 
     with (
         serve_hosts(None, ["127.0.0.151"], extra_routes=SITE) as (server,),
-        local_workers(redis_url, parsers=1, fetchers=1, log_dir=str(worker_logs), extra_env=env),
+        local_workers(
+            redis_url, redis_url, parsers=1, fetchers=1, log_dir=str(worker_logs), extra_env=env
+        ),
     ):
         user = fetch_worker(redis_url, worker_logs, "items", "--include", "extract_hooks", **env)
         try:

@@ -427,6 +427,7 @@ def test_broker_password_never_leaks(password_redis, tmp_path: Path, worker_logs
         running_sites(["127.0.0.46"], 12, 3) as (_, servers),
         local_workers(
             url,
+            url,
             fetch_threads=2,
             parsers=1,
             log_dir=str(log_dir),

@@ -158,7 +158,13 @@ def hostile(redis_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
     logs.mkdir()
     env = {**WORKER_ENV, "CRAWLER_OUTPUT_DIR": str(tmp / "out")}
     with local_workers(
-        redis_server, fetch_threads=8, parsers=1, fetchers=1, log_dir=str(logs), extra_env=env
+        redis_server,
+        redis_server,
+        fetch_threads=8,
+        parsers=1,
+        fetchers=1,
+        log_dir=str(logs),
+        extra_env=env,
     ) as workers:
         try:
             yield _crawl(settings, client, workers, logs)

@@ -28,7 +28,7 @@ def test_a_host_waiting_for_its_slot_gets_it_at_once(settings, redis_url, worker
     env = {"PYTHONPATH": str(HOOKS)}
     with (
         serve_hosts(None, ["127.0.0.152"], extra_routes=site) as (server,),
-        local_workers(redis_url, fetch_threads=8, fetchers=1, log_dir=str(worker_logs),
+        local_workers(redis_url, redis_url, fetch_threads=8, fetchers=1, log_dir=str(worker_logs),
                       extra_env=env),
     ):  # fmt: skip
         crawl = start_crawl(

@@ -181,7 +181,9 @@ def test_sigterm_is_a_graceful_shutdown(settings, redis_url, workers, worker_log
         for proc in workers:
             assert proc.wait(30) == 0
         assert not crawl.finished
-        with local_workers(redis_url, fetch_threads=4, parsers=1, log_dir=str(worker_logs)):
+        with local_workers(
+            redis_url, redis_url, fetch_threads=4, parsers=1, log_dir=str(worker_logs)
+        ):
             crawl.wait(timeout=120)
     got = Counter(r["url"] for r in crawl.pages(latest=False))
     assert set(got) == {normalize(u) for u in reachable(graph, [servers[0].base_url + "/"])}

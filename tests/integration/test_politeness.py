@@ -91,7 +91,7 @@ def test_two_fetch_processes_keep_every_host_within_its_bucket(
     dispatcher: at most 2 + 1 requests (robots.txt included) in any 1-s window of any host,
     never two at once, and both processes did fetch."""
     # A second fetch process at the defaults (its own dispatcher too).
-    with local_workers(redis_url, fetch_threads=8, parsers=1, log_dir=str(worker_logs)):
+    with local_workers(redis_url, redis_url, fetch_threads=8, parsers=1, log_dir=str(worker_logs)):
         wait_for_workers(settings, 4)
         with running_sites(["127.0.0.2", "127.0.0.3", "127.0.0.4"], 16, 4, **QUIET_SITE) as (
             graph,

@@ -108,7 +108,7 @@ def test_crawl_returns_once_its_records_are_in_the_store(
     env = {**os.environ, **seaweed.env()}
     with (
         running_sites(["127.0.0.152"], 12, 3) as (_, servers),
-        local_workers(redis_url, fetch_threads=8, fetchers=1, log_dir=str(worker_logs),
+        local_workers(redis_url, redis_url, fetch_threads=8, fetchers=1, log_dir=str(worker_logs),
                       extra_env=seaweed.env()) as procs,
     ):  # fmt: skip
         try:

@@ -105,7 +105,7 @@ def test_tutorial_page_runs_as_written(page: str, workdir: Path) -> None:
             if block.mark == "provided":
                 broker = stack.enter_context(private_redis())
                 stack.enter_context(
-                    local_workers(broker, fetch_threads=8, fetchers=1, extra_env=env)
+                    local_workers(broker, broker, fetch_threads=8, fetchers=1, extra_env=env)
                 )
                 env["CRAWLER_BROKER_URL"] = broker
             elif block.mark is None:
