@@ -64,7 +64,7 @@ class Admission:
         if self.opts.max_depth is not None and depth > self.opts.max_depth:
             if links:
                 skipped[formats.skipped("max_depth")] = len(links)
-            return skipped
+            return _as_discovered(skipped)
         links, known = self._drop_known(links)
         keep = self._in_scope(links, depth, skipped)
         # Refused links are counted by admit.lua: once per URL, however many pages link it.
@@ -81,7 +81,7 @@ class Admission:
             known = 0
         if known:
             self._count_duplicates(known)
-        return skipped
+        return _as_discovered(skipped)
 
     def _in_scope(
         self, links: list[str], depth: int, skipped: dict[str, int]
@@ -212,3 +212,13 @@ def _split_disallowed(
     for link in links:
         (refused if disallowed(link[0]) else allowed).append(link)
     return allowed, refused
+
+
+def _as_discovered(skipped: dict[str, int]) -> dict[str, int]:
+    """``skipped`` with the links it turned away counted as discovered too: they were found
+    in the page, and admit.lua counts only the links it sees (admitted, duplicates, robots'
+    refusals). Both ride on the page's final counters, so a page finished twice after a
+    fault counts them once, as its other counters."""
+    if skipped:
+        skipped[Counter.DISCOVERED.value] = sum(skipped.values())
+    return skipped

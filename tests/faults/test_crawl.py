@@ -11,7 +11,8 @@ import pytest
 
 from crawler_tasks.state.option_checks import reap_after
 from crawler_tasks.surface.embedded import local_workers, stop_process
-from tests.integration.test_crawl import crawled, expected, start
+from tests.integration.test_crawl import expected, start
+from tests.support.exact import assert_exact_pages
 from tests.support.sitegen import running_sites
 from tests.support.waiting import wait_until
 
@@ -37,13 +38,10 @@ def test_sigkilled_worker_loses_nothing(settings, redis_url, workers, worker_log
             extra_env=FAST_REDELIVERY,
             log_dir=str(worker_logs),
         ) as more:
-            crawl.wait(timeout=120)
+            summary = crawl.wait(timeout=120)
             for proc in more:
                 stop_process(proc)
-    got = crawled(crawl)
-    assert set(got) == expected(graph, seeds)
-    assert max(got.values()) == 1
-    assert crawl.progress()["outstanding"] == 0
+    assert_exact_pages(crawl, expected(graph, seeds), summary)
 
 
 def test_fetch_lost_between_release_and_publish_is_reaped(settings, redis_url, worker_logs):
@@ -63,5 +61,5 @@ def test_fetch_lost_between_release_and_publish_is_reaped(settings, redis_url, w
             extra_env=env,
             log_dir=str(worker_logs),
         ):
-            crawl.wait(timeout=60)
-    assert set(crawled(crawl)) == expected(graph, seeds)
+            summary = crawl.wait(timeout=60)
+    assert_exact_pages(crawl, expected(graph, seeds), summary)

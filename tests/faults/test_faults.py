@@ -17,7 +17,6 @@ import signal
 import socket
 import subprocess
 import time
-from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,9 +32,10 @@ from crawler_tasks.state.keys import Keys
 from crawler_tasks.surface.commands import domain_line
 from crawler_tasks.surface.display import line
 from crawler_tasks.surface.embedded import FETCH_QUEUES, stop_process, worker_command
-from crawler_tasks.web.urls import domain_key, normalize
+from crawler_tasks.web.urls import domain_key
+from tests.support.exact import assert_exact_pages, reachable_urls
 from tests.support.fault_injection import rabbitmq_vhost
-from tests.support.sitegen import SiteServer, reachable, running_sites
+from tests.support.sitegen import SiteServer, running_sites
 from tests.support.waiting import wait_until
 
 #: Faster failure detection than the defaults (30 s each), so each test stays short; one test
@@ -178,17 +178,10 @@ def wait(crawl, timeout: float):  # type: ignore[no-untyped-def]
         raise TimeoutError(f"{exc}; in flight: {inflight!r}; heartbeats: {beats!r}") from None
 
 
-def assert_exact(crawl, graph, seeds, summary) -> None:  # type: ignore[no-untyped-def]
-    records = list(crawl.pages(latest=False))
-    got = Counter(r["url"] for r in records)
-    twice = [u for u, n in got.items() if n > 1]
-    assert not twice, f"{len(twice)} URLs recorded more than once, e.g. {twice[:3]}"
-    expected = {normalize(u) for u in reachable(graph, seeds)}
-    assert set(got) == expected, (len(got), len(expected), sorted(expected - set(got))[:5])
-    assert summary["status"] == "finished"
-    assert summary["counters"]["done"] == len(got) == summary["counters"]["admitted"]
-    assert crawl.stats.outstanding() == 0
-    assert (crawl.output_dir / "summary.json").exists()
+def assert_exact_web(crawl, graph, seeds, summary) -> None:  # type: ignore[no-untyped-def]
+    """The exact page set (tests/support/exact.py) of this module's web, which is big enough to
+    be killed in (two roots, 300 pages at least)."""
+    got = assert_exact_pages(crawl, reachable_urls(graph, seeds), summary)
     assert len(graph.roots()) >= 2 and len(got) >= 300
 
 
@@ -216,7 +209,7 @@ def test_kill_at_each_point_of_the_finish_path(settings, redis_url, tmp_path, po
     parse_killed = "signal 9" in parse_log
     assert parse_killed, "no parse process died at the fault point: the test checked nothing"
     print(f"{point}: fetch process killed: {fetch_killed}, parse children killed: {parse_killed}")
-    assert_exact(crawl, graph, seeds, summary)
+    assert_exact_web(crawl, graph, seeds, summary)
     # No bound on `took` beyond wait()'s: the fault-free crawl takes ~5-10 s on an idle
     # machine and 70-80 s beside a second test run (load 12 on 2 cores). How fast a fault is
     # detected is a requirement, checked where it is measured alone (test_faults' recovery
@@ -238,7 +231,7 @@ def test_killed_while_finishing_the_crawl(settings, redis_url, tmp_path):  # typ
         seeds, crawl = start(settings, servers)
         wait_until(lambda: crawl.status == "finishing", timeout=90, interval=0.02)
         summary = wait(crawl, 90)
-    assert_exact(crawl, graph, seeds, summary)
+    assert_exact_web(crawl, graph, seeds, summary)
     assert crawl.store.lifecycle.read().status == "finished"
 
 
@@ -254,7 +247,7 @@ def test_fetch_process_killed_repeatedly(settings, redis_url, tmp_path):  # type
             wait_until(lambda d=done: crawl.progress()["done"] > d + 40, timeout=60)
             kill_a_holder(c, crawl)
         summary = wait(crawl, 120)
-    assert_exact(crawl, graph, seeds, summary)
+    assert_exact_web(crawl, graph, seeds, summary)
 
 
 @pytest.mark.allow_worker_errors(".*")
@@ -265,7 +258,7 @@ def test_parse_process_killed(settings, redis_url, tmp_path):  # type: ignore[no
         wait_until(lambda: crawl.progress()["done"] > 60, timeout=60)
         c.kill("parse")
         summary = wait(crawl, 120)
-    assert_exact(crawl, graph, seeds, summary)
+    assert_exact_web(crawl, graph, seeds, summary)
 
 
 @pytest.mark.allow_worker_errors(".*")
@@ -288,7 +281,7 @@ def test_frozen_fetch_process(settings, redis_url, tmp_path):  # type: ignore[no
             c.signal("fetch1", signal.SIGCONT)
             time.sleep(3)  # let it finish what it held
     assert finished_while_frozen, "the crawl waited for the frozen worker"
-    assert_exact(crawl, graph, seeds, summary)
+    assert_exact_web(crawl, graph, seeds, summary)
     assert crawl.stats.counters()["done"] == summary["counters"]["done"]
 
 
@@ -320,7 +313,7 @@ def test_site_down_for_30_seconds_loses_nothing(settings, redis_url, tmp_path): 
     seen_again = [min(r.time for r in s.requests()) - back_at for s in back]
     print(f"host back -> fetched again: {', '.join(f'{t:.1f}s' for t in seen_again)}")
     assert max(seen_again) <= 12.0
-    assert_exact(crawl, graph, seeds, summary)
+    assert_exact_web(crawl, graph, seeds, summary)
     assert summary["failures"] == {}
 
 

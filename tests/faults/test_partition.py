@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 import socket
 import time
-from collections import Counter
 from urllib.parse import urlsplit
 
 import pytest
@@ -19,9 +18,9 @@ from crawler_tasks import start_crawl
 from crawler_tasks.state import workers
 from crawler_tasks.state.keys import Keys
 from crawler_tasks.surface.embedded import local_workers
-from crawler_tasks.web.urls import normalize
+from tests.support.exact import assert_exact_pages, reachable_urls
 from tests.support.processes import stop_together
-from tests.support.sitegen import reachable, running_sites
+from tests.support.sitegen import running_sites
 from tests.support.tcpproxy import Proxy
 from tests.support.waiting import wait_until
 
@@ -90,8 +89,4 @@ def test_a_silently_partitioned_worker_is_taken_over_and_rejoins(
         proxy.close()
     print(f"taken back {taken_back:.1f}s after the partition")
     assert taken_back <= TAKEN_BACK_WITHIN
-    got = Counter(r["url"] for r in crawl.pages(latest=False))
-    assert set(got) == {normalize(u) for u in reachable(graph, seeds)}
-    assert max(got.values()) == 1, [u for u, n in got.items() if n > 1][:5]
-    assert summary["status"] == "finished"
-    assert summary["counters"]["done"] == len(got)
+    assert_exact_pages(crawl, reachable_urls(graph, seeds), summary)

@@ -22,14 +22,13 @@ from crawler_tasks.surface.crawl import start_crawl
 from crawler_tasks.surface.display import line
 from crawler_tasks.surface.embedded import local_workers
 from crawler_tasks.surface.metrics import CrawlCollector
-from crawler_tasks.web.urls import normalize
+from tests.support.exact import assert_exact_pages, reachable_urls
 from tests.support.fault_injection import (
     RestartableRedis,
     first_request_after,
-    records,
     start_site_crawl,
 )
-from tests.support.sitegen import reachable, running_sites
+from tests.support.sitegen import running_sites
 from tests.support.waiting import wait_until as wait_for
 
 PAGES = 300
@@ -74,17 +73,6 @@ def fault_workers(own_redis: RestartableRedis, tmp_path: Path) -> Iterator[tuple
             print(f"--- {log.name}\n{text[-6000:]}")
 
 
-def assert_exact(crawl, graph, server) -> None:  # type: ignore[no-untyped-def]
-    summary = crawl.wait(timeout=60)
-    got = records(crawl)
-    want = {normalize(u) for u in reachable(graph, [server.base_url + "/"])}
-    assert set(got) == want, (len(got), len(want))
-    assert max(got.values()) == 1, [u for u, n in got.items() if n > 1][:5]
-    assert summary["status"] == "finished"
-    assert summary["counters"]["done"] == len(want)
-    assert (crawl.output_dir / "summary.json").exists()
-
-
 def assert_alive(procs: list, log_dir: Path) -> None:
     assert [p.poll() for p in procs] == [None] * len(procs), "a worker exited"
     for log in log_dir.glob("*.log"):
@@ -111,7 +99,9 @@ def restart_under_crawl(own_redis, settings, procs, how: str, outage: float) -> 
             for u in own_redis.client().hkeys(crawl.ck.parts[0].inflight)
         }
         held_paths = {"/" + p for p in held}
-        assert_exact(crawl, graph, server)
+        assert_exact_pages(
+            crawl, reachable_urls(graph, [server.base_url + "/"]), crawl.wait(timeout=60)
+        )
         times = {
             "refetch_held_s": first_request_after(server, up, exclude=set()),
             "consume_new_s": first_request_after(server, up, exclude=held_paths),
@@ -185,7 +175,9 @@ def test_crawl_waits_while_redis_is_full_and_resumes(own_redis, fault_settings, 
         wait_for(lambda: crawl.progress()["done"] > stalled, timeout=30)
         print(f"\nRedis full 20 s: progress again {time.monotonic() - raised:.2f}s after")
         assert crawl.progress()["redis_oom"] is False
-        assert_exact(crawl, graph, server)
+        assert_exact_pages(
+            crawl, reachable_urls(graph, [server.base_url + "/"]), crawl.wait(timeout=60)
+        )
     assert_alive(procs, log_dir)
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -20,11 +19,11 @@ from crawler_tasks.state.connection import connect
 from crawler_tasks.state.keys import Keys
 from crawler_tasks.state.schedules import Schedule, Schedules
 from crawler_tasks.surface.embedded import local_workers, stop_process
-from crawler_tasks.web.urls import normalize
 from crawler_tasks.worker.process.app import make_app
 from tests.integration.test_recrawl import due_now
+from tests.support.exact import assert_exact_pages, reachable_urls
 from tests.support.processes import stop_together
-from tests.support.sitegen import reachable, running_sites
+from tests.support.sitegen import running_sites
 from tests.support.waiting import wait_until
 
 
@@ -80,10 +79,7 @@ def test_beat_on_the_cluster_fires_a_schedule_whose_run_is_exact(
         finally:
             stop_process(beat)
             stop_together(procs)
-    got = Counter(r["url"] for r in crawl.pages(latest=False))
-    assert set(got) == {normalize(u) for u in reachable(graph, [seed])}
-    assert max(got.values()) == 1
-    assert summary["status"] == "finished" and summary["counters"]["done"] == len(got)
+    assert_exact_pages(crawl, reachable_urls(graph, [seed]), summary)
     # RedBeat's keys are on the cluster; the broker holds none of them.
     prefix = app.conf.redbeat_key_prefix
     broker = redis.Redis.from_url(redis_url)

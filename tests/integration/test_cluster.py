@@ -22,9 +22,9 @@ from crawler_tasks.errors import ConfigError
 from crawler_tasks.settings import Settings, load
 from crawler_tasks.state import connection
 from crawler_tasks.surface.embedded import local_workers
-from crawler_tasks.web.urls import normalize
 from tests.integration.test_operations import pause_resume_cancel
 from tests.integration.test_state_sockets import kernel_timeouts
+from tests.support.exact import assert_exact_pages, reachable_urls
 from tests.support.fault_injection import rabbitmq_vhost
 from tests.support.processes import stop_together
 from tests.support.sitegen import (
@@ -66,15 +66,6 @@ def start(settings: Settings, servers, **options):  # type: ignore[no-untyped-de
     return seeds, start_crawl(seeds, settings=settings, **opts)
 
 
-def assert_exact(crawl, graph, seeds, summary) -> None:  # type: ignore[no-untyped-def]
-    got = Counter(r["url"] for r in crawl.pages(latest=False))
-    assert set(got) == {normalize(u) for u in reachable(graph, seeds)}
-    assert max(got.values()) == 1, [u for u, n in got.items() if n > 1][:5]
-    assert summary["status"] == "finished"
-    assert summary["counters"]["done"] == len(got) == summary["counters"]["admitted"]
-    assert crawl.progress()["outstanding"] == 0
-
-
 def test_crawl_on_a_cluster_is_exact_and_spreads_over_the_masters(
     csettings, redis_url, cluster_url, worker_logs
 ):
@@ -85,7 +76,7 @@ def test_crawl_on_a_cluster_is_exact_and_spreads_over_the_masters(
     ):
         seeds, crawl = start(csettings, servers, rate=math.inf, concurrency=4)
         summary = crawl.wait(timeout=180)
-    assert_exact(crawl, graph, seeds, summary)
+    assert_exact_pages(crawl, reachable_urls(graph, seeds), summary)
     assert summary["status_codes"]["404"] >= 1
     assert (crawl.output_dir / "summary.json").exists()
     # 12 partitions, 4 on each master (their hash tags are chosen so); the keys the crawl
@@ -178,4 +169,4 @@ def test_rabbitmq_broker_with_state_on_the_cluster(cluster_url, tmp_path, worker
         )
         seeds, crawl = start(settings, servers, rate=math.inf, concurrency=4)
         summary = crawl.wait(timeout=120)
-    assert_exact(crawl, graph, seeds, summary)
+    assert_exact_pages(crawl, reachable_urls(graph, seeds), summary)

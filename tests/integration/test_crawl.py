@@ -12,7 +12,8 @@ from warcio.archiveiterator import ArchiveIterator
 
 from crawler_tasks import start_crawl
 from crawler_tasks.web.urls import normalize
-from tests.support.sitegen import has_skipped_extension, reachable, running_sites
+from tests.support.exact import assert_exact_pages, reachable_urls
+from tests.support.sitegen import has_skipped_extension, running_sites
 
 # Tests of 20-70 s: handed out first under `pytest -n N` (tests/support/scheduling.py).
 pytestmark = pytest.mark.slow
@@ -24,8 +25,7 @@ def crawled(crawl) -> Counter[str]:  # type: ignore[no-untyped-def]
     return Counter(r["url"] for r in crawl.pages(latest=False))
 
 
-def expected(graph, seeds, **kw) -> set[str]:  # type: ignore[no-untyped-def]
-    return {normalize(u) for u in reachable(graph, seeds, **kw)}
+expected = reachable_urls
 
 
 def start(settings, servers, **options):  # type: ignore[no-untyped-def]
@@ -49,12 +49,7 @@ def test_crawl_reaches_exactly_the_reachable_set(settings, celery_worker):
     ):
         seeds, crawl = start(settings, servers)
         summary = crawl.wait(timeout=180)
-    got = crawled(crawl)
-    assert set(got) == expected(graph, seeds)
-    assert max(got.values()) == 1, [u for u, n in got.items() if n > 1][:5]
-    assert summary["status"] == "finished"
-    assert crawl.stats.outstanding() == 0
-    assert summary["counters"]["done"] == len(got)
+    got = assert_exact_pages(crawl, expected(graph, seeds), summary)
     assert summary["status_codes"]["404"] >= 1
     summary_file = json.loads((crawl.output_dir / "summary.json").read_text())
     assert summary_file["counters"]["done"] == len(got)
@@ -101,9 +96,9 @@ def test_max_depth_and_max_pages_bound_the_crawl(settings, celery_worker):
     with running_sites(["127.0.0.2"], pages_per_host=200, links_per_page=5) as (graph, servers):
         seeds, by_depth = start(settings, servers, max_depth=2)
         _, by_pages = start(settings, servers, max_pages=25)
-        by_depth.wait(timeout=120)
+        depth_summary = by_depth.wait(timeout=120)
         by_pages.wait(timeout=120)
-    assert set(crawled(by_depth)) == expected(graph, seeds, max_depth=2)
+    assert_exact_pages(by_depth, expected(graph, seeds, max_depth=2), depth_summary)
     assert sum(crawled(by_pages).values()) == 25
 
 
@@ -114,8 +109,8 @@ def test_two_crawls_at_once_do_not_interfere(settings, celery_worker):
     ):
         seeds1, c1 = start(settings, s1)
         seeds2, c2 = start(settings, s2)
-        c1.wait(timeout=120)
-        c2.wait(timeout=120)
-    assert set(crawled(c1)) == expected(g1, seeds1)
-    assert set(crawled(c2)) == expected(g2, seeds2)
+        summary1 = c1.wait(timeout=120)
+        summary2 = c2.wait(timeout=120)
+    assert_exact_pages(c1, expected(g1, seeds1), summary1)
+    assert_exact_pages(c2, expected(g2, seeds2), summary2)
     assert c1.output_dir != c2.output_dir

@@ -490,9 +490,12 @@ def test_max_pages_per_host_counts_seeds_and_never_duplicates(settings, context,
     assert int(client.hget(counter, "127.0.0.47")) == 3  # the seed counts
     # 2 seen + 5 new for 2 free places: the seen ones take no place, 3 new ones are turned away
     more = first + [f"{base}/b{i}" for i in range(5)]
-    assert store.admission.links(more, 1) == {"skipped:max_pages_per_host": 3}
+    assert store.admission.links(more, 1) == {"skipped:max_pages_per_host": 3, "discovered": 3}
     assert int(client.hget(counter, "127.0.0.47")) == 5
-    assert store.admission.links([base + "/c"], 1) == {"skipped:max_pages_per_host": 1}
+    assert store.admission.links([base + "/c"], 1) == {
+        "skipped:max_pages_per_host": 1,
+        "discovered": 1,
+    }
     counters = crawl.stats.counters()
     assert (counters["admitted"], counters["deduplicated"]) == (5, 2)
     assert crawl.stats.outstanding() == 5

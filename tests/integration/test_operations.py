@@ -20,6 +20,7 @@ import requests
 from crawler_tasks import Crawl, start_crawl
 from crawler_tasks.surface.embedded import free_port, local_workers, stop_process
 from crawler_tasks.web.urls import normalize
+from tests.support.exact import assert_exact_pages, reachable_urls
 from tests.support.sitegen import reachable, running_sites
 from tests.support.waiting import wait_until
 
@@ -184,10 +185,8 @@ def test_sigterm_is_a_graceful_shutdown(settings, redis_url, workers, worker_log
         with local_workers(
             redis_url, redis_url, fetch_threads=4, parsers=1, log_dir=str(worker_logs)
         ):
-            crawl.wait(timeout=120)
-    got = Counter(r["url"] for r in crawl.pages(latest=False))
-    assert set(got) == {normalize(u) for u in reachable(graph, [servers[0].base_url + "/"])}
-    assert max(got.values()) == 1
+            summary = crawl.wait(timeout=120)
+    assert_exact_pages(crawl, reachable_urls(graph, [servers[0].base_url + "/"]), summary)
 
 
 def test_watch_shows_live_display_on_a_terminal(settings, workers):

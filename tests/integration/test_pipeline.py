@@ -22,6 +22,7 @@ from crawler_tasks.surface.summary import summary_text
 from crawler_tasks.web.urls import normalize
 from crawler_tasks.worker.visit.outcome import Final
 from crawler_tasks.worker.visit.recorder import write_orphan
+from tests.support.exact import assert_exact_pages, reachable_urls
 from tests.support.key_table import undescribed
 from tests.support.sitegen import (
     SiteServer,
@@ -48,14 +49,8 @@ def test_exact_reachable_set_with_counters(settings, driver, partitions):  # typ
     with running_sites(["127.0.0.70", "127.0.0.71"], 80, 6) as (graph, servers):
         seeds, crawl = start(settings, servers, partitions=partitions)
         summary = driver.run(crawl)
-    got = pages(crawl)
-    assert set(got) == {normalize(u) for u in reachable(graph, seeds)}
-    assert max(got.values()) == 1
-    c = summary["counters"]
-    assert c["done"] == len(got) == c["admitted"]
     # Seeds count as discovered: every link is admitted, a duplicate or skipped for a reason.
-    assert c["discovered"] == c["admitted"] + c["deduplicated"] + sum(summary["skipped"].values())
-    assert crawl.stats.outstanding() == 0 and summary["status"] == "finished"
+    assert_exact_pages(crawl, reachable_urls(graph, seeds), summary)
 
 
 @pytest.mark.parametrize(("max_depth", "max_pages"), [(1, 0), (None, 25), (2, 10)])
