@@ -69,6 +69,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import _spill
 import _util
 import _wire
 import psutil
@@ -300,8 +301,10 @@ def run_ours(
     layout: str,
     state: str = "one",
     store: tuple[str, dict[str, str]] | None = None,
+    head: int = 0,
 ) -> dict[str, Any]:
-    """``store``: an s3:// output and the workers' AWS environment (``--outputs s3``)."""
+    """``store``: an s3:// output and the workers' AWS environment (``--outputs s3``).
+    ``head`` > 0: the crawl's ``frontier_head`` (``--frontier-heads``), so it spills."""
     pool, conc, fetchers, parsers = parse_layout(layout)
     rate, per_host = MODES[mode]
     per_host = per_host or args.fast_conn
@@ -339,6 +342,8 @@ def run_ours(
             # scaling.py and dashboard.py call this with arguments of their own, without --hogs.
             hogs = getattr(args, "hogs", 0)
             times = ScriptTimes(client) if getattr(args, "script_times", False) else None
+            tails = _tails_options(args, head)
+            watch: _spill.SpillWatch | None = None
             with (
                 _util.RssSampler(roots, interval=0.5) as rss,
                 cpu_hogs(hogs),
@@ -352,9 +357,11 @@ def run_ours(
                     allowed_domains=[address(i) for i in range(web.hosts)],
                     rate=rate,
                     concurrency=per_host,
+                    **tails,
                 )
                 try:
-                    summary = crawl.wait(timeout=args.timeout)
+                    with _spill.SpillWatch(crawl) if tails else contextlib.nullcontext() as watch:
+                        summary = crawl.wait(timeout=args.timeout)
                 except TimeoutError:
                     summary = {"status": f"not finished after {args.timeout:.0f}s"}
                     crawl.cancel()
@@ -389,8 +396,11 @@ def run_ours(
     return {
         "crawler": f"ours {layout}"
         + ("" if state == "one" else f" state={state}")
+        + _spill.label(head)
         + (" s3" if store else ""),
         "mode": mode,
+        "frontier_head": head,
+        **_spill.figures(watch, summary.get("counters") or {}),
         **({"upload_tail_s": upload_tail} if store else {}),
         **figures,
         "wall_s": wall,
@@ -442,6 +452,15 @@ def run_ours(
         "worker_log_tracebacks": tracebacks,
         "worker_log_warnings": warnings,
     }
+
+
+def _tails_options(args: Any, head: int) -> dict[str, int]:
+    """start_crawl's frontier options for a run with heads of ``head`` URLs (none: today's
+    frontier, every pending URL in Redis). scaling.py and dashboard.py have no such arguments."""
+    if not head:
+        return {}
+    chunk = getattr(args, "frontier_chunk", 0)
+    return {"frontier_head": head, **({"frontier_chunk": chunk} if chunk else {})}
 
 
 def _merged_commandstats(nodes: list[redis.Redis]) -> dict[str, dict[str, int]]:
@@ -508,6 +527,11 @@ COLUMNS = [
     "x_local",
     "x_local_cpu",
     "upload_tail_s",
+    "x_no_spill",
+    "x_no_spill_cpu",
+    "hosts_spilled",
+    "chunks_written",
+    "chunks_refilled",
     "e2e_pages_per_s",
     "x_scrapy_e2e",
     "e2e_cold",
@@ -601,6 +625,7 @@ def main() -> int:
         default="local",
         help="local,s3: our crawl's output in a directory, in a SeaweedFS bucket, or both",
     )
+    _spill.add_arguments(p)
     p.add_argument("--keep", help="existing directory for the server's and workers' logs")
     p.add_argument("--https", action="store_true", help="HTTPS only, a private CA")
     p.add_argument("--real-sizes", action="store_true", help="the web's page sizes, gzip")
@@ -610,6 +635,7 @@ def main() -> int:
     args = p.parse_args()
     args.worker_env = dict(kv.split("=", 1) for kv in args.worker_env)
     args.latency = read_latency(p, args.latency)
+    heads = _spill.read_heads(p, args)
     if not args.skip_scrapy and importlib.util.find_spec("scrapy") is None:
         p.error("Scrapy is not installed: .venv/bin/pip install -e '.[bench]', or --skip-scrapy")
     rows: list[dict[str, Any]] = []
@@ -625,15 +651,19 @@ def main() -> int:
                 stores["s3"] = (f"s3://{server.make_bucket('bench-broad')}/runs", server.env())
             for mode in args.modes.split(","):
                 for layout in [x for x in args.layouts.split(",") if x]:
-                    for kind in outputs:
-                        _util.log(args, f"{mode}: ours {layout} output {kind}")
-                        rows.append(run_ours(args, web, mode, layout, store=stores[kind]))
+                    for head in heads:
+                        for kind in outputs:
+                            _util.log(args, f"{mode}: ours {layout}{_spill.label(head)} {kind}")
+                            rows.append(
+                                run_ours(args, web, mode, layout, store=stores[kind], head=head)
+                            )
                 if not args.skip_scrapy:
                     _util.log(args, f"{mode}: scrapy")
                     rows.append(run_scrapy(args, web, mode))
         finally:
             web.close()
     compare_outputs(rows)
+    _spill.compare(rows)
     for r in rows:
         ref = next((s for s in rows if s["mode"] == r["mode"] and "scrapy" in s["crawler"]), None)
         if ref and ref.get("pages_per_s"):

@@ -79,6 +79,18 @@ class Counter(Word):
     DEDUPLICATED = "deduplicated", F, Shown.EARLY, "links dropped as already seen"
     QUEUED = "queued", F, Shown.EARLY, "URLs waiting in the frontier", True
     REPLAYED = "replayed", F, Shown.NO, "failed URLs put back by retry_failed"
+    CHUNKS_WRITTEN = (
+        "chunks_written",
+        F,
+        Shown.NO,
+        "chunks of spilled URLs written to the chunk store and indexed (flush.lua)",
+    )
+    CHUNKS_REFILLED = (
+        "chunks_refilled",
+        F,
+        Shown.NO,
+        "chunks moved from the chunk store into their hosts' heads (refill.lua)",
+    )
     DONE = "done", P, Shown.LATE, "URLs that reached a final state"
     FETCHED = "fetched", P, Shown.LATE, "URLs fetched (any HTTP status)"
     PARSED = "parsed", P, Shown.LATE, "HTML pages parsed"

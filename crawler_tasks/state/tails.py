@@ -161,7 +161,7 @@ class Tails:
             self.store.put(name, encode(entries))
             point("frontier_flush_written")
         result = self.scripts.flush(
-            keys=[key, pk.chunks(domain), pk.spilled, pk.full],
+            keys=[key, pk.chunks(domain), pk.spilled, pk.full, pk.stats],
             args=[domain, name, len(entries), entries_digest(entries), int(self.dfs), n],
             client=self.client,
         )
@@ -192,6 +192,7 @@ class Tails:
                 pk.low,
                 pk.ready,
                 pk.spill(domain),
+                pk.stats,
             ],
             args=[domain, name, int(self.dfs), *entries],
             client=self.client,

@@ -50,6 +50,12 @@ VARIANTS = {
         "--tails --urls 3000 --hosts 20 --chunk 16 --release 1000",
     ),
     "adaptive.py --warm-days": ("adaptive.py", "--pages 20 --days 2 --warm-days 1"),
+    # Heads of 2 URLs, chunks of 2: every host of the polite crawl spills (_spill.py).
+    "broad.py --frontier-heads": (
+        "broad.py",
+        "--hosts 5 --pages 6 --modes polite --layouts threads:8x1:1 --skip-scrapy --timeout 60 "
+        "--frontier-heads 0,2 --frontier-chunk 2",
+    ),
     "broad.py --https --real-sizes": (
         "broad.py",
         "--hosts 5 --pages 3 --modes fast --layouts threads:8x1:1 --skip-scrapy --timeout 60 "

@@ -166,6 +166,9 @@ def test_polite_crawl_where_every_host_spills(settings, workers):  # type: ignor
     assert max(got.values()) == 1, [u for u, n in got.items() if n > 1][:3]
     assert set(got) == {normalize(u) for u in reachable(graph, seeds)}
     assert summary["counters"]["done"] == len(got) == summary["counters"]["admitted"]
+    # Every chunk written was refilled (none left: the store is empty below), and counted.
+    counters = summary["counters"]
+    assert counters["chunks_written"] == counters["chunks_refilled"] > 0, counters
     for log in logs:
         report = rate_report(log, window=PACE_WINDOW)
         assert report["max_in_window"] <= 4 + 1, report

@@ -4,7 +4,7 @@
 -- index; depth-first it is the buffer's bottom (its right: the entries spilled first) and
 -- goes first in the index, before the older chunks (tails_lib.lua).
 -- KEYS[1] the domain's spill buffer  KEYS[2] its chunk index  KEYS[3] spilled hash
--- KEYS[4] full set
+-- KEYS[4] full set  KEYS[5] stats hash ('chunks_written')
 -- ARGV[1] domain  ARGV[2] chunk id ("" when the buffer held less than a chunk: only unmarked)
 -- ARGV[3] entries in the chunk  ARGV[4] sha1 of the entries joined by newlines
 -- ARGV[5] 1 = depth-first  ARGV[6] chunk size (a buffer shorter leaves the full set)
@@ -28,6 +28,7 @@ if n > 0 then
       redis.call('RPUSH', KEYS[2], id)
     end
     redis.call('HINCRBY', KEYS[3], ARGV[1], n)
+    redis.call('HINCRBY', KEYS[5], 'chunks_written', 1)
     result = 1
   elseif redis.call('LPOS', KEYS[2], id) then
     result = 2

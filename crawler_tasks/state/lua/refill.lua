@@ -5,7 +5,7 @@
 -- Depth-first a non-empty buffer comes before any chunk: nothing is moved (release.lua tops
 -- the head up from the buffer).
 -- KEYS[1] the domain's head  KEYS[2] its chunk index  KEYS[3] spilled hash  KEYS[4] low set
--- KEYS[5] ready zset  KEYS[6] its spill buffer
+-- KEYS[5] ready zset  KEYS[6] its spill buffer  KEYS[7] stats hash ('chunks_refilled')
 -- ARGV[1] domain  ARGV[2] chunk id ("" when the index was empty: only unmarked)
 -- ARGV[3] 1 = depth-first  ARGV[4..] the entries
 -- Returns 1 moved, 0 not.
@@ -23,6 +23,7 @@ for lo = FIRST, #ARGV, 1000 do
   redis.call('RPUSH', KEYS[1], unpack(ARGV, lo, math.min(lo + 999, #ARGV)))
 end
 if redis.call('HINCRBY', KEYS[3], d, -n) <= 0 then redis.call('HDEL', KEYS[3], d) end
+redis.call('HINCRBY', KEYS[7], 'chunks_refilled', 1)
 -- NX: a domain still in the ready zset keeps its time (its next token or lease).
 redis.call('ZADD', KEYS[5], 'NX', 0, d)
 return 1
