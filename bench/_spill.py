@@ -91,7 +91,14 @@ def compare(rows: list[dict[str, Any]]) -> None:
             continue
         plain_name = r["crawler"].replace(label(head), "")
         plain = next(
-            (s for s in rows if s["mode"] == r["mode"] and s["crawler"] == plain_name), None
+            (
+                s
+                for s in rows
+                if s["mode"] == r["mode"]
+                and s["crawler"] == plain_name
+                and s.get("rep") == r.get("rep")
+            ),
+            None,
         )
         if plain and plain.get("pages_per_s"):
             r["x_no_spill"] = r.get("pages_per_s", 0) / plain["pages_per_s"]

@@ -46,6 +46,14 @@ by its event loop, which a loaded machine starves; and by kernel arrival stamps 
 plain HTTP only; ``wire`` says why it was skipped, ``wire_drops`` must be 0). ``--hogs N``
 runs N CPU busy loops beside our workers while our crawl runs: the overloaded polite crawl.
 
+``--outputs local,s3``: our crawl into a directory and into a SeaweedFS bucket started for
+the run (``tests/support/seaweed.py``), ``--repeat`` times each, every other repetition in
+swapped order. ``x_local*`` compare an s3 row with the local row of its repetition;
+``upload_tail_s``: from ``wait()``'s return until no segment waits to upload; ``e2e_stored``:
+pages / (wall + upload tail). Where the wall goes: ``to_first_s`` (``start_crawl`` to the
+first request), ``span_s``, ``to_drained_s`` (last request to the last URL final) and
+``drained_to_return_s`` (the finisher, then ``wait()``'s poll and summary read).
+
 A layout is ``POOL:CONCURRENCYxFETCH_PROCESSES:PARSE_PROCESSES``, e.g. ``threads:256x2:2``.
 The per-process in-flight peak (``inflight_peak`` over fetch processes) is what latency hiding
 can reach: with slow hosts (``--latency 2,3``) it shows whether a pool keeps its requests
@@ -195,6 +203,8 @@ class Web:
             "private": kinds["private"],
             "requests": requests,
             "span_s": span,
+            "first_at": first,
+            "last_at": last,
             "pages_per_s": len(pages) / span,
             "inflight_mean": sum(busy) / len(busy),
             "inflight_peak": max(busy),
@@ -349,6 +359,7 @@ def run_ours(
                 cpu_hogs(hogs),
                 times or contextlib.nullcontext(),
             ):
+                started = time.time()
                 crawl = start_crawl(
                     web.seeds(),
                     settings=settings,
@@ -365,7 +376,9 @@ def run_ours(
                 except TimeoutError:
                     summary = {"status": f"not finished after {args.timeout:.0f}s"}
                     crawl.cancel()
+                returned = time.time()
             wall = time.monotonic() - t1
+            drained = crawl.store.lifecycle.read().finished_at or returned
             # An s3:// crawl's records are all in the store once no segment waits.
             upload_tail = uploads_done(client, crawl.id, args.timeout) if store else None
             node_calls = [sum(v["calls"] for v in n.info("commandstats").values()) for n in nodes]
@@ -390,6 +403,7 @@ def run_ours(
         for n in nodes:
             n.close()
     figures = web.judge(start, rate)
+    phases = crawl_phases(figures, started, drained, returned)
     n = max(figures.get("pages", 0), 1)
     calls = {k.removeprefix("cmdstat_"): v["calls"] for k, v in cmdstats.items()}
     usec = {k.removeprefix("cmdstat_"): v["usec"] for k, v in cmdstats.items()}
@@ -403,10 +417,13 @@ def run_ours(
         **_spill.figures(watch, summary.get("counters") or {}),
         **({"upload_tail_s": upload_tail} if store else {}),
         **figures,
+        **phases,
         "wall_s": wall,
         "startup_s": t1 - t0,
         "e2e_pages_per_s": figures.get("distinct", 0) / wall,
         "e2e_cold": figures.get("distinct", 0) / (wall + t1 - t0),
+        # Until every record is where a reader finds it: an s3:// crawl's in the bucket.
+        "e2e_stored": figures.get("distinct", 0) / (wall + (upload_tail or 0.0)),
         "status": summary.get("status"),
         "counters": {
             k: v
@@ -461,6 +478,24 @@ def _tails_options(args: Any, head: int) -> dict[str, int]:
         return {}
     chunk = getattr(args, "frontier_chunk", 0)
     return {"frontier_head": head, **({"frontier_chunk": chunk} if chunk else {})}
+
+
+def crawl_phases(
+    figures: dict[str, Any], started: float, drained: float, returned: float
+) -> dict[str, float]:
+    """Where a crawl's wall time goes (Unix seconds; the server's stamps and Redis's
+    ``finished_at`` share this machine's clock): ``start_crawl`` to the first request, the
+    fetch span, the last request to the crawl drained (finishing.lua: its last URL final),
+    and from there until ``Crawl.wait()`` returned (the finisher: orphans, summary.json, the
+    final status; then ``wait``'s poll and its summary read)."""
+    first, last = figures.get("first_at"), figures.get("last_at")
+    if first is None or last is None:
+        return {}
+    return {
+        "to_first_s": first - started,
+        "to_drained_s": drained - last,
+        "drained_to_return_s": returned - drained,
+    }
 
 
 def _merged_commandstats(nodes: list[redis.Redis]) -> dict[str, dict[str, int]]:
@@ -520,6 +555,7 @@ def run_scrapy(args: Any, web: Web, mode: str) -> dict[str, Any]:
 
 
 COLUMNS = [
+    "rep",
     "mode",
     "crawler",
     "pages_per_s",
@@ -533,6 +569,9 @@ COLUMNS = [
     "chunks_written",
     "chunks_refilled",
     "e2e_pages_per_s",
+    "x_local_e2e",
+    "e2e_stored",
+    "x_local_stored",
     "x_scrapy_e2e",
     "e2e_cold",
     "bound",
@@ -557,6 +596,10 @@ COLUMNS = [
     "duplicates",
     "private",
     "wall_s",
+    "to_first_s",
+    "span_s",
+    "to_drained_s",
+    "drained_to_return_s",
     "cpu_ms_per_page",
     "new_conns_per_page",
     "full_handshakes_per_page",
@@ -591,15 +634,41 @@ def read_latency(p: argparse.ArgumentParser, text: str) -> tuple[float, float]:
 
 
 def compare_outputs(rows: list[dict[str, Any]]) -> None:
-    """S3 output against local, same mode and layout, in this run: pages/s and CPU a page."""
+    """S3 output against local, same mode, layout and repetition, in this run: pages/s (of
+    the fetch span, end to end, and until every record is in the bucket) and CPU a page."""
     for r in rows:
         local = next(
-            (s for s in rows if s["mode"] == r["mode"] and s["crawler"] + " s3" == r["crawler"]),
+            (
+                s
+                for s in rows
+                if s["mode"] == r["mode"]
+                and s["crawler"] + " s3" == r["crawler"]
+                and s.get("rep") == r.get("rep")
+            ),
             None,
         )
         if local and local.get("pages_per_s"):
             r["x_local"] = r.get("pages_per_s", 0) / local["pages_per_s"]
+            r["x_local_e2e"] = r.get("e2e_pages_per_s", 0) / local["e2e_pages_per_s"]
+            r["x_local_stored"] = r.get("e2e_stored", 0) / local["e2e_stored"]
             r["x_local_cpu"] = r.get("cpu_ms_per_page", 0) / max(local["cpu_ms_per_page"], 1e-9)
+
+
+def run_layout(
+    args: Any, web: Web, mode: str, layout: str, stores: dict[str, Any], heads: list[int]
+) -> list[dict[str, Any]]:
+    """Our crawl in one mode and layout: each frontier head, ``--repeat`` times each output
+    (every other repetition in the reverse order: neither output always runs first, on a
+    cold page cache or beside a neighbour's load)."""
+    rows = []
+    outputs = list(stores)
+    for head in heads:
+        for rep in range(args.repeat):
+            for kind in outputs if rep % 2 == 0 else outputs[::-1]:
+                _util.log(args, f"{mode}: ours {layout}{_spill.label(head)} {kind} #{rep + 1}")
+                row = run_ours(args, web, mode, layout, store=stores[kind], head=head)
+                rows.append({"rep": rep + 1, **row})
+    return rows
 
 
 def main() -> int:
@@ -626,6 +695,7 @@ def main() -> int:
         help="local,s3: our crawl's output in a directory, in a SeaweedFS bucket, or both",
     )
     _spill.add_arguments(p)
+    p.add_argument("--repeat", type=int, default=1, help="runs of our crawl per output (--outputs)")
     p.add_argument("--keep", help="existing directory for the server's and workers' logs")
     p.add_argument("--https", action="store_true", help="HTTPS only, a private CA")
     p.add_argument("--real-sizes", action="store_true", help="the web's page sizes, gzip")
@@ -640,10 +710,12 @@ def main() -> int:
         p.error("Scrapy is not installed: .venv/bin/pip install -e '.[bench]', or --skip-scrapy")
     rows: list[dict[str, Any]] = []
     outputs = args.outputs.split(",")
+    if not outputs or set(outputs) - {"local", "s3"}:
+        p.error(f"--outputs: local, s3 or both, got {args.outputs!r}")
     with tempfile.TemporaryDirectory(prefix="bench-web-") as tmp, contextlib.ExitStack() as stack:
         web = Web(args, tmp)
         try:
-            stores = {"local": None}
+            stores: dict[str, Any] = dict.fromkeys(outputs)
             if "s3" in outputs:
                 from tests.support.seaweed import seaweed
 
@@ -651,12 +723,7 @@ def main() -> int:
                 stores["s3"] = (f"s3://{server.make_bucket('bench-broad')}/runs", server.env())
             for mode in args.modes.split(","):
                 for layout in [x for x in args.layouts.split(",") if x]:
-                    for head in heads:
-                        for kind in outputs:
-                            _util.log(args, f"{mode}: ours {layout}{_spill.label(head)} {kind}")
-                            rows.append(
-                                run_ours(args, web, mode, layout, store=stores[kind], head=head)
-                            )
+                    rows += run_layout(args, web, mode, layout, stores, heads)
                 if not args.skip_scrapy:
                     _util.log(args, f"{mode}: scrapy")
                     rows.append(run_scrapy(args, web, mode))

@@ -61,6 +61,12 @@ VARIANTS = {
         "--hosts 5 --pages 3 --modes fast --layouts threads:8x1:1 --skip-scrapy --timeout 60 "
         "--https --real-sizes",
     ),
+    # Our crawl into a SeaweedFS bucket beside a directory, twice in swapped order (issue 48).
+    "broad.py --outputs local,s3": (
+        "broad.py",
+        "--hosts 5 --pages 3 --modes fast --layouts threads:8x1:1 --skip-scrapy --timeout 60 "
+        "--outputs local,s3 --repeat 2",
+    ),
 }
 
 

@@ -68,6 +68,11 @@ def test_an_s3_crawl_lands_every_record_once_in_the_bucket(
     names = list(store.list())
     assert "summary.json" in names
     assert json.loads(store.get("summary.json"))["status"] == "finished"
+    # The summary a caller gets is the store's, at once: no poll for a local summary.json,
+    # which an s3:// crawl never writes here (each wait() took 2 s longer).
+    t0 = time.monotonic()
+    assert crawl.summary() == json.loads(store.get("summary.json")) == summary
+    assert time.monotonic() - t0 < 1.0
     assert crawl.progress()["summary_path"] == f"{s3}/{crawl.id}/summary.json"
     # Every page's record once, read from the store.
     pages = list(crawl.pages(latest=False))
