@@ -6,14 +6,20 @@ the tests stop it: every record in exactly one object of the bucket, every WARC 
 from __future__ import annotations
 
 import contextlib
+import io
+import json
 import os
 import socket
 import subprocess
+import sys
 import tempfile
-from collections.abc import Iterator
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from warcio.archiveiterator import ArchiveIterator
 
 from crawler_tasks import start_crawl
 from crawler_tasks.settings import Settings
@@ -21,11 +27,22 @@ from crawler_tasks.state import objects
 from crawler_tasks.state.archive import RESPONSE, Archive
 from crawler_tasks.state.formats import ArchiveSlot
 from crawler_tasks.state.objects import s3 as s3_store
+from crawler_tasks.web.urls import normalize
 from crawler_tasks.worker.output.archive_fence import ArchiveFence
 from crawler_tasks.worker.output.outputs import Outputs
 from crawler_tasks.worker.output.segments import STORE_FILE
 from crawler_tasks.worker.output.uploads import Uploads
+from tests.faults.test_faults import Cluster, cluster, site, start, wait
+from tests.integration.test_s3_output import uploaded
+from tests.support.recrawl_site import warcio_check
 from tests.support.seaweed import Seaweed
+from tests.support.sitegen import reachable
+
+#: The issue's numbers: a fetch process killed every 5 s, the store down for 60 s.
+KILL_EVERY, OUTAGE = 5.0, 60.0
+#: Pages a second of each of the site's 2 hosts: its 320 pages take about 80 s, so that the
+#: outage (from 10 s in) ends before the crawl does.
+RATE = 2.0
 
 
 @contextlib.contextmanager
@@ -80,3 +97,97 @@ def test_a_dead_writers_uploaded_records_are_adopted_while_the_store_is_down(
         again = staged / f"crawl-{socket.gethostname()}-{os.getpid()}-zz-000002.warc.gz"
         fence = ArchiveFence(store, url, RESPONSE, patience=1.0)
         assert fence.reserve(again, 0, "<urn:uuid:again>") == dead.rid
+
+
+class Killer:
+    """SIGKILLs the fetch processes in turn, one every :data:`KILL_EVERY` seconds, each
+    restarted at once (a new pid: the dead one's staged segments are the new one's to upload)."""
+
+    def __init__(self, c: Cluster) -> None:
+        self.c, self.kills, self.next = c, 0, time.monotonic() + KILL_EVERY
+
+    def until(self, done: Callable[[], bool]) -> None:
+        while not done():
+            if time.monotonic() >= self.next:
+                self.c.kill(("fetch1", "fetch2")[self.kills % 2])
+                self.kills += 1
+                self.next += KILL_EVERY
+            time.sleep(0.1)
+
+
+def status(crawl_id: str, redis_url: str, weed: Seaweed) -> str:
+    shown = subprocess.run(
+        [sys.executable, "-m", "crawler_tasks.surface.cli", "status", crawl_id]
+        + ["--broker", redis_url],
+        capture_output=True, text=True, timeout=60, env={**os.environ, **weed.env()},
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    return shown.stdout
+
+
+def bucket(s3: str, crawl_id: str, into: Path) -> tuple[Counter[str], Counter[str], dict]:
+    """From the crawl's objects: each page record's URL, each WARC response's (or revisit's)
+    target, counted over every object; the summary. The WARC objects are copied ``into``."""
+    store = objects.store_for(s3).child(crawl_id)
+    records: Counter[str] = Counter()
+    captures: Counter[str] = Counter()
+    into.mkdir()
+    for name in store.list():
+        data = store.get(name)
+        if name.startswith("pages-"):
+            records.update(json.loads(line)["url"] for line in data.splitlines())
+        elif name.endswith(".warc.gz"):
+            (into / name).write_bytes(data)
+            for r in ArchiveIterator(io.BytesIO(data)):
+                if r.rec_type in ("response", "revisit"):
+                    captures[r.rec_headers.get_header("WARC-Target-URI")] += 1
+    return records, captures, json.loads(store.get("summary.json"))
+
+
+@pytest.mark.allow_worker_errors(".*")
+def test_kills_every_5s_and_a_60s_store_outage_lose_and_repeat_nothing(
+    settings: Settings, redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 320-page s3:// crawl, two fetch processes and a parse process, segments closed every
+    second; a fetch process SIGKILLed every 5 s throughout; the store stopped 10 s in and
+    started again (same ports, same data) 60 s later. The crawl finishes on its own, and the
+    bucket holds every page's record once and every page's WARC response once."""
+    with (
+        own_store(monkeypatch) as (weed, s3),
+        site() as (graph, servers),
+        cluster(redis_url, tmp_path, **weed.env(CRAWLER_OUTPUT_SEGMENT_SECONDS="1")) as c,
+    ):
+        c.start_layout()
+        seeds, crawl = start(settings, servers, output=s3, rate=RATE)
+        began = time.monotonic()
+        killer = Killer(c)
+        killer.until(lambda: time.monotonic() - began > 10 or crawl.finished)
+        assert not crawl.finished
+        weed.stop()
+        down = time.monotonic()
+        killer.until(lambda: time.monotonic() - down > OUTAGE / 2)
+        said = status(crawl.id, redis_url, weed)
+        killer.until(lambda: time.monotonic() - down > OUTAGE or crawl.finished)
+        assert not crawl.finished, "the crawl ended before its store came back"
+        weed.launch()  # answering some seconds later; the kills go on meanwhile
+        killer.until(lambda: crawl.finished)
+        summary = wait(crawl, 120)
+        uploaded(settings, crawl.id, timeout=120)
+        took = time.monotonic() - began
+        records, captures, stored = bucket(s3, crawl.id, tmp_path / "warc")
+    print(f"{killer.kills} kills; {took:.0f} s; {len(records)} pages; {len(captures)} captures")
+    print(f"status during the outage: {said}")
+    assert "segments waiting to upload" in said, said
+    assert killer.kills >= 15
+    twice = sorted(u for u, n in records.items() if n > 1)
+    assert not twice, f"{len(twice)} URLs with two records, e.g. {twice[:3]}"
+    assert set(records) == {normalize(u) for u in reachable(graph, seeds)}
+    assert len(records) >= 300
+    twice = sorted(u for u, n in captures.items() if n > 1)
+    assert not twice, f"{len(twice)} URLs with two WARC responses, e.g. {twice[:3]}"
+    assert set(captures) == set(records)
+    assert warcio_check(tmp_path / "warc") == ""
+    assert summary["status"] == stored["status"] == "finished"
+    assert stored["counters"]["done"] == len(records) == stored["counters"]["admitted"]
+    staged = Path(settings.output_dir) / crawl.id
+    assert [p.name for p in staged.iterdir() if not p.name.startswith(".")] == []

