@@ -3,11 +3,14 @@ Zipped (WACZ 1.1.1, https://specs.webrecorder.net/wacz/1.1.1/), the file ReplayW
 pywb open directly.
 
 The ZIP holds ``archive/`` (the crawl's WARC files, byte for byte as the workers wrote them),
-``indexes/index.cdxj`` (sorted CDXJ made by ``cdxj-indexer``, the replay tools' own indexer,
-rather than one of ours that could disagree with them), ``pages/pages.jsonl`` (a header line,
-then one line per page fetched) and ``datapackage.json`` (every other file with its sha256
-and size). Every entry is stored, not deflated: the WARCs are gzip already, and a stored WARC
-can be read at an offset inside the ZIP, which is how replay tools use the index.
+``indexes/index.cdx`` (sorted CDXJ made by ``cdxj-indexer``, the replay tools' own indexer,
+rather than one of ours that could disagree with them; named ``.cdx`` as py-wacz names it: the
+spec leaves the name free, and pywb 2.10's ``wb-manager add --unpack-wacz`` reads only
+``*.cdx`` and ``*.cdx.gz`` indexes, so an ``index.cdxj`` made it an empty collection),
+``pages/pages.jsonl`` (a header line, then one line per page fetched) and ``datapackage.json``
+(every other file with its sha256 and size). Every entry is stored, not deflated: the WARCs
+are gzip already, and a stored WARC can be read at an offset inside the ZIP, which is how
+replay tools use the index.
 
 As the other exports, the file is written under a temporary name beside the target and
 renamed over it at the end, so that a killed export never leaves half a WACZ under its name.
@@ -126,13 +129,13 @@ def write(place: Place, names: list[str], target: Path, crawl_id: str) -> int:
         with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{target.name}.") as work:
             staging = Path(work)
             warcs = _local_warcs(place, names, staging)
-            _index(warcs, staging / "index.cdxj")
+            _index(warcs, staging / "index.cdx")
             pages = page_lines(place)
             with open(staging / "pages.jsonl", "w", encoding="utf-8") as f:
                 for line in (PAGES_HEADER, *pages):
                     f.write(json.dumps(line, ensure_ascii=False) + "\n")
             entries = [(f"archive/{w.name}", w) for w in warcs]
-            entries += [("indexes/index.cdxj", staging / "index.cdxj")]
+            entries += [("indexes/index.cdx", staging / "index.cdx")]
             entries += [("pages/pages.jsonl", staging / "pages.jsonl")]
             with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
                 resources = []

@@ -75,7 +75,7 @@ def test_wacz_holds_the_crawl(crawled, tmp_path):  # type: ignore[no-untyped-def
         names = set(zf.namelist()) - {"datapackage.json"}
         assert set(listed) == names
         assert names == {f"archive/{w.name}" for w in warcs} | {
-            "indexes/index.cdxj",
+            "indexes/index.cdx",
             "pages/pages.jsonl",
         }
         for path, resource in listed.items():
@@ -88,7 +88,7 @@ def test_wacz_holds_the_crawl(crawled, tmp_path):  # type: ignore[no-untyped-def
             assert info.compress_type == zipfile.ZIP_STORED
             assert zf.read(info) == warc.read_bytes()
 
-        index = zf.read("indexes/index.cdxj").decode().splitlines()
+        index = zf.read("indexes/index.cdx").decode().splitlines()
         assert index == sorted(index)
         entries = [json.loads(line.split(" ", 2)[2]) for line in index]
         responses = [e for e in entries if e.get("mime") != "warc/revisit"]
