@@ -4,8 +4,10 @@ Per case, a crawl with no workers in its own ``redis-server``: ``--urls`` pendin
 ``--hosts`` hosts admitted through ``Frontier.admit`` (the path parse tasks use, 1,000 per
 call, hosts interleaved as a broad crawl's pages name them), then every full spill buffer
 flushed as the dispatcher does (``Tails.tend``). Reported: Redis ``used_memory`` delta per
-pending URL (the Bloom filter grown before the baseline: the issue's figure is the frontier's),
-chunk-store bytes per URL (the files' sizes; ``du`` adds the filesystem's blocks), admission
+pending URL (the Bloom filter grown before the baseline: the issue's figure is the frontier's)
+right after the admissions and full buffers' flushes ("buffers in") and once the buffers short
+of a chunk have waited ``--flush-seconds`` and been written out too, with where it goes by kind
+of key (``MEMORY USAGE``: heads, buffers, chunk indexes, other), chunk-store bytes per URL (the files' sizes; ``du`` adds the filesystem's blocks), admission
 and flush rates, then the release rate: release.lua over every partition with the dispatcher's
 refills between calls, at no rate limit, until ``--release`` URLs are out.
 
@@ -62,6 +64,7 @@ def one_case(args: Any, name: str, head: int, unpaced: bool) -> dict[str, Any]:
             output=tmp,
             frontier_head=head,
             frontier_chunk=args.chunk,
+            frontier_flush_seconds=args.flush_seconds,
             frontier_store=f"{tmp}/frontier",  # given: the default rule spills only with a store
             **pace,
         )
@@ -77,13 +80,21 @@ def one_case(args: Any, name: str, head: int, unpaced: bool) -> dict[str, Any]:
         t1 = time.perf_counter()
         chunks = tend_all(crawl)
         flush_s = time.perf_counter() - t1
+        buffered = used_memory(client) - baseline
+        # The buffers left short of a chunk are written out once they have waited
+        # frontier_flush_seconds (the dispatcher's rounds): the frontier as it then stays.
+        time.sleep(args.flush_seconds)
+        tend_all(crawl)
         memory = used_memory(client) - baseline
+        kinds = by_kind(client, len(urls))
         files, chunk_bytes = crawl.store.frontier.tails.store.size()
         pending = int(crawl.stats.counters().get("queued", 0))
         row: dict[str, Any] = {
             "case": name,
             "pending": pending,
             "redis B/URL": memory / len(urls),
+            "buffers in": buffered / len(urls),
+            **kinds,
             "chunk B/URL": chunk_bytes / len(urls),
             "chunks": files,
             "admit URLs/s": len(urls) / admit_s,
@@ -93,6 +104,24 @@ def one_case(args: Any, name: str, head: int, unpaced: bool) -> dict[str, Any]:
             row.update(release_rate(crawl, args.release))
         client.close()
     return row
+
+
+#: The frontier's keys by kind (keys.py PartKeys): heads, spill buffers, chunk indexes, and the
+#: per-host politeness hashes and partition-wide sets and zsets beside them.
+KINDS = {"q": "heads", "sp": "buffers", "ix": "indexes"}
+
+
+def by_kind(client: redis.Redis, urls: int) -> dict[str, float]:
+    """B/URL of each kind of key (MEMORY USAGE, every key but the Bloom filter's shards, whose
+    allocation precedes the baseline): where Redis's bytes per pending URL go."""
+    sums: dict[str, int] = {}
+    for key in client.scan_iter(count=1000):
+        kind = key.decode().rsplit("}:", 1)[-1].split(":", 1)[0]
+        if kind == "bloom":
+            continue
+        name = KINDS.get(kind, "other")
+        sums[name] = sums.get(name, 0) + int(client.memory_usage(key, samples=0) or 0)
+    return {f"{name} B/URL": sums.get(name, 0) / urls for name in (*KINDS.values(), "other")}
 
 
 def release_rate(crawl: Any, wanted: int) -> dict[str, Any]:
@@ -119,6 +148,12 @@ def arguments(p: Any) -> None:
     p.add_argument("--hosts", type=int, default=1000, help="--tails: hosts")
     p.add_argument("--chunk", type=int, default=128, help="--tails: URLs per chunk")
     p.add_argument("--release", type=int, default=100_000, help="--tails: URLs released")
+    p.add_argument(
+        "--flush-seconds",
+        type=float,
+        default=30.0,
+        help="--tails: frontier_flush_seconds, waited before the steady figures",
+    )
 
 
 def main(args: Any) -> int:

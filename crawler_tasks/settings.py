@@ -155,6 +155,11 @@ class Settings:
     frontier_head: int = limited(0, 0, 100_000_000)
     #: Crawl default. URLs per chunk: a host's spill buffer is written out when this long.
     frontier_chunk: int = limited(128, 2, 100_000)
+    #: Crawl default. Seconds a host's spill buffer keeps entries before a dispatcher writes
+    #: them out as one (smaller) chunk, full or not: the buffers of hosts that spill slowly
+    #: stay a small share of Redis's memory, at most one chunk per host per this many seconds.
+    #: 0 = at the dispatcher's next round.
+    frontier_flush_seconds: float = limited(30.0, 0, DAY)
     #: Crawl default. The chunk store, a directory every worker of the crawl reads and writes
     #: (shared by every machine of a cluster) or s3://BUCKET/PREFIX. "" = ``frontier`` under
     #: the crawl's output when that is s3:// or frontier_head is given (> 0); else none: every

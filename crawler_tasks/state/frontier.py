@@ -161,7 +161,7 @@ class Frontier:
             cap=cap,
             tails=tuple(tails_args(self.opts, pk)),
         )
-        keys = [pk.flow, pk.stats, pk.ready, pk.full]
+        keys = [pk.flow, pk.stats, pk.ready, pk.flush]
         keys += [pk.bloom(s) for s in shards]  # only the shards these URLs touch
         admit = Call(self.scripts.admit, keys, call.args([(d, v) for d, v, _ in batch]))
 
@@ -259,7 +259,7 @@ class Frontier:
         cancelled, unfetched and unrecorded, in one cancel.lua call."""
         pk = self.ck.parts[part]
         counted, left = self.scripts.cancel(
-            keys=[pk.ready, pk.stats, pk.retry, pk.flow, pk.low, pk.full, pk.spilled],
+            keys=[pk.ready, pk.stats, pk.retry, pk.flow, pk.low, pk.flush, pk.spilled],
             args=[pk.queue_prefix, most, pk.spill_prefix, pk.index_prefix],
             client=self.client,
         )

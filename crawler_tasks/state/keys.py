@@ -84,7 +84,9 @@ fails on any key a crawl writes that this table does not describe, or whose type
     P:{C/N}:ix:D             list   ids of domain D's chunks in the chunk store, the next to
                                     refill first (state/tails.py chunk_id)
     P:{C/N}:spilled          hash   domain -> URLs of the domain in chunks (not in Redis)
-    P:{C/N}:full             set    domains whose spill buffer is full (to be flushed)
+    P:{C/N}:flush            zset   domains with a non-empty spill buffer, scored by when it is
+                                    due to be written out: 0 when it holds a chunk, else the
+                                    time it began to fill (written after frontier_flush_seconds)
     P:{C/N}:low              set    domains whose head is low with chunks to refill it from
     P:{C/N}:ready            zset   domains with pending work, scored by when they may go next
     P:{C/N}:dom:D            hash   politeness state of a domain: tat, slow, not_before, delay,
@@ -276,7 +278,7 @@ class PartKeys:
         self.spill_prefix = f"{base}:sp:"
         self.index_prefix = f"{base}:ix:"
         self.spilled = f"{base}:spilled"
-        self.full = f"{base}:full"
+        self.flush = f"{base}:flush"
         self.low = f"{base}:low"
         self.lease_prefix = f"{base}:lease:"
         self.domain_prefix = f"{base}:dom:"

@@ -98,6 +98,7 @@ class CrawlOptions:
     #: worker spills and refills the same way, to and from the same store.
     frontier_head: int = setting("frontier_head")
     frontier_chunk: int = setting("frontier_chunk")
+    frontier_flush_seconds: float = setting("frontier_flush_seconds")
     frontier_store: str = setting("frontier_store")
     max_url_length: int = setting("max_url_length")
     max_repeated_segments: int = setting("max_repeated_segments")

@@ -7,7 +7,9 @@ the rest to the buffer; release.lua tops a low head up from the buffer, or marks
 refill. This module does the I/O that Lua may not, from the dispatcher (never on a fetch):
 
 * flush: a full buffer's first ``frontier_chunk`` entries are written as one chunk, then swapped
-  for its id in one flush.lua call. The chunk's name is a digest of its host and entries, so a
+  for its id in one flush.lua call; a buffer that has held entries for ``frontier_flush_seconds``
+  without filling is written out whole the same way, a smaller chunk (the buffers of hosts that
+  spill slowly would otherwise hold most of what Redis keeps of the frontier). The chunk's name is a digest of its host and entries, so a
   process killed between the write and the swap leaves a file that the next flush of the same
   entries writes again under the same name; the swap checks the buffer still holds them.
 * refill: a host's next chunk is read and moved into its head by one refill.lua call, which
@@ -133,35 +135,40 @@ class Tails:
         pk = self.ck.parts[part]
         pipe = self.client.pipeline(transaction=False)
         pipe.srandmember(pk.low, batch)
-        pipe.srandmember(pk.full, batch)
-        low, full = pipe.execute()
+        pipe.time()  # Redis's clock: admit.lua and flush.lua score buffers by it
+        low, (sec, usec) = pipe.execute()
+        due = self.client.zrangebyscore(
+            pk.flush, "-inf", sec + usec / 1e6 - self.opts.frontier_flush_seconds, 0, batch, True
+        )
         refilled = flushed = 0
         for d in low or []:
             refilled += self.refill(pk, _text(d), point)
-        for d in full or []:
-            # A buffer may hold several chunks (one big admission): all out while it does.
+        for d, score in due:
+            # A buffer may hold several chunks (one big admission): all out while it does;
+            # one that waited without filling (score > 0: since when) goes out whole.
             for _ in range(batch):
-                done = self.flush(pk, _text(d), point)
+                done = self.flush(pk, _text(d), point, whole=score > 0)
                 flushed += done
-                if not done:
+                if not done or score > 0:
                     break
         return Tended(flushed, refilled)
 
-    def flush(self, pk: PartKeys, domain: str, point: Point = _nowhere) -> int:
-        """Write the first chunk of ``domain``'s buffer and index it; 1 if indexed."""
+    def flush(self, pk: PartKeys, domain: str, point: Point = _nowhere, whole: bool = False) -> int:
+        """Write the first chunk of ``domain``'s buffer and index it; 1 if indexed. ``whole``:
+        the buffer is written out even if shorter than a chunk (it waited long enough)."""
         n = self.opts.frontier_chunk
         key = pk.spill(domain)
         raw = self.client.lrange(key, -n, -1) if self.dfs else self.client.lrange(key, 0, n - 1)
         entries = [_text(e) for e in raw]
-        if len(entries) < n:  # taken since (a refill from the buffer): flush.lua unmarks it
-            entries = []
+        if len(entries) < n and not whole:
+            entries = []  # taken since (release.lua topped the head up): flush.lua rescores it
         name = ""
         if entries:
             name = chunk_id(domain, entries)
             self.store.put(name, encode(entries))
             point("frontier_flush_written")
         result = self.scripts.flush(
-            keys=[key, pk.chunks(domain), pk.spilled, pk.full, pk.stats],
+            keys=[key, pk.chunks(domain), pk.spilled, pk.flush, pk.stats],
             args=[domain, name, len(entries), entries_digest(entries), int(self.dfs), n],
             client=self.client,
         )

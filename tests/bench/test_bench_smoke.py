@@ -47,7 +47,7 @@ RUNS = {
 VARIANTS = {
     "frontier.py --tails": (
         "frontier.py",
-        "--tails --urls 3000 --hosts 20 --chunk 16 --release 1000",
+        "--tails --urls 3000 --hosts 20 --chunk 16 --release 1000 --flush-seconds 0",
     ),
     "adaptive.py --warm-days": ("adaptive.py", "--pages 20 --days 2 --warm-days 1"),
     # Heads of 2 URLs, chunks of 2: every host of the polite crawl spills (_spill.py).

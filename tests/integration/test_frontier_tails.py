@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from collections import Counter
 
 import pytest
@@ -20,14 +21,16 @@ from tests.support.sitegen import (
     reachable,
     running_sites,
 )
+from tests.support.tails import spilling_crawl
 
 HOSTS = ("a.example", "b.example", "c.example")
 
 
-def released_in_order(settings, client, order: str, head: int) -> None:  # type: ignore[no-untyped-def]
+def released_in_order(settings, client, order: str, head: int, flush: float = 30.0) -> None:  # type: ignore[no-untyped-def]
     """Admissions in batches between releases and the dispatcher's flushes and refills; each
     host's releases are, one by one, what a single FIFO (bfs) or LIFO (dfs) list of its URLs
-    gives: the model replays the same admissions and pops as many as each release handed out."""
+    gives: the model replays the same admissions and pops as many as each release handed out.
+    ``flush``: frontier_flush_seconds (0: every round writes out buffers short of a chunk)."""
     seeds = [f"http://{h}/" for h in HOSTS]
     crawl = start_crawl(
         seeds,
@@ -38,6 +41,7 @@ def released_in_order(settings, client, order: str, head: int) -> None:  # type:
         concurrency=1000,
         frontier_head=head,
         frontier_chunk=3,
+        frontier_flush_seconds=flush,
     )
     frontier, tails = crawl.store.frontier, crawl.store.frontier.tails
     model: dict[str, list[str]] = {h: [normalize(f"http://{h}/")] for h in HOSTS}
@@ -72,6 +76,34 @@ def released_in_order(settings, client, order: str, head: int) -> None:  # type:
 def test_each_host_keeps_its_order_when_it_spills(settings, client, order, head):  # type: ignore[no-untyped-def]
     """head 100,000,000: nothing spills (the model's check of today's frontier)."""
     released_in_order(settings, client, order, head)
+
+
+@pytest.mark.parametrize("order", ["bfs", "dfs"])
+def test_idle_buffers_written_out_keep_the_order(settings, client, order):  # type: ignore[no-untyped-def]
+    """Buffers short of a chunk written out at every round (smaller chunks): the same order."""
+    released_in_order(settings, client, order, 4, flush=0.0)
+
+
+def test_an_idle_buffer_is_written_out(settings, client):  # type: ignore[no-untyped-def]
+    """A buffer short of a chunk stays in Redis until it has waited frontier_flush_seconds,
+    then goes out whole as one smaller chunk; its URLs come back once, in order."""
+    crawl = spilling_crawl(["http://a.example/"], settings, client, frontier_flush_seconds=1.0)
+    frontier, pk = crawl.store.frontier, crawl.ck.parts[0]
+    urls = [normalize(f"http://a.example/p{i}") for i in range(14)]
+    frontier.admit((u, 1) for u in urls)  # 15 = a head of 4, a chunk of 8, 3 left
+    assert frontier.tails.tend(0).flushed == 1
+    assert client.llen(pk.spill("a.example")) == 3
+    assert frontier.tails.tend(0).flushed == 0  # not idle long enough yet
+    time.sleep(1.1)
+    assert frontier.tails.tend(0).flushed == 1
+    assert not client.exists(pk.spill("a.example"), pk.flush)
+    assert client.llen(pk.chunks("a.example")) == 2 and frontier.tails.store.size()[0] == 2
+    out: list[str] = []
+    for _ in range(20):
+        frontier.tails.tend(0)
+        out += [url for _d, _depth, url in frontier.release(0, 100, 600.0, budget=None).entries]
+    assert out == [normalize("http://a.example/"), *urls]
+    assert frontier.tails.store.size() == (0, 0)
 
 
 def test_spilled_urls_count_in_the_backlog(settings, client):  # type: ignore[no-untyped-def]
@@ -179,15 +211,7 @@ def test_polite_crawl_where_every_host_spills(settings, workers):  # type: ignor
 def test_a_cancel_counts_spilled_urls_cancelled(settings, client):  # type: ignore[no-untyped-def]
     """Heads, buffers and chunks all counted cancelled; a host whose head is empty and whose
     chunks wait for a refill (in the low set only) too."""
-    crawl = start_crawl(
-        [f"http://{h}/" for h in HOSTS],
-        settings=settings,
-        client=client,
-        rate=math.inf,
-        concurrency=1000,
-        frontier_head=4,
-        frontier_chunk=8,
-    )
+    crawl = spilling_crawl([f"http://{h}/" for h in HOSTS], settings, client)
     frontier = crawl.store.frontier
     frontier.admit((normalize(f"http://{h}/p{i}"), 1) for i in range(50) for h in HOSTS)
     frontier.tails.tend(0)
@@ -202,4 +226,4 @@ def test_a_cancel_counts_spilled_urls_cancelled(settings, client):  # type: igno
     assert last.left == len(released)  # only the released URLs are still outstanding
     assert int(crawl.stats.counters()["queued"]) == 0
     assert not any(client.exists(pk.spill(h), pk.chunks(h)) for h in HOSTS)
-    assert not client.exists(pk.low, pk.full, pk.spilled)
+    assert not client.exists(pk.low, pk.flush, pk.spilled)

@@ -7,7 +7,8 @@
 -- the partition's URLs, so all the keys are in one hash slot.
 --
 -- KEYS[1] partition flow hash ("in": URLs admitted)   KEYS[2] stats hash   KEYS[3] ready zset
--- KEYS[4] full set (domains whose spill buffer holds a chunk: a dispatcher flushes them)
+-- KEYS[4] flush zset (domains with a non-empty spill buffer, scored by when a dispatcher is
+--         to write it out: 0 once it holds a chunk, else when it began to fill; state/tails.py)
 -- KEYS[5..] the Bloom shard keys this batch touches (a shard in ARGV[8] indexes them)
 -- ARGV (built by calls.AdmitCall):
 -- ARGV[1] max_pages of a crawl with one partition (checked against its "admitted"), -1 none
@@ -120,7 +121,13 @@ for _, domain in ipairs(domains) do
     if room > 0 then push('RPUSH', q, list, 1, room) end
     if room < #list then push('RPUSH', sp, list, room + 1, #list) end
   end
-  if redis.call('LLEN', sp) >= T.chunk then redis.call('SADD', KEYS[4], domain) end
+  -- LT: a buffer keeps the time it began to fill (its oldest entry's wait), 0 once full.
+  local buffered = redis.call('LLEN', sp)
+  if buffered >= T.chunk then
+    redis.call('ZADD', KEYS[4], 'LT', 0, domain)
+  elseif buffered > 0 then
+    redis.call('ZADD', KEYS[4], 'LT', now, domain)
+  end
   -- NX: a domain already waiting for its next token (or for a lease) keeps its time. A domain
   -- whose entries all went to its buffer is in the ready zset too: release.lua tops its head up.
   redis.call('ZADD', KEYS[3], 'NX', now, domain)

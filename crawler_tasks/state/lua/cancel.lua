@@ -11,7 +11,7 @@
 -- counted by a later call.
 -- All keys are the partition's.
 -- KEYS[1] ready (domains with a non-empty queue)  KEYS[2] stats  KEYS[3] retry zset
--- KEYS[4] flow hash  KEYS[5] low set  KEYS[6] full set  KEYS[7] spilled hash (state/tails.py)
+-- KEYS[4] flow hash  KEYS[5] low set  KEYS[6] flush zset  KEYS[7] spilled hash (state/tails.py)
 -- ARGV[1] queue prefix  ARGV[2] URLs counted at most by this call
 -- ARGV[3] spill buffer prefix  ARGV[4] chunk index prefix
 -- A domain with a tail (a spill buffer or chunks: tails_lib.lua) goes whole, head and tail, in
@@ -38,7 +38,7 @@ local function drop_tail(d)
   local sp, ix = ARGV[3] .. d, ARGV[4] .. d
   -- Off the sets first: a domain listed there is never looked at twice (each pass progresses).
   redis.call('SREM', KEYS[5], d)
-  redis.call('SREM', KEYS[6], d)
+  redis.call('ZREM', KEYS[6], d)
   local n = redis.call('LLEN', sp) + (tonumber(redis.call('HGET', KEYS[7], d)) or 0)
   if n > 0 then
     redis.call('DEL', sp, ix)
