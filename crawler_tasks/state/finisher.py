@@ -51,3 +51,7 @@ class Finisher:
         pipe.delete(self.ck.finisher)
         pipe.execute()
         self.client.srem(self.keys.running, self.crawl_id)
+        # Every process with segments of this crawl staged uploads them now, not at its next
+        # tick (worker/output/uploads.py); a process that misses it still finds the final
+        # status within a tick.
+        self.client.publish(self.ck.ended, final.value)

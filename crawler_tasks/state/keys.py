@@ -71,6 +71,8 @@ fails on any key a crawl writes that this table does not describe, or whose type
     P:{C}:uploaded           hash   segment file -> its bytes, once its object is in the store
                                     (segment_uploaded.lua)
     P:{C}:events             -      pub/sub channel of crawl events (not a key)
+    P:{C}:ended              -      pub/sub channel: the crawl's status turned final (not a key;
+                                    the uploaders of its segments wake: worker/output/uploads.py)
     P:{C/N}:flow             hash   in (URLs admitted, replays included), out (URLs final), and
                                     copies of the crawl's cancelled flag (start.lua,
                                     release.lua) and paused flag (release.lua): completion and
@@ -214,6 +216,7 @@ class CrawlKeys:
         self.stats = f"{base}:stats"
         self.finisher = f"{base}:finisher"
         self.events = f"{base}:events"
+        self.ended = f"{base}:ended"
         self.simhash = f"{base}:simhash"
         self.series = f"{base}:series"
         self.sampled = f"{base}:sampled"

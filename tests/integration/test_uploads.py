@@ -9,14 +9,18 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import redis
 
 from crawler_tasks.state import objects
+from crawler_tasks.state.finisher import Finisher
+from crawler_tasks.state.formats import Status
 from crawler_tasks.state.keys import Keys
 from crawler_tasks.state.segments import Segments
+from crawler_tasks.worker.output import uploads
 from crawler_tasks.worker.output.outputs import Outputs
 from crawler_tasks.worker.output.segments import STORE_FILE, run_of
 from crawler_tasks.worker.output.uploads import Uploads
@@ -97,3 +101,34 @@ def test_a_kill_anywhere_on_the_upload_path_leaves_one_object(
     segments = Segments(client, Keys(), CRAWL)
     assert segments.uploaded_names() == {name: len(data)}
     assert segments.waiting(set()).waiting == 0
+
+
+def test_a_crawls_last_segment_goes_up_as_soon_as_it_ends(
+    s3: str, client: redis.Redis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The uploader rounds once a tick; the crawl's end (its finisher's publish on the
+    crawl's ``ended`` channel) wakes it, so the last segment is uploaded at once, not up to
+    a tick later. The tick is made 30 s once the uploader follows the crawl, to tell."""
+    monkeypatch.setattr(uploads, "TICK", 0.1)
+    outputs = Outputs()
+    out = outputs.get(CRAWL, str(tmp_path), store=s3)
+    assert out.final({"url": "https://a.test/", "rid": "r1"})
+    up = Uploads(outputs, str(tmp_path), client, Keys(), 1 << 30, 3600.0)
+    segments = Segments(client, Keys(), CRAWL)
+    try:
+        deadline = time.monotonic() + 10
+        while not segments.waiting(set()).waiting:  # noted open: a round followed the crawl
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        monkeypatch.setattr(uploads, "TICK", 30.0)
+        time.sleep(0.5)  # the round under way ends; the next pause is 30 s
+        keys = Keys()
+        Finisher(client, keys, keys.crawl(CRAWL), CRAWL).finished(Status.FINISHED)
+        ended = time.monotonic()
+        while segments.waiting(set()).waiting:
+            assert time.monotonic() - ended < 5, "not uploaded at the crawl's end"
+            time.sleep(0.05)
+    finally:
+        up.stop(grace=0)
+    names = list(objects.store_for(s3).child(CRAWL).list())
+    assert len(names) == 1 and names[0].startswith("pages-"), names

@@ -1,6 +1,6 @@
 """The uploads of an s3:// crawl's staged segments (segments.py): one thread per process.
 
-Every :data:`TICK` seconds it closes this process's segments that are due (past
+Every :data:`TICK` seconds (at once when a crawl it writes for ends: :class:`Ends`) it closes this process's segments that are due (past
 ``output_segment_bytes`` or ``output_segment_seconds``, or of a crawl that ended), notes in
 Redis what is staged (state/segments.py: ``crawler status`` says what waits), and uploads every
 closed segment of this host that no live process appends to: this process's own, and those
@@ -24,6 +24,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import redis
@@ -32,6 +33,7 @@ from ...errors import CrawlerError
 from ...state import objects
 from ...state.formats import Status
 from ...state.keys import Keys
+from ...state.objects import s3
 from ...state.segments import Segments
 from ..process import faults
 from ..process.logs import Throttled
@@ -42,6 +44,8 @@ log = logging.getLogger(__name__)
 
 #: Seconds between two rounds (a closed segment is uploaded within about this).
 TICK = 1.0
+#: Seconds the wait for a crawl's end (Ends.wait) checks whether the uploader stops.
+STOP_SLICE = 0.1
 #: Longest back-off after failed uploads to one store.
 MAX_BACKOFF = 60.0
 
@@ -67,11 +71,17 @@ class Uploads:
         self._backoff: dict[str, float] = {}
         self._failing = Throttled(log, "uploading staged output", every=30.0)
         self._stop = threading.Event()
+        self._ends = Ends(client, keys, self._stop)
+        self._warm = False
         self._thread = threading.Thread(target=self._run, name="crawler-uploads", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
-        while not self._stop.wait(TICK):
+        while True:
+            self._ends.wait(TICK)
+            if self._stop.is_set():
+                self._ends.close()  # here: its connection is this thread's alone
+                return
             try:
                 self.round()
             except Exception as exc:  # Redis away: the next round tries again
@@ -97,7 +107,11 @@ class Uploads:
 
     def _close_due(self) -> None:
         """Close this process's segments that are due; note the open ones in Redis."""
-        for crawl_id, out in self.outputs.segmented():
+        segmented = self.outputs.segmented()
+        if segmented:
+            self._warm_client()
+        self._ends.follow(crawl_id for crawl_id, _ in segmented)
+        for crawl_id, out in segmented:
             seg = out.segmenting
             written = out.written()
             if seg is None or not written:
@@ -112,6 +126,15 @@ class Uploads:
             if new:
                 segments.note(new, "open", *self._me())
                 self._noted.update(new)
+
+    def _warm_client(self) -> None:
+        """This process's S3 client, made here once an s3:// crawl writes in it: boto3's
+        import and the client (~0.5 s of CPU) were paid by the first PUT, the finisher's
+        summary.json on the crawl's critical path, when no segment was uploaded before."""
+        if not self._warm:
+            self._warm = True
+            with contextlib.suppress(CrawlerError):  # no boto3: the first PUT says so
+                s3.client()
 
     def _me(self) -> tuple[str, int]:
         return self.outputs.tag.rsplit("-", 1)[0], self.pid
@@ -178,3 +201,50 @@ class Uploads:
             self._noted.discard(path.name)
         finally:
             os.close(fd)
+
+
+class Ends:
+    """The uploader's pause between rounds: :data:`TICK` seconds, cut short when a crawl whose
+    segments this process writes ends (its finisher publishes on the crawl's ``ended``
+    channel, state/finisher.py), so that its last segments are closed and uploaded at once.
+    Without Redis (or before a crawl is followed) it is the plain tick."""
+
+    def __init__(self, client: redis.Redis, keys: Keys, stop: threading.Event) -> None:
+        self.client, self.keys, self.stop = client, keys, stop
+        self._pubsub: redis.client.PubSub | None = None
+        self._channels: set[str] = set()
+
+    def follow(self, crawl_ids: Iterable[str]) -> None:
+        """Listen for the end of these crawls, and no longer of the others."""
+        wanted = {self.keys.crawl(c).ended for c in crawl_ids}
+        if wanted == self._channels:
+            return
+        if self._pubsub is None:
+            self._pubsub = self.client.pubsub(ignore_subscribe_messages=True)
+        if wanted - self._channels:
+            self._pubsub.subscribe(*(wanted - self._channels))
+        if self._channels - wanted:
+            self._pubsub.unsubscribe(*(self._channels - wanted))
+        self._channels = wanted
+
+    def wait(self, seconds: float) -> None:
+        """Until ``seconds`` passed, a followed crawl ended or the uploader stops (the socket
+        is watched in slices of :data:`STOP_SLICE`, so a stop is not held a whole tick)."""
+        if self._pubsub is None or not self._channels:
+            self.stop.wait(seconds)
+            return
+        deadline = time.monotonic() + seconds
+        try:
+            while not self.stop.is_set():
+                left = deadline - time.monotonic()
+                if left <= 0 or self._pubsub.get_message(timeout=min(left, STOP_SLICE)):
+                    return
+        except (redis.RedisError, OSError):  # away: listened to again by the next round
+            self.close()
+            self.stop.wait(max(deadline - time.monotonic(), 0.0))
+
+    def close(self) -> None:
+        if self._pubsub is not None:
+            with contextlib.suppress(redis.RedisError, OSError):
+                self._pubsub.close()
+        self._pubsub, self._channels = None, set()
