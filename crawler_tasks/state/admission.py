@@ -19,12 +19,13 @@ marks (:class:`RedirectClaims`).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import redis
 
+from ..web.robots import Robots
 from ..web.scope import Scope
-from ..web.urls import domain_counts
+from ..web.urls import domain_counts, origin_of
 from . import formats
 from .bloom import BloomFilter
 from .formats import Counter
@@ -32,6 +33,13 @@ from .frontier import Frontier
 from .keys import CrawlKeys
 from .options import CrawlOptions
 from .scripts import Carried
+
+if TYPE_CHECKING:
+    from .robots_cache import RobotsCache
+
+#: What robots.txt refuses as far as a process knows (:meth:`Admission.links`): its robots.txt
+#: cache, asked only for the rules it holds (never a round trip), and the crawl's agent.
+KnownRobots = tuple["RobotsCache", str]
 
 
 class Admission:
@@ -54,11 +62,12 @@ class Admission:
         self,
         links: list[str],
         depth: int,
-        disallowed: Callable[[str], bool] | None = None,
+        robots: KnownRobots | None = None,
         later: Carried | None = None,
     ) -> dict[str, int]:
         """Admit a page's outlinks at ``depth``; returns skip counters by name.
-        ``disallowed(url)`` is True for a URL robots.txt is known to refuse. ``later``: the
+        ``robots``: the rules this process holds, which refuse some links (None: a crawl
+        that does not obey robots.txt). ``later``: the
         admit.lua calls that can wait go there (Frontier.admit), for the caller to send."""
         skipped: dict[str, int] = {}
         if self.opts.max_depth is not None and depth > self.opts.max_depth:
@@ -68,7 +77,7 @@ class Admission:
         links, known = self._drop_known(links)
         keep = self._in_scope(links, depth, skipped)
         # Refused links are counted by admit.lua: once per URL, however many pages link it.
-        keep, refused = _split_disallowed(keep, disallowed)
+        keep, refused = _split_disallowed(keep, robots)
         if keep and self.opts.max_pages_per_host:
             if refused:
                 self.frontier.admit([], known=known, refused=refused)
@@ -202,15 +211,24 @@ class RedirectClaims:
 
 
 def _split_disallowed(
-    links: list[tuple[str, int]], disallowed: Callable[[str], bool] | None
+    links: list[tuple[str, int]], robots: KnownRobots | None
 ) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
-    """(allowed, refused by robots.txt) of ``links``, each in order."""
-    if disallowed is None:
+    """(allowed, refused by robots.txt) of ``links``, each in order, as far as ``robots``
+    already holds their origins' rules. An unreadable robots.txt (disallow-all until it is
+    read again) decides nothing here: its links' fetch tasks ask again."""
+    if robots is None:
         return links, []
+    cache, agent = robots
+    rules: dict[str, Robots | None] = {}  # each origin looked up once a page
     allowed: list[tuple[str, int]] = []
     refused: list[tuple[str, int]] = []
     for link in links:
-        (refused if disallowed(link[0]) else allowed).append(link)
+        origin = origin_of(link[0])
+        if origin not in rules:
+            rules[origin] = cache.known(origin)
+        known = rules[origin]
+        no = known is not None and known.kind == "parsed" and not known.allowed(agent, link[0])
+        (refused if no else allowed).append(link)
     return allowed, refused
 
 

@@ -156,21 +156,29 @@ class Politeness:
         domain: str,
         end: LeaseEnd,
         retry_after: float = 0.0,
-        sent: float = -1.0,
+        sent_at: float | None = None,
         answer: Answer = NO_ANSWER,
     ) -> Done:
         """done.lua: return the lease of ``url`` and pace the next request, from when it was
-        sent, ``sent`` seconds ago, if it went well; from now if it failed or if ``sent`` is
-        unknown (-1); ``answer``: the response's address and latency (address groups,
-        AutoThrottle). Private: a task returns a lease once, through :class:`Lease` (its only
-        caller besides :meth:`extra_request`), so done.lua runs once per lease."""
-        call = self._done_call(url, domain, end, retry_after, sent, answer)
+        sent, at ``sent_at`` (time.monotonic()), if it went well; from now if it failed or if
+        ``sent_at`` is unknown (None); ``answer``: the response's address and latency (address
+        groups, AutoThrottle). Private: a task returns a lease once, through :class:`Lease`
+        (its only caller besides :meth:`extra_request`), so done.lua runs once per lease."""
+        call = self._done_call(url, domain, end, retry_after, sent_at, answer)
         return Done.parse(call.script(keys=call.keys, args=call.args, client=self.client))
 
     def _done_call(
-        self, url: str, domain: str, end: LeaseEnd, retry_after: float, sent: float, answer: Answer
+        self,
+        url: str,
+        domain: str,
+        end: LeaseEnd,
+        retry_after: float,
+        sent_at: float | None,
+        answer: Answer,
     ) -> Call:
-        """:meth:`_done`'s script call, not sent (:meth:`Lease.handoff`)."""
+        """:meth:`_done`'s script call, not sent (:meth:`Lease.handoff`). How long ago the
+        request was sent is read as the call is made: done.lua paces from Redis's own clock."""
+        sent = -1.0 if sent_at is None else time.monotonic() - sent_at
         pk, p = self.ck.for_domain(domain), self.pacing
         exempt = 1 if answer.ip and p.exempt.covers(domain, answer.ip) else 0
         args = [
@@ -290,22 +298,25 @@ class Lease:
         self,
         end: LeaseEnd,
         retry_after: float = 0.0,
-        sent: float = -1.0,
+        sent_at: float | None = None,
         answer: Answer = NO_ANSWER,
     ) -> Done:
         """Return the lease (done.lua with ``end``) unless it was returned already; done.lua's
-        reply, or a neutral one for a second call. ``answer``: the response's address and
-        latency (state/pacing.py)."""
+        reply, or a neutral one for a second call. ``sent_at``: when the request was sent
+        (time.monotonic(), None: unknown); ``answer``: the response's address and latency
+        (state/pacing.py)."""
         if not self.held:
             return Done(1.0)
         self.held, self.ended = False, end
-        return self.politeness._done(self.url, self.domain, end, retry_after, sent, answer)
+        return self.politeness._done(self.url, self.domain, end, retry_after, sent_at, answer)
 
-    def handoff(self, end: LeaseEnd, retry_after: float, sent: float, answer: Answer) -> Call:
+    def handoff(
+        self, end: LeaseEnd, retry_after: float, sent_at: float | None, answer: Answer
+    ) -> Call:
         """:meth:`release`'s done.lua call, not sent: the caller sends it with its own (one
         round trip). The lease counts as returned from now on."""
         self.held, self.ended = False, end
-        return self.politeness._done_call(self.url, self.domain, end, retry_after, sent, answer)
+        return self.politeness._done_call(self.url, self.domain, end, retry_after, sent_at, answer)
 
     def disown(self) -> None:
         """Not this task's to return (start.lua says another delivery holds the URL)."""

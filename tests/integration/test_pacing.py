@@ -240,7 +240,7 @@ def test_an_address_lease_holds_its_hosts_until_it_is_returned(settings, client)
                 # Until the lease's expiry (the dead-worker bound), unless it is returned.
                 assert client.zscore(ready, waiting) > redis_now(client) + 100
                 domain, _depth, url = one[0]
-                polite.lease(url, domain).release(LeaseEnd.OK, sent=0.0)
+                polite.lease(url, domain).release(LeaseEnd.OK, sent_at=time.monotonic())
                 assert client.zscore(ready, waiting) <= redis_now(client)
                 continue
             time.sleep(0.02)

@@ -376,7 +376,7 @@ def test_paced_from_the_send_of_the_request_and_refund_gives_back(settings, clie
     time.sleep(0.5)  # a queueing delay between the release and the request
     sent = now()
     time.sleep(0.3)  # the request
-    polite.lease(url, "127.0.0.44").release(LeaseEnd.OK, sent=0.3)
+    polite.lease(url, "127.0.0.44").release(LeaseEnd.OK, sent_at=time.monotonic() - 0.3)
     assert tat() >= sent + 1 > released_tat  # from the send, not from the release
     assert tat() < now() + 1 - 0.2  # nor from the end
 
@@ -396,7 +396,7 @@ def test_paced_from_the_send_of_the_request_and_refund_gives_back(settings, clie
     [url] = released(crawl)
     before = now()
     polite.lease(url, "127.0.0.44").release(
-        LeaseEnd.ERROR, sent=0.3
+        LeaseEnd.ERROR, sent_at=time.monotonic() - 0.3
     )  # a failed request: from its end
     assert tat() >= before + 1
     assert crawl.domains()[0]["rate"] == pytest.approx(1 / 1.5)  # and the pace slowed by half

@@ -45,8 +45,10 @@ def _slot(ceilings: Ceilings) -> SendSlot:
         opts=SimpleNamespace(ip_rate=0, render="never", render_hosts={}),
         ledger=SimpleNamespace(push_send_slot=lambda d: None),
     )
-    return SendSlot(store, "http://ceiling.test/", HOST, "w", Begun(0, 0.0, time.monotonic()),
-                    ceilings)  # fmt: skip
+    slot = SendSlot.of(store, "http://ceiling.test/", HOST, "w", Begun(0, 0.0, time.monotonic()),
+                       ceilings)  # fmt: skip
+    assert slot is not None
+    return slot
 
 
 def test_a_ceiling_slot_that_reached_its_thread_late_is_asked_again(client: redis.Redis) -> None:
@@ -90,7 +92,9 @@ def _page_sends(store: Any, domain: str, ceilings: Ceilings, starved: float = 0.
     asked = time.monotonic()
     wait = store.ledger.send_slot(domain)
     begun = Begun(0, wait, time.monotonic(), asked=asked)
-    look = SendSlot(store, "http://127.0.0.158/p", domain, "w", begun, ceilings).wait()
+    slot = SendSlot.of(store, "http://127.0.0.158/p", domain, "w", begun, ceilings)
+    assert slot is not None
+    look = slot.wait()
     time.sleep(starved)  # the connection, a thread that lost the CPU
     look()
     return time.monotonic()

@@ -26,7 +26,7 @@ from tests.support.walk import Walk, traced
 
 HOST = "127.0.0.47"
 #: (stops, return points) of the steps at most, per kind of trip (tests/support/walk.py).
-BOUNDS = {"parsed-in-fetch": (42, 11), "parse-task": (48, 12)}
+BOUNDS = {"parsed-in-fetch": (29, 9), "parse-task": (34, 12)}
 
 
 def page(*links: str):  # type: ignore[no-untyped-def]

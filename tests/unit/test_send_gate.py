@@ -28,7 +28,8 @@ def test_a_start_reply_that_reached_its_thread_late_is_asked_again() -> None:
     on_time = Begun(1, 0.0, now, False, now - 0.01)
     late = Begun(1, 0.0, now, False, now - 0.3)
     no_ceiling: Any = SimpleNamespace(rates=dict)
-    SendSlot(store, "http://h.test/", "h.test", "w", on_time, no_ceiling).wait()
-    assert asked == []
-    SendSlot(store, "http://h.test/", "h.test", "w", late, no_ceiling).wait()
-    assert asked == ["h.test"]
+    for begun, asks in ((on_time, []), (late, ["h.test"])):
+        slot = SendSlot.of(store, "http://h.test/", "h.test", "w", begun, no_ceiling)
+        assert slot is not None
+        slot.wait()
+        assert asked == asks

@@ -13,7 +13,7 @@ from warcio.archiveiterator import ArchiveIterator
 from crawler_tasks.state.options import CrawlOptions
 from crawler_tasks.web.fetcher import Fetcher
 from crawler_tasks.web.profile import RequestProfile
-from crawler_tasks.worker.output.files import CrawlOutput
+from crawler_tasks.worker.output.outputs import Outputs
 from crawler_tasks.worker.runtime.crawl_runtime import CrawlRuntime
 from tests.support.sitegen import SiteServer
 
@@ -64,17 +64,18 @@ def test_each_coding_kept_is_read_back_decoded_by_warcio(tmp_path: Path, coding:
         user_agent="t", connect_timeout=10, read_timeout=10, total_timeout=15,
         max_body_bytes=1 << 20, max_redirects=0,
     )  # fmt: skip
-    out = CrawlOutput(tmp_path, "t")
+    outputs = Outputs()
     opts = CrawlOptions(crawl_id="c", seeds=("http://127.0.0.24/",), warc_non_html=False)
     profile = RequestProfile(allow_private=True, user_agent="t")
-    runtime = CrawlRuntime(opts, profile, fetcher, None, lambda: out, lambda **_: None)  # type: ignore[arg-type]
+    place = ("c", str(tmp_path), None, "")
+    runtime = CrawlRuntime(opts, profile, fetcher, None, outputs, place, lambda **_: None)  # type: ignore[arg-type]
     with SiteServer(address="127.0.0.24", extra_routes=routes) as site:
         response = fetcher.get(site.base_url + "/p", allow_private=True)
     fetcher.close()
     assert response.body == page and response.wire == body
     runtime.write_warc(response)
-    out.close()
-    found = responses(tmp_path)[site.base_url + "/p"]
+    outputs.close()
+    found = responses(tmp_path / "c")[site.base_url + "/p"]
     assert found["http"]["Content-Encoding"] == name
     assert found["stored"] == body and found["decoded"] == page
     assert found["block"] & 0b110 == 0  # stored

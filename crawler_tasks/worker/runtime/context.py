@@ -213,7 +213,8 @@ class Context:
             profile,
             self.fetcher,
             self.robots(profile),
-            lambda: self.outputs.get(opts.crawl_id, root, info, bucket),
+            self.outputs,
+            (opts.crawl_id, root, info, bucket),
             functools.partial(events.emit, store.client, store.ck, "request_started", store.id),
         )
 

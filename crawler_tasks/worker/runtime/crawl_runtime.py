@@ -16,6 +16,7 @@ from ...web.fetcher import Fetcher, Response
 from ...web.profile import RequestProfile
 from ..output.archive_fence import ArchiveFence
 from ..output.files import CrawlOutput
+from ..output.outputs import Outputs
 from ..output.revisits import write_capture
 from ..output.warc import truncation
 from ..process.outage import REDIS_UNAVAILABLE
@@ -33,7 +34,8 @@ class CrawlRuntime:
         profile: RequestProfile,
         fetcher: Fetcher,
         robots: RobotsCache,
-        output: Callable[[], CrawlOutput],
+        outputs: Outputs,
+        place: tuple[str, str, dict[str, str] | None, str],
         announce: Callable[..., None],
     ) -> None:
         self.opts = opts
@@ -41,7 +43,10 @@ class CrawlRuntime:
         self.profile = profile
         self.fetcher = fetcher
         self.robots = robots
-        self._output = output
+        #: This process's open outputs, and the crawl's place among them (Outputs.get's
+        #: crawl id, root, warcinfo fields, s3:// store): asked at each write, since the
+        #: outputs close the least recent crawl's files past their bound and open them again.
+        self._outputs, self._place = outputs, place
         #: ``request_started`` for a URL (``announce(url=...)``): the event and signal.
         self._announce = announce
         #: A write of this crawl's output failed in this process and none succeeded since
@@ -58,7 +63,7 @@ class CrawlRuntime:
 
     def output(self) -> CrawlOutput:
         """The crawl's output files in this process."""
-        return self._output()
+        return self._outputs.get(*self._place)
 
     def write_warc(
         self,

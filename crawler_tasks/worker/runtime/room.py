@@ -31,6 +31,7 @@ fetching a page: a disk full for a minute costs no request but the one whose wri
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -114,12 +115,13 @@ class Room:
             with self._lock:
                 self.waiting -= 1
 
-    def call(self, fn: Callable[[], T]) -> T:
-        """``fn()``, sent again while Redis refuses it for memory (see the module doc)."""
+    def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``fn(*args, **kwargs)``, sent again while Redis refuses it for memory (see the
+        module doc)."""
         delay = 0.1
         while True:
             try:
-                return fn()
+                return fn(*args, **kwargs)
             except OutOfMemoryError:
                 with self._lock:
                     self._looked = -math.inf  # look again next time
@@ -186,13 +188,10 @@ class PatientClient:
         attr = getattr(self._client, name)
         if not callable(attr):
             return attr
-        room = self._room
-
-        def patiently(*args: Any, **kwargs: Any) -> Any:
-            return room.call(lambda: attr(*args, **kwargs))
-
-        # Built once per name: a closure and functools.wraps on every call was the wrapper's
-        # cost on the hot path (issue 32); __getattr__ is not asked again for a set name.
+        # Room.call with the client's method bound in: plain data, no closure of ours. Built
+        # once per name: a closure and functools.wraps on every call was the wrapper's cost
+        # on the hot path (issue 32); __getattr__ is not asked again for a set name.
+        patiently = functools.partial(self._room.call, attr)
         setattr(self, name, patiently)
         return patiently
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from ...state.ceilings import Ceilings
 from ...state.formats import Begun
@@ -44,43 +45,52 @@ REASKS = 3
 TOKEN_POLL = 0.25
 
 
+@dataclass
 class SendSlot:
-    """The send slots of one fetch task's host, used through ``Fetcher.gated(slot.wait)``."""
+    """The send slots of one fetch task's host, used through ``Fetcher.gated(slot.wait)``;
+    taken by :meth:`of`, from start.lua's answer."""
 
-    def __init__(
-        self,
+    store: CrawlStore
+    url: str
+    domain: str
+    ceilings: Ceilings
+    #: Not sent before (time.monotonic()); None once used: a later request asks a new slot.
+    send_at: float | None
+    #: How late it is counts from the slot as seen before the ask: a thread that lost the
+    #: CPU while the answer reached it would otherwise look on time (a shared gate's next
+    #: request, sent on time, would then come right after it).
+    due: float
+    #: Another request may take a slot of this host's or address's gate between this one's
+    #: slot and its write: an address's hosts, or the subrequests of rendered pages.
+    shared: bool
+    #: :data:`LATE_SHARED` for a shared gate, else :data:`LATE`.
+    late: float
+    passed: float = math.inf  # when wait() let the request go
+
+    @classmethod
+    def of(
+        cls,
         store: CrawlStore,
         url: str,
         domain: str,
         worker: str,
         begun: Begun,
         ceilings: Ceilings,
-    ) -> None:
-        self.store, self.url, self.domain, self.worker = store, url, domain, worker
-        self._send_at: float | None = begun.at + begun.wait  # not sent before
-        # How late it is counts from the slot as seen before the ask: a thread that lost the
-        # CPU while the answer reached it would otherwise look on time (a shared gate's next
-        # request, sent on time, would then come right after it).
-        self._due = (begun.asked or begun.at) + begun.wait
-        self._ceilings = ceilings
+    ) -> SendSlot | None:
+        """The slot start.lua gave the task (``begun``), before anything is sent; None when
+        the task was held up so long past it that its URL was taken back (another process
+        owns it now: this task must not send). Late but still its own: a fresh slot."""
+        send_at, due = begun.at + begun.wait, (begun.asked or begun.at) + begun.wait
         opts = store.opts
-        #: Another request may take a slot of this host's or address's gate between this
-        #: one's slot and its write: an address's hosts, or the subrequests of rendered pages.
-        self._shared = opts.ip_rate > 0 or renders(opts.render, opts.render_hosts)
-        self._late = LATE_SHARED if self._shared else LATE
-        self._passed = math.inf  # when wait() let the request go
-
-    def still_ours(self) -> bool:
-        """Before anything is sent: False when the task was held up so long that its URL
-        was taken back (another process owns it now; this task must not send)."""
-        if self._send_at is None or time.monotonic() - self._due <= self._late:
-            return True
-        asked = time.monotonic()
-        wait = self.store.ledger.send_slot(self.domain, self.url, self.worker)
-        if wait < 0:
-            return False
-        self._send_at, self._due = time.monotonic() + wait, asked + wait
-        return True
+        shared = opts.ip_rate > 0 or renders(opts.render, opts.render_hosts)
+        late = LATE_SHARED if shared else LATE
+        if time.monotonic() - due > late:
+            asked = time.monotonic()
+            wait = store.ledger.send_slot(domain, url, worker)
+            if wait < 0:
+                return None
+            send_at, due = time.monotonic() + wait, asked + wait
+        return cls(store, url, domain, ceilings, send_at, due, shared, late)
 
     def wait(self) -> Callable[[], None]:
         """Sleep until this request's slot: start.lua's for the first request, a new one
@@ -88,22 +98,22 @@ class SendSlot:
         stale while the thread waited for the CPU, before its sleep or in it (a starved
         process oversleeps; at most :data:`REASKS` times, then it goes: the gates advanced
         each time, which errs polite). Returns :meth:`recheck`, the look before the write."""
-        send_at, due, self._send_at = self._send_at, self._due, None
+        send_at, due, self.send_at = self.send_at, self.due, None
         for _ in range(REASKS):
-            if send_at is None or time.monotonic() - due > self._late:
+            if send_at is None or time.monotonic() - due > self.late:
                 asked = time.monotonic()
                 wait = max(0.0, self.store.ledger.send_slot(self.domain))
                 send_at, due = time.monotonic() + wait, asked + wait
             delay = send_at - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
-            if time.monotonic() - due <= self._late:
+            if time.monotonic() - due <= self.late:
                 break
         # From before the ceiling's ask that took the slot, not from its answer: a thread
         # that lost the CPU between the two would otherwise look on time at the recheck.
-        passed = wait_under_ceiling(self._ceilings, self.store, self.domain)
+        passed = wait_under_ceiling(self.ceilings, self.store, self.domain)
         assert passed is not None  # no ``until``: it waits as long as the gate says
-        self._passed = passed
+        self.passed = passed
         return self.recheck
 
     def recheck(self) -> None:
@@ -114,11 +124,11 @@ class SendSlot:
         under the suite's load). Past :data:`LATE_SHARED`, the slot is given up and the shared
         gates asked again (a host's own gate only when it is shared: else done.lua moves it on
         from the real send before the host's next request can take a slot)."""
-        if time.monotonic() - self._passed <= LATE_SHARED:
+        if time.monotonic() - self.passed <= LATE_SHARED:
             return
-        if self._shared:  # the host's and its address's gates again
+        if self.shared:  # the host's and its address's gates again
             time.sleep(max(0.0, self.store.ledger.send_slot(self.domain)))
-        wait_under_ceiling(self._ceilings, self.store, self.domain)
+        wait_under_ceiling(self.ceilings, self.store, self.domain)
 
 
 class SubrequestSlot:

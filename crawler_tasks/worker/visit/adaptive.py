@@ -17,7 +17,8 @@ from .trip import Visit
 def not_due(visit: Visit) -> Decision | None:
     """The decision for a page its schedule does not need now; None: fetch it."""
     recrawl = visit.store.recrawl
-    seen = recrawl.not_due(visit.url) if recrawl is not None else None
+    assert recrawl is not None  # only a schedule's run has pages not due
+    seen = recrawl.not_due(visit.url)
     if seen is None:
         return None
     final = Final(visit.url, visit.depth, outlinks=seen.links, extra={"not_due": True})

@@ -23,8 +23,6 @@ looks like: its lease ends ``down`` and the host's circuit breaker decides (sett
 
 from __future__ import annotations
 
-import time
-
 from ...errors import (
     HostDown,
     PermanentError,
@@ -66,8 +64,8 @@ def decide(visit: Visit, begun: Begun | None) -> Decision:
     if started is Started.HOST_DEAD:  # declared dead in this crawl: no request
         down = Final.failed(url, depth, HostDown(f"{domain} is down"))
         return Decision.record(down, LeaseEnd.REFUND)
-    slot = SendSlot(store, url, domain, ctx.worker_id, begun, ctx.ceilings)
-    if not slot.still_ours():  # held up so long that another process fetches it now
+    slot = SendSlot.of(store, url, domain, ctx.worker_id, begun, ctx.ceilings)
+    if slot is None:  # held up so long that another process fetches it now
         return Decision(Next.DUPLICATE, lease=None)
     with ctx.fetcher.gated(slot.wait):
         robots = _robots(visit)
@@ -78,27 +76,22 @@ def decide(visit: Visit, begun: Begun | None) -> Decision:
         origin, listed = origin_of(url), None
         if robots is not None and store.opts.sitemaps:
             listed = sitemap_seeds.found(visit, origin, robots)
-        decision = _allowed(visit, begun, listed)
+        decision = _request(visit, begun, listed)
     if listed is not None:
         decision.sitemaps = (origin, listed)
     return decision
 
 
-def _allowed(visit: Visit, begun: Begun, listed: list[str] | None) -> Decision:
+def _request(visit: Visit, begun: Begun, listed: list[str] | None) -> Decision:
     """A URL robots.txt allows: a sitemap file (``listed``: its origin's, if read just now),
-    an adaptive schedule's page not due (issue 35, asked after robots.txt), or a page."""
-    if visit.store.opts.sitemaps and sitemap_seeds.is_sitemap(visit, listed):
+    an adaptive schedule's page not due (issue 35, asked after robots.txt), or a page,
+    requested."""
+    store, url, depth = visit.store, visit.url, visit.depth
+    if store.opts.sitemaps and sitemap_seeds.is_sitemap(visit, listed):
         return sitemap_seeds.fetch(visit)
-    skipped = not_due(visit)
+    skipped = not_due(visit) if store.recrawl is not None else None  # a schedule's run only
     if skipped is not None:
         return skipped
-    decision = _request(visit)
-    decision.awaited = begun.awaited
-    return decision
-
-
-def _request(visit: Visit) -> Decision:
-    store, url, depth = visit.store, visit.url, visit.depth
     conditional = store.recrawl.conditional_headers(url) if store.recrawl else {}
     try:
         follow = store.admission.claims(url).follow
@@ -112,11 +105,12 @@ def _request(visit: Visit) -> Decision:
         if isinstance(exc, TLSError):
             failed.notes.update(tls_note(url, str(exc)))
         return failed
-    return _answered(visit, response)
+    return _answered(visit, response, begun.awaited)
 
 
-def _answered(visit: Visit, response: Response) -> Decision:
-    """A response: the lease ends by its status; 5xx, 408 and 429 are retried."""
+def _answered(visit: Visit, response: Response, awaited: bool) -> Decision:
+    """A response: the lease ends by its status; 5xx, 408 and 429 are retried. ``awaited``:
+    the host's next URL waits for this lease (start.lua: settle.py returns it first)."""
     status = response.status
     retry_after = parse_retry_after(
         response.headers.get("retry-after"), visit.ctx.settings.max_retry_after
@@ -126,8 +120,7 @@ def _answered(visit: Visit, response: Response) -> Decision:
     elif status >= 500:
         decision = Decision(Next.RETRY, LeaseEnd.ERROR)
     else:  # paced from when the request was sent (politeness.py)
-        sent = time.monotonic() - response.sent_at if response.sent_at is not None else -1.0
-        decision = Decision(Next.RESPONSE, LeaseEnd.OK, sent=sent)
+        decision = Decision(Next.RESPONSE, sent_at=response.sent_at, awaited=awaited)
     latency = -1.0 if response.latency is None else response.latency
     decision.answer = Answer(response.ip or "", latency, 200 <= status < 300)
     if status >= 500 or status in (408, 429):

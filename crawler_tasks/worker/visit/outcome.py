@@ -133,9 +133,10 @@ class Decision:
     lease: LeaseEnd | None = LeaseEnd.OK
     final: Final | None = None
     error: CrawlerError | None = None
-    #: Retry-After seconds for the lease (a throttled host), and when the request was sent.
+    #: Retry-After seconds for the lease (a throttled host), and when the request was sent
+    #: (time.monotonic(); None: unknown, or not to pace from: the lease ends from now).
     retry_after: float = 0.0
-    sent: float = -1.0
+    sent_at: float | None = None
     #: The response's address and latency, for the host's address group and AutoThrottle.
     answer: Answer = NO_ANSWER
     #: RESPONSE, SITEMAP: the response, what it becomes is written by ``settle``. (A value,

@@ -11,7 +11,6 @@ URL is handed back to the frontier (pipeline.py), no retry spent.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import replace
 
 from ...state import formats
@@ -19,8 +18,6 @@ from ...state.formats import Counter, Outcome, Started
 from ...state.neardup import NearDuplicates
 from ...state.scripts import Carried
 from ...web.page import ParsedHTML, extract
-from ...web.robots import Robots
-from ...web.urls import origin_of
 from ..runtime import hooks
 from ..runtime.context import Context
 from .outcome import Final
@@ -116,8 +113,9 @@ def _follow(visit: Visit, final: Final, page: ParsedHTML, later: Carried | None 
     store, url, depth = visit.store, visit.url, visit.depth
     opts = store.opts
     visit.ctx.room.wait()  # before anything of the page is written (hook items, fingerprint, links)
-    alias = _canonical(opts.canonical, page.canonical, final.final_url or url)
-    if alias is not None:
+    # Its canonical URL instead of this page, when it names another URL.
+    alias = page.canonical if opts.canonical else None
+    if alias is not None and alias != (final.final_url or url):
         final.extra["canonical_followed"] = True
         final.outlinks = [alias]
         final.counters.update(store.admission.links([alias], depth))
@@ -136,35 +134,11 @@ def _follow(visit: Visit, final: Final, page: ParsedHTML, later: Carried | None 
             if opts.skip_near_duplicates:
                 links = []
     final.outlinks = links
-    admitted = store.admission.links(links, depth + 1, _disallowed(visit), later)
+    # Links robots.txt refuses, as far as this process already holds their origins' rules,
+    # are counted at admission and never become fetch tasks (admission.py).
+    robots = (visit.runtime.robots, opts.robots_agent) if opts.obey_robots else None
+    admitted = store.admission.links(links, depth + 1, robots, later)
     final.counters.update(admitted)
-
-
-def _disallowed(visit: Visit) -> Callable[[str], bool] | None:
-    """Which links robots.txt refuses, as far as this process already knows their origins'
-    rules: they are counted at admission and never become fetch tasks (admission.py). An
-    unreadable robots.txt (disallow-all until it is read again) decides nothing here."""
-    opts = visit.store.opts
-    if not opts.obey_robots:
-        return None
-    cache, agent = visit.runtime.robots, opts.robots_agent
-    origins: dict[str, Robots | None] = {}
-
-    def refused(url: str) -> bool:
-        origin = origin_of(url)
-        if origin not in origins:
-            origins[origin] = cache.known(origin)
-        robots = origins[origin]
-        return robots is not None and robots.kind == "parsed" and not robots.allowed(agent, url)
-
-    return refused
-
-
-def _canonical(enabled: bool, canonical: str | None, final_url: str) -> str | None:
-    """The canonical URL to follow instead of this page, if it names another URL."""
-    if not enabled or canonical is None or canonical == final_url:
-        return None
-    return canonical
 
 
 def _hook(visit: Visit, page: ParsedHTML) -> hooks.HookResult:

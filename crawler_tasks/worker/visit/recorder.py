@@ -37,6 +37,7 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +52,6 @@ from ...state.summary import Summary
 from ...state.workers import alive
 from ..output.appends import describe
 from ..output.files import ITEMS, items_path, page_text, write_summary
-from ..output.page_appends import PendingPage
 from ..output.segments import copies
 from ..output.warc import uuid4_hex
 from ..process import faults
@@ -78,47 +78,49 @@ DEAD_LETTER_FIELDS = (
 def finalize(visit: Visit, final: Final, before: Callable[[], Call] | None = None) -> str:
     """Record the visit's URL's final state once; the call that empties the crawl finishes it.
     ``before``: a script call to send with finish.lua, first (the lease's, settle.py)."""
-    ctx, store = visit.ctx, visit.store
+    store = visit.store
     assert final.url == visit.url, (final.url, visit.url)
-    counters = dict(final.counters)
-    counters[Counter.DONE.value] = 1
+    counters = {**final.counters, Counter.DONE.value: 1}
     record = final.record()
     failed = Counter.FAILED.value in counters
     if failed or record.get("extract_error"):
         # Before finish: a dead letter for a URL that then turns out final already is harmless.
         store.dead_letters.add(final.url, {k: record.get(k) for k in DEAD_LETTER_FIELDS})
-    if not final.recorded:
-        left = store.ledger.finish(final.url, None, counters, before and before())
-        return "duplicate" if left < 0 else _settled(ctx, store, final, left)
-    out = visit.runtime.output()
-    record["rid"] = uuid4_hex()
-    text = None if ITEMS in record else page_text(record)  # encoded once, for both
-    entry = formats.Unwritten(record["rid"], str(out.pages_path), time.time(), record, text)
-    left, mine = _finish_and_append(visit, entry, counters, before and before())
+    if final.recorded:  # finish.lua, then its line on disk
+        left, kept = _finish_and_append(visit, record, counters, before and before())
+    else:  # counted, no line in the output
+        left, kept = store.ledger.finish(final.url, None, counters, before and before()), None
     if left < 0:  # final already; its record may still be waiting for a writer
-        return recover(visit) if store.unwritten.get(final.url) else "duplicate"
+        waiting = final.recorded and store.unwritten.get(final.url)
+        return recover(visit) if waiting else "duplicate"
     if final.extra.get("redirects") and not failed:
         RedirectClaims.release(store.client, store.ck, final.url)
-
     # A process frozen since finish.lua (SIGSTOP, a VM pause) may find its record written by
     # another (the sweep, the finisher): its copy is undone (commit.lua), not kept twice.
-    if mine is not None and out.pages.wait(mine):
+    if kept is not None and kept():
         faults.point("after_record")  # else: written elsewhere, or waiting in Redis for room
-    kind = "request_failed" if final.error else "request_completed"
-    payload = {k: record[k] for k in ("url", "status", "error", "depth")}
-    events.emit(store.client, store.ck, kind, store.id, record=payload)
-    return _settled(ctx, store, final, left)
+    if final.recorded:
+        kind = "request_failed" if final.error else "request_completed"
+        payload = {k: record[k] for k in ("url", "status", "error", "depth")}
+        events.emit(store.client, store.ck, kind, store.id, record=payload)
+    if left == 0 and store.lifecycle.finishing():  # its partition emptied: is it drained?
+        crawl_finished(visit.ctx, store)
+    return final.error or "done"
 
 
 def _finish_and_append(
-    visit: Visit, entry: formats.Unwritten, counters: dict[str, int], after: Call | None
-) -> tuple[int, PendingPage | None]:
-    """finish.lua carrying the last page append's commit (page_appends.py), then ``entry``'s
-    append, the pages files held from one to the other: finish's answer, and the append
-    waiting for its commit (None: not appended, see :func:`write_record`)."""
+    visit: Visit, record: dict[str, Any], counters: dict[str, int], after: Call | None
+) -> tuple[int, Callable[[], bool] | None]:
+    """finish.lua carrying the last page append's commit (page_appends.py), then the append of
+    ``record`` (its id given here), the pages files held from one to the other: finish's
+    answer, and the wait for the append's commit, True if the copy counts (None: not
+    appended, see :func:`write_record`)."""
     ctx, store, runtime, url = visit.ctx, visit.store, visit.runtime, visit.url
     out = runtime.output()
-    writes, unavailable = out.page_writes(entry.record, text=entry.text), None
+    record["rid"] = uuid4_hex()
+    text = None if ITEMS in record else page_text(record)  # encoded once, for both
+    entry = formats.Unwritten(record["rid"], str(out.pages_path), time.time(), record, text)
+    writes, unavailable = out.page_writes(record, text=text), None
     with out.pages.lock:
         last = out.pages.take()
         try:
@@ -142,20 +144,13 @@ def _finish_and_append(
         output_failed(ctx, store, unavailable)
     elif runtime.output_failing:
         _output_ok(ctx, store)
-    return left, mine
+    return left, None if mine is None else partial(out.pages.wait, mine)
 
 
 def _committer(store: CrawlStore, url: str, entry: formats.Unwritten) -> Callable[[], bool]:
     """Asked by the output right after it appended ``entry``'s record: keep it? (commit.lua
     marks it written when it is still this writer's.)"""
     return lambda: store.unwritten.commit(url, entry) is not formats.Committed.MOVED
-
-
-def _settled(ctx: Context, store: CrawlStore, final: Final, left: int) -> str:
-    """After finish.lua left ``left`` URLs outstanding in the URL's partition."""
-    if left == 0 and store.lifecycle.finishing():  # its partition emptied: is it drained?
-        crawl_finished(ctx, store)
-    return final.error or "done"
 
 
 def write_record(

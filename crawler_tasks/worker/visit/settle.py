@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import logging
 import random
-import time
 from dataclasses import replace
+from functools import partial
 from typing import NamedTuple
 
 from ...errors import CrawlerError, HostDown
 from ...state.politeness import Done, Lease
-from ...state.scripts import Call
 from ...state.store import CrawlStore
 from ..process.liveness import pool_has_room
 from .adaptive import skipped
@@ -48,7 +47,7 @@ def settle(visit: Visit, decision: Decision, lease: Lease | None) -> str:
             lease.disown()
         else:
             reply = lease.release(
-                decision.lease, decision.retry_after, decision.sent, decision.answer
+                decision.lease, decision.retry_after, decision.sent_at, decision.answer
             )
     _found(visit, decision)
     match decision.next:
@@ -95,19 +94,14 @@ def _responded(visit: Visit, decision: Decision, lease: Lease) -> str:
     requests in flight than ``concurrency`` allows (Scrapy frees a download slot once the
     response is in); with the pool full, the CPU is the limit and the round trip is saved.
     If anything fails before the finish, the lease is returned alone, as decided (kept while
-    Redis is away, as the lease's ``with`` keeps it), and the failure goes on."""
-    response, end, decided = decision.response, decision.lease, time.monotonic()
+    Redis is away, as the lease's ``with`` keeps it), and the failure goes on. Either way
+    the lease ends as decided, paced from the request's send (``sent_at``), read when its
+    done.lua call is made."""
+    response, end = decision.response, decision.lease
     assert response is not None and end is not None
-
-    def sent() -> float:
-        return decision.sent + time.monotonic() - decided if decision.sent >= 0 else -1.0
-
-    def handoff() -> Call:
-        return lease.handoff(end, decision.retry_after, sent(), decision.answer)
-
-    def release() -> None:
-        lease.release(end, decision.retry_after, sent(), decision.answer)
-
+    ending = (end, decision.retry_after, decision.sent_at, decision.answer)
+    release = partial(lease.release, *ending)
+    handoff = partial(lease.handoff, *ending)
     early = decision.awaited and pool_has_room()  # the host waits for this slot, not the CPU
     if early:
         release()
@@ -203,7 +197,7 @@ def _fail_dead_host(visit: Visit) -> None:
     store, domain = visit.store, visit.domain
     down = HostDown(f"{domain} down for {store.opts.max_host_outage:g}s or more")
     pending = store.politeness.drain(domain)
-    for depth, url in pending:
+    for depth, url in pending:  # the host's own URLs: the visit's domain is theirs
         finalize(replace(visit, url=url, depth=depth), Final.failed(url, depth, down))
     log.warning("crawl %s: %s is down; %d pending URLs failed", store.id, domain, len(pending))
 

@@ -30,6 +30,9 @@ class Visit:
     runtime: CrawlRuntime
     url: str
     depth: int
+    #: The URL's host as the crawl's politeness keys it (its lease, its queue, its gates),
+    #: computed once with the visit (:meth:`of`, :meth:`at`).
+    domain: str
     #: What the fetch learnt of the response, for a parse or a render (respond.response_meta;
     #: stored with the body for a parse task): status, final URL, headers, counters.
     meta: dict[str, Any] = field(default_factory=dict)
@@ -41,15 +44,10 @@ class Visit:
         if crawl is None:
             return None
         store, runtime = crawl
-        return cls(ctx, store, runtime, url, depth)
+        return cls(ctx, store, runtime, url, depth, store.domain_of(url))
 
     @classmethod
     def at(cls, ctx: Context, store: CrawlStore, url: str, depth: int) -> Visit:
         """The visit of a URL met by a holder of its crawl's store (the dispatcher's repair
         and cancel paths, a dead host's pending URLs)."""
-        return cls(ctx, store, ctx.crawl_runtime(store), url, depth)
-
-    @property
-    def domain(self) -> str:
-        """The URL's host as the crawl's politeness keys it."""
-        return self.store.domain_of(self.url)
+        return cls(ctx, store, ctx.crawl_runtime(store), url, depth, store.domain_of(url))
