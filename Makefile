@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 # every test module's asserts again in each xdist process: ~0.1 CPU-s a process (issue 30).
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: docs demo example test test-faults test-all test-fast test-stress test-bench lint format bench profile install clean
+.PHONY: docs demo example pywb test test-faults test-all test-fast test-stress test-bench lint format bench profile install clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -43,6 +43,19 @@ demo: $(BASE_STAMP)
 example: $(STAMP)
 	$(BIN)/python examples/products/run.py
 
+## pywb: pywb, the reference replay tool, in a venv of its own (tests/integration/test_replay.py)
+# pywb pins libraries older than ours (redis 2.10, fakeredis 0.16), so it cannot share .venv:
+# the replay test drives it as subprocesses (tests/support/pywb.py). ~30 s once, from PyPI.
+PYWB_VENV := .venv-pywb
+PYWB_VERSION := 2.10.0
+PYWB_STAMP := $(PYWB_VENV)/.installed-$(PYWB_VERSION)
+$(PYWB_STAMP):
+	rm -rf $(PYWB_VENV)
+	$(PY) -m venv $(PYWB_VENV)
+	$(PYWB_VENV)/bin/pip install -q 'pywb==$(PYWB_VERSION)'
+	touch $@
+pywb: $(PYWB_STAMP)
+
 ## test: install, then run tests/unit and tests/integration (tests start their own redis-server and workers)
 # A test's tier is its directory under tests/ (tests/conftest.py marks it from there):
 # unit (no process, no Redis), integration, faults, bench.
@@ -55,7 +68,7 @@ example: $(STAMP)
 # The fault tier keeps 4 (FAULT_PROCESSES): its timings are measured there.
 TEST_PROCESSES ?= 6
 FAULT_PROCESSES ?= 4
-test: $(STAMP)
+test: $(STAMP) $(PYWB_STAMP)
 	$(BIN)/pytest -q -n $(TEST_PROCESSES) tests/unit tests/integration
 
 ## test-faults: tests/faults: kills, outages, freezes, full disks, overload (~8 min)
@@ -123,4 +136,4 @@ docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true $(BIN)/mkdocs build --strict
 
 clean:
-	rm -rf $(VENV) site data .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(PYWB_VENV) site data .pytest_cache .mypy_cache .ruff_cache

@@ -18,13 +18,28 @@ Each points at the last *full* capture of the URL (its payload digest, WARC-Targ
 WARC-Date), kept in Redis by the schedule (state/captures.py), never read back from old WARC
 files; a revisit does not replace it, so a page unchanged for ten runs still points at the run
 that stored it. Anything else (a first visit, a change, a truncated body, a 304 or error with no
-full capture to point at) is written in full, and a full 2xx becomes the URL's capture.
+full capture to point at) is written in full, and a 2xx written in full (cut at the limit
+too: a 304 confirms what the capture holds) becomes the URL's capture.
+
+A 304's revisit carries the capture's HTTP status line and headers, kept with it, with the
+304's own values of the headers RFC 9110 (15.4.5) has a 304 send in place of the 200's (Date,
+ETag, Cache-Control, Expires, Vary, Content-Location) and Last-Modified: so that it replays as
+the page it confirms. A replay tool (pywb's resolvingloader, wabac.js) answers a revisit with
+the revisit's own status and headers over the original's payload, and a 3xx status with no
+payload at all, as a redirect: a revisit holding the 304 itself replayed as an empty 304, and
+the original's Content-Type and Content-Encoding, which the payload needs, are not in a 304.
+Its profile stays server-not-modified: the payload was not seen again, the server vouched for
+it, and the digest is the capture's by that word, not by a comparison (identical-payload-digest
+says the bytes were compared). A capture kept before its head was has only a status line
+``200 OK`` and no headers: pywb then takes the original record's status and headers whole.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+
+from warcio.statusandheaders import StatusAndHeaders
 
 from ...state.captures import Captures
 from ...state.formats import Counter
@@ -33,6 +48,12 @@ from ...web.fetcher import Response
 from .archive_fence import ArchiveFence
 from .files import CrawlOutput
 from .warc import REVISIT_IDENTICAL, REVISIT_NOT_MODIFIED, http_headers, truncation
+
+#: The headers a 304 carries in place of the stored response's: RFC 9110 15.4.5's (what a
+#: 200 would have sent) and Last-Modified, a validator the server may send again.
+REFRESHED = frozenset(
+    ("date", "etag", "cache-control", "expires", "vary", "content-location", "last-modified")
+)
 
 
 @dataclass(frozen=True)
@@ -62,10 +83,13 @@ def write_capture(
     digest = payload_digest(payload)
     profile = _revisit_profile(response, digest, previous)
     if previous is not None and profile is not None:
-        length = None if response.status == 304 else len(payload)
-        http = http_headers(
-            str(response.status), response.raw_headers, length, response.http_version, coded
-        )
+        if profile == REVISIT_NOT_MODIFIED:
+            http = not_modified_head(previous, response.raw_headers, response.http_version)
+        else:
+            http = http_headers(
+                str(response.status), response.raw_headers, len(payload),
+                response.http_version, coded,
+            )  # fmt: skip
         rid = out.revisit(
             response.final_url,
             profile,
@@ -94,9 +118,31 @@ def write_capture(
         fence=fence,
         coded=coded,
     )
-    if _complete_2xx(response):
-        captures.put(response.url, Capture(digest, micros, response.final_url, len(payload)))
+    if 200 <= response.status < 300:
+        # The head as out.warc wrote it (the same call), for a 304's revisit of this capture.
+        http = http_headers(
+            str(response.status), response.raw_headers, len(payload), response.http_version, coded
+        )
+        head = http.to_bytes().rstrip(b"\r\n")
+        capture = Capture(digest, micros, response.final_url, len(payload), head)
+        captures.put(response.url, capture)
     return Written(rid)
+
+
+def not_modified_head(
+    capture: Capture, headers: list[tuple[str, str]], http_version: str
+) -> StatusAndHeaders:
+    """The HTTP head of a 304's revisit of ``capture``: its status line and headers, those of
+    :data:`REFRESHED` the 304 sent (``headers``) replaced by the 304's."""
+    if not capture.http:
+        return StatusAndHeaders("200 OK", [], protocol=http_version)
+    lines = capture.http.decode("utf-8", "replace").split("\r\n")
+    protocol, _, status = lines[0].partition(" ")
+    fresh = [(k, v) for k, v in headers if k.lower() in REFRESHED]
+    names = {k.lower() for k, _ in fresh}
+    stored = [line.partition(":") for line in lines[1:]]
+    kept = [(k, v.strip()) for k, _, v in stored if k.lower() not in names]
+    return StatusAndHeaders(status, kept + fresh, protocol=protocol)
 
 
 def _revisit_profile(response: Response, digest: str, previous: Capture | None) -> str | None:

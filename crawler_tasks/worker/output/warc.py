@@ -29,9 +29,12 @@ from ...web.captures import payload_digest
 
 # Headers that describe the bytes on the wire, not the payload kept in the WARC record: the
 # transfer coding is always removed (urllib3 dechunks), the content coding when the payload
-# kept is the decoded body.
+# kept is the decoded body. A replay tool takes the record's headers for the payload's, so
+# these are renamed X-Orig-* (as browsertrix does: what the server said stays readable, and no
+# player undoes a coding the payload no longer has) and Content-Length is the payload's.
 _WIRE_HEADERS = {"content-encoding", "transfer-encoding", "content-length"}
 _CODED_HEADERS = {"transfer-encoding", "content-length"}
+ORIG = "X-Orig-"
 
 
 def http_headers(
@@ -42,12 +45,21 @@ def http_headers(
     coded: bool = False,
 ) -> StatusAndHeaders:
     """A response's HTTP headers as a record keeps them: those of the wire (encoding, length)
-    replaced by the payload's Content-Length (``length``; None: no body, a 304). ``coded``:
-    the payload is the body as received, and its Content-Encoding stays."""
-    dropped = _CODED_HEADERS if coded else _WIRE_HEADERS
-    kept = [(k, v) for k, v in headers if k.lower() not in dropped]
-    if length is not None:
-        kept.append(("Content-Length", str(length)))
+    renamed X-Orig-*, the payload's Content-Length (``length``; None: no body, a 304) added; a
+    Content-Length that already says it is kept as it is. ``coded``: the payload is the body
+    as received, and its Content-Encoding stays."""
+    wire = _CODED_HEADERS if coded else _WIRE_HEADERS
+    said = str(length) if length is not None else None
+    kept = []
+    for name, value in headers:
+        lower = name.lower()
+        if lower == "content-length" and value.strip() == said:
+            said = None  # the server's own header says the payload's length: kept as sent
+        if lower in wire and not (lower == "content-length" and said is None):
+            name = ORIG + name
+        kept.append((name, value))
+    if said is not None:
+        kept.append(("Content-Length", said))
     return StatusAndHeaders(status_line.strip(), kept, protocol=http_version)
 
 
