@@ -48,12 +48,14 @@ def _coded(body: bytes, coding: str | None) -> bytes:
 
 
 def page(
-    body: bytes, coding: str | None = None, chunked: bool = False
+    body: bytes, coding: str | None = None, chunked: bool = False, validators: bool = True
 ) -> Callable[[Handler], None]:
     """A page with validators (ETag, Last-Modified): 304 to a request that names its ETag;
-    else its body, content-coded as ``coding`` says, in chunks or with a Content-Length."""
+    else its body, content-coded as ``coding`` says, in chunks or with a Content-Length.
+    Without ``validators``: the body every time (a recrawl's identical-payload revisit)."""
     etag = '"' + hashlib.md5(body).hexdigest() + '"'
     wire = _coded(body, coding)
+    said = (("ETag", etag), ("Last-Modified", LAST_MODIFIED)) if validators else ()
 
     def route(h: Handler) -> None:
         if h.headers.get("If-None-Match") == etag:
@@ -65,7 +67,7 @@ def page(
             return
         h.send_response(200)
         h.send_header("Content-Type", "text/html; charset=utf-8")
-        for name, value in (("ETag", etag), ("Last-Modified", LAST_MODIFIED)):
+        for name, value in said:
             h.send_header(name, value)
         h.send_header("Cache-Control", "max-age=30")
         if coding:
@@ -96,8 +98,12 @@ PAGES: dict[str, tuple[bytes, str | None, bool]] = {
 }
 
 
+#: A page without validators, the same gzip bytes each time: an identical-payload-digest revisit.
+SAME = text("same")
+
+
 def index(rendered_url: str) -> bytes:
-    links = "".join(f'<a href="{p}">{p}</a>' for p in [*PAGES, "/redirect"])
+    links = "".join(f'<a href="{p}">{p}</a>' for p in [*PAGES, "/redirect", "/same"])
     return f'<html><body>{links}<a href="{rendered_url}">r</a></body></html>'.encode()
 
 
@@ -107,6 +113,7 @@ def routes(rendered_url: str) -> dict[str, Callable[[Handler], None]]:
         {path: page(body, coding, chunked) for path, (body, coding, chunked) in PAGES.items()}
     )
     site["/redirect"] = lambda h: h.redirect("/target")
+    site["/same"] = page(SAME, "gzip", validators=False)
     return site
 
 
@@ -138,6 +145,7 @@ def expected(site: SiteServer, rendered: SiteServer) -> dict[str, bytes]:
     """URL -> the decoded body the server sent (cut at the limit where the crawl cut it)."""
     want = {site.base_url + p: body[:LIMIT] for p, (body, _, _) in PAGES.items()}
     want[site.base_url + "/redirect"] = b""
+    want[site.base_url + "/same"] = SAME
     want[site.base_url + "/"] = index(rendered.base_url + "/")
     want[rendered.base_url + "/"] = RENDERED
     return want
@@ -183,7 +191,7 @@ def test_every_page_replays_in_pywb_both_runs_and_from_a_wacz(
     seconds = _captures(second_dir)
     assert set(firsts) == set(want) and set(seconds) == set(want), (sorted(firsts), sorted(seconds))
     revisits = {u for u, e in seconds.items() if e.get("mime") == "warc/revisit"}
-    # Every page answered 304 (the redirect has no validators): each is a revisit.
+    # Every page answered 304, or the same payload (/same): each is a revisit, but the redirect.
     assert revisits == set(want) - {site.base_url + "/redirect"}, sorted(revisits)
     with pywb.wayback(root) as wb:
         for coll in ("first", "wacz"):
