@@ -132,3 +132,26 @@ def test_a_crawls_last_segment_goes_up_as_soon_as_it_ends(
         up.stop(grace=0)
     names = list(objects.store_for(s3).child(CRAWL).list())
     assert len(names) == 1 and names[0].startswith("pages-"), names
+
+
+def test_a_segment_waits_from_its_first_record(
+    s3: str, client: redis.Redis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A record is in a segment that Redis knows waits for its upload from the moment it is
+    appended: the uploader's round noted a new segment up to a second later, and a reader in
+    that second (``crawler crawl`` waiting for the uploads at the crawl's end, an export, a
+    test) took a crawl whose last records were staged for one with nothing left to upload."""
+    from crawler_tasks.worker.output import uploads
+
+    monkeypatch.setattr(uploads, "TICK", 3600.0)  # no round of its own in this test
+    outputs = Outputs()
+    up = Uploads(outputs, str(tmp_path), client, Keys(), 1 << 30, 3600.0)
+    try:
+        out = outputs.get(CRAWL, str(tmp_path), store=s3)
+        out.final({"url": "http://127.0.0.1:9/a", "rid": "r1"}, with_items=False)
+        waiting = Segments(client, Keys(), CRAWL).waiting({f"{outputs.tag}"})
+        assert waiting.waiting >= 1, waiting
+    finally:
+        outputs.close()
+        up.stop(grace=10)
+    assert Segments(client, Keys(), CRAWL).waiting(set()).waiting == 0

@@ -45,7 +45,18 @@ class AppendFiles:
         if fd is None:
             self.dir.mkdir(parents=True, exist_ok=True)
             flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
-            fd = self._files[name] = os.open(self.path(name), flags, 0o644)
+            path = self.path(name)
+            fd = os.open(path, flags, 0o644)
+            seg = self.segmenting
+            if seg is not None and seg.opened is not None:
+                # Known to wait for its upload before a record is in it: a reader that finds
+                # nothing waiting has every record in the store. Opened again if not told.
+                try:
+                    seg.opened(path.name)
+                except BaseException:
+                    os.close(fd)
+                    raise
+            self._files[name] = fd
         return fd
 
     def append(self, writes: list[tuple[str, bytes]]) -> list[tuple[str, int]]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 
 from .files import CrawlOutput, process_tag
@@ -23,6 +24,9 @@ class Outputs:
         self.max_open, self.gzip_level = max_open, gzip_level
         self._open: OrderedDict[str, CrawlOutput] = OrderedDict()
         self._lock = threading.Lock()
+        #: Told ``(crawl id, segment file name)`` as each segment file is created (the
+        #: uploader, uploads.py, notes it waiting).
+        self.on_segment: Callable[[str, str], None] | None = None
 
     def get(
         self,
@@ -39,7 +43,7 @@ class Outputs:
                 directory = Path(root) / crawl_id
                 segmenting = None
                 if store:
-                    segmenting = Segmenting(self.tag, self.run)
+                    segmenting = Segmenting(self.tag, self.run, self._opened(crawl_id))
                     _mark(directory, store)
                 out = self._open[crawl_id] = CrawlOutput(
                     directory, self.tag, self.gzip_level, info, segmenting
@@ -48,6 +52,10 @@ class Outputs:
                     self._open.popitem(last=False)[1].close()
             self._open.move_to_end(crawl_id)
             return out
+
+    def _opened(self, crawl_id: str) -> Callable[[str], None] | None:
+        tell = self.on_segment
+        return None if tell is None else lambda name: tell(crawl_id, name)
 
     def segmented(self) -> list[tuple[str, CrawlOutput]]:
         """The open outputs of s3:// crawls, by crawl id."""

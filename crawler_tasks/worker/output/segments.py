@@ -19,7 +19,7 @@ import itertools
 import os
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
@@ -92,8 +92,11 @@ class Segmenting:
     the output's locks: nothing is appended between the end of one and the start of the
     next)."""
 
-    def __init__(self, tag: str, run: str) -> None:
+    def __init__(self, tag: str, run: str, opened: Callable[[str], None] | None = None) -> None:
         self.tag, self.run = tag, run
+        #: Told each segment file's name as it is created, before a record is in it (the
+        #: uploader notes it waiting: uploads.py).
+        self.opened = opened
         self.seq = next(_numbers)
         self.started = time.monotonic()
 

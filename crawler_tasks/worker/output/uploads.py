@@ -2,7 +2,9 @@
 
 Every :data:`TICK` seconds (at once when a crawl it writes for ends: :class:`Ends`) it closes this process's segments that are due (past
 ``output_segment_bytes`` or ``output_segment_seconds``, or of a crawl that ended), notes in
-Redis what is staged (state/segments.py: ``crawler status`` says what waits), and uploads every
+Redis what is staged (state/segments.py: ``crawler status`` says what waits; a new segment is
+noted by its writer as its file is created, before its first record, so that a reader who
+finds nothing waiting finds every record in the store), and uploads every
 closed segment of this host that no live process appends to: this process's own, and those
 left by dead processes (a process killed mid-crawl: the next one started on this host uploads
 them). Each file is PUT under its own name, then recorded as uploaded (segment_uploaded.lua),
@@ -70,6 +72,7 @@ class Uploads:
         self._retry_at: dict[str, float] = {}
         self._backoff: dict[str, float] = {}
         self._failing = Throttled(log, "uploading staged output", every=30.0)
+        outputs.on_segment = self._opened
         self._stop = threading.Event()
         self._ends = Ends(client, keys, self._stop)
         self._warm = False
@@ -135,6 +138,12 @@ class Uploads:
             self._warm = True
             with contextlib.suppress(CrawlerError):  # no boto3: the first PUT says so
                 s3.client()
+
+    def _opened(self, crawl_id: str, name: str) -> None:
+        """A segment file just created (by a writer's thread): noted waiting before its first
+        record, where the next round noted it up to :data:`TICK` later."""
+        Segments(self.client, self.keys, crawl_id).note([name], "open", *self._me())
+        self._noted.add(name)
 
     def _me(self) -> tuple[str, int]:
         return self.outputs.tag.rsplit("-", 1)[0], self.pid
