@@ -45,6 +45,9 @@ by its event loop, which a loaded machine starves; and by kernel arrival stamps 
 (``wire_*``, ``_wire.py``: exact however starved any process is; needs root or CAP_NET_RAW,
 plain HTTP only; ``wire`` says why it was skipped, ``wire_drops`` must be 0). ``--hogs N``
 runs N CPU busy loops beside our workers while our crawl runs: the overloaded polite crawl.
+``--frontier-heads 0,16`` runs our crawl with every pending URL in Redis and with heads of 16
+URLs a host, the rest spilled to chunks (issue 49), side by side (``_spill.py``: ``x_no_spill``,
+hosts spilled, chunks written and refilled; ``--frontier-chunk`` sets the chunk's size).
 
 ``--outputs local,s3``: our crawl into a directory and into a SeaweedFS bucket started for
 the run (``tests/support/seaweed.py``), ``--repeat`` times each, every other repetition in

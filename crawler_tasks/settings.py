@@ -163,7 +163,8 @@ class Settings:
     #: Crawl default. The chunk store, a directory every worker of the crawl reads and writes
     #: (shared by every machine of a cluster) or s3://BUCKET/PREFIX. "" = ``frontier`` under
     #: the crawl's output when that is s3:// or frontier_head is given (> 0); else none: every
-    #: pending URL stays in Redis (a local directory is not readable from the other machines).
+    #: pending URL stays in Redis (a local directory is not readable from the other machines;
+    #: a machine that cannot read the mark the first one left there does not tend the tails).
     frontier_store: str = ""
 
     # --- politeness ----------------------------------------------------------------------------

@@ -51,6 +51,9 @@ fails on any key a crawl writes that this table does not describe, or whose type
     P:{C}:stats              hash   crawl-wide counters (sitemap files, recrawl changes); the
                                     rest are per partition, summed by stats.py
     P:{C}:finisher           string lock (SET NX EX) of the process running the end of the crawl
+    P:{C}:store_mark         string "<token> <host>": the mark a directory chunk store holds
+                                    (mark-<token>); a machine that cannot read it does not
+                                    tend the crawl's tails (state/store_mark.py)
     P:{C}:smo:ORIGIN         string set (NX) once this crawl admitted ORIGIN's robots.txt sitemaps
     P:{C}:simhash            zset   page fingerprints by band, "band:hex16:fp:url" at score 0
                                     (near_duplicates crawls; state/neardup.py)
@@ -227,6 +230,8 @@ class CrawlKeys:
         self.render_plan = f"{base}:render"
         #: URLs whose render the plan has been told of (render_plan.lua counts each once).
         self.render_told = f"{base}:render_told"
+        #: Which mark a directory chunk store of the crawl holds (state/store_mark.py).
+        self.store_mark = f"{base}:store_mark"
         self.domain_mode = domain_mode
         tags = tags or tuple(str(n) for n in range(partitions))
         self.parts = [PartKeys(f"{prefix}:{{{crawl_id}/{tag}}}", n) for n, tag in enumerate(tags)]

@@ -22,6 +22,7 @@ from ..runtime.context import Context
 from ..visit.recorder import crawl_finished
 from .repair import Repair
 from .routing import REFRESH_EVERY, HostRouter
+from .tails_guard import TailsGuard
 
 Released = list[tuple[str, int, str]]  # (domain, depth, url), as release.lua hands them out
 
@@ -36,6 +37,8 @@ class Rounds:
         self._repair = repair
         self._rates, self._rates_read = "", -math.inf
         self._round = 0
+        #: Crawls whose directory chunk store this machine does not share: tails not tended.
+        self._tails_guard = TailsGuard()
         #: The running crawls of the last survey: their steering is read in the next one.
         self._running: list[str] = []
         #: Whether the last round stopped at a release call's limit (more may be ready now).
@@ -65,12 +68,13 @@ class Rounds:
                 if state is Steering.CANCELLED:
                     busy = self._cancel(ctx, store) or busy
                     continue
+                tend = store.frontier.tails.spills and self._tails_guard.may_tend(store)
                 for i in range(parts):  # a different partition first each round: none starves
                     part = (self._round + i) % parts
                     # The hosts' tails first (state/tails.py): a refilled head is released in
                     # this same round, and a full spill buffer leaves Redis before more come.
                     # A crawl without a chunk store never spills: no round trip for it.
-                    if store.frontier.tails.spills:
+                    if tend:
                         store.frontier.tails.tend(part, point=faults.point)
                     if budget == 0:
                         break
