@@ -8,10 +8,12 @@ host (a directory per queue exhausts inodes: Scrapy #5275).
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from pathlib import Path
 
 from ..settings import Settings
 from . import objects
+from .objects.local import LocalStore
 from .options import CrawlOptions
 
 
@@ -54,6 +56,16 @@ class ChunkStore:
 
     def delete(self, name: str) -> None:
         self.objects.delete(self._name(name))
+
+    def clear(self) -> int:
+        """Every chunk of the crawl deleted (its end, or its keys forgotten: no index refers to
+        them any more); returns how many. A local store's emptied directories go too."""
+        names = list(self.objects.list())
+        for name in names:
+            self.objects.delete(name)
+        if isinstance(self.objects, LocalStore):
+            shutil.rmtree(self.objects.root, ignore_errors=True)
+        return len(names)
 
     def size(self) -> tuple[int, int]:
         """(chunks, bytes) in the store now (benchmarks, tests); store_mark.py's mark apart."""

@@ -11,6 +11,7 @@ import redis
 
 from ..errors import ConfigError
 from . import workers
+from .chunk_store import ChunkStore
 from .figures import Listed
 from .formats import Status
 from .options import CrawlOptions
@@ -104,6 +105,8 @@ def forget(r: RedisHandle, crawl_id: str, force: bool = False, dead_after: float
         batch = list(r.client.scan_iter(match=pattern, count=1000))
         for i in range(0, len(batch), 500):
             gone += int(r.client.unlink(*batch[i : i + 500]) or 0)
+    if opts is not None and opts.frontier_store:  # no index refers to its chunks any more
+        ChunkStore.of(opts.frontier_store, crawl_id).clear()
     pipe = r.client.pipeline(transaction=False)
     pipe.zrem(r.keys.crawls, crawl_id)
     pipe.srem(r.keys.running, crawl_id)

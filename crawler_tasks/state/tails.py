@@ -24,12 +24,12 @@ from __future__ import annotations
 import hashlib
 import logging
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import redis
 
-from ..errors import ConfigError, ObjectMissing
+from ..errors import ConfigError, ObjectMissing, StoreUnavailable
 from .chunk_store import ChunkStore
 from .keys import CrawlKeys, PartKeys
 from .options import CrawlOptions
@@ -88,6 +88,8 @@ def tails_args(opts: CrawlOptions, pk: PartKeys) -> list[str | int | float]:
 
 
 Point = Callable[[str], None]
+#: Politeness.drain: a domain's head and buffer taken out as in flight, (depth, url) each.
+Take = Callable[[str], list[tuple[int, str]]]
 
 
 def _nowhere(name: str) -> None:
@@ -208,6 +210,33 @@ class Tails:
         if int(result) == 1:
             self.store.delete(name)  # killed before this: never read again (not indexed)
         return int(result)
+
+    def drain(self, domain: str, take: Take) -> Iterator[list[tuple[int, str]]]:
+        """A dead host's pending URLs taken out of the frontier, a batch at a time: its head
+        and buffer (``take``: Politeness.drain, drain.lua), then each chunk moved into its head
+        and taken with it. Left in the store, its chunks would be refilled only if the host was
+        marked low when it died (drain.lua takes it out of the ready zset): else never, and the
+        crawl never finishes."""
+        pk = self.ck.for_domain(domain)
+        while True:
+            yield take(domain)
+            if not self.spills or not self.client.llen(pk.chunks(domain)):
+                return
+            self.refill(pk, domain)  # 0 if another dispatcher moved it first: taken all the same
+
+    def clear(self) -> None:
+        """Every chunk of a crawl that ended (finished or cancelled: cancel.lua dropped the
+        indexes, never the files) deleted; chunks a kill left unindexed too. A store that
+        cannot be reached now keeps them (said in the log; ``crawler forget`` clears them)."""
+        if not self.spills:
+            return
+        try:
+            gone = self.store.clear()
+        except StoreUnavailable as exc:
+            log.warning("crawl %s: its frontier's chunks are left: %s", self.opts.crawl_id, exc)
+            return
+        if gone:
+            log.info("crawl %s: %d chunks of its frontier deleted", self.opts.crawl_id, gone)
 
 
 def _text(value: bytes | str) -> str:

@@ -3,8 +3,8 @@
 -- (done.lua) and probing it once per URL would take hours on a big site.
 -- KEYS[1] inflight  KEYS[2] ready  KEYS[3] stats
 -- ARGV[1] the domain's queue key  ARGV[2] domain  ARGV[3] its spill buffer key (state/tails.py;
--- its chunks stay in the store: a refill puts them back in the head, and they are released
--- and finished as the head's are, the host being dead)
+-- its chunks are in the store: the caller moves each into the head, Tails.drain,
+-- and calls this again)
 -- Returns the entries ("depth|url", formats.entry).
 local entries = redis.call('LRANGE', ARGV[1], 0, -1)
 for _, e in ipairs(redis.call('LRANGE', ARGV[3], 0, -1)) do entries[#entries + 1] = e end

@@ -288,6 +288,7 @@ def crawl_finished(ctx: Context, store: CrawlStore) -> bool:
         status.note(Note.OUTPUT_GIVEN_UP, str(exc))
         summary = replace(store.stats.summary(), status=final)
     finisher.expire(ctx.settings.finished_ttl)
+    store.frontier.tails.clear()  # no chunk is read again: a cancel dropped their indexes
     told = summary.to_json()
     events.emit(store.client, store.ck, "crawl_finished", opts.crawl_id, summary=told)
     if opts.on_finished and not state.on_finished_sent:

@@ -196,10 +196,12 @@ def _fail_dead_host(visit: Visit) -> None:
     """Every pending URL of a host declared dead gets its final state now, unrequested."""
     store, domain = visit.store, visit.domain
     down = HostDown(f"{domain} down for {store.opts.max_host_outage:g}s or more")
-    pending = store.politeness.drain(domain)
-    for depth, url in pending:  # the host's own URLs: the visit's domain is theirs
-        finalize(replace(visit, url=url, depth=depth), Final.failed(url, depth, down))
-    log.warning("crawl %s: %s is down; %d pending URLs failed", store.id, domain, len(pending))
+    failed = 0
+    for pending in store.frontier.tails.drain(domain, store.politeness.drain):  # chunks too
+        for depth, url in pending:  # the host's own URLs: the visit's domain is theirs
+            finalize(replace(visit, url=url, depth=depth), Final.failed(url, depth, down))
+        failed += len(pending)
+    log.warning("crawl %s: %s is down; %d pending URLs failed", store.id, domain, failed)
 
 
 def requeue(visit: Visit, delay: float) -> str:
