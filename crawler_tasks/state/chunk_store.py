@@ -59,13 +59,14 @@ class ChunkStore:
 
     def clear(self) -> int:
         """Every chunk of the crawl deleted (its end, or its keys forgotten: no index refers to
-        them any more); returns how many. A local store's emptied directories go too."""
+        them any more), store_mark.py's mark with them; returns how many chunks. A local
+        store's emptied directories go too."""
         names = list(self.objects.list())
         for name in names:
             self.objects.delete(name)
         if isinstance(self.objects, LocalStore):
             shutil.rmtree(self.objects.root, ignore_errors=True)
-        return len(names)
+        return sum("/" in n for n in names)
 
     def size(self) -> tuple[int, int]:
         """(chunks, bytes) in the store now (benchmarks, tests); store_mark.py's mark apart."""
