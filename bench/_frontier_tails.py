@@ -161,4 +161,7 @@ def main(args: Any) -> int:
     rows = tails_part(args)
     title = f"Heads in Redis, tails in chunks: {args.urls:,} URLs pending over {args.hosts:,} hosts"
     _util.emit(args, {"tails": rows}, [_util.table(title, rows)])
-    return 0 if all(r["pending"] == args.urls + args.hosts for r in rows) else 1
+    # The same URLs in every case, so the same pending count: at 10 M a few hundred-thousandths
+    # are Bloom false positives (taken for duplicates, as designed), the same ones each time.
+    pending = {r["pending"] for r in rows}
+    return 0 if len(pending) == 1 and pending.pop() >= 0.999 * (args.urls + args.hosts) else 1
