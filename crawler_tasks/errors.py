@@ -8,6 +8,9 @@ string recorded in ``pages*.jsonl`` and the dead-letter list::
     │   └── StoreUnavailable         the object store named by ``output`` (s3://) refuses or
     │       │                        cannot be reached: no bucket, bad credentials, down
     │       └── ObjectMissing        no object of that name in the store
+    ├── OutputUnreadable             a reader (export, ``Crawl.pages()``) cannot read some
+    │                                of the directories a crawl's processes wrote (another
+    │                                host's, or gone): no partial answer unless asked for
     ├── ConfigError                  bad settings or crawl options (raised to the caller)
     │   ├── InvalidSeed              a seed URL that cannot be crawled; names the seed
     │   ├── UnknownCrawl             a crawl id Redis does not know (never started, expired)
@@ -45,7 +48,8 @@ string recorded in ``pages*.jsonl`` and the dead-letter list::
 circuit breaker counts them, politeness.py); their ``reason`` is their parent's.
 
 ``NoWorkers`` is a warning (``warnings.warn``), outside the tree: the call went through, but
-nothing will serve what it stored yet.
+nothing will serve what it stored yet. ``PartialOutput`` is one too: a reader asked for what
+it can read (``partial=True``) and left out the directories it names.
 
 ``details`` (keyword arguments) add context; the fetcher adds ``redirects`` (the hops followed
 before the failure) and ``final_url`` (the URL it failed on) to every error it raises.
@@ -153,6 +157,26 @@ class ObjectMissing(StoreUnavailable):
     """No object of that name (a reader asked for one that is not there, or not yet)."""
 
     reason = "object_missing"
+
+
+class OutputUnreadable(CrawlerError):
+    """Some of the directories where a crawl's processes wrote its files (each process notes
+    its own: state/output_places.py) cannot be read here: another host's, or no longer there.
+    ``unread``: one line each ("DIR on HOST: why"). A reader never answers with part of the
+    crawl without saying so; ``partial=True`` (``--partial``) reads the rest."""
+
+    reason = "output_unreadable"
+
+    def __init__(self, crawl_id: str, unread: list[str]) -> None:
+        super().__init__(
+            f"crawl {crawl_id}: {len(unread)} of its output directories cannot be read here: "
+            + "; ".join(unread)
+        )
+        self.unread = unread
+
+
+class PartialOutput(UserWarning):
+    """A reader asked for what it can read (``partial=True``) left out the directories named."""
 
 
 class RetryableError(CrawlerError):

@@ -276,6 +276,12 @@ class Settings:
     #: Seconds after which a staged segment is closed and uploaded however small, so that an
     #: object store holds a slow crawl's records within minutes (and a finished crawl's at once).
     output_segment_seconds: float = limited(300.0, 0.1, DAY)
+    #: Index lines (captures) above which ``crawler export --wacz`` writes the compressed
+    #: ZipNum index of WACZ 1.1.1 (``indexes/index.cdx.gz`` in blocks of 300 lines, and
+    #: ``indexes/index.idx``, a line per block) instead of a plain ``indexes/index.cdx``:
+    #: ReplayWeb.page reads a plain index whole before it shows a page, a ZipNum one a block
+    #: at a time. 100,000 lines is ~30-50 MB of plain index.
+    wacz_index_lines: int = limited(100_000, 1, 10**12)
     #: Seconds a finished crawl's state stays in Redis (counters, config, filter).
     finished_ttl: int = limited(7 * 24 * 3600, 1, 365 * DAY)
     #: Seconds after which a final URL whose record is still not on disk is taken as left by

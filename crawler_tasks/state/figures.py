@@ -254,6 +254,8 @@ class Progress:
         out["final"] = self.final
         out["done_share"] = self.done_share
         out["summary_path"] = state.summary_path
+        # The host whose disk holds it (a local path means nothing on another machine).
+        out["summary_host"] = state.summary_host
         for section in (self.outlook, self.detail):
             if section is not None:
                 out.update(section.to_json())

@@ -73,6 +73,8 @@ fails on any key a crawl writes that this table does not describe, or whose type
                                     "state|host|pid|at": written, not yet uploaded (state/segments.py)
     P:{C}:uploaded           hash   segment file -> its bytes, once its object is in the store
                                     (segment_uploaded.lua)
+    P:{C}:places             hash   "host-pid" -> JSON {host, dir, pid}: where each process
+                                    wrote a local-output crawl's files (state/output_places.py)
     P:{C}:events             -      pub/sub channel of crawl events (not a key)
     P:{C}:ended              -      pub/sub channel: the crawl's status turned final (not a key;
                                     the uploaders of its segments wake: worker/output/uploads.py)
@@ -232,6 +234,8 @@ class CrawlKeys:
         self.render_told = f"{base}:render_told"
         #: Which mark a directory chunk store of the crawl holds (state/store_mark.py).
         self.store_mark = f"{base}:store_mark"
+        #: Where each process wrote this crawl's files (local output: state/output_places.py).
+        self.places = f"{base}:places"
         self.domain_mode = domain_mode
         tags = tags or tuple(str(n) for n in range(partitions))
         self.parts = [PartKeys(f"{prefix}:{{{crawl_id}/{tag}}}", n) for n, tag in enumerate(tags)]

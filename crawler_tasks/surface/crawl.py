@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import time
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 import redis
@@ -226,16 +228,22 @@ class Crawl(CrawlHandle):
 
     def read_summary(self) -> Summary:
         """The crawl's ``summary.json`` once the finishing worker has written it (the status
-        flips just before), else the same figures computed from Redis now."""
+        flips just before), where it wrote it if that is on this host, else the same figures
+        computed from Redis now."""
         if objects.is_url(self.options.output):
             # An s3:// crawl's summary.json is an object of its store, PUT from these same
             # figures before the status flipped (worker/visit/recorder.py); never a file here,
             # so polling for one cost every wait() 2 s (bench/README.md). Read from Redis: no
             # GET, and no S3 credentials needed where the crawl is only watched.
             return self.stats.summary()
+        state = self.store.lifecycle.read()
         path = self.output_dir / "summary.json"
-        finished_at = self.store.lifecycle.read().finished_at or 0.0
-        for _ in range(40 if finished_at else 0):
+        if state.summary_path and not objects.is_url(state.summary_path):
+            # The finisher's own directory, which may not be this caller's (docs/guides/output.md).
+            path = Path(state.summary_path)
+        here = not state.summary_host or state.summary_host == socket.gethostname()
+        finished_at = state.finished_at or 0.0
+        for _ in range(40 if finished_at and here else 0):
             if path.exists():
                 written = Summary.from_json(json.loads(path.read_text("utf-8")))
                 # After retry_failed() the file of the first finish is still there.

@@ -37,7 +37,7 @@ def run(
 
     _warn_if_running(settings, opts)
     handle = cli.patient(launch(opts, settings=settings, more_seeds=more_seeds))
-    where = output_place(handle)[1]
+    where = output_place(handle)
     click.echo(f"crawl {handle.id} started; output in {where}", err=True)
     if no_wait:
         started = {"crawl_id": handle.id, "status": "running", "output_dir": str(where)}
@@ -101,7 +101,7 @@ def _noted(handle: Crawl, settings: Settings) -> Summary:
         why = f": {first['detail']}" if first.get("detail") else ""
         first_failure = f"{first['url']}: {first['error']}{why}"
     notes = Notes(
-        output_dir=output_place(handle)[1],  # the workers' place, once they wrote
+        output_dir=output_place(handle),  # the workers' place, once they wrote
         tls_hint=tls_hint,
         first_extract_error=first_extract_error,
         first_failure=first_failure,

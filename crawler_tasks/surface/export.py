@@ -13,23 +13,24 @@ a column per key, lists as lists).
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import os
-import socket
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import click
 
-from ..errors import StoreUnavailable
+from ..errors import OutputUnreadable, StoreUnavailable
+from ..settings import load
 from ..state import objects, workers
 from ..state.objects import ObjectStore
 from ..state.segments import Segments
-from ..worker.output.read import latest_items, latest_pages
+from ..worker.output.read import Directories, Place, latest_items, latest_pages
+from . import places
 from . import wacz as wacz_file
 from .cli_common import Fail, broker_option, handle, json_option, say
+from .export_target import target_of
 
 Rows = Iterable[dict[str, Any]]
 
@@ -95,23 +96,6 @@ TEXT_FORMATS: dict[str, Callable[[Rows, Any], None]] = {
 FORMATS = (*TEXT_FORMATS, ".parquet")
 
 
-def check_target(path: Path, overwrite: bool, formats: tuple[str, ...] = FORMATS) -> None:
-    """Everything that can be known before reading a record: one line each (exit 2)."""
-    if path.is_dir():
-        raise Fail(f"{path} is a directory")
-    if path.suffix.lower() not in formats:
-        raise Fail(f"{path}: unknown format {path.suffix!r}; use one of {', '.join(formats)}")
-    if path.suffix.lower() == ".parquet" and importlib.util.find_spec("pyarrow") is None:
-        raise Fail("Parquet needs pyarrow: pip install 'crawler-tasks[export]'")
-    if path.exists() and not overwrite:
-        raise Fail(f"{path} exists: -O overwrites it")
-    parent = path.parent
-    if not parent.is_dir():
-        raise Fail(f"no directory {parent} to write {path.name} in")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise Fail(f"cannot write in {parent}: permission denied")
-
-
 def write(rows: Rows, path: Path) -> int:
     """Write ``rows`` to ``path`` in its extension's format, all at once; the row count."""
     counted: list[dict[str, Any]] = list(rows)
@@ -130,29 +114,45 @@ def write(rows: Rows, path: Path) -> int:
     return len(counted)
 
 
-def records(directory: Path | ObjectStore, what: str) -> Iterator[dict[str, Any]]:
+def records(directory: Place, what: str) -> Iterator[dict[str, Any]]:
     if what == "pages":
         return latest_pages(directory)
     # Each item says which page it came from (a key of the item's own wins).
     return ({"page_url": line["url"], **line["item"]} for line in latest_items(directory))
 
 
-def output_place(crawl: Any) -> tuple[Path, str]:
-    """``(directory, where)``: the crawl's files as its workers wrote them (the directory of
-    the ``summary.json`` its finisher wrote, on the host it names), else where this host's
-    workers would write; ``where`` says it in words, naming the host when it is another."""
+def output_place(crawl: Any) -> str:
+    """Where the crawl's files are, in words: its objects, the directories its processes
+    wrote to (surface/places.py) once they did, else where workers would write them."""
     if objects.is_url(crawl.options.output):  # read from the store, wherever the workers ran
-        return Path(), f"{crawl.options.output}/{crawl.id}"
-    state = crawl.store.lifecycle.read()
-    if state.summary_path:
-        directory, host = Path(state.summary_path).parent, state.summary_host or ""
-        if host and host != socket.gethostname():
-            return directory, f"{directory} on host {host}"
-        return directory, str(directory)
+        return f"{crawl.options.output}/{crawl.id}"
+    found = places.find(crawl)
+    if isinstance(found.place, Directories):
+        return "; ".join([found.where, *found.unread])
     here = crawl.output_dir
     if crawl.options.output:
-        return here, str(here)
-    return here, f"<CRAWLER_OUTPUT_DIR of each worker>/{crawl.id} (here: {here})"
+        return str(here)
+    return f"<CRAWLER_OUTPUT_DIR of each worker>/{crawl.id} (here: {here})"
+
+
+def local_place(crawl: Any, partial: bool) -> tuple[Place, tuple[str, ...]]:
+    """The directories of a crawl with local output that this host reads, and those left
+    out (only with ``partial``: else one line naming them, exit 2)."""
+    found = places.find(crawl)
+    try:
+        place = found.readable(crawl.id, partial)
+    except OutputUnreadable as exc:
+        raise Fail(
+            f"{exc}; export on the host that holds them, or --partial for the rest"
+        ) from None
+    if isinstance(place, Directories):
+        if not place:
+            raise Fail(f"crawl {crawl.id}: none of its output directories can be read here")
+        return place, found.unread
+    if not Path(str(place)).is_dir():
+        where = output_place(crawl)
+        raise Fail(f"no output of crawl {crawl.id} here: its files are in {where}; --dir DIR")
+    return place, ()
 
 
 def stored_place(crawl: Any) -> ObjectStore | None:
@@ -168,27 +168,25 @@ def stored_place(crawl: Any) -> ObjectStore | None:
     return store
 
 
-def target_of(new_file: Path | None, any_file: Path | None, wacz: bool) -> Path:
-    """The file to write, checked (check_target) before anything is read."""
-    if (new_file is None) == (any_file is None):
-        raise Fail("give the file once: -o FILE (new) or -O FILE (replaced)")
-    # An object store as the target is not written yet: never a local directory named "s3:".
-    if objects.looks_like_url(str(new_file or any_file)):
-        raise Fail(f"{new_file or any_file}: export writes a local file (upload it after)")
-    target = (new_file or any_file or Path()).absolute()
-    check_target(target, any_file is not None, (".wacz",) if wacz else FORMATS)
-    if wacz and importlib.util.find_spec("cdxj_indexer") is None:
-        raise Fail("WACZ needs cdxj-indexer: pip install 'crawler-tasks[export]'")
-    return target
-
-
-def write_wacz(crawl_id: str, place: Path | ObjectStore, target: Path) -> int:
+def write_wacz(crawl_id: str, place: Place, target: Path) -> int:
     """The crawl's WACZ (surface/wacz.py); one line if it wrote no WARC file."""
     names = wacz_file.warc_names(place)
     if not names:
         where = getattr(place, "url", place)
         raise Fail(f"crawl {crawl_id} has no WARC files in {where}: nothing to archive")
-    return wacz_file.write(place, names, target, crawl_id)
+    # Where a big crawl's index is compressed: CRAWLER_WACZ_INDEX_LINES (settings.py).
+    return wacz_file.write(place, names, target, crawl_id, load().wacz_index_lines)
+
+
+def place_of(crawl_id: str, directory: Path | None, broker: str | None, partial: bool) -> tuple[Place, tuple[str, ...]]:  # fmt: skip
+    """Where to read the crawl, and the directories left out (``--partial``)."""
+    if directory is not None:  # the user's word: a crawl whose Redis state expired
+        if not directory.is_dir():
+            raise Fail(f"no output of crawl {crawl_id} here: no directory {directory}")
+        return directory, ()
+    crawl = handle(crawl_id, broker)
+    stored = stored_place(crawl)
+    return (stored, ()) if stored is not None else local_place(crawl, partial)
 
 
 @click.command("export")
@@ -196,13 +194,20 @@ def write_wacz(crawl_id: str, place: Path | ObjectStore, target: Path) -> int:
 @click.option("--items", is_flag=True, help="The extraction hook's items (with page_url).")
 @click.option("--pages", is_flag=True, help="The page records.")
 @click.option("--wacz", is_flag=True, help="The WARCs, index and pages as one .wacz (WACZ 1.1.1).")
-@click.option("-o", "new_file", type=click.Path(path_type=Path), help="Write FILE (new).")
-@click.option("-O", "any_file", type=click.Path(path_type=Path), help="Write FILE, replacing it.")
+# Text, not click's Path: "s3://bucket/x" as a Path is "s3:/bucket/x" (export_target.py).
+@click.option("-o", "new_file", help="Write FILE (new), or an s3:// object (--wacz).")
+@click.option("-O", "any_file", help="Write FILE, replacing it (or an s3:// object).")
 @click.option(
     "--dir",
     "directory",
     type=click.Path(path_type=Path),
     help="The crawl's output directory (default: asked of the broker).",
+)
+@click.option(
+    "--partial",
+    is_flag=True,
+    help="Export what this host can read when some of the crawl's output directories are "
+    "another host's (or gone), and name those left out (default: refuse, exit 2).",
 )
 @broker_option
 @json_option("Print what was written as one JSON object on stdout.")
@@ -211,40 +216,34 @@ def export(
     items: bool,
     pages: bool,
     wacz: bool,
-    new_file: Path | None,
-    any_file: Path | None,
+    new_file: str | None,
+    any_file: str | None,
     directory: Path | None,
+    partial: bool,
     broker: str | None,
     as_json: bool,
 ) -> None:
     """Write a crawl's items or pages (last record per URL, every worker's files merged) as
     .jsonl, .json, .csv or .parquet, or the crawl as a web archive (--wacz: its WARC files,
-    a CDXJ index and its pages in one .wacz that ReplayWeb.page and pywb open)."""
+    a CDXJ index and its pages in one .wacz that ReplayWeb.page and pywb open; -o may name
+    an s3:// object)."""
     if items + pages + wacz != 1:
         raise Fail("say what to export: --items, --pages or --wacz (one of them)")
     what = "items" if items else "pages" if pages else "wacz"
-    target = target_of(new_file, any_file, wacz)
-    place: Path | ObjectStore | None = directory
-    if directory is None:
-        crawl = handle(crawl_id, broker)
-        place = stored_place(crawl)
-        if place is None:
-            directory, where = output_place(crawl)
-            if not directory.is_dir():
-                raise Fail(
-                    f"no output of crawl {crawl_id} here: its files are in {where}; --dir DIR"
-                )
-            place = directory
-    elif not directory.is_dir():
-        raise Fail(f"no output of crawl {crawl_id} here: its files are in {directory}; --dir DIR")
-    assert place is not None
+    target = target_of(new_file, any_file, wacz, FORMATS)
+    place, left_out = place_of(crawl_id, directory, broker, partial)
+    for line in left_out:
+        click.echo(f"left out (--partial): {line}", err=True)
     try:
-        n = write_wacz(crawl_id, place, target) if wacz else write(records(place, what), target)
+        with target.writing() as path:
+            n = write_wacz(crawl_id, place, path) if wacz else write(records(place, what), path)
     except StoreUnavailable as exc:
-        raise Fail(f"crawl {crawl_id}: cannot read {exc.directory}: {exc.why}") from None
+        raise Fail(f"crawl {crawl_id}: cannot use {exc.directory}: {exc.why}") from None
     if as_json:
         written = {"crawl_id": crawl_id, "what": what, "count": n, "path": str(target)}
-        say(True, {**written, "directory": str(getattr(place, "url", place))}, "")
+        read = place if isinstance(place, Directories) else [getattr(place, "url", place)]
+        read = [str(d) for d in read]
+        say(True, {**written, "directories": read, "left_out": list(left_out)}, "")
         return
     noun = "pages archived" if wacz else what
     click.echo(f"{n} {noun} of crawl {crawl_id} written to {target}", err=True)

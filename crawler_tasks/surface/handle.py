@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 
@@ -21,6 +21,9 @@ from ..state.objects import ObjectStore
 from ..state.options import CrawlOptions
 from ..state.stats import Stats
 from ..state.store import CrawlStore, RedisHandle
+
+if TYPE_CHECKING:
+    from ..worker.output.read import Place
 
 
 def connect_settings(broker: str | None) -> Settings:
@@ -114,22 +117,44 @@ class CrawlHandle:
             return objects.store_for(self.options.output).child(self.id)
         return self.output_dir
 
-    def pages(self, latest: bool = True) -> Iterator[dict[str, Any]]:
-        """Records of this crawl's ``pages-*.jsonl`` (on this host). The files are append-only
-        logs: a URL replayed by :meth:`retry_failed` has a record for each final state it
-        reached; with ``latest`` (default) only its last one is yielded (by ``fetched_at``,
-        then file order). ``crawler export --pages`` writes the same records."""
+    def readable_files(self, partial: bool = False) -> Place:
+        """Where its records are read on this host (surface/places.py): every directory its
+        processes wrote to that this host can read, or its objects. OutputUnreadable names
+        the directories this host cannot read (another host's, or gone); with ``partial``
+        the rest is read, and a PartialOutput warning names what was left out."""
+        import warnings
+
+        from ..errors import PartialOutput
+        from .places import find
+
+        found = find(self)
+        place = found.readable(self.id, partial)
+        if found.unread:
+            left_out = "; ".join(found.unread)
+            warnings.warn(PartialOutput(f"crawl {self.id}: left out {left_out}"), stacklevel=3)
+        return place
+
+    def pages(self, latest: bool = True, partial: bool = False) -> Iterator[dict[str, Any]]:
+        """Records of this crawl's ``pages-*.jsonl``, from every directory its processes wrote
+        to (or its objects in a store). The files are append-only logs: a URL replayed by
+        :meth:`retry_failed` has a record for each final state it reached; with ``latest``
+        (default) only its last one is yielded (by ``fetched_at``, then file order).
+        ``crawler export --pages`` writes the same records. OutputUnreadable if some of its
+        directories cannot be read on this host, unless ``partial`` (then PartialOutput, a
+        warning, names them)."""
         from ..worker.output.read import latest_pages, read_pages  # files: not for the dashboard
 
-        return latest_pages(self.files) if latest else read_pages(self.files)
+        place = self.readable_files(partial)
+        return latest_pages(place) if latest else read_pages(place)
 
-    def items(self, latest: bool = True) -> Iterator[dict[str, Any]]:
-        """Lines of this crawl's ``items-*.jsonl`` (on this host): ``{"url", "item", "rid"}``.
-        With ``latest`` (default), only the items of each URL's last record (a page replayed
-        by :meth:`retry_failed` has the items of each of its records). ``crawler export
-        --items`` writes their ``item`` dicts."""
+    def items(self, latest: bool = True, partial: bool = False) -> Iterator[dict[str, Any]]:
+        """Lines of this crawl's ``items-*.jsonl`` (found as :meth:`pages` finds its files):
+        ``{"url", "item", "rid"}``. With ``latest`` (default), only the items of each URL's
+        last record (a page replayed by :meth:`retry_failed` has the items of each of its
+        records). ``crawler export --items`` writes their ``item`` dicts."""
         from ..worker.output.read import latest_items, read_pages
 
+        place = self.readable_files(partial)
         if latest:
-            return latest_items(self.files)
-        return read_pages(self.files, kind="items")
+            return latest_items(place)
+        return read_pages(place, kind="items")

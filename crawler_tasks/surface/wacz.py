@@ -6,7 +6,8 @@ The ZIP holds ``archive/`` (the crawl's WARC files, byte for byte as the workers
 ``indexes/index.cdx`` (sorted CDXJ made by ``cdxj-indexer``, the replay tools' own indexer,
 rather than one of ours that could disagree with them; named ``.cdx`` as py-wacz names it: the
 spec leaves the name free, and pywb 2.10's ``wb-manager add --unpack-wacz`` reads only
-``*.cdx`` and ``*.cdx.gz`` indexes, so an ``index.cdxj`` made it an empty collection),
+``*.cdx`` and ``*.cdx.gz`` indexes, so an ``index.cdxj`` made it an empty collection; for a
+big crawl the compressed ``index.cdx.gz`` and ``index.idx`` instead: wacz_index.py),
 ``pages/pages.jsonl`` (a header line, then one line per page fetched) and ``datapackage.json``
 (every other file with its sha256 and size). Every entry is stored, not deflated: the WARCs
 are gzip already, and a stored WARC can be read at an offset inside the ZIP, which is how
@@ -30,8 +31,10 @@ from pathlib import Path
 from typing import IO, Any, BinaryIO
 
 from .. import __version__
+from ..settings import Settings
 from ..state.objects import ObjectStore
-from ..worker.output.read import Place, latest_pages
+from ..worker.output.read import Place, latest_pages, local_files
+from . import wacz_index
 
 WACZ_VERSION = "1.1.1"
 PAGES_HEADER = {"format": "json-pages-1.0", "id": "pages", "title": "All Pages"}
@@ -40,11 +43,11 @@ WARC_PREFIX, WARC_SUFFIX = "crawl-", ".warc.gz"
 
 
 def warc_names(place: Place) -> list[str]:
-    """The crawl's WARC files, sorted: the names of its objects, or of its directory's files."""
+    """The crawl's WARC files, sorted: the names of its objects, or of its directories' files."""
     if isinstance(place, ObjectStore):
         names = place.list(WARC_PREFIX)
     else:
-        names = (p.name for p in Path(place).glob(f"{WARC_PREFIX}*{WARC_SUFFIX}"))
+        names = (p.name for p in local_files(place, f"{WARC_PREFIX}*{WARC_SUFFIX}"))
     return sorted(n for n in names if n.endswith(WARC_SUFFIX) and "/" not in n)
 
 
@@ -95,7 +98,7 @@ def _local_warcs(place: Place, names: list[str], staging: Path) -> list[Path]:
     """The WARC files as local paths, for the indexer: an object store's are copied into
     ``staging`` first (the indexer reads files; the ZIP is then filled from the same copies)."""
     if not isinstance(place, ObjectStore):
-        return [Path(place) / name for name in names]
+        return _unique(local_files(place, f"{WARC_PREFIX}*{WARC_SUFFIX}"), staging)
     paths = []
     for name in names:
         path = staging / name
@@ -105,11 +108,21 @@ def _local_warcs(place: Place, names: list[str], staging: Path) -> list[Path]:
     return paths
 
 
-def _index(warcs: list[Path], target: Path) -> None:
-    from cdxj_indexer.main import CDXJIndexer
-
-    # The filename field is each WARC's base name: its path under archive/, as the spec asks.
-    CDXJIndexer(output=str(target), inputs=[str(w) for w in warcs], sort=True).process_all()
+def _unique(paths: list[Path], staging: Path) -> list[Path]:
+    """``paths``, each under a name of its own: its archive/ name and the index's filename.
+    Two directories may hold a file of one name (a pid the host gave again to a process of
+    another directory): the second is linked into ``staging`` under a numbered name."""
+    named: dict[str, Path] = {}
+    for path in paths:
+        name, n = path.name, 1
+        while name in named:
+            n += 1
+            name = path.name.removesuffix(WARC_SUFFIX) + f"~{n}{WARC_SUFFIX}"
+        if name != path.name:
+            (staging / name).symlink_to(path.absolute())
+            path = staging / name
+        named[name] = path
+    return list(named.values())
 
 
 def _add(zf: zipfile.ZipFile, path: str, source: BinaryIO) -> dict[str, Any]:
@@ -121,21 +134,28 @@ def _add(zf: zipfile.ZipFile, path: str, source: BinaryIO) -> dict[str, Any]:
     return hashed.resource(path)
 
 
-def write(place: Place, names: list[str], target: Path, crawl_id: str) -> int:
+def write(
+    place: Place,
+    names: list[str],
+    target: Path,
+    crawl_id: str,
+    index_lines: int = Settings.wacz_index_lines,
+) -> int:
     """Write the WACZ of the WARC files ``names`` of ``place`` to ``target``, whole or not at
-    all; the number of pages in it."""
+    all; the number of pages in it. ``index_lines``: the most lines of a plain index
+    (wacz_index.py)."""
     tmp = target.with_name(f".{target.name}.export-{os.getpid()}")
     try:
         with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{target.name}.") as work:
             staging = Path(work)
             warcs = _local_warcs(place, names, staging)
-            _index(warcs, staging / "index.cdx")
+            indexes = wacz_index.make(warcs, staging, index_lines)
             pages = page_lines(place)
             with open(staging / "pages.jsonl", "w", encoding="utf-8") as f:
                 for line in (PAGES_HEADER, *pages):
                     f.write(json.dumps(line, ensure_ascii=False) + "\n")
             entries = [(f"archive/{w.name}", w) for w in warcs]
-            entries += [("indexes/index.cdx", staging / "index.cdx")]
+            entries += indexes
             entries += [("pages/pages.jsonl", staging / "pages.jsonl")]
             with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
                 resources = []

@@ -59,12 +59,18 @@ class Cluster:
         self.log_dir = log_dir
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.specs: dict[str, tuple[str, str, int, dict[str, str]]] = {}
+        #: The working directory of each process started in one of its own.
+        self.cwds: dict[str, Path] = {}
 
-    def start(self, name: str, kind: str, extra: dict[str, str] | None = None) -> None:
+    def start(
+        self, name: str, kind: str, extra: dict[str, str] | None = None, cwd: Path | None = None
+    ) -> None:
         queues, pool, n = (
             (FETCH_QUEUES, "threads", 8) if kind == "fetch" else ("parse", "prefork", 2)
         )
         self.specs[name] = (queues, pool, n, extra or {})
+        if cwd is not None:
+            self.cwds[name] = cwd
         self._spawn(name)
 
     def start_layout(self) -> None:
@@ -79,6 +85,7 @@ class Cluster:
         self.procs[name] = subprocess.Popen(
             worker_command(queues, pool, n, f"{name}-{os.getpid()}"),
             env={**self.base, **extra},
+            cwd=self.cwds.get(name),
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,

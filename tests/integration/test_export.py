@@ -151,19 +151,28 @@ def test_parquet_lists_are_lists(crawled, tmp_path):  # type: ignore[no-untyped-
 
 
 def test_files_on_another_host_are_named_with_it(crawled, tmp_path):  # type: ignore[no-untyped-def]
-    """The workers' place comes from summary.json's path and host, not this command's
-    ./data: on another host, export says where they are."""
+    """The directories come from where each process said it wrote (state/output_places.py),
+    not this command's ./data: one on another host is named with its host, exit 2, never
+    left out in silence; --partial exports the rest and says what it left out."""
     import redis
 
+    from crawler_tasks.state.output_places import OutputPlaces, Written
+
     crawl, broker = crawled
-    client = redis.Redis.from_url(broker)
-    state = crawl.ck.state
-    host = client.hget(state, "summary_host")
-    assert host and Path(client.hget(state, "summary_path").decode()).parent == crawl.output_dir
-    client.hset(state, mapping={"summary_host": "far-away", "summary_path": "/srv/x/summary.json"})
+    places = OutputPlaces(redis.Redis.from_url(broker), crawl.ck.places)
+    [own] = places.read()
+    assert Path(own.dir) == crawl.output_dir  # the driver's process noted its directory
+    far = Written("far-away", f"/srv/x/{crawl.id}", 7)
+    places.note(far)  # what a worker on host far-away notes
     try:
-        result = export(crawl.id, "--pages", "-o", str(tmp_path / "p.csv"), "--broker", broker)
+        refused = export(crawl.id, "--pages", "-o", str(tmp_path / "p.csv"), "--broker", broker)
+        partial = export(crawl.id, "--pages", "-o", str(tmp_path / "q.csv"), "--partial", "--broker", broker)  # fmt: skip
     finally:
-        client.hset(state, "summary_host", host)
-        client.hset(state, "summary_path", str(crawl.output_dir / "summary.json"))
-    assert result.returncode == 2 and "in /srv/x on host far-away" in result.stderr, result.stderr
+        places.client.hdel(places.key, far.tag)
+    said = refused.stderr.strip().splitlines()
+    assert refused.returncode == 2 and len(said) == 1, refused.stderr
+    assert f"/srv/x/{crawl.id} on far-away" in said[0] and "--partial" in said[0], said
+    assert not (tmp_path / "p.csv").exists()
+    assert partial.returncode == 0, partial.stderr
+    assert f"left out (--partial): /srv/x/{crawl.id} on far-away" in partial.stderr
+    assert len(_read(tmp_path / "q.csv")) == 3

@@ -9,6 +9,7 @@ import hashlib
 import json
 import math
 import subprocess
+import sys
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -107,7 +108,9 @@ def test_wacz_holds_the_crawl(crawled, tmp_path):  # type: ignore[no-untyped-def
         (["nope", "--wacz", "-o", "{tmp}/x.wacz"], "no crawl"),
         (["{crawl}", "--wacz", "-o", "{tmp}/no/such/dir/x.wacz"], "no directory"),
         (["{crawl}", "--wacz", "-o", "{tmp}/x.zip"], "unknown format"),
-        (["{crawl}", "--wacz", "-o", "s3://bucket/x.wacz"], "writes a local file"),
+        (["{crawl}", "--wacz", "-o", "gs://bucket/x.wacz"], "not a place the crawler writes"),
+        (["{crawl}", "--pages", "-o", "s3://bucket/x.jsonl"], "write a local file"),
+        (["{crawl}", "--wacz", "-o", "s3://bucket"], "name the object"),
         (["{crawl}", "--wacz", "-o", "{tmp}/x.wacz", "--dir", "{tmp}/empty"], "no WARC files"),
         (["{crawl}", "--wacz", "--pages", "-o", "{tmp}/x.wacz"], "one of them"),
     ],
@@ -145,3 +148,75 @@ def test_wacz_of_objects_in_an_s3_store(crawled, s3, tmp_path):  # type: ignore[
             if name != "datapackage.json":  # its "created" differs
                 assert a.read(name) == b.read(name), name
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dir.wacz", "s3.wacz"]
+
+
+def test_wacz_to_an_s3_object(crawled, s3, seaweed, tmp_path):  # type: ignore[no-untyped-def]
+    """`--wacz -o s3://BUCKET/PREFIX/NAME.wacz` PUTs the WACZ (the AWS SDK's chain and
+    AWS_ENDPOINT_URL, as output's segments): the object holds the same entries as the local
+    export's; a second -o refuses the object that is there, -O replaces it; a bucket that is
+    not there is one line and exit 2, checked before anything is read."""
+    crawl, broker, _ = crawled
+    url = f"{s3}/exports/crawl.wacz"
+    sent = export(crawl.id, "--wacz", "-o", url, "--broker", broker)
+    assert sent.returncode == 0, sent.stderr
+    assert f"written to {url}" in sent.stderr
+    bucket, key = url.removeprefix("s3://").split("/", 1)
+    body = seaweed.client().get_object(Bucket=bucket, Key=key)["Body"].read()
+    (tmp_path / "got.wacz").write_bytes(body)
+    assert export(crawl.id, "--wacz", "-o", str(tmp_path / "here.wacz"), "--broker", broker).returncode == 0  # fmt: skip
+    with zipfile.ZipFile(tmp_path / "got.wacz") as got, zipfile.ZipFile(tmp_path / "here.wacz") as here:  # fmt: skip
+        assert got.namelist() == here.namelist()
+        assert all(got.read(n) == here.read(n) for n in got.namelist() if n != "datapackage.json")
+
+    again = export(crawl.id, "--wacz", "-o", url, "--broker", broker)
+    assert again.returncode == 2 and "exists: -O" in again.stderr, again.stderr
+    assert export(crawl.id, "--wacz", "-O", url, "--broker", broker).returncode == 0
+    missing = export(crawl.id, "--wacz", "-o", "s3://no-such-bucket-here/x.wacz", "--broker", broker)  # fmt: skip
+    lines = missing.stderr.strip().splitlines()
+    assert missing.returncode == 2 and len(lines) == 1 and "no-such-bucket-here" in lines[0], lines
+
+
+@pytest.mark.parametrize("plain_max", [1_000, 3])
+def test_index_plain_or_compressed_above_the_threshold(crawled, tmp_path, monkeypatch, plain_max):  # type: ignore[no-untyped-def]
+    """Up to wacz_index_lines lines a plain indexes/index.cdx; above, WACZ 1.1.1's ZipNum
+    pair: index.cdx.gz (gzip members of BLOCK_LINES lines, 2 here so that there are several)
+    and index.idx (a meta line, then each member's first key, offset, length and sha256),
+    whose blocks hold the plain index's lines in order. `wacz validate` (the wacz package's
+    own checker, where installed) passes both."""
+    import gzip
+
+    from crawler_tasks.surface import wacz, wacz_index
+
+    crawl, _, directory = crawled
+    monkeypatch.setattr(wacz_index, "BLOCK_LINES", 2)
+    target = tmp_path / "crawl.wacz"
+    assert wacz.write(directory, wacz.warc_names(directory), target, crawl.id, plain_max) == 4
+    validator = Path(sys.executable).with_name("wacz")  # the test extra installs it
+    checked = subprocess.run([str(validator), "validate", "-f", str(target)], capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert checked.returncode == 0 and "Validation succeeded" in checked.stdout, (
+        checked.stdout + checked.stderr
+    )
+    with zipfile.ZipFile(target) as zf:
+        names = set(zf.namelist())
+        listed = {r["path"] for r in json.loads(zf.read("datapackage.json"))["resources"]}
+        assert {n for n in names if n.startswith("indexes/")} <= listed
+        if plain_max == 1_000:
+            assert "indexes/index.cdx" in names and "indexes/index.idx" not in names
+            return
+        assert "indexes/index.cdx" not in names
+        idx = zf.read("indexes/index.idx").decode().splitlines()
+        cdx = zf.read("indexes/index.cdx.gz")
+    meta = json.loads(idx[0].split(" ", 2)[2])
+    assert idx[0].startswith("!meta 0 ") and meta == {"format": "cdxj-gzip-1.0", "filename": "index.cdx.gz"}  # fmt: skip
+    blocks, lines = idx[1:], []
+    assert len(blocks) >= 2 and [b.split(" ")[0] for b in blocks] == sorted(b.split(" ")[0] for b in blocks)  # fmt: skip
+    for block in blocks:
+        key, _, rest = block.partition(" ")
+        at = json.loads(rest.split(" ", 1)[1])
+        data = cdx[at["offset"] : at["offset"] + at["length"]]
+        assert at["digest"] == "sha256:" + hashlib.sha256(data).hexdigest()
+        got = gzip.decompress(data).decode().splitlines()
+        assert 1 <= len(got) <= 2 and got[0].startswith(key + " ")
+        lines += got
+    assert sum(at["length"] for at in (json.loads(b.split(" ", 2)[2]) for b in blocks)) == len(cdx)  # fmt: skip
+    assert len(lines) > plain_max and lines == sorted(lines)

@@ -60,7 +60,7 @@ def test_the_json_forms_keep_every_key_users_read() -> None:
     detail = Detail(({"domain": "a.test"},), {"fill_ratio": 0.1}, on_item=True)
     p = progress_of(counts, outstanding=5, outlook=outlook(memory), detail=detail)
     form = p.to_json()
-    added = ("final", "done_share", "shown_status", "pace")
+    added = ("final", "done_share", "shown_status", "pace", "summary_host")
     assert list(form) == [k for k in form if k in OLD_PROGRESS or k in added]
     assert set(form) == {*OLD_PROGRESS, *added}
     assert form["hosts_down"] == [{"domain": "b.test", "down_since": 10.0, "next_probe_s": 3.0}]

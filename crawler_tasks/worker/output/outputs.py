@@ -1,15 +1,18 @@
 """The open :class:`~.files.CrawlOutput` of each crawl a process works on, and, for an s3://
 crawl, its segments (segments.py) and the marker that tells any uploader on this host where
-they go."""
+they go; for a crawl with local output, where this process writes it, said to the crawl's
+readers (state/output_places.py) before its first file is."""
 
 from __future__ import annotations
 
 import os
+import socket
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 
+from ...state.output_places import Written
 from .files import CrawlOutput, process_tag
 from .segments import STORE_FILE, Segmenting, run_of
 
@@ -34,9 +37,11 @@ class Outputs:
         root: str,
         info: dict[str, str] | None = None,
         store: str = "",
+        note: Callable[[Written], None] | None = None,
     ) -> CrawlOutput:
         """``info``: the crawl's warcinfo fields (warcinfo_fields); ``store``: its s3:// URL
-        (its files are staged under ``root`` in segments, uploaded: uploads.py)."""
+        (its files are staged under ``root`` in segments, uploaded: uploads.py); ``note``:
+        told where this process writes a crawl with local output, as it opens its files."""
         with self._lock:
             out = self._open.get(crawl_id)
             if out is None:
@@ -45,6 +50,8 @@ class Outputs:
                 if store:
                     segmenting = Segmenting(self.tag, self.run, self._opened(crawl_id))
                     _mark(directory, store)
+                elif note is not None:  # before any file: a reader never misses one written
+                    note(Written(socket.gethostname(), str(directory.resolve()), os.getpid()))
                 out = self._open[crawl_id] = CrawlOutput(
                     directory, self.tag, self.gzip_level, info, segmenting
                 )

@@ -12,21 +12,35 @@ from typing import Any, BinaryIO
 
 from ...state.objects import ObjectStore
 
-#: A crawl's files: its directory, or (an s3:// crawl) its objects.
-Place = str | os.PathLike[str] | ObjectStore
+
+class Directories(tuple[Path, ...]):
+    """The directories where a crawl's processes wrote its files (workers started in
+    different directories, or on hosts sharing a volume: state/output_places.py), read as
+    one place. Each writer's files have names of their own, so no file is in two of them."""
+
+
+#: A crawl's files: its directory (or several), or (an s3:// crawl) its objects.
+Place = str | os.PathLike[str] | ObjectStore | Directories
+
+
+def local_files(place: str | os.PathLike[str] | Directories, pattern: str) -> list[Path]:
+    """The files matching ``pattern`` of a crawl's directory (or directories), by name."""
+    directories = place if isinstance(place, Directories) else (Path(place),)
+    found = [path for d in directories for path in d.glob(pattern)]
+    return sorted(found, key=lambda path: (path.name, str(path)))
 
 
 def read_pages(directory: Place, kind: str = "pages") -> Iterator[dict[str, Any]]:
     """Every record of every ``pages-*.jsonl`` (or ``items-*.jsonl``) of one crawl's
-    directory, or of its objects in a store (each uploaded segment's). A line cut short by
-    the death of its writer is skipped."""
+    directory (or directories), or of its objects in a store (each uploaded segment's). A
+    line cut short by the death of its writer is skipped."""
     if isinstance(directory, ObjectStore):
         for name in directory.list(f"{kind}-"):
             if name.endswith(".jsonl"):
                 with directory.open(name) as stream:
                     yield from _records(_lines(stream))
         return
-    for path in sorted(Path(directory).glob(f"{kind}-*.jsonl")):
+    for path in local_files(directory, f"{kind}-*.jsonl"):
         with open(path, "rb") as f:
             yield from _records(f)
 

@@ -24,6 +24,7 @@ from ...state import connection, events, objects
 from ...state.bloom import KnownURLs
 from ...state.ceilings import Ceilings
 from ...state.options import CrawlOptions
+from ...state.output_places import OutputPlaces
 from ...state.robots_cache import RobotsCache
 from ...state.store import CrawlStore, Process, RedisHandle
 from ...state.workers import Heartbeat
@@ -208,13 +209,14 @@ class Context:
         root = objects.local_root(opts.output, self.settings.output_dir)
         bucket = opts.output if objects.is_url(opts.output) else ""
         info = warcinfo_fields(opts.crawl_id, opts.to_json())
+        note = OutputPlaces(self.client, store.ck.places).note
         return CrawlRuntime(
             opts,
             profile,
             self.fetcher,
             self.robots(profile),
             self.outputs,
-            (opts.crawl_id, root, info, bucket),
+            (opts.crawl_id, root, info, bucket, note),
             functools.partial(events.emit, store.client, store.ck, "request_started", store.id),
         )
 

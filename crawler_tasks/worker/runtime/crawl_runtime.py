@@ -10,6 +10,7 @@ import logging
 from collections.abc import Callable
 
 from ...state.options import CrawlOptions
+from ...state.output_places import Written
 from ...state.robots_cache import RobotsCache
 from ...state.validators import Recrawl
 from ...web.fetcher import Fetcher, Response
@@ -35,7 +36,7 @@ class CrawlRuntime:
         fetcher: Fetcher,
         robots: RobotsCache,
         outputs: Outputs,
-        place: tuple[str, str, dict[str, str] | None, str],
+        place: tuple[str, str, dict[str, str] | None, str, Callable[[Written], None] | None],
         announce: Callable[..., None],
     ) -> None:
         self.opts = opts
@@ -44,7 +45,7 @@ class CrawlRuntime:
         self.fetcher = fetcher
         self.robots = robots
         #: This process's open outputs, and the crawl's place among them (Outputs.get's
-        #: crawl id, root, warcinfo fields, s3:// store): asked at each write, since the
+        #: crawl id, root, warcinfo fields, s3:// store, where it is noted): asked at each write, since the
         #: outputs close the least recent crawl's files past their bound and open them again.
         self._outputs, self._place = outputs, place
         #: ``request_started`` for a URL (``announce(url=...)``): the event and signal.
