@@ -25,8 +25,10 @@ from crawler_tasks import start_crawl
 from crawler_tasks.settings import Settings
 from crawler_tasks.state import objects
 from crawler_tasks.state.archive import RESPONSE, Archive
+from crawler_tasks.state.chunk_store import ChunkStore
 from crawler_tasks.state.formats import ArchiveSlot
 from crawler_tasks.state.objects import s3 as s3_store
+from crawler_tasks.state.segments import Segments
 from crawler_tasks.web.urls import normalize
 from crawler_tasks.worker.output.archive_fence import ArchiveFence
 from crawler_tasks.worker.output.outputs import Outputs
@@ -36,10 +38,13 @@ from tests.faults.test_faults import Cluster, cluster, site, start, wait
 from tests.integration.test_s3_output import uploaded
 from tests.support.recrawl_site import warcio_check
 from tests.support.seaweed import Seaweed
-from tests.support.sitegen import reachable
+from tests.support.sitegen import reachable, running_sites
+from tests.support.waiting import wait_until
 
 #: The issue's numbers: a fetch process killed every 5 s, the store down for 60 s.
 KILL_EVERY, OUTAGE = 5.0, 60.0
+#: Seconds over which a crawl beside a spilling crawl whose store is down is timed.
+WINDOW = 10.0
 #: Pages a second of each of the site's 2 hosts: its 320 pages take about 80 s, so that the
 #: outage (from 10 s in) ends before the crawl does.
 RATE = 2.0
@@ -191,3 +196,62 @@ def test_kills_every_5s_and_a_60s_store_outage_lose_and_repeat_nothing(
     assert stored["counters"]["done"] == len(records) == stored["counters"]["admitted"]
     staged = Path(settings.output_dir) / crawl.id
     assert [p.name for p in staged.iterdir() if not p.name.startswith(".")] == []
+
+
+@pytest.mark.allow_worker_errors(".*")
+def test_a_crawl_whose_chunk_store_is_down_holds_up_no_other_crawl(
+    settings: Settings, redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An s3:// crawl that spills its hosts' tails to chunks in its bucket (heads of 4), the
+    store stopped once it has chunks: its refills wait, while two crawls with local output on
+    the same workers, one started before it and one after (a dispatcher round goes over the
+    crawls in one order; one of them comes after it), are fetched on (a round raised at the
+    spilling crawl's first refill, and released nothing for any crawl after it, and took no
+    dead worker's URLs back). Once the store is back the first crawl finishes, every page
+    once."""
+    with (
+        own_store(monkeypatch) as (weed, s3),
+        running_sites(["127.0.0.93"], 120, 4) as (graph, (spilling,)),
+        running_sites(["127.0.0.94"], 30, 3) as (_, (after,)),
+        running_sites(["127.0.0.95"], 120, 3) as (_, (before,)),
+        cluster(redis_url, tmp_path, **weed.env(CRAWLER_OUTPUT_SEGMENT_SECONDS="1")) as c,
+    ):
+        c.start_layout()
+        _, slow = start(settings, [before], rate=2.0)
+        seeds, crawl = start(
+            settings, [spilling], output=s3, rate=10.0, frontier_head=4, frontier_chunk=4
+        )
+        chunks = ChunkStore.of(crawl.store.opts.frontier_store, crawl.id)
+        # Names only: a chunk refilled (deleted) between a listing and its size is no error.
+        count = lambda: len(list(chunks.objects.list()))  # noqa: E731
+        wait_until(lambda: count() >= 3 or crawl.finished, timeout=60)
+        assert not crawl.finished and not slow.finished
+        weed.stop()
+        down, slow_done = time.monotonic(), slow.progress()["done"]
+        _, quick = start(settings, [after])
+        with contextlib.suppress(TimeoutError):
+            quick.wait(timeout=40)
+        quick_s = time.monotonic() - down
+        # The earlier crawl's pace over a window of its own (the later one may take 1 s).
+        time.sleep(max(0.0, WINDOW - quick_s))
+        slow_rate = (slow.progress()["done"] - slow_done) / (time.monotonic() - down)
+        during = (quick.finished, round(quick_s, 1), round(slow_rate, 2))
+        still = crawl.finished
+        weed.launch()
+        spilled = wait(crawl, 120)
+        wait(slow, 120)
+        uploaded(settings, crawl.id, timeout=60)
+        records, captures, _ = bucket(s3, crawl.id, tmp_path / "warc")
+        noted = Segments(crawl.store.client, crawl.store.r.keys, crawl.id).uploaded_names()
+        there = set(objects.store_for(s3).child(crawl.id).list())
+    print(f"{len(records)} pages; {len(captures)} captures; {spilled['counters']}")
+    print(f"store down: the later crawl finished {during[0]} in {during[1]} s; the earlier "
+          f"one fetched {during[2]} pages/s (rate 2)")  # fmt: skip
+    assert max(records.values()) == 1 and max(captures.values()) == 1
+    lost = sorted(set(noted) - there)
+    expected = {normalize(u) for u in reachable(graph, seeds)}
+    assert set(records) == expected, (sorted(expected - set(records)), spilled, lost)
+    assert not still
+    # Held up (before: a round raised at the spilling crawl's refill and released nothing
+    # for the crawls after it): the later crawl took 16.7 s, the earlier one 0.9 pages/s.
+    assert during[0] and during[1] < 8.0 and during[2] >= 0.6 * 2.0, during

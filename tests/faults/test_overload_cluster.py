@@ -28,13 +28,14 @@ import pytest
 from crawler_tasks.settings import load
 from crawler_tasks.surface.crawl_command import _has_crawl_workers
 from tests.faults.test_failover import CRAWLER, the_crawl
-from tests.faults.test_faults import assert_exact, cluster, site
+from tests.faults.test_faults import cluster, site
 from tests.faults.test_overload import (
     assert_no_retry_spent,
     freeze,
     frozen_past_the_dead_threshold,
     took_back,
 )
+from tests.support.exact import assert_exact_pages, reachable_urls
 from tests.support.waiting import wait_until
 
 # One costly module fixture: the module runs whole on one xdist process (tests/support/scheduling.py).
@@ -147,5 +148,5 @@ def test_whole_machine_pause(redis_cluster, cluster_url, redis_url, client, tmp_
     summary = json.loads(stdout)
     assert not taken, taken[:3]
     assert held_after == holders and len(holders) == 2, (holders, held_after)
-    assert_exact(crawl, graph, [s.base_url + "/" for s in servers], summary)
+    assert_exact_pages(crawl, reachable_urls(graph, [s.base_url + "/" for s in servers]), summary)
     assert_no_retry_spent(crawl, summary)

@@ -6,9 +6,11 @@ round here decides only how much to ask for (the broker's backlog) and where wha
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 
+from ...errors import ObjectMissing, StoreUnavailable
 from ...settings import Settings
 from ...state import registry
 from ...state.formats import LeaseEnd, Steering
@@ -17,12 +19,15 @@ from ...state.politeness import cluster_rates
 from ...state.status import steering_of
 from ...state.store import CrawlStore
 from ..process import faults
+from ..process.logs import Throttled
 from ..process.queues import BrokerView
 from ..runtime.context import Context
 from ..visit.recorder import crawl_finished
 from .repair import Repair
 from .routing import REFRESH_EVERY, HostRouter
 from .tails_guard import TailsGuard
+
+log = logging.getLogger(__name__)
 
 Released = list[tuple[str, int, str]]  # (domain, depth, url), as release.lua hands them out
 
@@ -43,6 +48,7 @@ class Rounds:
         self._running: list[str] = []
         #: Whether the last round stopped at a release call's limit (more may be ready now).
         self.more = False
+        self._chunks_away = Throttled(log, "frontier chunk store", every=30.0)
 
     def tick(self, ctx: Context) -> bool:
         """One release round over all running crawls; True if anything was released. Sets
@@ -75,7 +81,7 @@ class Rounds:
                     # this same round, and a full spill buffer leaves Redis before more come.
                     # A crawl without a chunk store never spills: no round trip for it.
                     if tend:
-                        store.frontier.tails.tend(part, point=faults.point)
+                        self._tend(store, part)
                     if budget == 0:
                         break
                     released = self._release(ctx, store, part, budget, rates, state)
@@ -84,6 +90,21 @@ class Rounds:
                     busy = busy or released > 0
                     self.more = self.more or released >= s.dispatch_batch
         return busy
+
+    def _tend(self, store: CrawlStore, part: int) -> None:
+        """The partition's flushes and refills. Its chunk store away (an s3:// crawl's store
+        down) costs only them: a full buffer stays in Redis and a host waiting for a refill
+        waits, nothing moved (tails.py writes the chunk before the swap, reads it before the
+        move), while every other host is released as before; each is tried again next round.
+        A chunk that is not there at all (ObjectMissing) is a loss, raised."""
+        try:
+            store.frontier.tails.tend(part, point=faults.point)
+        except ObjectMissing:
+            raise
+        except StoreUnavailable as exc:
+            self._chunks_away.failed(exc)
+            return
+        self._chunks_away.ok()
 
     def _cancel(self, ctx: Context, store: CrawlStore) -> bool:
         """A cancelled crawl: up to CANCEL_BATCH of its pending URLs counted cancelled in each
