@@ -24,24 +24,20 @@ def _released(settings, driver, n):  # type: ignore[no-untyped-def]
     return crawl, store, sorted(seeds)
 
 
-def _entry(driver, store, url):  # type: ignore[no-untyped-def]
-    out = driver.ctx.crawl_runtime(store).output()
-    record = {**Final(url, 0, status=200).record(), "rid": f"rid-{url[-5:-2]}"}
-    return Unwritten(record["rid"], str(out.pages_path), time.time(), record)
-
-
-def _finish(driver, store, entry):  # type: ignore[no-untyped-def]
-    visit = Visit.at(driver.ctx, store, entry.record["url"], 0)
-    return _finish_and_append(visit, entry, {}, None)
+def _finish(driver, store, url):  # type: ignore[no-untyped-def]
+    """finish.lua and the append of ``url``'s record, as the recorder does them: finish's
+    answer and the append's pending commit (page_appends.PendingPage; None: not appended)."""
+    visit = Visit.at(driver.ctx, store, url, 0)
+    left, kept = _finish_and_append(visit, Final(url, 0, status=200).record(), {}, None)
+    return left, None if kept is None else kept.args[0]  # partial(out.pages.wait, mine)
 
 
 def test_a_page_commit_rides_with_the_next_finish(settings, driver):  # type: ignore[no-untyped-def]
     crawl, store, (a, b) = _released(settings, driver, 2)
-    ea, eb = _entry(driver, store, a), _entry(driver, store, b)
-    left, mine_a = _finish(driver, store, ea)
+    left, mine_a = _finish(driver, store, a)
     assert left == 1 and mine_a is not None
     assert not mine_a.done.is_set() and store.unwritten.get(a) is not None  # not asked yet
-    left, mine_b = _finish(driver, store, eb)
+    left, mine_b = _finish(driver, store, b)
     # b's finish carried a's commit: answered without a's writer asking it.
     assert left == 0 and mine_a.done.is_set() and mine_a.answer() is True
     assert store.unwritten.get(a) is None and store.unwritten.get(b) is not None
@@ -58,13 +54,13 @@ def test_a_carried_commit_undoes_a_copy_taken_over(settings, driver):  # type: i
     names another file). The next writer's finish carries a's commit: MOVED, so a's copy is
     cut at the file's end and b's record goes where a's began."""
     crawl, store, (a, b) = _released(settings, driver, 2)
-    ea, eb = _entry(driver, store, a), _entry(driver, store, b)
-    _left, mine_a = _finish(driver, store, ea)
+    _left, mine_a = _finish(driver, store, a)
     assert mine_a is not None
+    ea = store.unwritten.get(a)
     out = driver.ctx.crawl_runtime(store).output()
     claimed = Unwritten(ea.rid, "/elsewhere/pages-other-1.jsonl", time.time(), ea.record)
     assert store.unwritten.claim(a, ea, claimed)
-    _left, mine_b = _finish(driver, store, eb)
+    _left, mine_b = _finish(driver, store, b)
     assert mine_b is not None
     assert mine_a.done.is_set() and mine_a.answer() is False
     assert out.pages.wait(mine_b) is True
