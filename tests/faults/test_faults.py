@@ -34,7 +34,7 @@ from crawler_tasks.surface.display import line
 from crawler_tasks.surface.embedded import FETCH_QUEUES, stop_process, worker_command
 from crawler_tasks.web.urls import domain_key
 from tests.support.exact import assert_exact_pages, reachable_urls
-from tests.support.fault_injection import rabbitmq_vhost
+from tests.support.fault_injection import rabbitmq_vhost, start_site_crawl
 from tests.support.sitegen import SiteServer, running_sites
 from tests.support.waiting import wait_until
 
@@ -91,6 +91,17 @@ class Cluster:
             start_new_session=True,
         )
         log.close()
+
+    def restarted_after_fault(self, name: str, crawl, timeout: float = 90) -> bool:  # type: ignore[no-untyped-def]
+        """Once process ``name`` died at its fault point (CRAWLER_FAULT_POINT) or ``crawl``
+        finished: the process started again without its fault; True if it had died."""
+        proc = self.procs[name]
+        wait_until(lambda: proc.poll() is not None or crawl.finished, timeout=timeout)
+        if proc.poll() is None:
+            return False
+        self.specs[name][3].pop("CRAWLER_FAULT_POINT")
+        self._spawn(name)
+        return True
 
     def kill(self, name: str, restart: bool = True) -> None:
         proc = self.procs[name]
@@ -168,11 +179,9 @@ def kill_a_holder(c: Cluster, crawl, names: tuple[str, ...] = ("fetch1", "fetch2
 
 
 def start(settings, servers, **options):  # type: ignore[no-untyped-def]
-    seeds = [s.base_url + "/" for s in servers]
-    hosts = [s.address for s in servers]
-    opts = {"allow_private_networks": True, "allowed_domains": hosts, "rate": math.inf}
-    crawl = start_crawl(seeds, settings=settings, **{**opts, "concurrency": 4, **options})
-    return seeds, crawl
+    """The site's seeds, and its crawl (4 requests at a time to each host, unless told)."""
+    crawl = start_site_crawl(settings, *servers, **{"concurrency": 4, **options})
+    return [s.base_url + "/" for s in servers], crawl
 
 
 def wait(crawl, timeout: float):  # type: ignore[no-untyped-def]
@@ -205,11 +214,7 @@ def test_kill_at_each_point_of_the_finish_path(settings, redis_url, tmp_path, po
         c.start("parse", "parse", {"CRAWLER_FAULT_POINT": f"{point}:7"})
         seeds, crawl = start(settings, servers)
         t0 = time.monotonic()
-        wait_until(lambda: c.procs["fetch1"].poll() is not None or crawl.finished, timeout=90)
-        fetch_killed = c.procs["fetch1"].poll() is not None
-        if fetch_killed:
-            c.specs["fetch1"][3].pop("CRAWLER_FAULT_POINT")
-            c._spawn("fetch1")
+        fetch_killed = c.restarted_after_fault("fetch1", crawl)
         summary = wait(crawl, 120)
         took = time.monotonic() - t0
     parse_log = (tmp_path / "logs" / "parse.log").read_text(errors="replace")

@@ -38,6 +38,7 @@ from crawler_tasks.worker.process.app import QUEUES
 from crawler_tasks.worker.runtime.room import Room
 from tests.support.driver import Driver
 from tests.support.exact import assert_exact_pages, reachable_urls
+from tests.support.fault_injection import start_site_crawl
 from tests.support.sitegen import Graph, SiteServer, reachable, running_sites
 from tests.support.waiting import wait_until
 
@@ -75,17 +76,9 @@ def layout(tmp: Path, logs: Path, separate_broker: bool, env: dict[str, str]) ->
 
 
 def start(settings: Settings, servers: list[SiteServer]) -> Crawl:
-    seeds = [s.base_url + "/" for s in servers]
-    return start_crawl(
-        seeds,
-        settings=settings,
-        allow_private_networks=True,
-        allowed_domains=HOSTS,
-        rate=math.inf,
-        concurrency=4,
-        rates={h: math.inf for h in HOSTS},
-        near_duplicates=True,  # a fingerprint index that grows with every page, like the frontier
-    )
+    # near_duplicates: a fingerprint index that grows with every page, like the frontier.
+    crawl: Crawl = start_site_crawl(settings, *servers, concurrency=4, near_duplicates=True)
+    return crawl
 
 
 def log_lines(logs: Path, text: str) -> Counter[str]:

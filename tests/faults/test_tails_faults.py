@@ -10,7 +10,6 @@ import pytest
 
 from tests.faults.test_faults import PARSE_TASKS, cluster, site, start, wait
 from tests.support.exact import assert_exact_pages, reachable_urls
-from tests.support.waiting import wait_until
 
 POINTS = [
     "frontier_flush_written",
@@ -28,11 +27,7 @@ def test_killed_in_a_flush_or_refill(settings, redis_url, tmp_path, point):  # t
         c.start("fetch2", "fetch")
         c.start("parse", "parse")
         seeds, crawl = start(settings, servers, frontier_head=4, frontier_chunk=4)
-        wait_until(lambda: c.procs["fetch1"].poll() is not None or crawl.finished, timeout=90)
-        killed = c.procs["fetch1"].poll() is not None
-        if killed:
-            c.specs["fetch1"][3].pop("CRAWLER_FAULT_POINT")
-            c._spawn("fetch1")
+        killed = c.restarted_after_fault("fetch1", crawl)
         summary = wait(crawl, 150)
     assert killed, f"fetch1 never reached {point}: the test checked nothing"
     assert_exact_pages(crawl, reachable_urls(graph, seeds), summary)

@@ -11,7 +11,6 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,7 @@ from crawler_tasks.surface.embedded import (
 )
 from tests.support.paths import HOOKS, ROOT
 from tests.support.sitegen import SiteServer
-from tests.support.waiting import wait_until
+from tests.support.waiting import wait_sampling, wait_until
 
 
 def page(title: str, *links: str) -> bytes:
@@ -93,15 +92,12 @@ def test_broker_holds_at_most_active_domains_times_concurrency(settings, workers
     broker: list[int] = []
     backlog: list[int] = []
     released: list[int] = []
-    stop = threading.Event()
 
-    def sample(crawl: Crawl) -> None:
-        while not stop.is_set():
-            broker.append(sum(client.llen(q) for q in queues))
-            domains = crawl.domains()
-            backlog.append(sum(d["pending"] for d in domains))
-            released.append(sum(d["in_flight"] for d in domains))
-            stop.wait(0.01)
+    def sample() -> None:
+        broker.append(sum(client.llen(q) for q in queues))
+        domains = crawl.domains()
+        backlog.append(sum(d["pending"] for d in domains))
+        released.append(sum(d["in_flight"] for d in domains))
 
     with servers[0], servers[1], servers[2]:
         crawl = start_crawl(
@@ -112,13 +108,7 @@ def test_broker_holds_at_most_active_domains_times_concurrency(settings, workers
             rates={s.address: math.inf for s in servers},
             concurrency=2,
         )
-        sampler = threading.Thread(target=sample, args=(crawl,))
-        sampler.start()
-        try:
-            summary = crawl.wait(timeout=120)
-        finally:
-            stop.set()
-            sampler.join()
+        summary = wait_sampling(crawl, sample, every=0.01, timeout=120)
     assert summary["counters"]["done"] == 3 * 40
     assert max(backlog) > 3 * 2 * 3, max(backlog)  # the bound is not the size of the crawl
     assert 0 < max(released) <= 3 * 2, max(released)

@@ -14,6 +14,7 @@ import pytest
 from crawler_tasks import start_crawl
 from crawler_tasks.state.tails import Tails
 from crawler_tasks.web.urls import normalize
+from tests.support.fault_injection import start_site_crawl
 from tests.support.sitegen import (
     PACE_WINDOW,
     max_concurrency,
@@ -22,6 +23,7 @@ from tests.support.sitegen import (
     running_sites,
 )
 from tests.support.tails import spilling_crawl
+from tests.support.waiting import wait_sampling
 
 HOSTS = ("a.example", "b.example", "c.example")
 
@@ -168,30 +170,14 @@ def test_polite_crawl_where_every_host_spills(settings, workers):  # type: ignor
     spilled = threading.Event()
     with running_sites(addresses, 30, 6, **site) as (graph, servers):
         seeds = [s.base_url + "/" for s in servers]
-        crawl = start_crawl(
-            seeds,
-            settings=settings,
-            allow_private_networks=True,
-            rate=4.0,
-            burst=1,
-            concurrency=1,
-            frontier_head=4,
-            frontier_chunk=4,
-        )
-        stop = threading.Event()
+        polite = {"rate": 4.0, "burst": 1, "concurrency": 1}
+        crawl = start_site_crawl(settings, *servers, **polite, frontier_head=4, frontier_chunk=4)
 
         def watch() -> None:  # the tails did hold URLs: chunks indexed at some point
-            while not stop.wait(0.05):
-                if crawl.client.hlen(crawl.ck.parts[0].spilled):
-                    spilled.set()
+            if crawl.client.hlen(crawl.ck.parts[0].spilled):
+                spilled.set()
 
-        watcher = threading.Thread(target=watch, daemon=True)
-        watcher.start()
-        try:
-            summary = crawl.wait(timeout=120)
-        finally:
-            stop.set()
-            watcher.join()
+        summary = wait_sampling(crawl, watch, every=0.05, timeout=120)
         logs = [s.requests() for s in servers]
     assert spilled.is_set(), "no host spilled: the test checked nothing"
     got = Counter(r["url"] for r in crawl.pages(latest=False))

@@ -61,14 +61,16 @@ class RestartableRedis:
         self.dir.cleanup()
 
 
-def start_site_crawl(settings, server, **options):  # type: ignore[no-untyped-def]
+def start_site_crawl(settings, *servers, **options):  # type: ignore[no-untyped-def]
+    """A crawl of the test sites ``servers`` (sitegen's SiteServer) from their roots: private
+    addresses allowed, their hosts only, every host at full speed (``rate``: the sites send
+    no Crawl-delay), unless ``options`` say otherwise."""
     from crawler_tasks import start_crawl
 
-    host = server.base_url.split("//")[1].split(":")[0]
-    opts = {"allow_private_networks": True, "allowed_domains": [host], "rate": math.inf}
-    return start_crawl(
-        [server.base_url + "/"], settings=settings, rates={host: math.inf}, **opts, **options
-    )
+    hosts = [s.address for s in servers]
+    opts = {"allow_private_networks": True, "allowed_domains": hosts, "rate": math.inf}
+    seeds = [s.base_url + "/" for s in servers]
+    return start_crawl(seeds, settings=settings, **{**opts, **options})
 
 
 def records(crawl) -> Counter[str]:  # type: ignore[no-untyped-def]
