@@ -38,6 +38,14 @@ def weed_binary() -> str | None:
     return str(here) if here.exists() else shutil.which("weed")
 
 
+#: First starts tried with fresh ports when one was taken before weed bound it.
+PORT_TRIES = 3
+
+
+class PortTaken(RuntimeError):
+    """weed exited because a port chosen for it was taken meanwhile."""
+
+
 @dataclass
 class Seaweed:
     """One SeaweedFS process; :meth:`env` is what a client (or a worker) needs to reach it."""
@@ -69,8 +77,22 @@ class Seaweed:
         }
 
     def start(self) -> None:
-        self.launch()
-        self.wait_ready()
+        """Launched and ready. Its ports are chosen free here but bound by weed a moment
+        later: another process (a parallel test's server, a client's ephemeral port) can take
+        one in between (seen in make test: 'bind: address already in use', weed exited). A
+        first start then picks new ports; a restart keeps its own, where its clients point."""
+        for attempt in range(PORT_TRIES):
+            first = not self.ports
+            self.launch()
+            try:
+                self.wait_ready()
+                return
+            except PortTaken:
+                self.stop()
+                if not first or attempt == PORT_TRIES - 1:
+                    raise
+                self.ports = {}
+                shutil.rmtree(self.directory / "data", ignore_errors=True)  # nothing stored yet
 
     def launch(self) -> None:
         """The process started, not waited for (a restart while the test goes on)."""
@@ -111,7 +133,9 @@ class Seaweed:
         while time.monotonic() < deadline:
             assert self.proc is not None
             if self.proc.poll() is not None:
-                raise RuntimeError(f"weed exited: {self.log.read_text(errors='replace')[-2000:]}")
+                log = self.log.read_text(errors="replace")[-2000:]
+                taken = "address already in use" in log
+                raise (PortTaken if taken else RuntimeError)(f"weed exited: {log}")
             try:
                 there = (s3.exceptions.BucketAlreadyOwnedByYou, s3.exceptions.BucketAlreadyExists)
                 with contextlib.suppress(*there):  # made by the first start: a restart
