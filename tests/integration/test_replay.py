@@ -11,6 +11,7 @@ real worker processes (fetch, parse, render)."""
 
 from __future__ import annotations
 
+import fnmatch
 import gzip
 import hashlib
 import math
@@ -24,6 +25,7 @@ import pytest
 
 from crawler_tasks import start_crawl
 from crawler_tasks.surface.embedded import local_workers
+from tests.integration.test_s3_output import uploaded
 from tests.support import cli_process, pywb
 from tests.support.recrawl_site import cdxj
 from tests.support.sitegen import Handler, SiteServer
@@ -128,17 +130,34 @@ def rendered_routes() -> dict[str, Callable[[Handler], None]]:
     return {"/": page(RENDERED, "gzip")}
 
 
-def crawl_once(settings: Any, site: SiteServer, rendered: SiteServer) -> Any:
+def crawl_once(settings: Any, site: SiteServer, rendered: SiteServer, output: str) -> Any:
+    """One run of the schedule, its output in ``output`` (s3://...) or "" (the workers' own
+    directory); an s3:// run's segments all uploaded."""
     hosts = [site.address, rendered.address]
     crawl = start_crawl(
         [site.base_url + "/"], settings=settings, schedule="replay", allow_private_networks=True,
         allowed_domains=hosts, rates={h: math.inf for h in hosts}, rate=math.inf,
         obey_robots=False, max_body_bytes=LIMIT, render_hosts={rendered.address: "always"},
-        max_retries=0,
+        max_retries=0, **({"output": output} if output else {}),
     )  # fmt: skip
     summary = crawl.wait(timeout=200)
     assert summary["status"] == "finished", summary
+    if output:
+        uploaded(settings, crawl.id)
     return crawl
+
+
+def warc_files(crawl: Any, into: Path) -> Path:
+    """The directory of the crawl's WARC files: its output directory, or for an s3:// crawl
+    the objects downloaded into ``into`` (pywb and cdxj-indexer read files)."""
+    files = crawl.files
+    if isinstance(files, Path):
+        return files
+    into.mkdir(parents=True)
+    for name in files.list():
+        if fnmatch.fnmatch(Path(name).name, "crawl-*.warc.gz"):
+            (into / Path(name).name).write_bytes(files.get(name))
+    return into
 
 
 def expected(site: SiteServer, rendered: SiteServer) -> dict[str, bytes]:
@@ -152,21 +171,28 @@ def expected(site: SiteServer, rendered: SiteServer) -> dict[str, bytes]:
 
 
 @pytest.mark.timeout(400)
+@pytest.mark.parametrize("where", ["local", "s3"])
 def test_every_page_replays_in_pywb_both_runs_and_from_a_wacz(
-    settings, redis_url, worker_logs, worker_env, tmp_path
+    settings, redis_url, worker_logs, worker_env, tmp_path, request, where
 ):  # type: ignore[no-untyped-def]
+    """Both runs' WARCs and the first run's WACZ, with the crawl's output in the workers'
+    directories or in an object store (read back from the bucket: issue 48's target)."""
     pywb.ensure_installed()
+    output, env = "", dict(worker_env)
+    if where == "s3":  # a real S3 server (SeaweedFS); the workers and the CLI pointed at it
+        output = request.getfixturevalue("s3")
+        env.update(request.getfixturevalue("seaweed").env())
     began = time.monotonic()
     with (
         SiteServer(address="127.0.0.191") as site,
         SiteServer(address="127.0.0.192", extra_routes=rendered_routes()) as rendered,
         local_workers(redis_url, redis_url, fetchers=1, parsers=1, renderers=1,
-                      log_dir=str(worker_logs), extra_env=worker_env),
+                      log_dir=str(worker_logs), extra_env=env),
     ):  # fmt: skip
         site.extra_routes.update(routes(rendered.base_url + "/"))
-        first = crawl_once(settings, site, rendered)
+        first = crawl_once(settings, site, rendered, output)
         time.sleep(1.1)  # the second run's records a second later: another 14-digit timestamp
-        second = crawl_once(settings, site, rendered)
+        second = crawl_once(settings, site, rendered, output)
         wacz = tmp_path / "first.wacz"
         done = cli_process.run(
             "export", first.id, "--wacz", "-o", str(wacz), "--broker", redis_url, timeout=120
@@ -178,7 +204,8 @@ def test_every_page_replays_in_pywb_both_runs_and_from_a_wacz(
     assert pages[rendered.base_url + "/"]["rendered"] is True
     assert pages[site.base_url + "/big"]["truncated"] is True
     assert not any(r["truncated"] for u, r in pages.items() if not u.endswith("/big"))
-    first_dir, second_dir = Path(first.output_dir), Path(second.output_dir)
+    first_dir = warc_files(first, tmp_path / "first-warcs")
+    second_dir = warc_files(second, tmp_path / "second-warcs")
     root = tmp_path / "pywb"
     pywb.add_warcs(root, "first", sorted(first_dir.glob("crawl-*.warc.gz")))
     pywb.add_warcs(
