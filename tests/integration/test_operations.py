@@ -81,16 +81,30 @@ def test_flower_shows_finished_fetch_tasks(settings, workers, tmp_path):
 
         # Flower's event loop runs in its own process: on a loaded machine it shows a task
         # tens of seconds after it ran (34 s seen beside a second test run).
-        task = wait_until(lambda: finished("crawl.fetch", 1), timeout=120)
+        task = _shown(api, lambda: finished("crawl.fetch", 1))
         assert task["name"] == "crawl.fetch"
         assert crawl.id in task["args"] and len(task["args"]) < 200
         # URLs of the host released together (concurrency 4) went out as one message: one
         # task in Flower, its arguments naming each URL.
-        batch = wait_until(lambda: finished("crawl.fetch_many", 2), timeout=120)
+        batch = _shown(api, lambda: finished("crawl.fetch_many", 2))
         assert batch["name"] == "crawl.fetch_many"
         assert crawl.id in batch["args"] and batch["args"].count(site) <= 4
     finally:
         stop_process(flower)
+
+
+def _shown(api: str, found, timeout: float = 120.0):  # type: ignore[no-untyped-def]
+    """``found()`` once Flower shows it; else the failure says what Flower did show (tasks by
+    name and state, a few arguments): a missing task and a missing event differ there."""
+    try:
+        return wait_until(found, timeout=timeout)
+    except AssertionError as exc:
+        tasks = (_get(api) or {}).values()
+        kinds = Counter((t.get("name"), t.get("state")) for t in tasks)
+        args = [(t.get("name"), (t.get("args") or "")[:160]) for t in list(tasks)[:5]]
+        raise AssertionError(
+            f"not shown in {timeout:.0f} s; Flower has {dict(kinds)}: {args}"
+        ) from exc
 
 
 def _get(url: str, **kw):  # type: ignore[no-untyped-def]
