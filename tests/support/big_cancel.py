@@ -68,6 +68,9 @@ def cancel_and_watch(big: Crawl, timeout: float) -> Cancelled:
         time.sleep(0.05)
         statuses.append(big.progress()["status"])
     settled = time.monotonic() - begun
+    # The status can turn final between a reading and the loop's look at ``finished`` (the
+    # last reading then says cancelling: seen once under make test's load): read it once more.
+    statuses.append(big.progress()["status"])
     summary = big.wait(timeout=5)
     return Cancelled(settled, first, statuses, summary, list(big.pages()))
 
