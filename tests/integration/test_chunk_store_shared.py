@@ -12,6 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 from crawler_tasks import start_crawl
+from crawler_tasks.state.keys import Keys
 from crawler_tasks.state.store import CrawlStore, new_crawl_id
 from crawler_tasks.state.store_mark import MARK
 from crawler_tasks.web.urls import normalize
@@ -91,7 +92,7 @@ def test_workers_of_a_machine_without_the_mark_leave_the_tails_alone(  # type: i
     crawl_id = new_crawl_id()
     with running_sites(addresses, 20, 6, **site) as (graph, servers):
         # The claim of a machine whose mark is not in this machine's directory, before start.
-        key = f"{settings.key_prefix}:{{{crawl_id}}}:store_mark"
+        key = Keys(settings.key_prefix).crawl(crawl_id).store_mark  # crawl-wide: no options
         client.set(key, "0123456789abcdef machine-elsewhere")
         seeds = [s.base_url + "/" for s in servers]
         crawl = start_crawl(
